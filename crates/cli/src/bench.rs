@@ -1,0 +1,731 @@
+//! `docknet raw bench`: raw frames through a fast channel and through the daemon, beside
+//! kernel TCP over a Linux bridge, measured in one run. Every process it starts is its own
+//! child, ended by pid; every daemon gets a private run directory and socket on tmpfs;
+//! every namespace is removed at the end, also on error or Ctrl-C.
+
+use crate::netns::{unique, BridgeLab};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Time given to a server to attach (and drain stale frames) before its client starts.
+const SERVER_START: Duration = Duration::from_millis(200);
+
+/// Options of `raw bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Paths to measure: fc (fast channel), daemon (through DockDaemon), kernel (TCP over a
+    /// Linux bridge between two namespaces).
+    #[arg(long, value_delimiter = ',', default_value = "fc,daemon,kernel")]
+    pub paths: Vec<String>,
+    /// Frame sizes for ping-pong (bytes, Ethernet header included; at least 58).
+    #[arg(long, value_delimiter = ',', default_value = "64,1024")]
+    pub rr_sizes: Vec<usize>,
+    /// Frame sizes for streaming.
+    #[arg(long, value_delimiter = ',', default_value = "64,1500,65536")]
+    pub stream_sizes: Vec<usize>,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Warm-up seconds per point (excluded).
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+    /// Runs per point; percentiles come from the runs' merged samples' medians (see docs).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Core of the daemon's master thread (daemon path).
+    #[arg(long, default_value_t = 0)]
+    pub daemon_core: usize,
+    /// Idle policy of the peers on the daemon path (they share a core).
+    #[arg(long, default_value = "adaptive:5")]
+    pub daemon_peer_idle: String,
+    /// Write all results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// fc | daemon | kernel-bridge-tcp.
+    pub path: String,
+    /// Where each party ran.
+    pub placement: String,
+    /// rr | stream.
+    pub workload: String,
+    /// Frame (raw) or message (TCP) size.
+    pub size: usize,
+    /// Run index.
+    pub repeat: usize,
+    /// One-way latency percentiles (µs), rr only.
+    pub p50_us: Option<f64>,
+    /// 99th percentile.
+    pub p99_us: Option<f64>,
+    /// 99.9th percentile.
+    pub p999_us: Option<f64>,
+    /// Mean.
+    pub mean_us: Option<f64>,
+    /// RTT/2 median (µs), rr only.
+    pub half_rtt_p50_us: Option<f64>,
+    /// Transactions per second (rr).
+    pub tps: Option<f64>,
+    /// Goodput at the receiver (stream).
+    pub gbps: Option<f64>,
+    /// Messages per second at the receiver (stream).
+    pub msgs_per_s: Option<f64>,
+    /// Client CPU seconds per operation.
+    pub cpu_s_per_op: Option<f64>,
+    /// Frames the receiver did not get (raw stream: dropped in full rings) or rr timeouts.
+    pub lost: u64,
+    /// Whether every frame took the path being measured.
+    pub path_ok: bool,
+}
+
+struct Proc {
+    child: Child,
+    what: String,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, what: &str) -> Result<Proc> {
+        cmd.stdout(Stdio::piped()).stdin(Stdio::null());
+        let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+        Ok(Proc {
+            child,
+            what: what.into(),
+        })
+    }
+
+    /// Waits up to `timeout` and parses the last stdout line as JSON.
+    fn json(mut self, timeout: Duration, stop: &AtomicBool) -> Result<Value> {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait()? {
+                break s;
+            }
+            if stop.load(Ordering::Relaxed) {
+                bail!("interrupted");
+            }
+            if t.elapsed() > timeout {
+                bail!("{} did not finish within {:?}", self.what, timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            o.read_to_string(&mut out)?;
+        }
+        if !status.success() {
+            bail!("{} failed ({status})", self.what);
+        }
+        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+        serde_json::from_str(line)
+            .with_context(|| format!("{} printed no result: {out:?}", self.what))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A daemon of our own: private run directory and socket on tmpfs, ended by pid on drop.
+pub struct Daemon {
+    proc: Option<Child>,
+    /// Run directory.
+    pub run_dir: PathBuf,
+    /// Control socket.
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `docknet daemon` with `extra` arguments and waits until it answers.
+    pub fn start(exe: &Path, extra: &[&str]) -> Result<Daemon> {
+        let base = if Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        };
+        let run_dir = PathBuf::from(base).join(format!("docknet-{}", unique("run")));
+        let socket = run_dir.join("ctl.sock");
+        let child = Command::new(exe)
+            .arg("daemon")
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .arg("--socket")
+            .arg(&socket)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting docknet daemon")?;
+        let mut d = Daemon {
+            proc: Some(child),
+            run_dir,
+            socket,
+        };
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+            if let Some(Ok(Some(st))) = d.proc.as_mut().map(|c| c.try_wait()) {
+                bail!("docknet daemon exited during start-up ({st})");
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!("docknet daemon did not open its socket within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        d.proc.as_mut().map(|_| ());
+        Ok(d)
+    }
+
+    /// `docknet --socket S ARGS...` as a command.
+    pub fn cmd(&self, exe: &Path) -> Command {
+        let mut c = Command::new(exe);
+        c.arg("--socket").arg(&self.socket);
+        c
+    }
+
+    /// Runs a client command and fails on a non-zero exit.
+    pub fn ctl(&self, exe: &Path, args: &[&str]) -> Result<()> {
+        let out = self.cmd(exe).args(args).stdout(Stdio::null()).output()?;
+        if !out.status.success() {
+            bail!(
+                "docknet {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops the daemon (SIGTERM, then SIGKILL) and removes its run directory.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.proc.take() {
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(3) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn us(v: &Value, k: &str) -> Option<f64> {
+    v[k].as_f64().map(|ns| ns / 1000.0)
+}
+
+fn rr_row(path: &str, placement: &str, size: usize, rep: usize, v: &Value, path_ok: bool) -> Row {
+    let ow = &v["one_way_ns"];
+    Row {
+        path: path.into(),
+        placement: placement.into(),
+        workload: "rr".into(),
+        size,
+        repeat: rep,
+        p50_us: us(ow, "p50"),
+        p99_us: us(ow, "p99"),
+        p999_us: us(ow, "p999"),
+        mean_us: us(ow, "mean"),
+        half_rtt_p50_us: us(&v["half_rtt_ns"], "p50"),
+        tps: v["tps"].as_f64(),
+        gbps: None,
+        msgs_per_s: None,
+        cpu_s_per_op: v["cpu_s_per_op"].as_f64(),
+        lost: v["lost"].as_u64().unwrap_or(0),
+        path_ok,
+    }
+}
+
+struct Ctx {
+    exe: PathBuf,
+    args: BenchArgs,
+    stop: Arc<AtomicBool>,
+    rows: Vec<Row>,
+    total: usize,
+    done: usize,
+}
+
+impl Ctx {
+    fn progress(&mut self, what: &str) {
+        self.done += 1;
+        eprintln!("[{}/{}] {what}", self.done, self.total);
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.args.duration + self.args.warmup + 20.0)
+    }
+
+    fn peer(&self, d: &Daemon, pipe: &str, cpu: usize, args: &[String]) -> Result<Proc> {
+        let mut c = d.cmd(&self.exe);
+        c.args(["run", "--pipe", pipe, "--cpu", &cpu.to_string(), "--"])
+            .arg(&self.exe)
+            .args(["raw", "peer"])
+            .args(args);
+        Proc::spawn(c, &format!("raw peer in {pipe}"))
+    }
+
+    fn common(&self, size: usize) -> Vec<String> {
+        vec![
+            "--size".into(),
+            size.to_string(),
+            "--duration".into(),
+            self.args.duration.to_string(),
+            "--warmup".into(),
+            self.args.warmup.to_string(),
+        ]
+    }
+
+    /// rr and stream points for one DockNet path on a daemon already set up.
+    fn docknet_path(
+        &mut self,
+        d: &Daemon,
+        path: &str,
+        idle: &str,
+        cores: (usize, usize),
+    ) -> Result<()> {
+        let placement = format!(
+            "client core {}, server core {}, peers {idle}{}",
+            cores.0,
+            cores.1,
+            if path == "daemon" {
+                format!(", daemon master core {} spin", self.args.daemon_core)
+            } else {
+                ", daemon idle (not on the path)".into()
+            }
+        );
+        let want_fc = path == "fc";
+        for rep in 0..self.args.repeat {
+            for &size in &self.args.rr_sizes.clone() {
+                let mut srv = vec!["--role".into(), "echo".into(), "--idle".into(), idle.into()];
+                srv.extend(["--quiet-exit".into(), "5".into()]);
+                let server = self.peer(d, "b", cores.1, &srv)?;
+                std::thread::sleep(SERVER_START);
+                let mut cli = vec![
+                    "--role".into(),
+                    "rr".into(),
+                    "--dst".into(),
+                    "10.77.0.2".into(),
+                ];
+                cli.extend(["--idle".into(), idle.into()]);
+                cli.extend(self.common(size));
+                let v = self
+                    .peer(d, "a", cores.0, &cli)?
+                    .json(self.timeout(), &self.stop)?;
+                let _ = server.json(Duration::from_secs(10), &self.stop);
+                let n = v["transactions"].as_u64().unwrap_or(0);
+                let via = if want_fc {
+                    &v["rx_via"]["fc"]
+                } else {
+                    &v["rx_via"]["daemon"]
+                };
+                let ok = n > 0 && via.as_u64() == Some(n);
+                self.rows.push(rr_row(path, &placement, size, rep, &v, ok));
+                self.progress(&format!(
+                    "{path} rr {size} B: p50 {:.2} us",
+                    v["one_way_ns"]["p50"].as_f64().unwrap_or(0.0) / 1e3
+                ));
+            }
+            for &size in &self.args.stream_sizes.clone() {
+                let srv = vec![
+                    "--role".into(),
+                    "sink".into(),
+                    "--idle".into(),
+                    idle.into(),
+                    "--quiet-exit".into(),
+                    "3".into(),
+                ];
+                let sink = self.peer(d, "b", cores.1, &srv)?;
+                std::thread::sleep(SERVER_START);
+                let mut cli = vec![
+                    "--role".into(),
+                    "stream".into(),
+                    "--dst".into(),
+                    "10.77.0.2".into(),
+                ];
+                cli.extend(["--idle".into(), idle.into()]);
+                cli.extend(self.common(size));
+                let c = self
+                    .peer(d, "a", cores.0, &cli)?
+                    .json(self.timeout(), &self.stop)?;
+                let s = sink.json(Duration::from_secs(15), &self.stop)?;
+                let sent = c["sent"].as_u64().unwrap_or(0);
+                let got = s["frames"].as_u64().unwrap_or(0);
+                let via = if want_fc {
+                    &c["tx_via"]["fc"]
+                } else {
+                    &c["tx_via"]["daemon"]
+                };
+                self.rows.push(Row {
+                    path: path.into(),
+                    placement: placement.clone(),
+                    workload: "stream".into(),
+                    size,
+                    repeat: rep,
+                    p50_us: None,
+                    p99_us: None,
+                    p999_us: None,
+                    mean_us: None,
+                    half_rtt_p50_us: None,
+                    tps: None,
+                    gbps: s["gbps"].as_f64(),
+                    msgs_per_s: s["mpps"].as_f64().map(|m| m * 1e6),
+                    cpu_s_per_op: c["cpu_s_per_op"].as_f64(),
+                    lost: sent.saturating_sub(got),
+                    path_ok: sent > 0 && via.as_u64() == Some(sent),
+                });
+                self.progress(&format!(
+                    "{path} stream {size} B: {:.2} Gbps",
+                    s["gbps"].as_f64().unwrap_or(0.0)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn kernel(&mut self) -> Result<()> {
+        let lab = BridgeLab::create().context("building the bridge topology")?;
+        let mut port = 20000u16;
+        for rep in 0..self.args.repeat {
+            for (cc, sc) in [(1usize, 1usize), (0, 1)] {
+                let placement = format!("client core {cc}, server core {sc}, kernel TCP over a Linux bridge (TCP_NODELAY)");
+                let sizes: Vec<(&str, usize)> = self
+                    .args
+                    .rr_sizes
+                    .iter()
+                    .map(|s| ("rr", *s))
+                    .chain(
+                        self.args
+                            .stream_sizes
+                            .iter()
+                            .map(|s| ("stream", *s))
+                            .filter(|_| cc != sc),
+                    )
+                    .collect();
+                for (wl, size) in sizes {
+                    port += 1;
+                    let addr = format!("{}:{port}", BridgeLab::IP_B);
+                    let netns_peer = |ns: &str, role: &str, cpu: usize| {
+                        let mut c = Command::new("ip");
+                        c.args(["netns", "exec", ns])
+                            .arg(&self.exe)
+                            .args([
+                                "raw",
+                                "tcp-peer",
+                                "--role",
+                                role,
+                                "--addr",
+                                &addr,
+                                "--cpu",
+                                &cpu.to_string(),
+                            ])
+                            .args(self.common(size));
+                        c
+                    };
+                    let server = Proc::spawn(netns_peer(&lab.b, "server", sc), "tcp server")?;
+                    let v = Proc::spawn(netns_peer(&lab.a, wl, cc), "tcp client")?
+                        .json(self.timeout(), &self.stop)?;
+                    let _ = server.json(Duration::from_secs(10), &self.stop);
+                    let row = if wl == "rr" {
+                        rr_row("kernel-bridge-tcp", &placement, size, rep, &v, true)
+                    } else {
+                        Row {
+                            path: "kernel-bridge-tcp".into(),
+                            placement: placement.clone(),
+                            workload: "stream".into(),
+                            size,
+                            repeat: rep,
+                            p50_us: None,
+                            p99_us: None,
+                            p999_us: None,
+                            mean_us: None,
+                            half_rtt_p50_us: None,
+                            tps: None,
+                            gbps: v["gbps"].as_f64(),
+                            msgs_per_s: v["msgs_per_s"].as_f64(),
+                            cpu_s_per_op: v["cpu_s_per_op"].as_f64(),
+                            lost: 0,
+                            path_ok: true,
+                        }
+                    };
+                    self.progress(&format!(
+                        "kernel {wl} {size} B (cores {cc}/{sc}): {}",
+                        row.p50_us.map_or_else(
+                            || format!("{:.2} Gbps", row.gbps.unwrap_or(0.0)),
+                            |p| format!("p50 {p:.2} us")
+                        )
+                    ));
+                    self.rows.push(row);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.prec$}"))
+}
+
+/// Prints the results table.
+pub fn print_table(rows: &[Row]) {
+    println!(
+        "{:<18} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
+        "PATH",
+        "LOAD",
+        "SIZE",
+        "REP",
+        "p50(us)",
+        "p99(us)",
+        "p99.9",
+        "rtt/2",
+        "Gbps",
+        "Mmsg/s",
+        "lost",
+        "path"
+    );
+    for r in rows {
+        println!(
+            "{:<18} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
+            r.path,
+            r.workload,
+            r.size,
+            r.repeat,
+            opt(r.p50_us, 2),
+            opt(r.p99_us, 2),
+            opt(r.p999_us, 2),
+            opt(r.half_rtt_p50_us, 2),
+            opt(r.gbps, 2),
+            opt(r.msgs_per_s.or(r.tps).map(|m| m / 1e6), 3),
+            r.lost,
+            if r.path_ok { "ok" } else { "WRONG" }
+        );
+    }
+}
+
+fn env_json(args: &BenchArgs) -> Value {
+    let uname = nix::sys::utsname::uname().ok();
+    json!({
+        "kernel": uname.as_ref().map(|u| u.release().to_string_lossy().into_owned()),
+        "machine": uname.as_ref().map(|u| u.machine().to_string_lossy().into_owned()),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "version": env!("CARGO_PKG_VERSION"),
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "repeat": args.repeat,
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    })
+}
+
+fn ratio_lines(rows: &[Row]) -> Vec<String> {
+    let med = |path: &str,
+               wl: &str,
+               size: usize,
+               placement_has: &str,
+               f: &dyn Fn(&Row) -> Option<f64>| {
+        let mut v: Vec<f64> = rows
+            .iter()
+            .filter(|r| {
+                r.path == path
+                    && r.workload == wl
+                    && r.size == size
+                    && r.placement.contains(placement_has)
+            })
+            .filter_map(f)
+            .collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied()
+    };
+    let mut out = Vec::new();
+    let p50 = |r: &Row| r.p50_us;
+    let gb = |r: &Row| r.gbps;
+    if let Some(size) = rows
+        .iter()
+        .filter(|r| r.workload == "rr")
+        .map(|r| r.size)
+        .min()
+    {
+        if let (Some(d), Some(k1), Some(k0)) = (
+            med("daemon", "rr", size, "", &p50),
+            med(
+                "kernel-bridge-tcp",
+                "rr",
+                size,
+                "client core 1, server core 1",
+                &p50,
+            ),
+            med(
+                "kernel-bridge-tcp",
+                "rr",
+                size,
+                "client core 0, server core 1",
+                &p50,
+            ),
+        ) {
+            out.push(format!("rr {size} B one-way p50: kernel bridge TCP (same core) / daemon raw = {:.1}x; kernel (cross core) / daemon = {:.1}x", k1 / d, k0 / d));
+        }
+        if let (Some(f), Some(k0)) = (
+            med("fc", "rr", size, "", &p50),
+            med(
+                "kernel-bridge-tcp",
+                "rr",
+                size,
+                "client core 0, server core 1",
+                &p50,
+            ),
+        ) {
+            out.push(format!("rr {size} B one-way p50: fast channel {f:.3} us; kernel bridge TCP (cross core) / fc = {:.0}x", k0 / f));
+        }
+    }
+    for &size in &[65536usize, 1500] {
+        if let (Some(f), Some(k)) = (
+            med("fc", "stream", size, "", &gb),
+            med("kernel-bridge-tcp", "stream", size, "", &gb),
+        ) {
+            out.push(format!("stream {size} B: fast channel {f:.1} Gbps vs kernel bridge TCP {k:.1} Gbps ({:.1}x)", f / k));
+        }
+    }
+    out
+}
+
+/// Runs the benchmark.
+pub fn run(args: BenchArgs) -> Result<()> {
+    if !nix::unistd::Uid::effective().is_root() {
+        bail!("docknet raw bench needs root (it creates namespaces)");
+    }
+    if let Some(s) = args
+        .rr_sizes
+        .iter()
+        .chain(args.stream_sizes.iter())
+        .find(|s| **s < crate::peer::MIN_RAW || **s > 65549)
+    {
+        bail!(
+            "size {s} out of range: raw frames are {}..=65549 bytes",
+            crate::peer::MIN_RAW
+        );
+    }
+    for p in &args.paths {
+        if !["fc", "daemon", "kernel"].contains(&p.as_str()) {
+            bail!("unknown path {p:?}: use fc, daemon, kernel");
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(s, stop.clone())?;
+    }
+    let n_pts = args.rr_sizes.len() + args.stream_sizes.len();
+    let total: usize = args
+        .paths
+        .iter()
+        .map(|p| {
+            if p == "kernel" {
+                2 * args.rr_sizes.len() + args.stream_sizes.len()
+            } else {
+                n_pts
+            }
+        })
+        .sum::<usize>()
+        * args.repeat;
+    let mut ctx = Ctx {
+        exe: std::env::current_exe()?,
+        args: args.clone(),
+        stop: stop.clone(),
+        rows: Vec::new(),
+        total,
+        done: 0,
+    };
+    for path in &args.paths {
+        if stop.load(Ordering::Relaxed) {
+            bail!("interrupted");
+        }
+        match path.as_str() {
+            "kernel" => ctx.kernel()?,
+            p => {
+                let daemon_core = args.daemon_core.to_string();
+                let extra: Vec<&str> = if p == "daemon" {
+                    vec!["--idle", "spin", "--master-core", &daemon_core]
+                } else {
+                    vec!["--idle", "adaptive"]
+                };
+                let d = Daemon::start(&ctx.exe, &extra)?;
+                d.ctl(
+                    &ctx.exe,
+                    &[
+                        "pipe",
+                        "create",
+                        "a",
+                        "--ip",
+                        "10.77.0.1/24",
+                        "--mtu",
+                        "65535",
+                    ],
+                )?;
+                d.ctl(
+                    &ctx.exe,
+                    &[
+                        "pipe",
+                        "create",
+                        "b",
+                        "--ip",
+                        "10.77.0.2/24",
+                        "--mtu",
+                        "65535",
+                    ],
+                )?;
+                if p == "fc" {
+                    d.ctl(&ctx.exe, &["fc", "connect", "a", "b"])?;
+                    ctx.docknet_path(&d, "fc", "spin", (0, 1))?;
+                } else {
+                    let other = if args.daemon_core == 0 { 1 } else { 0 };
+                    let idle = args.daemon_peer_idle.clone();
+                    ctx.docknet_path(&d, "daemon", &idle, (other, other))?;
+                }
+            }
+        }
+    }
+    print_table(&ctx.rows);
+    for l in ratio_lines(&ctx.rows) {
+        println!("{l}");
+    }
+    println!("placements:");
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &ctx.rows {
+        if seen.insert((r.path.clone(), r.placement.clone())) {
+            println!("  {:<18} {}", r.path, r.placement);
+        }
+    }
+    if let Some(f) = &args.json {
+        let doc =
+            json!({"env": env_json(&args), "results": ctx.rows, "ratios": ratio_lines(&ctx.rows)});
+        std::fs::write(f, serde_json::to_vec_pretty(&doc)?)
+            .with_context(|| format!("writing {}", f.display()))?;
+        eprintln!("wrote {}", f.display());
+    }
+    if ctx.rows.iter().any(|r| !r.path_ok) {
+        bail!("some frames took the wrong path (see the 'path' column)");
+    }
+    Ok(())
+}

@@ -1,0 +1,283 @@
+//! `docknet`: DockNet's command line — the daemon, its clients, containers and benchmarks.
+
+#![deny(unsafe_code)]
+
+mod bench;
+mod container;
+mod ctl;
+mod netns;
+mod peer;
+mod stats;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use docknet_daemon::proto::{Request, DEFAULT_SOCKET};
+use docknet_pipe::IdlePolicy;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Userspace networking for containers: shared-memory pipes switched by a host daemon, and
+/// fast channels between partner containers.
+///
+/// Start a daemon, create a pipe per container, run each container attached to its pipe:
+///
+///   docknet daemon --run-dir /run/docknet --socket /run/docknet/docknetd.sock &
+///   docknet pipe create web --ip 10.0.0.2/24
+///   docknet pipe create db  --ip 10.0.0.3/24
+///   docknet fc connect web db            # optional: partners bypass the daemon
+///   docknet run --pipe web -- ./server
+#[derive(Debug, Parser)]
+#[command(name = "docknet", version, about, long_about, propagate_version = true)]
+struct Cli {
+    /// Control socket of the daemon.
+    #[arg(long, global = true, env = "DOCKNET_SOCKET", default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Log filter for the daemon (e.g. info, debug); also RUST_LOG.
+    #[arg(long, global = true, default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the daemon (DockDaemon) in the foreground until SIGINT/SIGTERM.
+    Daemon {
+        /// Directory for pipes, state and the lock (tmpfs recommended).
+        #[arg(long, default_value = "/run/docknet")]
+        run_dir: PathBuf,
+        /// Core to pin the master (forwarding) thread to.
+        #[arg(long)]
+        master_core: Option<usize>,
+        /// What the master thread does when idle: spin (lowest latency, one core busy),
+        /// adaptive[:SPIN_US] (spin, yield, then sleep on a futex: no CPU when idle), block.
+        #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
+        idle: IdlePolicy,
+    },
+    /// Show the daemon's status.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create, remove, list and inspect pipes.
+    #[command(subcommand)]
+    Pipe(PipeCmd),
+    /// Build and remove fast channels between partner pipes.
+    #[command(subcommand)]
+    Fc(FcCmd),
+    /// Run a command as a container attached to a pipe (new mount, net, pid, uts, ipc
+    /// namespaces; the pipe appears at /run/docknet/pipe and nothing else of DockNet's does).
+    Run {
+        /// Pipe to attach.
+        #[arg(long)]
+        pipe: String,
+        /// Pin the container to this core.
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// The command and its arguments (after --).
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Raw-frame tools: the ring benchmark and its peers.
+    #[command(subcommand)]
+    Raw(RawCmd),
+    /// Internal: the container's pid 1.
+    #[command(name = "__init", hide = true)]
+    Init {
+        #[arg(long)]
+        cpu: Option<usize>,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PipeCmd {
+    /// Create a pipe.
+    Create {
+        /// Name (1-32 of A-Z a-z 0-9 _ . -).
+        name: String,
+        /// Address and prefix, A.B.C.D/LEN.
+        #[arg(long)]
+        ip: String,
+        /// MTU (68-65535); frames up to MTU + 14 bytes.
+        #[arg(long)]
+        mtu: Option<u32>,
+        /// Ring depth (power of two; default 1024 up to MTU 9000, else 256).
+        #[arg(long)]
+        ring_depth: Option<u32>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a pipe (and its fast channels).
+    Rm {
+        /// Name.
+        name: String,
+    },
+    /// List pipes.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one pipe with its counters.
+    Show {
+        /// Name.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FcCmd {
+    /// Connect two pipes with a fast channel.
+    Connect {
+        /// One partner.
+        a: String,
+        /// The other partner.
+        b: String,
+        /// MTU of the channel (default 65535).
+        #[arg(long)]
+        mtu: Option<u32>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the fast channel between two pipes.
+    Rm {
+        /// One partner.
+        a: String,
+        /// The other partner.
+        b: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RawCmd {
+    /// Benchmark raw frames through a fast channel and through the daemon, beside kernel TCP
+    /// over a Linux bridge, in one run (needs root; builds and removes its own namespaces).
+    Bench(bench::BenchArgs),
+    /// A raw-frame benchmark peer (runs inside a container started by `docknet run`).
+    Peer(peer::PeerArgs),
+    /// A kernel-TCP benchmark peer (the baseline twin of `raw peer`).
+    TcpPeer(peer::TcpPeerArgs),
+}
+
+fn init_logging(filter: &str) {
+    let f = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(f)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn print(v: &serde_json::Value, json: bool, human: impl Fn(&serde_json::Value)) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else {
+        human(v);
+    }
+}
+
+fn main_inner(cli: Cli) -> Result<ExitCode> {
+    let sock = cli.socket.as_path();
+    match cli.cmd {
+        Cmd::Daemon {
+            run_dir,
+            master_core,
+            idle,
+        } => {
+            init_logging(&cli.log);
+            docknet_daemon::run(docknet_daemon::Config {
+                run_dir,
+                socket: cli.socket.clone(),
+                master_core,
+                idle,
+            })
+            .context("docknet daemon")?;
+        }
+        Cmd::Status { json } => print(&ctl::call(sock, Request::Status)?, json, ctl::print_status),
+        Cmd::Pipe(PipeCmd::Create {
+            name,
+            ip,
+            mtu,
+            ring_depth,
+            json,
+        }) => {
+            let v = ctl::call(
+                sock,
+                Request::PipeCreate {
+                    name,
+                    ip,
+                    mtu,
+                    ring_depth,
+                },
+            )?;
+            print(&v, json, |v| {
+                println!(
+                    "created pipe {} ({}, mac {}, mtu {})",
+                    v["name"].as_str().unwrap_or("?"),
+                    v["ip"].as_str().unwrap_or("?"),
+                    v["mac"].as_str().unwrap_or("?"),
+                    v["mtu"]
+                )
+            });
+        }
+        Cmd::Pipe(PipeCmd::Rm { name }) => {
+            ctl::call(sock, Request::PipeRm { name: name.clone() })?;
+            println!("removed pipe {name}");
+        }
+        Cmd::Pipe(PipeCmd::Ls { json }) => {
+            print(&ctl::call(sock, Request::PipeLs)?, json, ctl::print_pipes)
+        }
+        Cmd::Pipe(PipeCmd::Show { name, json }) => print(
+            &ctl::call(sock, Request::PipeShow { name })?,
+            json,
+            ctl::print_pipe,
+        ),
+        Cmd::Fc(FcCmd::Connect { a, b, mtu, json }) => {
+            let v = ctl::call(sock, Request::FcConnect { a, b, mtu })?;
+            print(&v, json, |v| {
+                println!(
+                    "fast channel {} <-> {} (mtu {}, {} slots each way)",
+                    v["a"].as_str().unwrap_or("?"),
+                    v["b"].as_str().unwrap_or("?"),
+                    v["mtu"],
+                    v["ring_depth"]
+                )
+            });
+        }
+        Cmd::Fc(FcCmd::Rm { a, b }) => {
+            ctl::call(
+                sock,
+                Request::FcRm {
+                    a: a.clone(),
+                    b: b.clone(),
+                },
+            )?;
+            println!("removed fast channel {a} <-> {b}");
+        }
+        Cmd::Run { pipe, cpu, cmd } => return container::run(sock, &pipe, cpu, &cmd),
+        Cmd::Init { cpu, cmd } => return container::init(cpu, &cmd),
+        Cmd::Raw(RawCmd::Bench(a)) => bench::run(a)?,
+        Cmd::Raw(RawCmd::Peer(a)) => peer::raw_peer(&a)?,
+        Cmd::Raw(RawCmd::TcpPeer(a)) => peer::tcp_peer(&a)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match main_inner(cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("docknet: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

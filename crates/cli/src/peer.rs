@@ -1,0 +1,580 @@
+//! Benchmark peers. `raw peer` runs inside a DockNet container on raw Ethernet frames;
+//! `raw tcp-peer` runs in a kernel network namespace on TCP sockets. Both carry the same
+//! timestamps, so their one-way latencies compare directly:
+//!
+//! ```text
+//!  payload (after Ethernet+IPv4 for raw frames; from byte 0 for TCP messages)
+//!  +0 magic u8 = 0xD7 | +1 kind u8 | +2 session u16 | +4 seq u32 | +8 t0 u64 | +16 t1 u64 |
+//!  Servers follow the session of the newest data frame and honour only that session's STOP
+//!  (frames of an earlier run may still sit in a ring).
+//!  t0 = client's CLOCK_MONOTONIC at send, t1 = server's at receipt; the client reads t2 on
+//!  the reply: one-way samples are t1 - t0 and t2 - t1.
+//! ```
+
+use crate::stats::{cpu_seconds, histogram, now_ns, pin, Summary};
+use anyhow::{bail, Context, Result};
+use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4, PROTO_EXPERIMENT};
+use docknet_lib::{Endpoint, SendError, Via};
+use docknet_pipe::IdlePolicy;
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+const MAGIC: u8 = 0xD7;
+const DATA: u8 = 1;
+const STOP: u8 = 2;
+const WARM: u8 = 3;
+/// Bytes of the benchmark header inside the payload.
+pub const HDR: usize = 24;
+/// Smallest raw frame the benchmark sends.
+pub const MIN_RAW: usize = ETH + IPV4 + HDR;
+
+#[derive(Debug, Clone, Copy)]
+struct Hdr {
+    kind: u8,
+    session: u16,
+    seq: u32,
+    t0: u64,
+    t1: u64,
+}
+
+fn put(b: &mut [u8], h: Hdr) {
+    b[0] = MAGIC;
+    b[1] = h.kind;
+    b[2..4].copy_from_slice(&h.session.to_le_bytes());
+    b[4..8].copy_from_slice(&h.seq.to_le_bytes());
+    b[8..16].copy_from_slice(&h.t0.to_le_bytes());
+    b[16..24].copy_from_slice(&h.t1.to_le_bytes());
+}
+
+fn get(b: &[u8]) -> Option<Hdr> {
+    if b.len() < HDR || b[0] != MAGIC {
+        return None;
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    Some(Hdr {
+        kind: b[1],
+        session: u16::from_le_bytes([b[2], b[3]]),
+        seq: u32::from_le_bytes(b[4..8].try_into().unwrap_or([0; 4])),
+        t0: u64_at(8),
+        t1: u64_at(16),
+    })
+}
+
+/// A random non-zero session id.
+fn new_session() -> u16 {
+    let x = now_ns() ^ u64::from(std::process::id()).rotate_left(32);
+    ((x ^ (x >> 16) ^ (x >> 32)) as u16).max(1)
+}
+
+/// Whether a server should act on a frame. Data frames define the session (the newest client
+/// wins; a sink restarts its count when the session changes); a STOP counts only for the
+/// current session, so STOPs left in a ring by an earlier run are ignored.
+fn same_session(h: &Hdr, session: &mut Option<u16>) -> bool {
+    if h.kind == STOP {
+        *session == Some(h.session)
+    } else {
+        *session = Some(h.session);
+        true
+    }
+}
+
+/// Options of `raw peer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PeerArgs {
+    /// echo | sink (servers); rr | stream (clients).
+    #[arg(long)]
+    pub role: String,
+    /// Server's address (clients).
+    #[arg(long)]
+    pub dst: Option<Ipv4Addr>,
+    /// Whole frame size in bytes, Ethernet header included.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Seconds before measuring starts.
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+    /// Idle policy while waiting: spin, adaptive[:SPIN_US], block.
+    #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
+    pub idle: IdlePolicy,
+    /// Servers exit after this many seconds without traffic (once traffic has started), or
+    /// twice this long if none ever comes.
+    #[arg(long, default_value_t = 10.0)]
+    pub quiet_exit: f64,
+}
+
+fn via_json(fc: u64, daemon: u64) -> serde_json::Value {
+    json!({ "fc": fc, "daemon": daemon })
+}
+
+/// `docknet raw peer`: runs one role and prints one JSON line.
+pub fn raw_peer(a: &PeerArgs) -> Result<()> {
+    let mut ep = Endpoint::attach_default(a.idle)?;
+    if matches!(a.role.as_str(), "echo" | "sink") {
+        // frames left in the rings by an earlier run are not for this server
+        let stale = ep.drain();
+        if stale > 0 {
+            eprintln!("docknet raw peer: discarded {stale} stale frames");
+        }
+    }
+    let out = match a.role.as_str() {
+        "echo" => raw_echo(&mut ep, a)?,
+        "sink" => raw_sink(&mut ep, a)?,
+        "rr" => raw_rr(&mut ep, a)?,
+        "stream" => raw_stream(&mut ep, a)?,
+        r => bail!("unknown role {r:?}: use echo, sink, rr or stream"),
+    };
+    println!("{out}");
+    Ok(())
+}
+
+fn quiet_deadline(a: &PeerArgs, started: bool) -> Duration {
+    Duration::from_secs_f64(if started {
+        a.quiet_exit
+    } else {
+        a.quiet_exit * 2.0
+    })
+}
+
+fn raw_echo(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+    let mut buf = vec![0u8; 65600];
+    let (mut echoed, mut last, mut started, mut session) = (0u64, Instant::now(), false, None);
+    loop {
+        let Some((n, _)) = ep.recv(&mut buf) else {
+            if last.elapsed() > quiet_deadline(a, started) {
+                break;
+            }
+            ep.idle(Duration::from_millis(50));
+            continue;
+        };
+        let t1 = now_ns();
+        ep.busy();
+        last = Instant::now();
+        let Some(mut h) = (n >= MIN_RAW).then(|| get(&buf[ETH + IPV4..n])).flatten() else {
+            continue;
+        };
+        if !same_session(&h, &mut session) {
+            continue;
+        }
+        started = true;
+        if h.kind == STOP {
+            break;
+        }
+        h.t1 = t1;
+        put(&mut buf[ETH + IPV4..], h);
+        // swap Ethernet and IPv4 addresses (the IPv4 checksum is unchanged by the swap)
+        let f = &mut buf[..n];
+        for i in 0..6 {
+            f.swap(i, 6 + i);
+        }
+        for i in 0..4 {
+            f.swap(ETH + 12 + i, ETH + 16 + i);
+        }
+        if ep.send(f).is_ok() {
+            ep.flush();
+        } else {
+            ep.send_blocking(f, Instant::now() + Duration::from_secs(1))
+                .context("echoing a frame")?;
+        }
+        echoed += 1;
+    }
+    let s = ep.stats();
+    Ok(
+        json!({"role": "echo", "echoed": echoed, "rx_via": via_json(s.rx_fc, s.rx_daemon), "bad_desc": s.bad_desc}),
+    )
+}
+
+fn raw_sink(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+    let mut buf = vec![0u8; 65600];
+    let (mut frames, mut bytes, mut first, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
+    let (mut last, mut started, mut announced, mut session) = (Instant::now(), false, None, None);
+    loop {
+        let Some((n, _)) = ep.recv(&mut buf) else {
+            if last.elapsed() > quiet_deadline(a, started) {
+                break;
+            }
+            ep.idle(Duration::from_millis(50));
+            continue;
+        };
+        ep.busy();
+        last = Instant::now();
+        let Some(h) = (n >= MIN_RAW).then(|| get(&buf[ETH + IPV4..n])).flatten() else {
+            continue;
+        };
+        let before = session;
+        if !same_session(&h, &mut session) {
+            continue;
+        }
+        if before.is_some() && before != session {
+            (frames, bytes, first, last_ns) = (0, 0, 0, 0);
+        }
+        started = true;
+        match h.kind {
+            DATA => {
+                let t = now_ns();
+                if first == 0 {
+                    first = t;
+                }
+                last_ns = t;
+                frames += 1;
+                bytes += n as u64;
+            }
+            STOP => {
+                announced = Some(h.t0);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let secs = (last_ns.saturating_sub(first)) as f64 / 1e9;
+    let s = ep.stats();
+    Ok(json!({
+        "role": "sink", "frames": frames, "bytes": bytes, "secs": secs,
+        "gbps": if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
+        "mpps": if secs > 0.0 { frames as f64 / secs / 1e6 } else { 0.0 },
+        "sent": announced, "rx_via": via_json(s.rx_fc, s.rx_daemon), "bad_desc": s.bad_desc,
+    }))
+}
+
+fn client_frame(ep: &mut Endpoint, a: &PeerArgs) -> Result<(Vec<u8>, Ipv4Addr)> {
+    let dst = a.dst.context("--dst is required for client roles")?;
+    if a.size < MIN_RAW {
+        bail!("--size must be at least {MIN_RAW} bytes for raw frames");
+    }
+    let max = ep
+        .fc_peers()
+        .iter()
+        .find(|(ip, _)| *ip == dst)
+        .map_or(ep.frame_size(), |(_, f)| *f)
+        .max(ep.frame_size());
+    if a.size > max {
+        bail!(
+            "--size {} exceeds the largest frame this path carries ({max})",
+            a.size
+        );
+    }
+    let mac = ep
+        .resolve(dst, Duration::from_secs(3))
+        .with_context(|| format!("no ARP answer for {dst}: is a pipe with that address up?"))?;
+    let mut f = vec![0u8; a.size];
+    write_ipv4_headers(
+        &mut f,
+        ep.mac(),
+        mac,
+        ep.ip(),
+        dst,
+        PROTO_EXPERIMENT,
+        a.size,
+    );
+    Ok((f, dst))
+}
+
+fn stop(ep: &mut Endpoint, f: &mut [u8], session: u16, count: u64) {
+    for _ in 0..3 {
+        put(
+            &mut f[ETH + IPV4..],
+            Hdr {
+                kind: STOP,
+                session,
+                seq: 0,
+                t0: count,
+                t1: 0,
+            },
+        );
+        let _ = ep.send_blocking(f, Instant::now() + Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+    let (mut f, _) = client_frame(ep, a)?;
+    let session = new_session();
+    let mut rbuf = vec![0u8; 65600];
+    let (mut one_way, mut half_rtt) = (histogram(), histogram());
+    let (mut via_fc, mut via_daemon, mut lost, mut seq) = (0u64, 0u64, 0u64, 0u32);
+    let start = Instant::now();
+    let warm_end = start + Duration::from_secs_f64(a.warmup);
+    let end = warm_end + Duration::from_secs_f64(a.duration);
+    let mut cpu0 = None;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let measuring = now >= warm_end;
+        if measuring && cpu0.is_none() {
+            cpu0 = Some(cpu_seconds());
+        }
+        seq = seq.wrapping_add(1);
+        let t0 = now_ns();
+        put(
+            &mut f[ETH + IPV4..],
+            Hdr {
+                kind: DATA,
+                session,
+                seq,
+                t0,
+                t1: 0,
+            },
+        );
+        ep.send_blocking(&f, now + Duration::from_secs(1))
+            .context("sending")?;
+        let give_up = Instant::now() + Duration::from_secs(1);
+        let mut polls = 0u32;
+        loop {
+            match ep.recv(&mut rbuf) {
+                Some((n, via)) => {
+                    let t2 = now_ns();
+                    ep.busy();
+                    let Some(h) = (n >= MIN_RAW).then(|| get(&rbuf[ETH + IPV4..n])).flatten()
+                    else {
+                        continue;
+                    };
+                    if h.seq != seq || h.session != session {
+                        continue;
+                    }
+                    if measuring {
+                        let _ = one_way.record(h.t1.saturating_sub(t0).max(1));
+                        let _ = one_way.record(t2.saturating_sub(h.t1).max(1));
+                        let _ = half_rtt.record((t2.saturating_sub(t0) / 2).max(1));
+                        match via {
+                            Via::FastChannel => via_fc += 1,
+                            Via::Daemon => via_daemon += 1,
+                        }
+                    }
+                    break;
+                }
+                None => {
+                    polls = polls.wrapping_add(1);
+                    // reading the clock costs ~30 ns: check the deadline now and then
+                    if polls % 1024 == 0 && Instant::now() > give_up {
+                        lost += 1;
+                        break;
+                    }
+                    ep.idle(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+    stop(ep, &mut f, session, 0);
+    let n = half_rtt.len();
+    Ok(json!({
+        "role": "rr", "size": a.size, "transactions": n,
+        "tps": n as f64 / a.duration, "one_way_ns": Summary::of(&one_way),
+        "half_rtt_ns": Summary::of(&half_rtt), "rx_via": via_json(via_fc, via_daemon),
+        "lost": lost, "cpu_s_per_op": if n > 0 { cpu / n as f64 } else { 0.0 },
+        "idle": a.idle.to_string(), "bad_desc": ep.stats().bad_desc,
+    }))
+}
+
+fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+    let (mut f, _) = client_frame(ep, a)?;
+    let session = new_session();
+    let start = Instant::now();
+    let warm_end = start + Duration::from_secs_f64(a.warmup);
+    let end = warm_end + Duration::from_secs_f64(a.duration);
+    let (mut sent, mut full, mut seq) = (0u64, 0u64, 0u32);
+    let (mut via_fc, mut via_daemon) = (0u64, 0u64);
+    let mut cpu0 = None;
+    let mut now = Instant::now();
+    while now < end {
+        let kind = if now >= warm_end { DATA } else { WARM };
+        if kind == DATA && cpu0.is_none() {
+            cpu0 = Some(cpu_seconds());
+        }
+        // 32 frames between clock reads and publications
+        for _ in 0..32 {
+            seq = seq.wrapping_add(1);
+            put(
+                &mut f[ETH + IPV4..],
+                Hdr {
+                    kind,
+                    session,
+                    seq,
+                    t0: 0,
+                    t1: 0,
+                },
+            );
+            match ep.send(&f) {
+                Ok(via) => {
+                    if kind == DATA {
+                        sent += 1;
+                        match via {
+                            Via::FastChannel => via_fc += 1,
+                            Via::Daemon => via_daemon += 1,
+                        }
+                    }
+                }
+                Err(SendError::Full) => {
+                    full += 1;
+                    ep.flush();
+                    ep.idle(Duration::from_millis(1));
+                }
+                Err(e) => bail!("sending: {e}"),
+            }
+        }
+        ep.flush();
+        now = Instant::now();
+    }
+    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+    std::thread::sleep(Duration::from_millis(20));
+    stop(ep, &mut f, session, sent);
+    Ok(json!({
+        "role": "stream", "size": a.size, "sent": sent, "sent_bytes": sent * a.size as u64,
+        "secs": a.duration, "full_retries": full, "tx_via": via_json(via_fc, via_daemon),
+        "cpu_s_per_op": if sent > 0 { cpu / sent as f64 } else { 0.0 },
+    }))
+}
+
+/// Options of `raw tcp-peer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TcpPeerArgs {
+    /// server | rr | stream.
+    #[arg(long)]
+    pub role: String,
+    /// Server: address to listen on. Clients: address to connect to.
+    #[arg(long)]
+    pub addr: SocketAddr,
+    /// Message size in bytes (at least 24).
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Seconds before measuring starts.
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+    /// Core to pin to.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Server: exit after accepting this many connections.
+    #[arg(long, default_value_t = 1)]
+    pub conns: usize,
+}
+
+/// `docknet raw tcp-peer`: the kernel-socket twin of `raw peer`, one JSON line out.
+pub fn tcp_peer(a: &TcpPeerArgs) -> Result<()> {
+    if let Some(c) = a.cpu {
+        pin(c)?;
+    }
+    if a.size < HDR {
+        bail!("--size must be at least {HDR}");
+    }
+    let out = match a.role.as_str() {
+        "server" => tcp_server(a)?,
+        "rr" => tcp_rr(a)?,
+        "stream" => tcp_stream(a)?,
+        r => bail!("unknown role {r:?}: use server, rr or stream"),
+    };
+    println!("{out}");
+    Ok(())
+}
+
+fn tcp_server(a: &TcpPeerArgs) -> Result<serde_json::Value> {
+    let l = TcpListener::bind(a.addr).with_context(|| format!("binding {}", a.addr))?;
+    let mut total = 0u64;
+    for _ in 0..a.conns {
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        // first byte: 'r' = ping-pong of fixed-size messages, 's' = sink
+        let mut mode = [0u8; 1];
+        s.read_exact(&mut mode)?;
+        let mut buf = vec![0u8; a.size.max(1 << 16)];
+        if mode[0] == b'r' {
+            let mut m = vec![0u8; a.size];
+            while s.read_exact(&mut m).is_ok() {
+                let t1 = now_ns();
+                m[16..24].copy_from_slice(&t1.to_le_bytes());
+                s.write_all(&m)?;
+                total += 1;
+            }
+        } else {
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => total += n as u64,
+                }
+            }
+        }
+    }
+    Ok(json!({"role": "server", "handled": total}))
+}
+
+fn tcp_rr(a: &TcpPeerArgs) -> Result<serde_json::Value> {
+    let mut s = TcpStream::connect(a.addr).with_context(|| format!("connecting to {}", a.addr))?;
+    s.set_nodelay(true)?;
+    s.write_all(b"r")?;
+    let mut m = vec![0u8; a.size];
+    let (mut one_way, mut half_rtt) = (histogram(), histogram());
+    let start = Instant::now();
+    let warm_end = start + Duration::from_secs_f64(a.warmup);
+    let end = warm_end + Duration::from_secs_f64(a.duration);
+    let mut seq = 0u32;
+    let mut cpu0 = None;
+    while Instant::now() < end {
+        let measuring = Instant::now() >= warm_end;
+        if measuring && cpu0.is_none() {
+            cpu0 = Some(cpu_seconds());
+        }
+        seq = seq.wrapping_add(1);
+        let t0 = now_ns();
+        put(
+            &mut m,
+            Hdr {
+                kind: DATA,
+                session: 1,
+                seq,
+                t0,
+                t1: 0,
+            },
+        );
+        s.write_all(&m)?;
+        s.read_exact(&mut m)?;
+        let t2 = now_ns();
+        let h = get(&m).context("corrupt reply")?;
+        if measuring {
+            let _ = one_way.record(h.t1.saturating_sub(t0).max(1));
+            let _ = one_way.record(t2.saturating_sub(h.t1).max(1));
+            let _ = half_rtt.record((t2.saturating_sub(t0) / 2).max(1));
+        }
+    }
+    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+    let n = half_rtt.len();
+    Ok(json!({
+        "role": "rr", "size": a.size, "transactions": n, "tps": n as f64 / a.duration,
+        "one_way_ns": Summary::of(&one_way), "half_rtt_ns": Summary::of(&half_rtt),
+        "cpu_s_per_op": if n > 0 { cpu / n as f64 } else { 0.0 },
+    }))
+}
+
+fn tcp_stream(a: &TcpPeerArgs) -> Result<serde_json::Value> {
+    let mut s = TcpStream::connect(a.addr).with_context(|| format!("connecting to {}", a.addr))?;
+    s.set_nodelay(true)?;
+    s.write_all(b"s")?;
+    let m = vec![0x5au8; a.size];
+    let warm_end = Instant::now() + Duration::from_secs_f64(a.warmup);
+    while Instant::now() < warm_end {
+        s.write_all(&m)?;
+    }
+    let t = Instant::now();
+    let cpu0 = cpu_seconds();
+    let mut sent = 0u64;
+    while t.elapsed().as_secs_f64() < a.duration {
+        for _ in 0..16 {
+            s.write_all(&m)?;
+        }
+        sent += 16;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    Ok(json!({
+        "role": "stream", "size": a.size, "sent": sent, "secs": secs,
+        "gbps": sent as f64 * a.size as f64 * 8.0 / secs / 1e9,
+        "msgs_per_s": sent as f64 / secs, "cpu_s_per_op": cpu / sent.max(1) as f64,
+    }))
+}

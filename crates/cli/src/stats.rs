@@ -1,0 +1,92 @@
+//! Measurement helpers shared by every benchmark: the clock, histograms, CPU time.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// CLOCK_MONOTONIC in nanoseconds. All namespaces on one machine share this clock, so a
+/// timestamp written by one container can be compared with one read by another.
+pub fn now_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+/// A latency histogram in nanoseconds (1 ns .. 100 s, 3 significant digits).
+pub fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("static bounds are valid")
+}
+
+/// Percentiles of a histogram, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Summary {
+    /// Samples.
+    pub count: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest sample.
+    pub max: u64,
+}
+
+impl Summary {
+    /// Summarises `h`.
+    pub fn of(h: &Histogram<u64>) -> Summary {
+        Summary {
+            count: h.len(),
+            mean: h.mean(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// User + system CPU seconds of this process so far.
+pub fn cpu_seconds() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        }
+        Err(_) => 0.0,
+    }
+}
+
+/// Pins the calling thread to `core`.
+pub fn pin(core: usize) -> anyhow::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(core)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_and_clock() {
+        let mut h = histogram();
+        for v in 1..=1000u64 {
+            h.record(v * 1000).unwrap();
+        }
+        let s = Summary::of(&h);
+        assert_eq!(s.count, 1000);
+        assert!((499_000..=501_000).contains(&s.p50), "{}", s.p50);
+        assert!(s.p99 >= 989_000 && s.p99 <= 991_000);
+        assert!(s.max >= 999_000);
+        let a = now_ns();
+        let b = now_ns();
+        assert!(b >= a);
+    }
+}

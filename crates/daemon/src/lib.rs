@@ -1,0 +1,181 @@
+//! DockDaemon: owns the pipes, moves every frame between them (master thread), builds fast
+//! channels, and answers the control socket.
+//!
+//! Threads: the master thread ([`master`]) forwards; a tokio runtime on the calling thread
+//! serves the control socket ([`control`]) and mirrors counters into each region's header.
+//! The forwarding decision ([`switch`]) is a pure function unit tests drive without root.
+
+#![deny(unsafe_code)]
+
+pub mod control;
+pub mod master;
+pub mod proto;
+pub mod registry;
+pub mod switch;
+
+use docknet_pipe::layout;
+use docknet_pipe::IdlePolicy;
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Why the daemon could not start, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another daemon holds the run directory.
+    #[error("run directory {0} is in use by another docknet daemon")]
+    Locked(String),
+    /// Something already listens on the socket.
+    #[error("a daemon is already listening on {0}")]
+    SocketInUse(String),
+    /// I/O failure, with context.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Daemon configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Run directory (pipes, state, lock). tmpfs recommended.
+    pub run_dir: PathBuf,
+    /// Control socket path.
+    pub socket: PathBuf,
+    /// Core to pin the master thread to.
+    pub master_core: Option<usize>,
+    /// Idle policy of the master thread.
+    pub idle: IdlePolicy,
+}
+
+/// Runs the daemon until SIGINT or SIGTERM. Pipes stay on disk for the next start to adopt.
+pub fn run(cfg: Config) -> Result<(), Error> {
+    fs::create_dir_all(&cfg.run_dir).map_err(io(format!("creating {}", cfg.run_dir.display())))?;
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(cfg.run_dir.join("lock"))
+        .map_err(io("opening the lock file"))?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
+        .map_err(|_| Error::Locked(cfg.run_dir.display().to_string()))?;
+
+    let (registry, warnings) =
+        registry::Registry::open(&cfg.run_dir).map_err(io("opening the run directory"))?;
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let adopted = registry.pipes().count();
+    let shared = Arc::new(master::MasterShared::new(registry.snapshot()));
+
+    if cfg.socket.exists() {
+        if std::os::unix::net::UnixStream::connect(&cfg.socket).is_ok() {
+            return Err(Error::SocketInUse(cfg.socket.display().to_string()));
+        }
+        fs::remove_file(&cfg.socket).map_err(io("removing the stale socket"))?;
+    }
+    if let Some(parent) = cfg.socket.parent() {
+        fs::create_dir_all(parent).map_err(io("creating the socket directory"))?;
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(io("starting the control runtime"))?;
+    let listener = {
+        let _g = rt.enter();
+        tokio::net::UnixListener::bind(&cfg.socket)
+            .map_err(io(format!("binding {}", cfg.socket.display())))?
+    };
+    fs::set_permissions(&cfg.socket, fs::Permissions::from_mode(0o600))
+        .map_err(io("setting socket permissions"))?;
+
+    let m = shared.clone();
+    let policy = cfg.idle;
+    let core = cfg.master_core;
+    let master = std::thread::Builder::new()
+        .name("docknet-master".into())
+        .spawn(move || {
+            if let Some(c) = core {
+                let mut set = nix::sched::CpuSet::new();
+                if set.set(c).is_ok() {
+                    if let Err(e) =
+                        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                    {
+                        tracing::warn!("cannot pin master to core {c}: {e}");
+                    }
+                }
+            }
+            master::run(m, policy)
+        })
+        .map_err(io("starting the master thread"))?;
+
+    let ctx = Arc::new(control::Ctx {
+        registry: Mutex::new(registry),
+        master: shared.clone(),
+        info: serde_json::json!({
+            "protocol": proto::PROTOCOL_VERSION,
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+            "run_dir": cfg.run_dir.display().to_string(),
+            "socket": cfg.socket.display().to_string(),
+            "idle": cfg.idle.to_string(),
+            "master_core": cfg.master_core,
+        }),
+    });
+    tracing::info!(
+        socket = %cfg.socket.display(),
+        run_dir = %cfg.run_dir.display(),
+        idle = %cfg.idle,
+        adopted,
+        "docknet daemon ready"
+    );
+    // Tell a supervisor (or a test) we are ready: one line on stdout.
+    println!("ready {}", cfg.socket.display());
+
+    rt.block_on(async {
+        let stop = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+            }
+        };
+        let mirror_ctx = ctx.clone();
+        let mirror = tokio::spawn(async move {
+            let mut iv = tokio::time::interval(Duration::from_millis(200));
+            loop {
+                iv.tick().await;
+                if let Ok(reg) = mirror_ctx.registry.lock() {
+                    for p in reg.pipes() {
+                        for (i, v) in p.counters.load_all().iter().enumerate() {
+                            layout::mirror_counter(&p.region, i, *v);
+                        }
+                    }
+                }
+            }
+        });
+        control::serve(ctx.clone(), listener, stop).await;
+        mirror.abort();
+    });
+    tracing::info!("shutting down");
+    shared.shutdown.store(true, Ordering::Release);
+    shared.poke();
+    let _ = master.join();
+    let _ = fs::remove_file(&cfg.socket);
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! The master thread: the only thread that moves frames. It takes frames from every pipe's tx
+//! ring, decides with [`crate::switch::decide`], and copies them into the destination pipes' rx
+//! rings (one copy, shared memory to shared memory). A container therefore never writes into
+//! memory another container reads; it can only fill its own rings with garbage, which is
+//! refused and counted here.
+
+use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
+use crate::switch::{decide, Decision, DropReason, HEADER_PEEK};
+use arc_swap::ArcSwap;
+use docknet_pipe::region::copy_between;
+use docknet_pipe::wake::{self, MAX_WAITERS};
+use docknet_pipe::{Consumer, Frame, IdlePolicy, Idler, Producer};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Frames taken from one tx ring before moving to the next pipe (fairness between pipes).
+pub const BATCH: usize = 32;
+/// Longest sleep when idle; bounds how stale anything time-driven can get.
+const IDLE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// State shared between the control plane and the master thread.
+#[derive(Debug)]
+pub struct MasterShared {
+    /// The current snapshot.
+    pub snap: ArcSwap<Snapshot>,
+    /// Bumped (and futex-woken) whenever `snap` changes or on shutdown.
+    pub version: AtomicU32,
+    /// Ask the master to exit.
+    pub shutdown: AtomicBool,
+    /// Times the master went to sleep (for tests and `status`).
+    pub sleeps: AtomicU64,
+    /// Frames forwarded in total.
+    pub forwarded: AtomicU64,
+}
+
+impl MasterShared {
+    /// Shared state starting from `snap`.
+    pub fn new(snap: Snapshot) -> MasterShared {
+        MasterShared {
+            snap: ArcSwap::from_pointee(snap),
+            version: AtomicU32::new(0),
+            shutdown: AtomicBool::new(false),
+            sleeps: AtomicU64::new(0),
+            forwarded: AtomicU64::new(0),
+        }
+    }
+
+    /// Installs a new snapshot and wakes the master.
+    pub fn publish(&self, snap: Snapshot) {
+        self.snap.store(Arc::new(snap));
+        self.poke();
+    }
+
+    /// Wakes the master (after a snapshot change or a shutdown request).
+    pub fn poke(&self) {
+        // SYNC: Release pairs with the master's Acquire load of `version`; the snapshot store
+        // above happens before it.
+        self.version.fetch_add(1, Ordering::Release);
+        wake::wake(&self.version);
+    }
+}
+
+/// Master-private state of one pipe.
+#[derive(Debug)]
+struct Local {
+    id: u64,
+    tx: Consumer,
+    rx: Producer,
+    c: [u64; NCOUNTERS],
+    dirty_counters: bool,
+}
+
+impl Local {
+    fn new(p: &Pipe) -> Local {
+        let mut c = [0; NCOUNTERS];
+        // carry over what the control plane last saw (e.g. after a snapshot swap)
+        c.copy_from_slice(&p.counters.load_all());
+        let mut tx = Consumer::adopt(&p.region, p.info.rings[0]);
+        let mut rx = Producer::adopt(&p.region, p.info.rings[1]);
+        // ring stats continue from the published counters (e.g. after a snapshot swap)
+        tx.stats.frames = c[Counter::TxPackets as usize];
+        tx.stats.bytes = c[Counter::TxBytes as usize];
+        tx.stats.bad_desc = c[Counter::BadDesc as usize];
+        tx.stats.oversize = c[Counter::Oversize as usize];
+        tx.stats.ring_overrun += c[Counter::RingOverrun as usize];
+        rx.stats.kicks = c[Counter::Kicks as usize];
+        Local {
+            id: p.id,
+            tx,
+            rx,
+            c,
+            dirty_counters: false,
+        }
+    }
+
+    fn count(&mut self, k: Counter, n: u64) {
+        self.c[k as usize] += n;
+        self.dirty_counters = true;
+    }
+
+    fn flush(&mut self, p: &Pipe) {
+        if !self.dirty_counters {
+            return;
+        }
+        let t = self.tx.stats;
+        self.c[Counter::TxPackets as usize] = t.frames;
+        self.c[Counter::TxBytes as usize] = t.bytes;
+        self.c[Counter::BadDesc as usize] = t.bad_desc;
+        self.c[Counter::Oversize as usize] = t.oversize;
+        self.c[Counter::RingOverrun as usize] = t.ring_overrun + self.rx.stats.ring_overrun;
+        self.c[Counter::Kicks as usize] = self.rx.stats.kicks;
+        p.counters.store_all(&self.c);
+        self.dirty_counters = false;
+    }
+}
+
+fn rebuild(snap: &Snapshot, old: Vec<Local>) -> Vec<Local> {
+    let mut old: HashMap<u64, Local> = old.into_iter().map(|l| (l.id, l)).collect();
+    snap.pipes
+        .iter()
+        .map(|p| old.remove(&p.id).unwrap_or_else(|| Local::new(p)))
+        .collect()
+}
+
+/// Copies `frame` from pipe `src` into pipe `dst`'s rx ring, with `hdr` (the bytes the decision
+/// was made on) written over the start, so what arrives is what was checked.
+fn deliver(
+    snap: &Snapshot,
+    local: &mut [Local],
+    src: usize,
+    dst: usize,
+    frame: Frame,
+    hdr: &[u8],
+    dirty: &mut Vec<usize>,
+) -> bool {
+    let dp = &snap.pipes[dst];
+    let dl = &mut local[dst];
+    if frame.len > dl.rx.layout().frame_size as usize {
+        dl.count(Counter::DropTooBig, 1);
+        return false;
+    }
+    let Some(slot) = dl.rx.reserve(&dp.region) else {
+        dl.count(Counter::DropRxFull, 1);
+        return false;
+    };
+    let sp = &snap.pipes[src];
+    if !copy_between(&sp.region, frame.off, &dp.region, slot.off, frame.len)
+        || !dp.region.write(slot.off, hdr)
+        || dl.rx.commit(&dp.region, frame.len, 0).is_err()
+    {
+        return false;
+    }
+    dl.count(Counter::RxPackets, 1);
+    dl.count(Counter::RxBytes, frame.len as u64);
+    if !dirty.contains(&dst) {
+        dirty.push(dst);
+    }
+    true
+}
+
+fn deliver_bytes(
+    p: &Pipe,
+    l: &mut Local,
+    bytes: &[u8],
+    dirty: &mut Vec<usize>,
+    idx: usize,
+) -> bool {
+    match l.rx.push(&p.region, bytes, 0) {
+        Ok(()) => {
+            l.count(Counter::RxPackets, 1);
+            l.count(Counter::RxBytes, bytes.len() as u64);
+            if !dirty.contains(&idx) {
+                dirty.push(idx);
+            }
+            true
+        }
+        Err(_) => {
+            l.count(Counter::DropRxFull, 1);
+            false
+        }
+    }
+}
+
+/// Moves up to [`BATCH`] frames from pipe `i`'s tx ring. Returns (frames taken, frames
+/// delivered into rx rings).
+fn pump(snap: &Snapshot, local: &mut [Local], i: usize, dirty: &mut Vec<usize>) -> (usize, u64) {
+    let sp = &snap.pipes[i];
+    let mut taken = 0;
+    let mut forwarded = 0u64;
+    let mut hdr_buf = [0u8; HEADER_PEEK];
+    while taken < BATCH {
+        let Some(r) = local[i].tx.pop(&sp.region) else {
+            break;
+        };
+        taken += 1;
+        let Ok(frame) = r else {
+            local[i].dirty_counters = true;
+            continue;
+        };
+        let hl = frame.len.min(HEADER_PEEK);
+        let hdr = &mut hdr_buf[..hl];
+        if !sp.region.read(frame.off, hdr) {
+            continue;
+        }
+        match decide(hdr, i, &snap.table) {
+            Decision::Unicast(d) => {
+                forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty));
+            }
+            Decision::Flood => {
+                local[i].count(Counter::Flooded, 1);
+                for d in (0..snap.pipes.len()).filter(|&d| d != i) {
+                    forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty));
+                }
+            }
+            Decision::Reply(bytes) => {
+                local[i].count(Counter::ArpReplies, 1);
+                forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i));
+            }
+            Decision::Drop(reason) => local[i].count(
+                match reason {
+                    DropReason::Malformed => Counter::DropMalformed,
+                    DropReason::Spoofed => Counter::DropSpoofed,
+                    DropReason::NoRoute => Counter::DropNoRoute,
+                    DropReason::Unsupported => Counter::DropUnsupported,
+                },
+                1,
+            ),
+        }
+    }
+    if taken > 0 {
+        local[i].tx.release(&sp.region);
+        local[i].dirty_counters = true;
+    }
+    for &d in dirty.iter() {
+        local[d].rx.publish(&snap.pipes[d].region);
+    }
+    dirty.clear();
+    (taken, forwarded)
+}
+
+/// Runs the master loop until `shared.shutdown` is set.
+pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
+    let mut seen = shared.version.load(Ordering::Acquire);
+    let mut snap = shared.snap.load_full();
+    let mut local = rebuild(&snap, Vec::new());
+    let mut idler = Idler::new(policy);
+    let mut dirty = Vec::with_capacity(8);
+    loop {
+        // SYNC: Acquire pairs with the Release increment in `MasterShared::poke`.
+        let v = shared.version.load(Ordering::Acquire);
+        if v != seen {
+            seen = v;
+            if shared.shutdown.load(Ordering::Acquire) {
+                break;
+            }
+            for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
+                l.flush(p);
+            }
+            snap = shared.snap.load_full();
+            local = rebuild(&snap, local);
+        }
+        let (mut work, mut delivered) = (0, 0);
+        for i in 0..snap.pipes.len() {
+            let (t, d) = pump(&snap, &mut local, i, &mut dirty);
+            work += t;
+            delivered += d;
+        }
+        if work > 0 {
+            shared.forwarded.fetch_add(delivered, Ordering::Relaxed);
+            for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
+                l.flush(p);
+            }
+            idler.busy();
+            continue;
+        }
+        if !idler.step() {
+            continue;
+        }
+        // Sleep: arm every tx ring's sleep word, re-check, then wait on all of them plus the
+        // control word. A container that kicks wakes us; so does any control change.
+        let mut pending = false;
+        for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
+            pending |= l.tx.arm(&p.region);
+        }
+        if !pending && shared.version.load(Ordering::Acquire) == seen {
+            let mut words = Vec::with_capacity(snap.pipes.len() + 1);
+            words.push((&shared.version, seen));
+            for (l, p) in local.iter().zip(snap.pipes.iter()) {
+                if let Some(w) = l.tx.sleep_word(&p.region) {
+                    words.push((w, 1));
+                }
+            }
+            // futex_waitv takes 128 words; beyond that the rest are polled every millisecond.
+            let timeout = if words.len() > MAX_WAITERS {
+                Duration::from_millis(1)
+            } else {
+                IDLE_TIMEOUT
+            };
+            shared.sleeps.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = wake::wait_any(&words, Some(timeout)) {
+                tracing::warn!("futex_waitv failed: {e}; polling");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        for (l, p) in local.iter().zip(snap.pipes.iter()) {
+            l.tx.disarm(&p.region);
+        }
+        // No `idler.busy()` here: a timeout with no work goes straight back to sleep; work
+        // found in the next round resets the idler.
+    }
+    for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
+        l.dirty_counters = true;
+        l.flush(p);
+    }
+}

@@ -1,0 +1,311 @@
+//! The control protocol: one JSON request and one JSON reply per line over a Unix socket.
+//!
+//! Request: `{"v": 1, "op": "pipe_create", "name": "web", "ip": "10.0.0.2/24", "mtu": 1500}`.
+//! Reply: `{"v": 1, "ok": true, "result": {...}}` or
+//! `{"v": 1, "ok": false, "error": {"code": "ip_in_use", "message": "..."}}`.
+//! Unknown fields, unknown operations, a wrong version or a line over [`MAX_LINE`] bytes get an
+//! error reply and change nothing.
+
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+/// Protocol version spoken by this build.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Longest request line accepted, in bytes.
+pub const MAX_LINE: usize = 64 * 1024;
+/// Default control socket.
+pub const DEFAULT_SOCKET: &str = "/run/docknet/docknetd.sock";
+
+/// A control request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Daemon identity, version and configuration.
+    Status,
+    /// Create a pipe.
+    PipeCreate {
+        /// Name: 1–32 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
+        name: String,
+        /// Address with prefix, `A.B.C.D/LEN`.
+        ip: String,
+        /// MTU, 68–65535 (default 1500).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mtu: Option<u32>,
+        /// Ring depth, a power of two (default by MTU).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ring_depth: Option<u32>,
+    },
+    /// Delete a pipe and its fast channels.
+    PipeRm {
+        /// Pipe name.
+        name: String,
+    },
+    /// List pipes.
+    PipeLs,
+    /// One pipe with its counters.
+    PipeShow {
+        /// Pipe name.
+        name: String,
+    },
+    /// Build a fast channel between two pipes.
+    FcConnect {
+        /// One partner.
+        a: String,
+        /// The other partner.
+        b: String,
+        /// MTU of the channel (default 65535: the link is memory).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mtu: Option<u32>,
+    },
+    /// Remove a fast channel.
+    FcRm {
+        /// One partner.
+        a: String,
+        /// The other partner.
+        b: String,
+    },
+}
+
+/// Machine-readable error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The line is not a valid request.
+    BadRequest,
+    /// The request's protocol version is not spoken here.
+    UnsupportedVersion,
+    /// No such pipe or channel.
+    NotFound,
+    /// Name or channel already exists.
+    Exists,
+    /// Invalid pipe name.
+    BadName,
+    /// Invalid address.
+    BadIp,
+    /// Address already used by another pipe.
+    IpInUse,
+    /// Invalid MTU or ring parameters.
+    BadParams,
+    /// The daemon failed (I/O); nothing was changed.
+    Internal,
+}
+
+/// An error reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// Code.
+    pub code: ErrorCode,
+    /// One human line.
+    pub message: String,
+}
+
+impl ApiError {
+    /// Builds an error.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A reply line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reply {
+    /// Protocol version.
+    pub v: u32,
+    /// Success?
+    pub ok: bool,
+    /// Result on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// Error on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+impl Reply {
+    /// Turns a handler result into a reply.
+    pub fn from_result(r: Result<serde_json::Value, ApiError>) -> Reply {
+        match r {
+            Ok(v) => Reply {
+                v: PROTOCOL_VERSION,
+                ok: true,
+                result: Some(v),
+                error: None,
+            },
+            Err(e) => Reply {
+                v: PROTOCOL_VERSION,
+                ok: false,
+                result: None,
+                error: Some(e),
+            },
+        }
+    }
+}
+
+/// Parses one request line: checks the version, then the operation and its fields.
+pub fn parse_request(line: &str) -> Result<Request, ApiError> {
+    let mut v: serde_json::Value = serde_json::from_str(line)
+        .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("not JSON: {e}")))?;
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "request must be a JSON object"))?;
+    match obj.remove("v").map(|x| x.as_u64()) {
+        Some(Some(n)) if n == u64::from(PROTOCOL_VERSION) => {}
+        Some(Some(n)) => {
+            return Err(ApiError::new(
+                ErrorCode::UnsupportedVersion,
+                format!(
+                    "protocol version {n} not supported; this daemon speaks {PROTOCOL_VERSION}"
+                ),
+            ))
+        }
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                "missing or non-numeric protocol version \"v\"",
+            ))
+        }
+    }
+    serde_json::from_value(v).map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
+}
+
+/// Serialises a request with the version field.
+pub fn encode_request(r: &Request) -> String {
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("v".into(), PROTOCOL_VERSION.into());
+    }
+    v.to_string()
+}
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing listens on the socket.
+    #[error("docknet daemon not running (no socket at {0}); start it with `docknet daemon`")]
+    NotRunning(String),
+    /// Socket I/O failed.
+    #[error("control socket {path}: {source}")]
+    Io {
+        /// Socket path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The daemon's reply did not parse.
+    #[error("daemon sent an unreadable reply: {0}")]
+    BadReply(String),
+    /// The daemon refused the request.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
+
+/// A blocking control-socket client (one request per call).
+#[derive(Debug)]
+pub struct Client {
+    path: String,
+    stream: BufReader<UnixStream>,
+}
+
+impl Client {
+    /// Connects to the daemon at `path`.
+    pub fn connect(path: &Path) -> Result<Client, ClientError> {
+        let p = path.display().to_string();
+        let s = UnixStream::connect(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                ClientError::NotRunning(p.clone())
+            }
+            _ => ClientError::Io {
+                path: p.clone(),
+                source: e,
+            },
+        })?;
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+        Ok(Client {
+            path: p,
+            stream: BufReader::new(s),
+        })
+    }
+
+    /// Sends a request and waits for its reply.
+    pub fn call(&mut self, r: &Request) -> Result<serde_json::Value, ClientError> {
+        self.call_raw(&encode_request(r))
+    }
+
+    /// Sends a raw line (tests use it for malformed requests).
+    pub fn call_raw(&mut self, line: &str) -> Result<serde_json::Value, ClientError> {
+        let io = |source| ClientError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let s = self.stream.get_mut();
+        s.write_all(line.as_bytes()).map_err(io)?;
+        s.write_all(b"\n").map_err(io)?;
+        let mut buf = String::new();
+        self.stream
+            .read_line(&mut buf)
+            .map_err(|source| ClientError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        if buf.is_empty() {
+            return Err(ClientError::BadReply("connection closed".into()));
+        }
+        let rep: Reply =
+            serde_json::from_str(&buf).map_err(|e| ClientError::BadReply(e.to_string()))?;
+        match (rep.ok, rep.result, rep.error) {
+            (true, r, _) => Ok(r.unwrap_or(serde_json::Value::Null)),
+            (false, _, Some(e)) => Err(ClientError::Api(e)),
+            (false, _, None) => Err(ClientError::BadReply("error without details".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip() {
+        let r = Request::PipeCreate {
+            name: "a".into(),
+            ip: "10.0.0.1/24".into(),
+            mtu: Some(9000),
+            ring_depth: None,
+        };
+        assert_eq!(parse_request(&encode_request(&r)).unwrap(), r);
+        assert_eq!(
+            parse_request(r#"{"v":1,"op":"pipe_ls"}"#).unwrap(),
+            Request::PipeLs
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        let code = |l: &str| parse_request(l).unwrap_err().code;
+        assert_eq!(code("nonsense"), ErrorCode::BadRequest);
+        assert_eq!(code("[1]"), ErrorCode::BadRequest);
+        assert_eq!(code(r#"{"op":"pipe_ls"}"#), ErrorCode::BadRequest);
+        assert_eq!(
+            code(r#"{"v":2,"op":"pipe_ls"}"#),
+            ErrorCode::UnsupportedVersion
+        );
+        assert_eq!(code(r#"{"v":1,"op":"explode"}"#), ErrorCode::BadRequest);
+        assert_eq!(
+            code(r#"{"v":1,"op":"pipe_rm","name":"a","force":true}"#),
+            ErrorCode::BadRequest
+        );
+        assert_eq!(code(r#"{"v":1,"op":"pipe_rm"}"#), ErrorCode::BadRequest);
+        assert_eq!(
+            code(r#"{"v":1,"op":"pipe_create","name":"a","ip":"x","mtu":-1}"#),
+            ErrorCode::BadRequest
+        );
+    }
+}

@@ -1,0 +1,122 @@
+//! Minimal Ethernet/IPv4/ARP helpers for raw frames (the TCP/IP stack proper is smoltcp's job).
+
+use std::net::Ipv4Addr;
+
+/// Ethernet header length.
+pub const ETH: usize = 14;
+/// IPv4 header length without options.
+pub const IPV4: usize = 20;
+/// Ethertype IPv4.
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// Ethertype ARP.
+pub const ETHERTYPE_ARP: u16 = 0x0806;
+/// IP protocol number used for raw benchmark frames ("use for experimentation", RFC 3692).
+pub const PROTO_EXPERIMENT: u8 = 253;
+
+/// Destination IPv4 address of an Ethernet frame carrying IPv4, if it does.
+pub fn ipv4_dst(frame: &[u8]) -> Option<Ipv4Addr> {
+    if frame.len() < ETH + IPV4 || frame[12..14] != ETHERTYPE_IPV4.to_be_bytes() {
+        return None;
+    }
+    Some(Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]))
+}
+
+/// RFC 1071 checksum of `data`.
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in data.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from_be_bytes([c[0], 0])
+        };
+        sum += u32::from(w);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Writes Ethernet + IPv4 headers for a frame of `total_len` bytes into `buf[..34]`.
+/// `total_len` must be at least 34 and at most 65549.
+pub fn write_ipv4_headers(
+    buf: &mut [u8],
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    total_len: usize,
+) {
+    buf[0..6].copy_from_slice(&dst_mac);
+    buf[6..12].copy_from_slice(&src_mac);
+    buf[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let ip = &mut buf[ETH..ETH + IPV4];
+    ip.fill(0);
+    ip[0] = 0x45;
+    let ip_len = (total_len - ETH).min(65535) as u16;
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = proto;
+    ip[12..16].copy_from_slice(&src.octets());
+    ip[16..20].copy_from_slice(&dst.octets());
+    let c = checksum(ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// An ARP request from (`mac`, `ip`) for `target`, broadcast.
+pub fn arp_request(mac: [u8; 6], ip: Ipv4Addr, target: Ipv4Addr) -> [u8; 42] {
+    let mut f = [0u8; 42];
+    f[0..6].copy_from_slice(&[0xff; 6]);
+    f[6..12].copy_from_slice(&mac);
+    f[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
+    f[14..16].copy_from_slice(&1u16.to_be_bytes());
+    f[16..18].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    f[18] = 6;
+    f[19] = 4;
+    f[20..22].copy_from_slice(&1u16.to_be_bytes());
+    f[22..28].copy_from_slice(&mac);
+    f[28..32].copy_from_slice(&ip.octets());
+    f[38..42].copy_from_slice(&target.octets());
+    f
+}
+
+/// If `frame` is an ARP reply, the (sender IP, sender MAC) it announces.
+pub fn arp_reply_sender(frame: &[u8]) -> Option<(Ipv4Addr, [u8; 6])> {
+    if frame.len() < 42
+        || frame[12..14] != ETHERTYPE_ARP.to_be_bytes()
+        || frame[20..22] != 2u16.to_be_bytes()
+    {
+        return None;
+    }
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&frame[22..28]);
+    Some((
+        Ipv4Addr::new(frame[28], frame[29], frame[30], frame[31]),
+        mac,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_and_checksum() {
+        let mut b = [0u8; 64];
+        let (s, d) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        write_ipv4_headers(&mut b, [1; 6], [2; 6], s, d, PROTO_EXPERIMENT, 64);
+        assert_eq!(ipv4_dst(&b), Some(d));
+        assert_eq!(
+            checksum(&b[ETH..ETH + IPV4]),
+            0,
+            "a valid header sums to zero"
+        );
+        assert_eq!(u16::from_be_bytes([b[16], b[17]]), 50);
+        assert_eq!(ipv4_dst(&b[..20]), None);
+        let a = arp_request([1; 6], s, d);
+        assert_eq!(ipv4_dst(&a), None);
+        assert_eq!(arp_reply_sender(&a), None);
+    }
+}

@@ -1,0 +1,203 @@
+//! A mapped shared-memory region and the only `unsafe` memory access of the crate.
+//!
+//! Everything else in this crate reaches shared memory through [`Region`]'s safe, bounds-checked
+//! accessors. The other side of a region (a container, or the daemon) is another process that
+//! may write any byte at any time, so:
+//!
+//! * words that carry synchronisation are only ever touched as atomics ([`Region::u32_at`]);
+//! * frame bytes are only ever copied in or out ([`Region::read`], [`Region::write`],
+//!   [`copy_between`]); no `&[u8]` into shared memory is ever handed out, because the other
+//!   process could change it under an immutable borrow;
+//! * every offset is checked against the mapping's length, so a corrupted offset can at worst
+//!   make an accessor return `None`, never touch memory outside the mapping.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// A `MAP_SHARED` mapping of a file (or anonymous shared memory), unmapped on drop.
+#[derive(Debug)]
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the region is plain shared memory. All access goes through atomics or through raw
+// copies that tolerate concurrent modification (the bytes carry no Rust invariants), so sharing
+// a `Region` between threads adds nothing that sharing it with another process does not.
+unsafe impl Send for Region {}
+// SAFETY: see `Send` above; no method takes `&mut self` for access to the mapping.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Maps all of `file` read-write and shared. The file's length is the region's length.
+    pub fn map_file(file: &File) -> io::Result<Region> {
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "region too large"))?;
+        Self::map(len, libc::MAP_SHARED, file.as_raw_fd())
+    }
+
+    /// Anonymous shared memory of `len` bytes, zeroed; shared with children after `fork`.
+    /// Used by tests and by in-process benchmarks.
+    pub fn anonymous(len: usize) -> io::Result<Region> {
+        Self::map(len, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1)
+    }
+
+    fn map(len: usize, flags: libc::c_int, fd: libc::c_int) -> io::Result<Region> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
+        }
+        // SAFETY: a fresh mapping at an address of the kernel's choosing; it aliases no Rust
+        // object. Failure is reported as MAP_FAILED and checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Region { ptr, len })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: an empty region cannot be mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, off: usize, len: usize, align: usize) -> Option<*mut u8> {
+        let end = off.checked_add(len)?;
+        if end > self.len || off % align != 0 {
+            return None;
+        }
+        // SAFETY: `off + len <= self.len`, so the pointer stays inside the mapping.
+        Some(unsafe { self.ptr.as_ptr().add(off) })
+    }
+
+    /// The 32-bit word at `off` as an atomic, or `None` when `off` is out of bounds or unaligned.
+    pub fn u32_at(&self, off: usize) -> Option<&AtomicU32> {
+        let p = self.check(off, 4, 4)?;
+        // SAFETY: in bounds and 4-aligned (checked); the mapping lives as long as `self`, and
+        // any bit pattern is a valid u32. Other processes access it atomically or not at all
+        // (a hostile one may not, which can only garble the value, not memory safety).
+        Some(unsafe { AtomicU32::from_ptr(p.cast()) })
+    }
+
+    /// The 64-bit word at `off` as an atomic, or `None` when out of bounds or unaligned.
+    pub fn u64_at(&self, off: usize) -> Option<&AtomicU64> {
+        let p = self.check(off, 8, 8)?;
+        // SAFETY: as for `u32_at`, with 8-byte size and alignment.
+        Some(unsafe { AtomicU64::from_ptr(p.cast()) })
+    }
+
+    /// Copies `dst.len()` bytes from the region at `off` into `dst`. False when out of bounds.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        let Some(p) = self.check(off, dst.len(), 1) else {
+            return false;
+        };
+        // SAFETY: source range is inside the mapping (checked); `dst` is a distinct Rust buffer.
+        // The source may change concurrently; we copy whatever bytes are there.
+        unsafe { std::ptr::copy_nonoverlapping(p, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Copies `src` into the region at `off`. False when out of bounds.
+    pub fn write(&self, off: usize, src: &[u8]) -> bool {
+        let Some(p) = self.check(off, src.len(), 1) else {
+            return false;
+        };
+        // SAFETY: destination range is inside the mapping (checked); `src` is a Rust buffer
+        // that cannot overlap a mapping we never lend out as a slice.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
+        true
+    }
+
+    /// Fills `len` bytes at `off` with `byte`. False when out of bounds.
+    pub fn fill(&self, off: usize, len: usize, byte: u8) -> bool {
+        let Some(p) = self.check(off, len, 1) else {
+            return false;
+        };
+        // SAFETY: range inside the mapping (checked).
+        unsafe { std::ptr::write_bytes(p, byte, len) };
+        true
+    }
+}
+
+/// Copies `len` bytes from `src` at `src_off` to `dst` at `dst_off`, one copy, no bounce buffer.
+/// False (and nothing copied) when either range is out of bounds. When `src` and `dst` are the
+/// same region the ranges may overlap; the copy is then a `memmove`.
+pub fn copy_between(
+    src: &Region,
+    src_off: usize,
+    dst: &Region,
+    dst_off: usize,
+    len: usize,
+) -> bool {
+    let (Some(s), Some(d)) = (src.check(src_off, len, 1), dst.check(dst_off, len, 1)) else {
+        return false;
+    };
+    // SAFETY: both ranges are inside their mappings (checked). `copy` tolerates overlap.
+    unsafe { std::ptr::copy(s, d, len) };
+    true
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; references handed out by the
+        // accessors borrow `self`, so none outlive this call.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn accessors_are_bounds_checked() {
+        let r = Region::anonymous(4096).unwrap();
+        assert!(r.u32_at(4092).is_some());
+        assert!(r.u32_at(4093).is_none(), "unaligned");
+        assert!(r.u32_at(4096).is_none());
+        assert!(r.u64_at(4088).is_some());
+        assert!(r.u64_at(4092).is_none());
+        assert!(r.u32_at(usize::MAX - 1).is_none(), "overflowing offset");
+        let mut b = [0u8; 16];
+        assert!(r.read(4080, &mut b));
+        assert!(!r.read(4081, &mut b));
+        assert!(!r.write(usize::MAX, &b));
+        assert!(!r.fill(4000, 97, 0));
+    }
+
+    #[test]
+    fn anonymous_memory_is_shared_after_fork_style_remap() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(8192).unwrap();
+        let a = Region::map_file(&f).unwrap();
+        let b = Region::map_file(&f).unwrap();
+        a.u32_at(64).unwrap().store(7, Ordering::Release);
+        assert_eq!(b.u32_at(64).unwrap().load(Ordering::Acquire), 7);
+        assert!(a.write(100, b"hello"));
+        let mut out = [0u8; 5];
+        assert!(b.read(100, &mut out));
+        assert_eq!(&out, b"hello");
+        assert!(copy_between(&a, 100, &b, 200, 5));
+        assert!(a.read(200, &mut out));
+        assert_eq!(&out, b"hello");
+        assert!(!copy_between(&a, 8190, &b, 0, 5));
+    }
+}

@@ -1,0 +1,586 @@
+//! Single-producer single-consumer descriptor rings over a [`Region`].
+//!
+//! Each side keeps its own index locally and treats that copy as the truth; the shared word is
+//! only a publication to the other side. A descriptor's last word is its sequence number
+//! (`index + 1`), written last: the consumer polls that word, so a new frame costs it one cache
+//! line transfer (the descriptor's) instead of two (the producer index, then the descriptor);
+//! the slot's line is touched at the same time, so its transfer overlaps. The index written by the *other* side is read,
+//! checked against what is possible (`prod - cons <= depth`), and ignored and counted when it
+//! is not. Descriptors are copied out of shared memory once, then validated
+//! ([`Descriptor::validate`]); only a validated [`Frame`] is ever used to touch frame bytes.
+//!
+//! Call order, producer: `reserve` → write the frame at the slot → `commit` (repeat) →
+//! `publish` once per batch. Consumer: `pop` (repeat, using each frame before the next
+//! `release`) → `release` once per batch.
+
+use crate::layout::{RingLayout, DESC_SIZE};
+use crate::region::Region;
+use crate::wake;
+use std::sync::atomic::{fence, Ordering};
+
+/// A descriptor as read from shared memory: not yet trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Descriptor {
+    /// Offset of the frame from the start of the ring's area.
+    pub offset: u32,
+    /// Frame length in bytes.
+    pub len: u32,
+    /// Producer-defined flags (opaque to the ring).
+    pub flags: u32,
+}
+
+/// A frame whose descriptor passed validation: `off..off + len` lies inside the ring's area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// Absolute offset of the first byte within the region.
+    pub off: usize,
+    /// Length in bytes, `1..=frame_size`.
+    pub len: usize,
+    /// Flags from the descriptor.
+    pub flags: u32,
+}
+
+/// Why a descriptor was refused. Each variant has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BadDescriptor {
+    /// Offset or offset + length falls outside the ring's frame area.
+    #[error("descriptor points outside the frame area")]
+    OutOfBounds,
+    /// Zero-length frame.
+    #[error("zero-length descriptor")]
+    ZeroLength,
+    /// Longer than the ring's frame size.
+    #[error("descriptor longer than the frame size")]
+    Oversize,
+    /// The producer's index announces the frame but the descriptor's sequence number does not
+    /// (an honest producer writes the sequence number before publishing the index).
+    #[error("descriptor sequence number does not match its index")]
+    Sequence,
+}
+
+impl Descriptor {
+    /// Checks the descriptor against the ring it was read from.
+    pub fn validate(&self, ring: &RingLayout) -> Result<Frame, BadDescriptor> {
+        if self.len == 0 {
+            return Err(BadDescriptor::ZeroLength);
+        }
+        if self.len > ring.frame_size {
+            return Err(BadDescriptor::Oversize);
+        }
+        let end = self.offset as usize + self.len as usize;
+        if end > ring.area_len() {
+            return Err(BadDescriptor::OutOfBounds);
+        }
+        Ok(Frame {
+            off: ring.area + self.offset as usize,
+            len: self.len as usize,
+            flags: self.flags,
+        })
+    }
+}
+
+/// Counters kept by one side of one ring. Plain integers: one owner, read by its owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Frames moved.
+    pub frames: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Descriptors refused as out of bounds or zero length.
+    pub bad_desc: u64,
+    /// Descriptors refused as longer than the frame size.
+    pub oversize: u64,
+    /// Times the other side's index was impossible (a corrupted or hostile peer).
+    pub ring_overrun: u64,
+    /// Producer: frames refused because the ring was full. Consumer: unused.
+    pub full: u64,
+    /// Producer: futex wake-ups issued to a sleeping consumer.
+    pub kicks: u64,
+}
+
+fn load(region: &Region, off: usize, order: Ordering) -> u32 {
+    region.u32_at(off).map_or(0, |a| a.load(order))
+}
+
+fn store(region: &Region, off: usize, v: u32, order: Ordering) {
+    if let Some(a) = region.u32_at(off) {
+        a.store(v, order);
+    }
+}
+
+/// The consuming side of a ring.
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    ring: RingLayout,
+    cons: u32,
+    cached_prod: u32,
+    /// This side's counters.
+    pub stats: RingStats,
+}
+
+impl Consumer {
+    /// A consumer of a freshly initialised ring (indices zero).
+    pub fn new(ring: RingLayout) -> Consumer {
+        Consumer {
+            ring,
+            cons: 0,
+            cached_prod: 0,
+            stats: RingStats::default(),
+        }
+    }
+
+    /// A consumer that resumes where the published consumer index stands (after a restart).
+    /// If the published index is impossible relative to the producer's, resumes at the
+    /// producer's index (dropping whatever was queued) and counts an overrun.
+    pub fn adopt(region: &Region, ring: RingLayout) -> Consumer {
+        let mut c = Consumer::new(ring);
+        let cons = load(region, ring.cons_off(), Ordering::Acquire);
+        let prod = load(region, ring.prod_off(), Ordering::Acquire);
+        if prod.wrapping_sub(cons) <= ring.depth {
+            c.cons = cons;
+        } else {
+            c.cons = prod;
+            c.stats.ring_overrun += 1;
+        }
+        c.cached_prod = c.cons;
+        c
+    }
+
+    /// The ring this consumer reads.
+    pub fn layout(&self) -> &RingLayout {
+        &self.ring
+    }
+
+    /// Local consumer index.
+    pub fn index(&self) -> u32 {
+        self.cons
+    }
+
+    fn refresh(&mut self, region: &Region) -> u32 {
+        // SYNC: Acquire pairs with the producer's Release store of `prod` in `publish`, so the
+        // descriptors and frame bytes written before it are visible to us.
+        let prod = load(region, self.ring.prod_off(), Ordering::Acquire);
+        if prod.wrapping_sub(self.cons) > self.ring.depth {
+            self.stats.ring_overrun += 1;
+            return 0;
+        }
+        self.cached_prod = prod;
+        prod.wrapping_sub(self.cons)
+    }
+
+    /// Frames ready now (reads the shared producer index only when the cached view is empty).
+    pub fn available(&mut self, region: &Region) -> u32 {
+        let cached = self.cached_prod.wrapping_sub(self.cons);
+        if cached != 0 {
+            return cached;
+        }
+        self.refresh(region)
+    }
+
+    /// True when the descriptor at the consumer's index carries its sequence number, i.e. the
+    /// next `pop` will return a frame without consulting the producer's index.
+    pub fn ready(&self, region: &Region) -> bool {
+        // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
+        load(
+            region,
+            self.ring.desc_off(self.cons) + 12,
+            Ordering::Acquire,
+        ) == self.cons.wrapping_add(1)
+    }
+
+    /// Takes the next frame, if any. `Some(Err(_))` is a refused descriptor (already counted and
+    /// skipped). The returned frame's bytes stay in place until [`Consumer::release`].
+    pub fn pop(&mut self, region: &Region) -> Option<Result<Frame, BadDescriptor>> {
+        let d = self.ring.desc_off(self.cons);
+        // Touch the slot an honest producer uses for this index together with the descriptor:
+        // the two cache misses overlap. Only a hint; what is used below is what the validated
+        // descriptor says.
+        let _ = region
+            .u64_at(self.ring.area + self.ring.slot_rel(self.cons) as usize)
+            .map(|w| w.load(Ordering::Relaxed));
+        let want = self.cons.wrapping_add(1);
+        // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
+        let mut seq = load(region, d + 12, Ordering::Acquire);
+        if seq != want {
+            if self.cached_prod.wrapping_sub(self.cons) == 0 && self.refresh(region) == 0 {
+                return None;
+            }
+            // The producer's index says a frame is there. Its sequence number was stored before
+            // that index, so after the Acquire load of the index it must be visible now.
+            seq = load(region, d + 12, Ordering::Acquire);
+            if seq != want {
+                self.cons = want;
+                self.stats.bad_desc += 1;
+                return Some(Err(BadDescriptor::Sequence));
+            }
+        }
+        let desc = Descriptor {
+            offset: load(region, d, Ordering::Relaxed),
+            len: load(region, d + 4, Ordering::Relaxed),
+            flags: load(region, d + 8, Ordering::Relaxed),
+        };
+        self.cons = want;
+        if self.cached_prod.wrapping_sub(self.cons) > self.ring.depth {
+            // ran ahead of the cached producer index (frames seen by sequence number)
+            self.cached_prod = self.cons;
+        }
+        let r = desc.validate(&self.ring);
+        match r {
+            Ok(f) => {
+                self.stats.frames += 1;
+                self.stats.bytes += f.len as u64;
+            }
+            Err(BadDescriptor::Oversize) => self.stats.oversize += 1,
+            Err(_) => self.stats.bad_desc += 1,
+        }
+        Some(r)
+    }
+
+    /// Publishes the local index: frames taken so far may now be overwritten by the producer.
+    pub fn release(&self, region: &Region) {
+        // SYNC: Release pairs with the producer's Acquire load of `cons` in `Producer::space`:
+        // our reads of the released slots happen before the producer reuses them.
+        store(region, self.ring.cons_off(), self.cons, Ordering::Release);
+    }
+
+    /// Declares this consumer about to sleep: sets the ring's sleep word, then (after a full
+    /// fence) reports whether work arrived meanwhile. If it returns true, do not sleep.
+    /// Pairs with the fence in [`Producer::publish`] (Dekker: one side sees the other).
+    pub fn arm(&mut self, region: &Region) -> bool {
+        store(region, self.ring.sleep_off(), 1, Ordering::Relaxed);
+        // SYNC: SeqCst fence between our store of `sleep` and our load of `prod`; the producer
+        // has the mirror-image fence between its store of `prod` and its load of `sleep`.
+        fence(Ordering::SeqCst);
+        self.cached_prod = self.cons;
+        self.ready(region) || self.refresh(region) != 0
+    }
+
+    /// Clears the sleep word after waking (or after deciding not to sleep).
+    pub fn disarm(&self, region: &Region) {
+        store(region, self.ring.sleep_off(), 0, Ordering::Relaxed);
+    }
+
+    /// The sleep word, for [`wake::wait_any`].
+    pub fn sleep_word<'r>(&self, region: &'r Region) -> Option<&'r std::sync::atomic::AtomicU32> {
+        region.u32_at(self.ring.sleep_off())
+    }
+}
+
+/// Why a push failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// No free slot.
+    #[error("ring full")]
+    Full,
+    /// Frame longer than the slot size (or empty).
+    #[error("frame length not within 1..=frame size")]
+    BadLength,
+}
+
+/// A free slot handed out by [`Producer::reserve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// Absolute offset of the slot in the region.
+    pub off: usize,
+    /// Capacity in bytes (the ring's frame size).
+    pub cap: usize,
+}
+
+/// The producing side of a ring.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    ring: RingLayout,
+    prod: u32,
+    published: u32,
+    cached_cons: u32,
+    /// This side's counters.
+    pub stats: RingStats,
+}
+
+impl Producer {
+    /// A producer of a freshly initialised ring.
+    pub fn new(ring: RingLayout) -> Producer {
+        Producer {
+            ring,
+            prod: 0,
+            published: 0,
+            cached_cons: 0,
+            stats: RingStats::default(),
+        }
+    }
+
+    /// A producer that resumes at the published producer index (after a restart).
+    pub fn adopt(region: &Region, ring: RingLayout) -> Producer {
+        let mut p = Producer::new(ring);
+        p.prod = load(region, ring.prod_off(), Ordering::Acquire);
+        p.published = p.prod;
+        let cons = load(region, ring.cons_off(), Ordering::Acquire);
+        p.cached_cons = if p.prod.wrapping_sub(cons) <= ring.depth {
+            cons
+        } else {
+            p.stats.ring_overrun += 1;
+            p.prod.wrapping_sub(ring.depth)
+        };
+        p
+    }
+
+    /// The ring this producer writes.
+    pub fn layout(&self) -> &RingLayout {
+        &self.ring
+    }
+
+    /// Free slots, re-reading the consumer's index only when the cached view says full.
+    pub fn space(&mut self, region: &Region) -> u32 {
+        let used = self.prod.wrapping_sub(self.cached_cons);
+        if used < self.ring.depth {
+            return self.ring.depth - used;
+        }
+        // SYNC: Acquire pairs with the consumer's Release store in `Consumer::release`.
+        let cons = load(region, self.ring.cons_off(), Ordering::Acquire);
+        // The consumer may only move forward, and never past what we produced.
+        let advanced = cons.wrapping_sub(self.cached_cons);
+        if advanced > self.prod.wrapping_sub(self.cached_cons) {
+            self.stats.ring_overrun += 1;
+            return 0;
+        }
+        self.cached_cons = cons;
+        self.ring.depth - self.prod.wrapping_sub(cons)
+    }
+
+    /// The next free slot, or `None` (counted as `full`) when the ring is full.
+    pub fn reserve(&mut self, region: &Region) -> Option<Slot> {
+        if self.space(region) == 0 {
+            self.stats.full += 1;
+            return None;
+        }
+        Some(Slot {
+            off: self.ring.area + self.ring.slot_rel(self.prod) as usize,
+            cap: self.ring.frame_size as usize,
+        })
+    }
+
+    /// Queues the frame written into the slot last returned by `reserve` (not yet visible).
+    pub fn commit(&mut self, region: &Region, len: usize, flags: u32) -> Result<(), PushError> {
+        if len == 0 || len > self.ring.frame_size as usize {
+            return Err(PushError::BadLength);
+        }
+        let d = self.ring.desc_off(self.prod);
+        store(region, d, self.ring.slot_rel(self.prod), Ordering::Relaxed);
+        store(region, d + 4, len as u32, Ordering::Relaxed);
+        store(region, d + 8, flags, Ordering::Relaxed);
+        debug_assert_eq!(DESC_SIZE, 16);
+        // SYNC: Release pairs with the consumer's Acquire load of the sequence number in `pop`
+        // and `ready`: the frame bytes and descriptor fields above are visible before it.
+        store(region, d + 12, self.prod.wrapping_add(1), Ordering::Release);
+        self.prod = self.prod.wrapping_add(1);
+        self.stats.frames += 1;
+        self.stats.bytes += len as u64;
+        Ok(())
+    }
+
+    /// Copies `data` into the next slot and queues it.
+    pub fn push(&mut self, region: &Region, data: &[u8], flags: u32) -> Result<(), PushError> {
+        if data.is_empty() || data.len() > self.ring.frame_size as usize {
+            return Err(PushError::BadLength);
+        }
+        let slot = self.reserve(region).ok_or(PushError::Full)?;
+        region.write(slot.off, data);
+        self.commit(region, data.len(), flags)
+    }
+
+    /// Frames queued but not yet published.
+    pub fn pending(&self) -> u32 {
+        self.prod.wrapping_sub(self.published)
+    }
+
+    /// Makes queued frames visible and kicks the consumer if it sleeps. Returns whether a
+    /// kick (futex wake) was issued. Cheap when nothing is pending.
+    pub fn publish(&mut self, region: &Region) -> bool {
+        if self.prod == self.published {
+            return false;
+        }
+        self.published = self.prod;
+        // SYNC: Release pairs with the consumer's Acquire load of `prod`: descriptor and frame
+        // writes above become visible before the index that announces them.
+        store(region, self.ring.prod_off(), self.prod, Ordering::Release);
+        // SYNC: SeqCst fence between our store of `prod` and our load of `sleep`; pairs with
+        // the fence in `Consumer::arm`.
+        fence(Ordering::SeqCst);
+        let Some(sleep) = region.u32_at(self.ring.sleep_off()) else {
+            return false;
+        };
+        if sleep.load(Ordering::Relaxed) != 0 && sleep.swap(0, Ordering::Relaxed) != 0 {
+            wake::wake(sleep);
+            self.stats.kicks += 1;
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{plan, RingParams};
+
+    fn ring(depth: u32) -> (Region, RingLayout) {
+        let p = RingParams {
+            depth,
+            frame_size: 128,
+        };
+        let (rings, size) = plan([p, p]).unwrap();
+        (Region::anonymous(size).unwrap(), rings[0])
+    }
+
+    #[test]
+    fn push_pop_wraps_and_fills() {
+        let (r, l) = ring(4);
+        let mut p = Producer::new(l);
+        let mut c = Consumer::new(l);
+        for round in 0u32..10 {
+            for i in 0..4u8 {
+                p.push(&r, &[i, round as u8], 0).unwrap();
+            }
+            assert_eq!(p.push(&r, &[9], 0), Err(PushError::Full));
+            p.publish(&r);
+            for i in 0..4u8 {
+                let f = c.pop(&r).unwrap().unwrap();
+                let mut b = [0u8; 2];
+                assert!(r.read(f.off, &mut b));
+                assert_eq!(b, [i, round as u8]);
+            }
+            assert!(c.pop(&r).is_none());
+            c.release(&r);
+        }
+        assert_eq!(p.stats.frames, 40);
+        assert_eq!(c.stats.frames, 40);
+        assert_eq!(p.stats.full, 10);
+    }
+
+    #[test]
+    fn committed_frames_are_visible_and_publish_updates_the_index() {
+        let (r, l) = ring(8);
+        let mut p = Producer::new(l);
+        let mut c = Consumer::new(l);
+        assert!(!c.ready(&r));
+        p.push(&r, b"x", 0).unwrap();
+        assert!(
+            c.ready(&r),
+            "sequence number makes a committed frame visible"
+        );
+        assert_eq!(load(&r, l.prod_off(), Ordering::Acquire), 0);
+        p.publish(&r);
+        assert_eq!(load(&r, l.prod_off(), Ordering::Acquire), 1);
+        assert!(c.pop(&r).is_some());
+        assert!(!c.ready(&r));
+    }
+
+    #[test]
+    fn bad_descriptors_are_counted_and_skipped() {
+        let (r, l) = ring(8);
+        let mut c = Consumer::new(l);
+        let cases = [
+            (0u32, 0u32, BadDescriptor::ZeroLength),
+            (0, 129, BadDescriptor::Oversize),
+            (8 * 128 - 10, 20, BadDescriptor::OutOfBounds),
+            (u32::MAX, 1, BadDescriptor::OutOfBounds),
+        ];
+        for (i, (off, len, _)) in cases.iter().enumerate() {
+            let d = l.desc_off(i as u32);
+            store(&r, d, *off, Ordering::Relaxed);
+            store(&r, d + 4, *len, Ordering::Relaxed);
+            store(&r, d + 12, i as u32 + 1, Ordering::Relaxed);
+        }
+        store(&r, l.prod_off(), cases.len() as u32, Ordering::Release);
+        for (_, _, want) in cases {
+            assert_eq!(c.pop(&r), Some(Err(want)));
+        }
+        assert_eq!(c.stats.bad_desc, 3);
+        assert_eq!(c.stats.oversize, 1);
+    }
+
+    #[test]
+    fn announced_frame_with_wrong_sequence_is_refused() {
+        let (r, l) = ring(8);
+        let mut c = Consumer::new(l);
+        let d = l.desc_off(0);
+        store(&r, d + 4, 10, Ordering::Relaxed);
+        store(&r, d + 12, 77, Ordering::Relaxed);
+        assert!(c.pop(&r).is_none(), "nothing announced, nothing taken");
+        store(&r, l.prod_off(), 1, Ordering::Release);
+        assert_eq!(c.pop(&r), Some(Err(BadDescriptor::Sequence)));
+        assert_eq!(c.stats.bad_desc, 1);
+        assert!(c.pop(&r).is_none());
+    }
+
+    #[test]
+    fn impossible_producer_index_is_an_overrun_not_a_walk() {
+        let (r, l) = ring(8);
+        let mut c = Consumer::new(l);
+        store(&r, l.prod_off(), 1000, Ordering::Release);
+        assert!(c.pop(&r).is_none());
+        assert_eq!(c.stats.ring_overrun, 1);
+        // producer comes back to its senses
+        store(&r, l.prod_off(), 0, Ordering::Release);
+        assert!(c.pop(&r).is_none());
+    }
+
+    #[test]
+    fn hostile_consumer_index_cannot_make_room() {
+        let (r, l) = ring(4);
+        let mut p = Producer::new(l);
+        for _ in 0..4 {
+            p.push(&r, b"a", 0).unwrap();
+        }
+        p.publish(&r);
+        // consumer claims to have read 100 frames of the 4 produced
+        store(&r, l.cons_off(), 100, Ordering::Release);
+        assert_eq!(p.push(&r, b"b", 0), Err(PushError::Full));
+        assert_eq!(p.stats.ring_overrun, 1);
+        // and a consumer index that goes backwards is refused too
+        store(&r, l.cons_off(), 2, Ordering::Release);
+        assert!(p.push(&r, b"b", 0).is_ok());
+        store(&r, l.cons_off(), 1, Ordering::Release);
+        p.push(&r, b"c", 0).unwrap();
+        assert_eq!(p.push(&r, b"d", 0), Err(PushError::Full));
+        assert_eq!(p.stats.ring_overrun, 2);
+    }
+
+    #[test]
+    fn adopt_resumes_indices() {
+        let (r, l) = ring(8);
+        let mut p = Producer::new(l);
+        let mut c = Consumer::new(l);
+        for i in 0..5u8 {
+            p.push(&r, &[i], 0).unwrap();
+        }
+        p.publish(&r);
+        c.pop(&r);
+        c.pop(&r);
+        c.release(&r);
+        let mut c2 = Consumer::adopt(&r, l);
+        let mut p2 = Producer::adopt(&r, l);
+        let f = c2.pop(&r).unwrap().unwrap();
+        let mut b = [0u8];
+        r.read(f.off, &mut b);
+        assert_eq!(b, [2]);
+        assert_eq!(p2.space(&r), 8 - 3);
+    }
+
+    #[test]
+    fn publish_kicks_only_a_sleeper() {
+        let (r, l) = ring(8);
+        let mut p = Producer::new(l);
+        let mut c = Consumer::new(l);
+        p.push(&r, b"a", 0).unwrap();
+        assert!(!p.publish(&r));
+        assert!(c.arm(&r), "work is pending, arm must say so");
+        c.disarm(&r);
+        c.pop(&r);
+        c.release(&r);
+        assert!(!c.arm(&r));
+        p.push(&r, b"b", 0).unwrap();
+        assert!(p.publish(&r), "consumer was armed: a kick is due");
+        assert_eq!(c.sleep_word(&r).unwrap().load(Ordering::Relaxed), 0);
+    }
+}

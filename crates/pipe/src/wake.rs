@@ -1,0 +1,281 @@
+//! Wake-ups across processes: futexes on words inside shared regions, and the idle policy that
+//! decides when a poller stops spinning and sleeps.
+//!
+//! A consumer that found nothing to do for a while arms the sleep word of every ring it reads
+//! ([`crate::ring::Consumer::arm`]), re-checks them, and only then calls [`wait_any`]. A producer
+//! kicks ([`wake`]) only when it sees the word armed, so busy traffic costs no syscalls.
+//! `futex_waitv` (Linux 5.16) lets one thread sleep on the words of many rings at once, which is
+//! what the daemon needs: each pipe's word lives in that pipe's own region, so a container can
+//! only disturb its own word.
+
+use std::io;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+/// Most words one `futex_waitv` call takes (kernel's `FUTEX_WAITV_MAX`).
+pub const MAX_WAITERS: usize = 128;
+
+#[repr(C)]
+struct FutexWaitv {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+const FUTEX2_SIZE_U32: u32 = 0x02;
+
+/// Wakes every thread sleeping on `word` (in any process that maps it).
+pub fn wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only reads the address as a key; `word` is a live, aligned u32.
+    // Shared (not PRIVATE) futex so that other processes mapping the same file are reached.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
+/// Sleeps until any of `words` (each with the value it is expected to hold) is woken or no
+/// longer holds its value, or `timeout` passes. Returns at once if any word already differs. Takes at most
+/// [`MAX_WAITERS`] words; with more, it sleeps on the first ones only, so callers with more
+/// rings than that must pass a short timeout.
+pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<()> {
+    let n = words.len().min(MAX_WAITERS);
+    if n == 0 {
+        std::thread::sleep(timeout.unwrap_or(Duration::from_millis(100)));
+        return Ok(());
+    }
+    let w: Vec<FutexWaitv> = words[..n]
+        .iter()
+        .map(|(a, expected)| FutexWaitv {
+            val: u64::from(*expected),
+            uaddr: a.as_ptr() as u64,
+            flags: FUTEX2_SIZE_U32,
+            reserved: 0,
+        })
+        .collect();
+    let deadline = timeout.map(|t| {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes into the local `now`.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let ns = now.tv_nsec as u128 + t.as_nanos();
+        libc::timespec {
+            tv_sec: now.tv_sec + (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        }
+    });
+    let ts = deadline
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `w` is a valid array of `n` futex_waitv entries whose addresses are live aligned
+    // u32 words borrowed for the duration of the call; `ts` is null or a valid absolute time.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            w.as_ptr(),
+            n as libc::c_uint,
+            0u32,
+            ts,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if rc >= 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ETIMEDOUT) | Some(libc::EINTR) => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// How a poller behaves when it finds no work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdlePolicy {
+    /// Busy-poll forever: lowest latency, one core at 100%.
+    Spin,
+    /// Spin for `spin`, then yield the core until `yield_for` has passed too, then sleep on a
+    /// futex until a producer kicks. An idle system burns no CPU.
+    Adaptive {
+        /// Busy-poll budget after the last work.
+        spin: Duration,
+        /// Further budget spent yielding before sleeping.
+        yield_for: Duration,
+    },
+    /// Sleep as soon as there is no work.
+    Block,
+}
+
+impl IdlePolicy {
+    /// Adaptive with the default budgets (50 µs spin, 1 ms yield).
+    pub const ADAPTIVE: IdlePolicy = IdlePolicy::Adaptive {
+        spin: Duration::from_micros(50),
+        yield_for: Duration::from_millis(1),
+    };
+
+    /// Parses `spin`, `adaptive`, `adaptive:SPIN_US`, or `block`.
+    pub fn parse(s: &str) -> Result<IdlePolicy, String> {
+        match s {
+            "spin" => Ok(IdlePolicy::Spin),
+            "adaptive" => Ok(IdlePolicy::ADAPTIVE),
+            "block" => Ok(IdlePolicy::Block),
+            _ => match s.strip_prefix("adaptive:").map(str::parse::<u64>) {
+                Some(Ok(us)) => Ok(IdlePolicy::Adaptive {
+                    spin: Duration::from_micros(us),
+                    yield_for: Duration::from_millis(1),
+                }),
+                _ => Err(format!(
+                    "unknown idle policy {s:?}: use spin, adaptive, adaptive:SPIN_US or block"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for IdlePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdlePolicy::Spin => f.write_str("spin"),
+            IdlePolicy::Block => f.write_str("block"),
+            IdlePolicy::Adaptive { spin, .. } => write!(f, "adaptive:{}", spin.as_micros()),
+        }
+    }
+}
+
+/// What an idle poller should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleStep {
+    /// Poll again at once (with a spin-loop hint).
+    Spin,
+    /// Give the core away, then poll again.
+    Yield,
+    /// Arm sleep words, re-check, and sleep.
+    Sleep,
+}
+
+/// Tracks how long a poller has been idle and applies its [`IdlePolicy`].
+#[derive(Debug, Clone)]
+pub struct Idler {
+    policy: IdlePolicy,
+    idle_since: Option<Instant>,
+}
+
+impl Idler {
+    /// A poller with `policy`.
+    pub fn new(policy: IdlePolicy) -> Idler {
+        Idler {
+            policy,
+            idle_since: None,
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> IdlePolicy {
+        self.policy
+    }
+
+    /// Call after a round that did work.
+    pub fn busy(&mut self) {
+        self.idle_since = None;
+    }
+
+    /// Call after a round that found nothing; says what to do.
+    pub fn idle(&mut self) -> IdleStep {
+        match self.policy {
+            IdlePolicy::Spin => IdleStep::Spin,
+            IdlePolicy::Block => IdleStep::Sleep,
+            IdlePolicy::Adaptive { spin, yield_for } => {
+                let since = *self.idle_since.get_or_insert_with(Instant::now);
+                let idle = since.elapsed();
+                if idle < spin {
+                    IdleStep::Spin
+                } else if idle < spin + yield_for {
+                    IdleStep::Yield
+                } else {
+                    IdleStep::Sleep
+                }
+            }
+        }
+    }
+
+    /// Runs the non-sleeping steps; returns true when the caller must sleep now.
+    pub fn step(&mut self) -> bool {
+        match self.idle() {
+            IdleStep::Spin => {
+                std::hint::spin_loop();
+                false
+            }
+            IdleStep::Yield => {
+                std::thread::yield_now();
+                false
+            }
+            IdleStep::Sleep => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    #[test]
+    fn policy_parse() {
+        assert_eq!(IdlePolicy::parse("spin"), Ok(IdlePolicy::Spin));
+        assert_eq!(IdlePolicy::parse("block"), Ok(IdlePolicy::Block));
+        assert!(matches!(
+            IdlePolicy::parse("adaptive:20"),
+            Ok(IdlePolicy::Adaptive { .. })
+        ));
+        assert!(IdlePolicy::parse("fast").is_err());
+        assert_eq!(IdlePolicy::ADAPTIVE.to_string(), "adaptive:50");
+    }
+
+    #[test]
+    fn adaptive_goes_spin_yield_sleep() {
+        let mut i = Idler::new(IdlePolicy::Adaptive {
+            spin: Duration::from_millis(5),
+            yield_for: Duration::from_millis(5),
+        });
+        assert_eq!(i.idle(), IdleStep::Spin);
+        std::thread::sleep(Duration::from_millis(6));
+        assert_eq!(i.idle(), IdleStep::Yield);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(i.idle(), IdleStep::Sleep);
+        i.busy();
+        assert_eq!(i.idle(), IdleStep::Spin);
+    }
+
+    #[test]
+    fn waitv_returns_on_mismatch_timeout_and_wake() {
+        let a = Arc::new(AtomicU32::new(1));
+        let b = AtomicU32::new(0);
+        // b != expected: immediate return
+        let t = Instant::now();
+        wait_any(&[(&a, 1), (&b, 1)], Some(Duration::from_secs(5))).unwrap();
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // timeout
+        let t = Instant::now();
+        wait_any(&[(&a, 1)], Some(Duration::from_millis(20))).unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(19));
+        // wake from another thread
+        let a2 = a.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            a2.store(0, Ordering::SeqCst);
+            wake(&a2);
+        });
+        wait_any(&[(&a, 1)], Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(a.load(Ordering::SeqCst), 0);
+        h.join().unwrap();
+    }
+}
