@@ -130,17 +130,18 @@ impl Consumer {
     }
 
     /// A consumer that resumes where the published consumer index stands (after a restart).
-    /// If the published index is impossible relative to the producer's, resumes at the
-    /// producer's index (dropping whatever was queued) and counts an overrun.
+    /// If the producer's index claims more than a ring's worth beyond it (impossible), resumes
+    /// at the producer's index, dropping what was queued, and counts an overrun.
     pub fn adopt(region: &Region, ring: RingLayout) -> Consumer {
         let mut c = Consumer::new(ring);
         let cons = load(region, ring.cons_off(), Ordering::Acquire);
         let prod = load(region, ring.prod_off(), Ordering::Acquire);
-        if prod.wrapping_sub(cons) <= ring.depth {
-            c.cons = cons;
-        } else {
+        let ahead = prod.wrapping_sub(cons);
+        if ahead > ring.depth && ahead < 1 << 31 {
             c.cons = prod;
             c.stats.ring_overrun += 1;
+        } else {
+            c.cons = cons;
         }
         c.cached_prod = c.cons;
         c
@@ -160,12 +161,19 @@ impl Consumer {
         // SYNC: Acquire pairs with the producer's Release store of `prod` in `publish`, so the
         // descriptors and frame bytes written before it are visible to us.
         let prod = load(region, self.ring.prod_off(), Ordering::Acquire);
-        if prod.wrapping_sub(self.cons) > self.ring.depth {
-            self.stats.ring_overrun += 1;
+        let ahead = prod.wrapping_sub(self.cons);
+        if ahead > self.ring.depth {
+            // Frames taken by sequence number may run ahead of the published index (by any
+            // amount, if the producer commits without publishing): an index behind ours means
+            // nothing more is announced. One claiming more than a ring's worth ahead is
+            // impossible.
+            if ahead < 1 << 31 {
+                self.stats.ring_overrun += 1;
+            }
             return 0;
         }
         self.cached_prod = prod;
-        prod.wrapping_sub(self.cons)
+        ahead
     }
 
     /// Frames ready now (reads the shared producer index only when the cached view is empty).
@@ -309,17 +317,34 @@ impl Producer {
         }
     }
 
-    /// A producer that resumes at the published producer index (after a restart).
+    /// A producer that resumes after a restart: at the published producer index, or at the
+    /// consumer's if that is ahead (it took frames by sequence number that were committed but
+    /// not yet published), then past any further frames committed before the restart, so no
+    /// index is ever reused within a lap.
     pub fn adopt(region: &Region, ring: RingLayout) -> Producer {
         let mut p = Producer::new(ring);
-        p.prod = load(region, ring.prod_off(), Ordering::Acquire);
-        p.published = p.prod;
+        let mut prod = load(region, ring.prod_off(), Ordering::Acquire);
         let cons = load(region, ring.cons_off(), Ordering::Acquire);
-        p.cached_cons = if p.prod.wrapping_sub(cons) <= ring.depth {
+        if cons.wrapping_sub(prod) < 1 << 31 {
+            // The consumer is ahead (or level): it took frames by sequence number that were
+            // never published. Start there. (A consumer lying about this only skips frames
+            // of its own.)
+            prod = cons;
+        }
+        for _ in 0..ring.depth {
+            let seq = load(region, ring.desc_off(prod) + 12, Ordering::Acquire);
+            if seq != prod.wrapping_add(1) || prod.wrapping_sub(cons) >= ring.depth {
+                break;
+            }
+            prod = prod.wrapping_add(1);
+        }
+        p.prod = prod;
+        p.published = prod;
+        p.cached_cons = if prod.wrapping_sub(cons) <= ring.depth {
             cons
         } else {
             p.stats.ring_overrun += 1;
-            p.prod.wrapping_sub(ring.depth)
+            prod.wrapping_sub(ring.depth)
         };
         p
     }
@@ -565,6 +590,33 @@ mod tests {
         r.read(f.off, &mut b);
         assert_eq!(b, [2]);
         assert_eq!(p2.space(&r), 8 - 3);
+    }
+
+    #[test]
+    fn adopt_after_a_crash_between_commit_and_publish() {
+        let (r, l) = ring(8);
+        let mut p = Producer::new(l);
+        let mut c = Consumer::new(l);
+        p.push(&r, b"a", 0).unwrap();
+        p.publish(&r);
+        // two more committed, never published; the consumer takes one of them by sequence
+        p.push(&r, b"b", 0).unwrap();
+        p.push(&r, b"c", 0).unwrap();
+        c.pop(&r).unwrap().unwrap();
+        c.pop(&r).unwrap().unwrap();
+        c.release(&r);
+        // restart both sides
+        let mut p2 = Producer::adopt(&r, l);
+        let mut c2 = Consumer::adopt(&r, l);
+        let f = c2.pop(&r).unwrap().unwrap();
+        let mut b = [0u8];
+        r.read(f.off, &mut b);
+        assert_eq!(&b, b"c", "the committed frame survives the restart");
+        p2.push(&r, b"d", 0).unwrap();
+        let f = c2.pop(&r).unwrap().unwrap();
+        r.read(f.off, &mut b);
+        assert_eq!(&b, b"d", "and the producer does not reuse its index");
+        assert_eq!(p2.stats.ring_overrun + c2.stats.ring_overrun, 0);
     }
 
     #[test]

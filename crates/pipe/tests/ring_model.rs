@@ -22,6 +22,8 @@ enum Op {
     Publish,
     Pop,
     Release,
+    /// Both sides restart and re-adopt the ring from shared memory.
+    Restart,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -30,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Publish),
         4 => Just(Op::Pop),
         2 => Just(Op::Release),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -45,11 +48,11 @@ proptest! {
         // committed frames are visible at once (sequence numbers); publishing only updates the
         // shared index and kicks a sleeper
         let mut visible: VecDeque<Vec<u8>> = VecDeque::new();
-        let mut popped_unreleased = 0usize;
+        let mut popped: Vec<Vec<u8>> = Vec::new();
         for o in ops {
             match o {
                 Op::Push(d) => {
-                    let in_flight = visible.len() + popped_unreleased;
+                    let in_flight = visible.len() + popped.len();
                     let res = p.push(&r, &d, 7);
                     if in_flight == depth as usize {
                         prop_assert_eq!(res, Err(PushError::Full));
@@ -66,19 +69,28 @@ proptest! {
                     (Some(Ok(f)), Some(want)) => {
                         let mut got = vec![0u8; f.len];
                         prop_assert!(r.read(f.off, &mut got));
-                        prop_assert_eq!(got, want);
+                        prop_assert_eq!(&got, &want);
                         prop_assert_eq!(f.flags, 7);
-                        popped_unreleased += 1;
+                        popped.push(want);
                     }
                     (got, want) => prop_assert!(false, "ring gave {:?}, model {:?}", got, want),
                 },
                 Op::Release => {
                     c.release(&r);
-                    popped_unreleased = 0;
+                    popped.clear();
+                }
+                Op::Restart => {
+                    p = Producer::adopt(&r, l);
+                    c = Consumer::adopt(&r, l);
+                    // taken but not released: delivered again, in order, before the rest
+                    for f in popped.drain(..).rev() {
+                        visible.push_front(f);
+                    }
                 }
             }
         }
         prop_assert_eq!(c.stats.bad_desc + c.stats.oversize + c.stats.ring_overrun, 0);
+        prop_assert_eq!(p.stats.ring_overrun, 0);
     }
 
     #[test]
