@@ -43,7 +43,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub daemon_core: usize,
     /// Idle policy of the peers on the daemon path (they share a core).
-    #[arg(long, default_value = "adaptive:5")]
+    #[arg(long, default_value = "adaptive:0")]
     pub daemon_peer_idle: String,
     /// Write all results as JSON here.
     #[arg(long)]
@@ -159,6 +159,8 @@ impl Daemon {
         let run_dir = PathBuf::from(base).join(format!("docknet-{}", unique("run")));
         let socket = run_dir.join("ctl.sock");
         let child = Command::new(exe)
+            .arg("--log")
+            .arg("warn")
             .arg("daemon")
             .arg("--run-dir")
             .arg(&run_dir)
@@ -184,7 +186,6 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        d.proc.as_mut().map(|_| ());
         Ok(d)
     }
 

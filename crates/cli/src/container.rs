@@ -5,7 +5,7 @@
 //! control socket is covered too, and only the pipe's own directory is bind-mounted at
 //! `/run/docknet/pipe` (its fast-channel files are hard links inside it, so a channel is visible
 //! to exactly its two partners). The network namespace has only `lo`: the pipe is the only way
-//! out. A small init (pid 1) mounts a fresh `/proc`, drops the capabilities that could undo the
+//! out. A small init (pid 1) mounts a fresh `/proc` and `/sys`, drops the capabilities that could undo the
 //! mounts from the bounding set, runs the command, forwards signals and reaps orphans.
 
 use anyhow::{bail, Context, Result};
@@ -54,7 +54,7 @@ pub fn run(socket: &Path, pipe: &str, cpu: Option<usize>, cmd: &[String]) -> Res
         bail!("no command given: docknet run --pipe NAME -- CMD [ARGS...]");
     }
     let info = crate::ctl::call(socket, Request::PipeShow { name: pipe.into() })?;
-    let status = crate::ctl::call(socket, Request::Status)?;
+    let status = crate::ctl::call(socket, Request::Status {})?;
     let dir = PathBuf::from(
         info["dir"]
             .as_str()
@@ -205,6 +205,15 @@ pub fn init(cpu: Option<usize>, cmd: &[String]) -> Result<ExitCode> {
         None::<&str>,
     )
     .context("mounting /proc for the container")?;
+    // sysfs shows the network namespace of whoever mounted it: mount the container's own
+    mount(
+        Some("sysfs"),
+        "/sys",
+        Some("sysfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .context("mounting /sys for the container")?;
     match Command::new("ip")
         .args(["link", "set", "lo", "up"])
         .status()

@@ -50,7 +50,8 @@ enum Cmd {
         #[arg(long)]
         master_core: Option<usize>,
         /// What the master thread does when idle: spin (lowest latency, one core busy),
-        /// adaptive[:SPIN_US] (spin, yield, then sleep on a futex: no CPU when idle), block.
+        /// adaptive or adaptive:SPIN_US (spin, yield, then sleep on a futex: no CPU when
+        /// idle), block.
         #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
     },
@@ -201,7 +202,11 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             })
             .context("docknet daemon")?;
         }
-        Cmd::Status { json } => print(&ctl::call(sock, Request::Status)?, json, ctl::print_status),
+        Cmd::Status { json } => print(
+            &ctl::call(sock, Request::Status {})?,
+            json,
+            ctl::print_status,
+        ),
         Cmd::Pipe(PipeCmd::Create {
             name,
             ip,
@@ -232,9 +237,11 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             ctl::call(sock, Request::PipeRm { name: name.clone() })?;
             println!("removed pipe {name}");
         }
-        Cmd::Pipe(PipeCmd::Ls { json }) => {
-            print(&ctl::call(sock, Request::PipeLs)?, json, ctl::print_pipes)
-        }
+        Cmd::Pipe(PipeCmd::Ls { json }) => print(
+            &ctl::call(sock, Request::PipeLs {})?,
+            json,
+            ctl::print_pipes,
+        ),
         Cmd::Pipe(PipeCmd::Show { name, json }) => print(
             &ctl::call(sock, Request::PipeShow { name })?,
             json,

@@ -98,7 +98,7 @@ pub struct PeerArgs {
     /// Seconds before measuring starts.
     #[arg(long, default_value_t = 0.5)]
     pub warmup: f64,
-    /// Idle policy while waiting: spin, adaptive[:SPIN_US], block.
+    /// Idle policy while waiting: spin, adaptive, adaptive:SPIN_US, or block.
     #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
     pub idle: IdlePolicy,
     /// Servers exit after this many seconds without traffic (once traffic has started), or
@@ -116,10 +116,7 @@ pub fn raw_peer(a: &PeerArgs) -> Result<()> {
     let mut ep = Endpoint::attach_default(a.idle)?;
     if matches!(a.role.as_str(), "echo" | "sink") {
         // frames left in the rings by an earlier run are not for this server
-        let stale = ep.drain();
-        if stale > 0 {
-            eprintln!("docknet raw peer: discarded {stale} stale frames");
-        }
+        let _stale = ep.drain();
     }
     let out = match a.role.as_str() {
         "echo" => raw_echo(&mut ep, a)?,
@@ -351,7 +348,7 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
                 None => {
                     polls = polls.wrapping_add(1);
                     // reading the clock costs ~30 ns: check the deadline now and then
-                    if polls % 1024 == 0 && Instant::now() > give_up {
+                    if polls.is_multiple_of(1024) && Instant::now() > give_up {
                         lost += 1;
                         break;
                     }
@@ -505,8 +502,25 @@ fn tcp_server(a: &TcpPeerArgs) -> Result<serde_json::Value> {
     Ok(json!({"role": "server", "handled": total}))
 }
 
+/// Connects, retrying for a few seconds while the server starts.
+fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    let t = Instant::now();
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if t.elapsed() < Duration::from_secs(5)
+                    && e.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e).with_context(|| format!("connecting to {addr}")),
+        }
+    }
+}
+
 fn tcp_rr(a: &TcpPeerArgs) -> Result<serde_json::Value> {
-    let mut s = TcpStream::connect(a.addr).with_context(|| format!("connecting to {}", a.addr))?;
+    let mut s = connect(a.addr)?;
     s.set_nodelay(true)?;
     s.write_all(b"r")?;
     let mut m = vec![0u8; a.size];
@@ -553,7 +567,7 @@ fn tcp_rr(a: &TcpPeerArgs) -> Result<serde_json::Value> {
 }
 
 fn tcp_stream(a: &TcpPeerArgs) -> Result<serde_json::Value> {
-    let mut s = TcpStream::connect(a.addr).with_context(|| format!("connecting to {}", a.addr))?;
+    let mut s = connect(a.addr)?;
     s.set_nodelay(true)?;
     s.write_all(b"s")?;
     let m = vec![0x5au8; a.size];

@@ -45,7 +45,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             | Request::FcRm { .. }
     );
     let out = match req {
-        Request::Status => {
+        Request::Status {} => {
             let mut v = ctx.info.clone();
             v["pipes"] = reg.pipes().count().into();
             v["forwarded"] = ctx.master.forwarded.load(Ordering::Relaxed).into();
@@ -67,7 +67,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             tracing::info!(pipe = %name, "pipe removed");
             Ok(json!({ "removed": name }))
         }
-        Request::PipeLs => Ok(serde_json::Value::Array(
+        Request::PipeLs {} => Ok(serde_json::Value::Array(
             reg.pipes().map(|p| reg.pipe_json(p, false)).collect(),
         )),
         Request::PipeShow { name } => {

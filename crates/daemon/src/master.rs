@@ -187,6 +187,7 @@ fn deliver_bytes(
 /// delivered into rx rings).
 fn pump(snap: &Snapshot, local: &mut [Local], i: usize, dirty: &mut Vec<usize>) -> (usize, u64) {
     let sp = &snap.pipes[i];
+    let stats_before = (local[i].tx.stats, local[i].rx.stats);
     let mut taken = 0;
     let mut forwarded = 0u64;
     let mut hdr_buf = [0u8; HEADER_PEEK];
@@ -232,6 +233,9 @@ fn pump(snap: &Snapshot, local: &mut [Local], i: usize, dirty: &mut Vec<usize>) 
     if taken > 0 {
         local[i].tx.release(&sp.region);
         local[i].dirty_counters = true;
+    } else if (local[i].tx.stats, local[i].rx.stats) != stats_before {
+        // nothing moved, but something was counted (an impossible index from the container)
+        local[i].dirty_counters = true;
     }
     for &d in dirty.iter() {
         local[d].rx.publish(&snap.pipes[d].region);
@@ -267,11 +271,11 @@ pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
             work += t;
             delivered += d;
         }
+        for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
+            l.flush(p); // no-op unless something was counted
+        }
         if work > 0 {
             shared.forwarded.fetch_add(delivered, Ordering::Relaxed);
-            for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
-                l.flush(p);
-            }
             idler.busy();
             continue;
         }

@@ -23,8 +23,9 @@ pub const DEFAULT_SOCKET: &str = "/run/docknet/docknetd.sock";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Daemon identity, version and configuration.
-    Status,
+    /// Daemon identity, version and configuration. (Empty struct variants, not unit variants:
+    /// serde only refuses unknown fields on struct variants of an internally tagged enum.)
+    Status {},
     /// Create a pipe.
     PipeCreate {
         /// Name: 1–32 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
@@ -44,7 +45,7 @@ pub enum Request {
         name: String,
     },
     /// List pipes.
-    PipeLs,
+    PipeLs {},
     /// One pipe with its counters.
     PipeShow {
         /// Pipe name.
@@ -283,7 +284,7 @@ mod tests {
         assert_eq!(parse_request(&encode_request(&r)).unwrap(), r);
         assert_eq!(
             parse_request(r#"{"v":1,"op":"pipe_ls"}"#).unwrap(),
-            Request::PipeLs
+            Request::PipeLs {}
         );
     }
 

@@ -201,7 +201,9 @@ impl RingParams {
                 "ring depth must be a power of two within 2..=65536",
             ));
         }
-        if self.frame_size % 64 != 0 || !(MIN_FRAME..=MAX_FRAME).contains(&self.frame_size) {
+        if !self.frame_size.is_multiple_of(64)
+            || !(MIN_FRAME..=MAX_FRAME).contains(&self.frame_size)
+        {
             return Err(LayoutError::BadParams(
                 "frame size must be a multiple of 64 within 128..=65600",
             ));

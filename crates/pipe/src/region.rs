@@ -80,7 +80,7 @@ impl Region {
 
     fn check(&self, off: usize, len: usize, align: usize) -> Option<*mut u8> {
         let end = off.checked_add(len)?;
-        if end > self.len || off % align != 0 {
+        if end > self.len || !off.is_multiple_of(align) {
             return None;
         }
         // SAFETY: `off + len <= self.len`, so the pointer stays inside the mapping.

@@ -1,0 +1,203 @@
+//! The control interface as a user meets it: commands, JSON output, errors, permissions.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+
+fn err_line(o: &std::process::Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "expected failure, got success: {e}");
+    let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one clear line on stderr, got {lines:?}");
+    lines[0].to_string()
+}
+
+#[test]
+fn bad_input_is_refused_with_one_line_and_changes_nothing() {
+    if !root_or_skip("bad_input") {
+        return;
+    }
+    let lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "a", "--ip", "10.60.0.1/24"]);
+    let before = lab.json(&["pipe", "ls", "--json"]);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["pipe", "create", "a", "--ip", "10.60.0.9/24"],
+            "already exists",
+        ),
+        (
+            &["pipe", "create", "b", "--ip", "10.60.0.1/24"],
+            "already used",
+        ),
+        (
+            &["pipe", "create", "b", "--ip", "10.60.0/24"],
+            "invalid address",
+        ),
+        (
+            &["pipe", "create", "b", "--ip", "10.60.0.2"],
+            "invalid address",
+        ),
+        (
+            &["pipe", "create", "b", "--ip", "10.60.0.2/24", "--mtu", "50"],
+            "mtu",
+        ),
+        (
+            &["pipe", "create", "../x", "--ip", "10.60.0.2/24"],
+            "invalid pipe name",
+        ),
+        (&["pipe", "rm", "nope"], "no pipe named"),
+        (&["pipe", "show", "nope", "--json"], "no pipe named"),
+        (&["fc", "connect", "a", "nope"], "no pipe named"),
+        (&["fc", "connect", "a", "a"], "two different pipes"),
+        (&["fc", "rm", "a", "a"], "no fast channel"),
+        (&["run", "--pipe", "nope", "--", "true"], "no pipe named"),
+    ];
+    for (args, want) in cases {
+        let line = err_line(&lab.run(args));
+        assert!(line.starts_with("docknet: error: "), "{line}");
+        assert!(line.contains(want), "{args:?}: {line:?} lacks {want:?}");
+    }
+    assert_eq!(
+        lab.json(&["pipe", "ls", "--json"]),
+        before,
+        "nothing changed"
+    );
+    assert!(!lab.dir.join("pipes/b").exists());
+}
+
+#[test]
+fn daemon_not_running_is_one_clear_line() {
+    let o = std::process::Command::new(EXE)
+        .args(["--socket", "/nonexistent/docknet.sock", "pipe", "ls"])
+        .output()
+        .unwrap();
+    let l = err_line(&o);
+    assert!(l.contains("daemon not running"), "{l}");
+}
+
+#[test]
+fn pipes_list_show_and_remove_with_json_and_permissions() {
+    if !root_or_skip("pipes_list_show") {
+        return;
+    }
+    let lab = Lab::start("adaptive");
+    let a = lab.json(&["pipe", "create", "a", "--ip", "10.61.0.1/24", "--json"]);
+    assert_eq!(a["mac"], "02:dc:0a:3d:00:01");
+    lab.ok(&[
+        "pipe",
+        "create",
+        "b",
+        "--ip",
+        "10.61.0.2/24",
+        "--mtu",
+        "9000",
+    ]);
+    let fc = lab.json(&["fc", "connect", "a", "b", "--json"]);
+    assert_eq!(fc["mtu"], 65535);
+    let ls = lab.json(&["pipe", "ls", "--json"]);
+    assert_eq!(ls.as_array().unwrap().len(), 2);
+    assert_eq!(ls[1]["mtu"], 9000);
+    assert_eq!(ls[0]["fast_channels"][0], "b");
+    let show = lab.json(&["pipe", "show", "a", "--json"]);
+    for c in [
+        "tx_packets",
+        "rx_packets",
+        "bad_desc",
+        "ring_overrun",
+        "drop_rx_full",
+    ] {
+        assert_eq!(show["counters"][c], 0, "{c}");
+    }
+    let human = lab.ok(&["pipe", "ls"]);
+    assert!(
+        human.contains("10.61.0.2/24") && human.contains("NAME"),
+        "{human}"
+    );
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&lab.socket), 0o600);
+    assert_eq!(mode(&lab.dir.join("pipes/a/dp.map")), 0o600);
+    assert_eq!(mode(&lab.dir.join("pipes/a/fc/b.map")), 0o600);
+    assert_eq!(mode(&lab.dir.join("pipes/a")), 0o700);
+    lab.ok(&["fc", "rm", "b", "a"]);
+    assert!(!lab.dir.join("pipes/a/fc/b.map").exists());
+    lab.ok(&["pipe", "rm", "a"]);
+    assert!(!lab.dir.join("pipes/a").exists());
+    assert_eq!(
+        lab.json(&["pipe", "ls", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn malformed_control_lines_get_errors_and_the_daemon_carries_on() {
+    if !root_or_skip("malformed_control") {
+        return;
+    }
+    let lab = Lab::start("adaptive");
+    let mut s = std::os::unix::net::UnixStream::connect(&lab.socket).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut ask = |line: &str| {
+        s.write_all(line.as_bytes()).unwrap();
+        s.write_all(b"\n").unwrap();
+        let mut out = String::new();
+        r.read_line(&mut out).unwrap();
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    for (line, code) in [
+        ("garbage", "bad_request"),
+        (
+            "{\"v\":1,\"op\":\"pipe_create\",\"name\":\"x\"}",
+            "bad_request",
+        ),
+        ("{\"v\":9,\"op\":\"pipe_ls\"}", "unsupported_version"),
+        ("{\"v\":1,\"op\":\"pipe_ls\",\"extra\":1}", "bad_request"),
+        (
+            "{\"v\":1,\"op\":\"pipe_create\",\"name\":\"x\",\"ip\":\"1.2.3.4/8\",\"mtu\":99999}",
+            "bad_params",
+        ),
+    ] {
+        let rep = ask(line);
+        assert_eq!(rep["ok"], false, "{line}");
+        assert_eq!(rep["error"]["code"], code, "{line}: {rep}");
+    }
+    let ok = ask("{\"v\":1,\"op\":\"pipe_ls\"}");
+    assert_eq!(ok["ok"], true);
+    // an oversized line is refused and the connection closed; the daemon still answers others
+    let mut big = std::os::unix::net::UnixStream::connect(&lab.socket).unwrap();
+    let _ = big.write_all(&vec![b'x'; 200 * 1024]);
+    let _ = big.write_all(b"\n");
+    let mut rep = String::new();
+    let _ = BufReader::new(big).read_line(&mut rep);
+    assert!(rep.contains("longer than"), "{rep}");
+    assert_eq!(lab.json(&["status", "--json"])["pipes"], 0);
+}
+
+#[test]
+fn a_second_daemon_on_the_same_run_dir_or_socket_is_refused() {
+    if !root_or_skip("second_daemon") {
+        return;
+    }
+    let lab = Lab::start("adaptive");
+    let o = std::process::Command::new(EXE)
+        .args(["daemon", "--run-dir", path_of(&lab.dir), "--socket"])
+        .arg(lab.dir.join("other.sock"))
+        .output()
+        .unwrap();
+    assert!(err_line(&o).contains("in use by another docknet daemon"));
+    let other = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(EXE)
+        .args([
+            "daemon",
+            "--run-dir",
+            path_of(other.path()),
+            "--socket",
+            path_of(&lab.socket),
+        ])
+        .output()
+        .unwrap();
+    assert!(err_line(&o).contains("already listening"));
+}

@@ -1,0 +1,205 @@
+//! Harness for tests with real processes in real namespaces: a private daemon per test
+//! (own run directory on tmpfs, own socket), children ended by pid, everything removed on drop.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const EXE: &str = env!("CARGO_BIN_EXE_docknet");
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// True when the test may run: root is needed for namespaces. Without root the test is
+/// skipped with a message, unless DOCKNET_REQUIRE_ROOT_TESTS=1 (CI), where it fails.
+pub fn root_or_skip(name: &str) -> bool {
+    if nix::unistd::Uid::effective().is_root() {
+        return true;
+    }
+    if std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("{name} needs root (DOCKNET_REQUIRE_ROOT_TESTS=1)");
+    }
+    eprintln!("skipping {name}: needs root");
+    false
+}
+
+pub struct Lab {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    daemon: Option<Child>,
+    children: Vec<Child>,
+    idle: String,
+}
+
+impl Lab {
+    pub fn start(idle: &str) -> Lab {
+        let dir = PathBuf::from("/dev/shm").join(format!(
+            "docknet-test-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let socket = dir.join("ctl.sock");
+        let mut lab = Lab {
+            dir,
+            socket,
+            daemon: None,
+            children: Vec::new(),
+            idle: idle.into(),
+        };
+        lab.start_daemon();
+        lab
+    }
+
+    pub fn start_daemon(&mut self) {
+        let child = Command::new(EXE)
+            .args(["--log", "warn", "daemon", "--idle", &self.idle, "--run-dir"])
+            .arg(&self.dir)
+            .arg("--socket")
+            .arg(&self.socket)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start daemon");
+        self.daemon = Some(child);
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().expect("daemon running").id()
+    }
+
+    /// SIGKILL the daemon (no clean shutdown).
+    pub fn kill_daemon(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.kill().unwrap();
+            d.wait().unwrap();
+        }
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(EXE);
+        c.arg("--socket").arg(&self.socket);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("run docknet")
+    }
+
+    /// Runs a client command that must succeed; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "docknet {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        serde_json::from_str(&self.ok(args)).expect("JSON output")
+    }
+
+    /// Starts `docknet run --pipe PIPE [--cpu N] -- ARGS` in the background (stdout piped).
+    pub fn spawn_in(&mut self, pipe: &str, cpu: Option<usize>, args: &[&str]) -> usize {
+        let mut c = self.cmd();
+        c.args(["run", "--pipe", pipe]);
+        if let Some(n) = cpu {
+            c.args(["--cpu", &n.to_string()]);
+        }
+        c.arg("--")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        self.children.push(c.spawn().expect("spawn container"));
+        self.children.len() - 1
+    }
+
+    /// Host pid of the `docknet run` process of background container `idx`.
+    pub fn child_pid(&self, idx: usize) -> u32 {
+        self.children[idx].id()
+    }
+
+    /// Waits for a background container and returns its output.
+    pub fn wait(&mut self, idx: usize, timeout: Duration) -> Output {
+        let t = Instant::now();
+        loop {
+            if let Some(_s) = self.children[idx].try_wait().unwrap() {
+                let c = std::mem::replace(
+                    &mut self.children[idx],
+                    Command::new("true").spawn().unwrap(),
+                );
+                return c.wait_with_output().unwrap();
+            }
+            assert!(
+                t.elapsed() < timeout,
+                "container {idx} did not finish in {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs a command in a container to completion.
+    pub fn in_container(&self, pipe: &str, args: &[&str]) -> Output {
+        self.cmd()
+            .args(["run", "--pipe", pipe, "--"])
+            .args(args)
+            .output()
+            .expect("run container")
+    }
+
+    pub fn counter(&self, pipe: &str, name: &str) -> u64 {
+        self.json(&["pipe", "show", pipe, "--json"])["counters"][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no counter {name}"))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.kill_daemon();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Last JSON line of a peer's stdout.
+pub fn peer_json(o: &Output) -> serde_json::Value {
+    let s = String::from_utf8_lossy(&o.stdout);
+    let line = s
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| {
+            panic!(
+                "no JSON from peer; stdout {s:?} stderr {:?}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+    serde_json::from_str(line).unwrap()
+}
+
+pub fn path_of(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// CPU seconds (user + system) used so far by process `pid`, from /proc.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &s[s.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
