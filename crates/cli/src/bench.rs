@@ -48,6 +48,9 @@ pub struct BenchArgs {
     /// Write all results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write raw-bench.json and raw-bench.md (medians, ratios, targets) into this directory.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
 /// One measured point.
@@ -57,6 +60,8 @@ pub struct Row {
     pub path: String,
     /// Where each party ran.
     pub placement: String,
+    /// Short form of the placement: client core, server core, daemon master core.
+    pub cores: String,
     /// rr | stream.
     pub workload: String,
     /// Frame (raw) or message (TCP) size.
@@ -238,11 +243,20 @@ fn us(v: &Value, k: &str) -> Option<f64> {
     v[k].as_f64().map(|ns| ns / 1000.0)
 }
 
-fn rr_row(path: &str, placement: &str, size: usize, rep: usize, v: &Value, path_ok: bool) -> Row {
+fn rr_row(
+    path: &str,
+    placement: &str,
+    cores: &str,
+    size: usize,
+    rep: usize,
+    v: &Value,
+    path_ok: bool,
+) -> Row {
     let ow = &v["one_way_ns"];
     Row {
         path: path.into(),
         placement: placement.into(),
+        cores: cores.into(),
         workload: "rr".into(),
         size,
         repeat: rep,
@@ -317,6 +331,11 @@ impl Ctx {
                 ", daemon idle (not on the path)".into()
             }
         );
+        let short = if path == "daemon" {
+            format!("c{} s{} m{}", cores.0, cores.1, self.args.daemon_core)
+        } else {
+            format!("c{} s{}", cores.0, cores.1)
+        };
         let want_fc = path == "fc";
         for rep in 0..self.args.repeat {
             for &size in &self.args.rr_sizes.clone() {
@@ -343,7 +362,8 @@ impl Ctx {
                     &v["rx_via"]["daemon"]
                 };
                 let ok = n > 0 && via.as_u64() == Some(n);
-                self.rows.push(rr_row(path, &placement, size, rep, &v, ok));
+                self.rows
+                    .push(rr_row(path, &placement, &short, size, rep, &v, ok));
                 self.progress(&format!(
                     "{path} rr {size} B: p50 {:.2} us",
                     v["one_way_ns"]["p50"].as_f64().unwrap_or(0.0) / 1e3
@@ -382,6 +402,7 @@ impl Ctx {
                 self.rows.push(Row {
                     path: path.into(),
                     placement: placement.clone(),
+                    cores: short.clone(),
                     workload: "stream".into(),
                     size,
                     repeat: rep,
@@ -412,6 +433,7 @@ impl Ctx {
         for rep in 0..self.args.repeat {
             for (cc, sc) in [(1usize, 1usize), (0, 1)] {
                 let placement = format!("client core {cc}, server core {sc}, kernel TCP over a Linux bridge (TCP_NODELAY)");
+                let short = format!("c{cc} s{sc}");
                 let sizes: Vec<(&str, usize)> = self
                     .args
                     .rr_sizes
@@ -450,11 +472,12 @@ impl Ctx {
                         .json(self.timeout(), &self.stop)?;
                     let _ = server.json(Duration::from_secs(10), &self.stop);
                     let row = if wl == "rr" {
-                        rr_row("kernel-bridge-tcp", &placement, size, rep, &v, true)
+                        rr_row("kernel-bridge-tcp", &placement, &short, size, rep, &v, true)
                     } else {
                         Row {
                             path: "kernel-bridge-tcp".into(),
                             placement: placement.clone(),
+                            cores: short.clone(),
                             workload: "stream".into(),
                             size,
                             repeat: rep,
@@ -490,11 +513,12 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.prec$}"))
 }
 
-/// Prints the results table.
-pub fn print_table(rows: &[Row]) {
-    println!(
-        "{:<18} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
+/// Formats rows as an aligned text table (also used, fenced, in the Markdown report).
+pub fn table(rows: &[Row]) -> String {
+    let mut out = format!(
+        "{:<18} {:<8} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}\n",
         "PATH",
+        "CORES",
         "LOAD",
         "SIZE",
         "REP",
@@ -508,9 +532,10 @@ pub fn print_table(rows: &[Row]) {
         "path"
     );
     for r in rows {
-        println!(
-            "{:<18} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7}",
+        out += &format!(
+            "{:<18} {:<8} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}\n",
             r.path,
+            r.cores,
             r.workload,
             r.size,
             r.repeat,
@@ -524,6 +549,52 @@ pub fn print_table(rows: &[Row]) {
             if r.path_ok { "ok" } else { "WRONG" }
         );
     }
+    out
+}
+
+/// One row per (path, cores, workload, size): the median over repeats of each figure.
+pub fn medians(rows: &[Row]) -> Vec<Row> {
+    let mut keys: Vec<(String, String, String, usize)> = Vec::new();
+    for r in rows {
+        let k = (r.path.clone(), r.cores.clone(), r.workload.clone(), r.size);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .map(|(p, c, w, size)| {
+            let g: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.path == p && r.cores == c && r.workload == w && r.size == size)
+                .collect();
+            let med = |f: &dyn Fn(&Row) -> Option<f64>| {
+                let mut v: Vec<f64> = g.iter().filter_map(|r| f(r)).collect();
+                v.sort_by(|a, b| a.total_cmp(b));
+                v.get(v.len() / 2).copied()
+            };
+            let mut lost: Vec<u64> = g.iter().map(|r| r.lost).collect();
+            lost.sort_unstable();
+            Row {
+                path: p,
+                placement: g[0].placement.clone(),
+                cores: c,
+                workload: w,
+                size,
+                repeat: g.len(),
+                p50_us: med(&|r| r.p50_us),
+                p99_us: med(&|r| r.p99_us),
+                p999_us: med(&|r| r.p999_us),
+                mean_us: med(&|r| r.mean_us),
+                half_rtt_p50_us: med(&|r| r.half_rtt_p50_us),
+                tps: med(&|r| r.tps),
+                gbps: med(&|r| r.gbps),
+                msgs_per_s: med(&|r| r.msgs_per_s),
+                cpu_s_per_op: med(&|r| r.cpu_s_per_op),
+                lost: lost[lost.len() / 2],
+                path_ok: g.iter().all(|r| r.path_ok),
+            }
+        })
+        .collect()
 }
 
 fn env_json(args: &BenchArgs) -> Value {
@@ -541,75 +612,135 @@ fn env_json(args: &BenchArgs) -> Value {
     })
 }
 
-fn ratio_lines(rows: &[Row]) -> Vec<String> {
-    let med = |path: &str,
-               wl: &str,
-               size: usize,
-               placement_has: &str,
-               f: &dyn Fn(&Row) -> Option<f64>| {
-        let mut v: Vec<f64> = rows
-            .iter()
-            .filter(|r| {
-                r.path == path
-                    && r.workload == wl
-                    && r.size == size
-                    && r.placement.contains(placement_has)
-            })
-            .filter_map(f)
-            .collect();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied()
-    };
+/// The median row for (path, workload, size) whose cores start with `cores`.
+fn find<'a>(med: &'a [Row], path: &str, wl: &str, size: usize, cores: &str) -> Option<&'a Row> {
+    med.iter().find(|r| {
+        r.path == path && r.workload == wl && r.size == size && r.cores.starts_with(cores)
+    })
+}
+
+/// Ratios between paths measured in this run (from the medians).
+fn ratio_lines(med: &[Row]) -> Vec<String> {
+    let p50 = |path, size, cores| find(med, path, "rr", size, cores).and_then(|r| r.p50_us);
+    let gbps = |path, size| find(med, path, "stream", size, "").and_then(|r| r.gbps);
     let mut out = Vec::new();
-    let p50 = |r: &Row| r.p50_us;
-    let gb = |r: &Row| r.gbps;
-    if let Some(size) = rows
+    let mut rr_sizes: Vec<usize> = med
         .iter()
         .filter(|r| r.workload == "rr")
         .map(|r| r.size)
-        .min()
-    {
-        if let (Some(d), Some(k1), Some(k0)) = (
-            med("daemon", "rr", size, "", &p50),
-            med(
-                "kernel-bridge-tcp",
-                "rr",
-                size,
-                "client core 1, server core 1",
-                &p50,
-            ),
-            med(
-                "kernel-bridge-tcp",
-                "rr",
-                size,
-                "client core 0, server core 1",
-                &p50,
-            ),
-        ) {
-            out.push(format!("rr {size} B one-way p50: kernel bridge TCP (same core) / daemon raw = {:.1}x; kernel (cross core) / daemon = {:.1}x", k1 / d, k0 / d));
+        .collect();
+    rr_sizes.sort_unstable();
+    rr_sizes.dedup();
+    for size in rr_sizes {
+        let (k_same, k_cross) = (
+            p50("kernel-bridge-tcp", size, "c1 s1"),
+            p50("kernel-bridge-tcp", size, "c0 s1"),
+        );
+        if let (Some(d), Some(k1), Some(k0)) = (p50("daemon", size, ""), k_same, k_cross) {
+            out.push(format!(
+                "rr {size} B one-way p50, kernel bridge TCP / DockNet daemon: {:.1}x (same core), {:.1}x (cross core)",
+                k1 / d,
+                k0 / d
+            ));
         }
-        if let (Some(f), Some(k0)) = (
-            med("fc", "rr", size, "", &p50),
-            med(
-                "kernel-bridge-tcp",
-                "rr",
-                size,
-                "client core 0, server core 1",
-                &p50,
-            ),
-        ) {
-            out.push(format!("rr {size} B one-way p50: fast channel {f:.3} us; kernel bridge TCP (cross core) / fc = {:.0}x", k0 / f));
+        if let (Some(f), Some(k1), Some(k0)) = (p50("fc", size, ""), k_same, k_cross) {
+            out.push(format!(
+                "rr {size} B one-way p50, kernel bridge TCP / DockNet fast channel: {:.0}x (same core), {:.0}x (cross core)",
+                k1 / f,
+                k0 / f
+            ));
         }
     }
-    for &size in &[65536usize, 1500] {
-        if let (Some(f), Some(k)) = (
-            med("fc", "stream", size, "", &gb),
-            med("kernel-bridge-tcp", "stream", size, "", &gb),
-        ) {
-            out.push(format!("stream {size} B: fast channel {f:.1} Gbps vs kernel bridge TCP {k:.1} Gbps ({:.1}x)", f / k));
+    let mut st_sizes: Vec<usize> = med
+        .iter()
+        .filter(|r| r.workload == "stream")
+        .map(|r| r.size)
+        .collect();
+    st_sizes.sort_unstable();
+    st_sizes.dedup();
+    for size in st_sizes {
+        let Some(k) = gbps("kernel-bridge-tcp", size) else {
+            continue;
+        };
+        for (path, name) in [("fc", "fast channel"), ("daemon", "daemon")] {
+            if let Some(g) = gbps(path, size) {
+                out.push(format!(
+                    "stream {size} B goodput, DockNet {name} / kernel bridge TCP: {:.1}x ({g:.1} vs {k:.1} Gbps)",
+                    g / k
+                ));
+            }
         }
     }
     out
+}
+
+/// Issue #2's targets, checked against this run's medians. Each line says the target, the
+/// figure measured and whether it holds.
+pub fn targets(med: &[Row]) -> Vec<String> {
+    let find = |path: &str, wl: &str, size: usize, cores: &str| find(med, path, wl, size, cores);
+    let verdict = |ok: bool| if ok { "MET" } else { "NOT MET" };
+    let mut out = Vec::new();
+    if let Some(p) = find("fc", "rr", 64, "").and_then(|r| r.p50_us) {
+        out.push(format!(
+            "fast channel 64 B one-way p50 <= 0.3 us: {p:.3} us, {}",
+            verdict(p <= 0.3)
+        ));
+    }
+    if let Some(d) = find("daemon", "rr", 64, "").and_then(|r| r.p50_us) {
+        for (cores, what) in [("c1 s1", "same core"), ("c0 s1", "cross core")] {
+            if let Some(k) = find("kernel-bridge-tcp", "rr", 64, cores).and_then(|r| r.p50_us) {
+                out.push(format!(
+                    "daemon 64 B one-way p50 >= 5x lower than kernel bridge TCP ({what}, {cores}): {:.1}x ({d:.2} vs {k:.2} us), {}",
+                    k / d,
+                    verdict(k / d >= 5.0)
+                ));
+            }
+        }
+    }
+    if let Some(g) = find("fc", "stream", 65536, "").and_then(|r| r.gbps) {
+        out.push(format!(
+            "fast channel 64 KiB frames >= 15 Gbps: {g:.1} Gbps, {}",
+            verdict(g >= 15.0)
+        ));
+    }
+    out
+}
+
+fn markdown(doc: &Value, med: &[Row], ratios: &[String], checks: &[String]) -> String {
+    let env = &doc["env"];
+    let mut m = String::from("# DockNet raw-frame benchmark\n\n");
+    m += &format!(
+        "Command: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point.\n\n",
+        env["command"].as_str().unwrap_or(""),
+        env["kernel"].as_str().unwrap_or("?"),
+        env["cores"],
+        env["duration_s"],
+        env["warmup_s"],
+        env["repeat"]
+    );
+    m += "DockNet rows move raw Ethernet frames (no TCP: that is the DockLib issue); kernel rows are \
+          TCP with TCP_NODELAY over a Linux bridge between two network namespaces. One-way latency \
+          comes from CLOCK_MONOTONIC timestamps carried in the payload (every namespace shares that \
+          clock); rtt/2 is beside it. Stream goodput is counted at the receiver; `lost` counts raw \
+          frames dropped because a receiver's ring was full (raw frames have no flow control).\n\n";
+    m += "## Results (median of runs)\n\n```text\n";
+    m += &table(med);
+    m += "```\n\n## Ratios\n\n";
+    for r in ratios {
+        m += &format!("- {r}\n");
+    }
+    m += "\n## Targets of issue #2\n\n";
+    for c in checks {
+        m += &format!("- {c}\n");
+    }
+    m += "\n## Placement\n\n";
+    let mut seen = std::collections::BTreeSet::new();
+    for r in med {
+        if seen.insert((r.path.clone(), r.cores.clone())) {
+            m += &format!("- `{}` `{}`: {}\n", r.path, r.cores, r.placement);
+        }
+    }
+    m
 }
 
 /// Runs the benchmark.
@@ -707,21 +838,47 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
     }
-    print_table(&ctx.rows);
-    for l in ratio_lines(&ctx.rows) {
+    let med = medians(&ctx.rows);
+    print!("{}", table(&med));
+    if args.repeat > 1 {
+        println!(
+            "(each row: median of {} runs; every run is in the JSON)",
+            args.repeat
+        );
+    }
+    let ratios = ratio_lines(&med);
+    for l in &ratios {
         println!("{l}");
     }
-    println!("placements:");
+    let checks = targets(&med);
+    for c in &checks {
+        println!("target: {c}");
+    }
+    println!("placements (CORES: c = client, s = server, m = daemon master):");
     let mut seen = std::collections::BTreeSet::new();
-    for r in &ctx.rows {
-        if seen.insert((r.path.clone(), r.placement.clone())) {
-            println!("  {:<18} {}", r.path, r.placement);
+    for r in &med {
+        if seen.insert((r.path.clone(), r.cores.clone())) {
+            println!("  {:<18} {:<9} {}", r.path, r.cores, r.placement);
         }
     }
+    let doc = json!({
+        "env": env_json(&args), "results": ctx.rows, "medians": med,
+        "ratios": ratios, "targets": checks,
+    });
+    let mut outputs = Vec::new();
     if let Some(f) = &args.json {
-        let doc =
-            json!({"env": env_json(&args), "results": ctx.rows, "ratios": ratio_lines(&ctx.rows)});
-        std::fs::write(f, serde_json::to_vec_pretty(&doc)?)
+        outputs.push(f.clone());
+    }
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        outputs.push(dir.join("raw-bench.json"));
+        let md = dir.join("raw-bench.md");
+        std::fs::write(&md, markdown(&doc, &med, &ratios, &checks))
+            .with_context(|| format!("writing {}", md.display()))?;
+        eprintln!("wrote {}", md.display());
+    }
+    for f in outputs {
+        std::fs::write(&f, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", f.display()))?;
         eprintln!("wrote {}", f.display());
     }
