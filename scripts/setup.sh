@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what DockNet needs on a Debian machine (as root) and builds it in release mode.
+# Safe to run again: installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "docknet setup: needs root (namespaces, mounts, apt-get): re-run with sudo" >&2
+    exit 1
+fi
+
+# command -> Debian package
+declare -A NEED=(
+    [ip]=iproute2       # namespaces, veth, bridge, lo inside containers
+    [umount]=mount      # tests check that containers cannot unmount their covers
+    [dd]=coreutils      # the hostile-container test scribbles with dd
+    [ps]=procps
+    [cc]=gcc            # linker for cargo
+    [pkg-config]=pkg-config
+)
+missing=()
+for cmd in "${!NEED[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("${NEED[$cmd]}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "docknet setup: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+        rustup default stable
+    else
+        echo "docknet setup: no Rust toolchain; installing Debian's (needs Rust >= 1.87)" >&2
+        apt-get install -y -qq --no-install-recommends cargo rustc >/dev/null
+    fi
+fi
+if command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
+
+cargo build --release --locked
