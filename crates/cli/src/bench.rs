@@ -92,6 +92,38 @@ pub struct Row {
     pub path_ok: bool,
 }
 
+impl Row {
+    /// A row with only its identity filled in.
+    fn new(
+        path: &str,
+        placement: &str,
+        cores: &str,
+        workload: &str,
+        size: usize,
+        repeat: usize,
+    ) -> Row {
+        Row {
+            path: path.into(),
+            placement: placement.into(),
+            cores: cores.into(),
+            workload: workload.into(),
+            size,
+            repeat,
+            p50_us: None,
+            p99_us: None,
+            p999_us: None,
+            mean_us: None,
+            half_rtt_p50_us: None,
+            tps: None,
+            gbps: None,
+            msgs_per_s: None,
+            cpu_s_per_op: None,
+            lost: 0,
+            path_ok: true,
+        }
+    }
+}
+
 struct Proc {
     child: Child,
     what: String,
@@ -254,23 +286,16 @@ fn rr_row(
 ) -> Row {
     let ow = &v["one_way_ns"];
     Row {
-        path: path.into(),
-        placement: placement.into(),
-        cores: cores.into(),
-        workload: "rr".into(),
-        size,
-        repeat: rep,
         p50_us: us(ow, "p50"),
         p99_us: us(ow, "p99"),
         p999_us: us(ow, "p999"),
         mean_us: us(ow, "mean"),
         half_rtt_p50_us: us(&v["half_rtt_ns"], "p50"),
         tps: v["tps"].as_f64(),
-        gbps: None,
-        msgs_per_s: None,
         cpu_s_per_op: v["cpu_s_per_op"].as_f64(),
         lost: v["lost"].as_u64().unwrap_or(0),
         path_ok,
+        ..Row::new(path, placement, cores, "rr", size, rep)
     }
 }
 
@@ -313,6 +338,28 @@ impl Ctx {
         ]
     }
 
+    /// One measurement: a server peer in pipe `b` (given time to attach), then a client peer in
+    /// pipe `a` against it. Returns the client's result and the server's.
+    fn point(
+        &self,
+        d: &Daemon,
+        cores: (usize, usize),
+        idle: &str,
+        (server_role, client_role): (&str, &str),
+        size: usize,
+    ) -> Result<(Value, Result<Value>)> {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let srv = args(&["--role", server_role, "--idle", idle, "--quiet-exit", "5"]);
+        let server = self.peer(d, "b", cores.1, &srv)?;
+        std::thread::sleep(SERVER_START);
+        let mut cli = args(&["--role", client_role, "--dst", "10.77.0.2", "--idle", idle]);
+        cli.extend(self.common(size));
+        let c = self
+            .peer(d, "a", cores.0, &cli)?
+            .json(self.timeout(), &self.stop)?;
+        Ok((c, server.json(Duration::from_secs(15), &self.stop)))
+    }
+
     /// rr and stream points for one DockNet path on a daemon already set up.
     fn docknet_path(
         &mut self,
@@ -339,22 +386,7 @@ impl Ctx {
         let want_fc = path == "fc";
         for rep in 0..self.args.repeat {
             for &size in &self.args.rr_sizes.clone() {
-                let mut srv = vec!["--role".into(), "echo".into(), "--idle".into(), idle.into()];
-                srv.extend(["--quiet-exit".into(), "5".into()]);
-                let server = self.peer(d, "b", cores.1, &srv)?;
-                std::thread::sleep(SERVER_START);
-                let mut cli = vec![
-                    "--role".into(),
-                    "rr".into(),
-                    "--dst".into(),
-                    "10.77.0.2".into(),
-                ];
-                cli.extend(["--idle".into(), idle.into()]);
-                cli.extend(self.common(size));
-                let v = self
-                    .peer(d, "a", cores.0, &cli)?
-                    .json(self.timeout(), &self.stop)?;
-                let _ = server.json(Duration::from_secs(10), &self.stop);
+                let (v, _) = self.point(d, cores, idle, ("echo", "rr"), size)?;
                 let n = v["transactions"].as_u64().unwrap_or(0);
                 let via = if want_fc {
                     &v["rx_via"]["fc"]
@@ -370,28 +402,8 @@ impl Ctx {
                 ));
             }
             for &size in &self.args.stream_sizes.clone() {
-                let srv = vec![
-                    "--role".into(),
-                    "sink".into(),
-                    "--idle".into(),
-                    idle.into(),
-                    "--quiet-exit".into(),
-                    "3".into(),
-                ];
-                let sink = self.peer(d, "b", cores.1, &srv)?;
-                std::thread::sleep(SERVER_START);
-                let mut cli = vec![
-                    "--role".into(),
-                    "stream".into(),
-                    "--dst".into(),
-                    "10.77.0.2".into(),
-                ];
-                cli.extend(["--idle".into(), idle.into()]);
-                cli.extend(self.common(size));
-                let c = self
-                    .peer(d, "a", cores.0, &cli)?
-                    .json(self.timeout(), &self.stop)?;
-                let s = sink.json(Duration::from_secs(15), &self.stop)?;
+                let (c, s) = self.point(d, cores, idle, ("sink", "stream"), size)?;
+                let s = s?;
                 let sent = c["sent"].as_u64().unwrap_or(0);
                 let got = s["frames"].as_u64().unwrap_or(0);
                 let via = if want_fc {
@@ -400,23 +412,12 @@ impl Ctx {
                     &c["tx_via"]["daemon"]
                 };
                 self.rows.push(Row {
-                    path: path.into(),
-                    placement: placement.clone(),
-                    cores: short.clone(),
-                    workload: "stream".into(),
-                    size,
-                    repeat: rep,
-                    p50_us: None,
-                    p99_us: None,
-                    p999_us: None,
-                    mean_us: None,
-                    half_rtt_p50_us: None,
-                    tps: None,
                     gbps: s["gbps"].as_f64(),
                     msgs_per_s: s["mpps"].as_f64().map(|m| m * 1e6),
                     cpu_s_per_op: c["cpu_s_per_op"].as_f64(),
                     lost: sent.saturating_sub(got),
                     path_ok: sent > 0 && via.as_u64() == Some(sent),
+                    ..Row::new(path, &placement, &short, "stream", size, rep)
                 });
                 self.progress(&format!(
                     "{path} stream {size} B: {:.2} Gbps",
@@ -475,23 +476,10 @@ impl Ctx {
                         rr_row("kernel-bridge-tcp", &placement, &short, size, rep, &v, true)
                     } else {
                         Row {
-                            path: "kernel-bridge-tcp".into(),
-                            placement: placement.clone(),
-                            cores: short.clone(),
-                            workload: "stream".into(),
-                            size,
-                            repeat: rep,
-                            p50_us: None,
-                            p99_us: None,
-                            p999_us: None,
-                            mean_us: None,
-                            half_rtt_p50_us: None,
-                            tps: None,
                             gbps: v["gbps"].as_f64(),
                             msgs_per_s: v["msgs_per_s"].as_f64(),
                             cpu_s_per_op: v["cpu_s_per_op"].as_f64(),
-                            lost: 0,
-                            path_ok: true,
+                            ..Row::new("kernel-bridge-tcp", &placement, &short, "stream", size, rep)
                         }
                     };
                     self.progress(&format!(

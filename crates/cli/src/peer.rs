@@ -80,6 +80,20 @@ fn same_session(h: &Hdr, session: &mut Option<u16>) -> bool {
     }
 }
 
+/// Size and timing, shared by both peer commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Timing {
+    /// Raw peers: whole frame size in bytes, Ethernet header included. TCP peers: message size.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Seconds before measuring starts.
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+}
+
 /// Options of `raw peer`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PeerArgs {
@@ -89,15 +103,8 @@ pub struct PeerArgs {
     /// Server's address (clients).
     #[arg(long)]
     pub dst: Option<Ipv4Addr>,
-    /// Whole frame size in bytes, Ethernet header included.
-    #[arg(long, default_value_t = 64)]
-    pub size: usize,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 3.0)]
-    pub duration: f64,
-    /// Seconds before measuring starts.
-    #[arg(long, default_value_t = 0.5)]
-    pub warmup: f64,
+    #[command(flatten)]
+    pub t: Timing,
     /// Idle policy while waiting: spin, adaptive, adaptive:SPIN_US, or block.
     #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
     pub idle: IdlePolicy,
@@ -137,31 +144,77 @@ fn quiet_deadline(a: &PeerArgs, started: bool) -> Duration {
     })
 }
 
+/// The receive loop both raw servers share: waits (per the idle policy) for the next benchmark
+/// frame of the current session; `None` once nothing came for the quiet period.
+struct ServerLoop {
+    last: Instant,
+    started: bool,
+    session: Option<u16>,
+}
+
+/// A frame handed to a server: its length, header, receipt time, and whether it opened a new
+/// session.
+struct Arrival {
+    len: usize,
+    hdr: Hdr,
+    at_ns: u64,
+    new_session: bool,
+}
+
+impl ServerLoop {
+    fn new() -> ServerLoop {
+        ServerLoop {
+            last: Instant::now(),
+            started: false,
+            session: None,
+        }
+    }
+
+    fn next(&mut self, ep: &mut Endpoint, buf: &mut [u8], a: &PeerArgs) -> Option<Arrival> {
+        loop {
+            let Some((n, _)) = ep.recv(buf) else {
+                if self.last.elapsed() > quiet_deadline(a, self.started) {
+                    return None;
+                }
+                ep.idle(Duration::from_millis(50));
+                continue;
+            };
+            let at_ns = now_ns();
+            ep.busy();
+            self.last = Instant::now();
+            let Some(hdr) = (n >= MIN_RAW).then(|| get(&buf[ETH + IPV4..n])).flatten() else {
+                continue;
+            };
+            let before = self.session;
+            if !same_session(&hdr, &mut self.session) {
+                continue;
+            }
+            self.started = true;
+            return Some(Arrival {
+                len: n,
+                hdr,
+                at_ns,
+                new_session: before.is_some() && before != self.session,
+            });
+        }
+    }
+}
+
 fn raw_echo(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let mut buf = vec![0u8; 65600];
-    let (mut echoed, mut last, mut started, mut session) = (0u64, Instant::now(), false, None);
-    loop {
-        let Some((n, _)) = ep.recv(&mut buf) else {
-            if last.elapsed() > quiet_deadline(a, started) {
-                break;
-            }
-            ep.idle(Duration::from_millis(50));
-            continue;
-        };
-        let t1 = now_ns();
-        ep.busy();
-        last = Instant::now();
-        let Some(mut h) = (n >= MIN_RAW).then(|| get(&buf[ETH + IPV4..n])).flatten() else {
-            continue;
-        };
-        if !same_session(&h, &mut session) {
-            continue;
-        }
-        started = true;
+    let mut echoed = 0u64;
+    let mut srv = ServerLoop::new();
+    while let Some(Arrival {
+        len: n,
+        hdr: mut h,
+        at_ns,
+        ..
+    }) = srv.next(ep, &mut buf, a)
+    {
         if h.kind == STOP {
             break;
         }
-        h.t1 = t1;
+        h.t1 = at_ns;
         put(&mut buf[ETH + IPV4..], h);
         // swap Ethernet and IPv4 addresses (the IPv4 checksum is unchanged by the swap)
         let f = &mut buf[..n];
@@ -188,40 +241,23 @@ fn raw_echo(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
 fn raw_sink(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let mut buf = vec![0u8; 65600];
     let (mut frames, mut bytes, mut first, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
-    let (mut last, mut started, mut announced, mut session) = (Instant::now(), false, None, None);
-    loop {
-        let Some((n, _)) = ep.recv(&mut buf) else {
-            if last.elapsed() > quiet_deadline(a, started) {
-                break;
-            }
-            ep.idle(Duration::from_millis(50));
-            continue;
-        };
-        ep.busy();
-        last = Instant::now();
-        let Some(h) = (n >= MIN_RAW).then(|| get(&buf[ETH + IPV4..n])).flatten() else {
-            continue;
-        };
-        let before = session;
-        if !same_session(&h, &mut session) {
-            continue;
-        }
-        if before.is_some() && before != session {
+    let mut announced = None;
+    let mut srv = ServerLoop::new();
+    while let Some(arr) = srv.next(ep, &mut buf, a) {
+        if arr.new_session {
             (frames, bytes, first, last_ns) = (0, 0, 0, 0);
         }
-        started = true;
-        match h.kind {
+        match arr.hdr.kind {
             DATA => {
-                let t = now_ns();
                 if first == 0 {
-                    first = t;
+                    first = arr.at_ns;
                 }
-                last_ns = t;
+                last_ns = arr.at_ns;
                 frames += 1;
-                bytes += n as u64;
+                bytes += arr.len as u64;
             }
             STOP => {
-                announced = Some(h.t0);
+                announced = Some(arr.hdr.t0);
                 break;
             }
             _ => {}
@@ -239,7 +275,7 @@ fn raw_sink(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
 
 fn client_frame(ep: &mut Endpoint, a: &PeerArgs) -> Result<(Vec<u8>, Ipv4Addr)> {
     let dst = a.dst.context("--dst is required for client roles")?;
-    if a.size < MIN_RAW {
+    if a.t.size < MIN_RAW {
         bail!("--size must be at least {MIN_RAW} bytes for raw frames");
     }
     let max = ep
@@ -248,16 +284,16 @@ fn client_frame(ep: &mut Endpoint, a: &PeerArgs) -> Result<(Vec<u8>, Ipv4Addr)> 
         .find(|(ip, _)| *ip == dst)
         .map_or(ep.frame_size(), |(_, f)| *f)
         .max(ep.frame_size());
-    if a.size > max {
+    if a.t.size > max {
         bail!(
             "--size {} exceeds the largest frame this path carries ({max})",
-            a.size
+            a.t.size
         );
     }
     let mac = ep
         .resolve(dst, Duration::from_secs(3))
         .with_context(|| format!("no ARP answer for {dst}: is a pipe with that address up?"))?;
-    let mut f = vec![0u8; a.size];
+    let mut f = vec![0u8; a.t.size];
     write_ipv4_headers(
         &mut f,
         ep.mac(),
@@ -265,7 +301,7 @@ fn client_frame(ep: &mut Endpoint, a: &PeerArgs) -> Result<(Vec<u8>, Ipv4Addr)> 
         ep.ip(),
         dst,
         PROTO_EXPERIMENT,
-        a.size,
+        a.t.size,
     );
     Ok((f, dst))
 }
@@ -294,8 +330,8 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let (mut one_way, mut half_rtt) = (histogram(), histogram());
     let (mut via_fc, mut via_daemon, mut lost, mut seq) = (0u64, 0u64, 0u64, 0u32);
     let start = Instant::now();
-    let warm_end = start + Duration::from_secs_f64(a.warmup);
-    let end = warm_end + Duration::from_secs_f64(a.duration);
+    let warm_end = start + Duration::from_secs_f64(a.t.warmup);
+    let end = warm_end + Duration::from_secs_f64(a.t.duration);
     let mut cpu0 = None;
     loop {
         let now = Instant::now();
@@ -361,8 +397,8 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     stop(ep, &mut f, session, 0);
     let n = half_rtt.len();
     Ok(json!({
-        "role": "rr", "size": a.size, "transactions": n,
-        "tps": n as f64 / a.duration, "one_way_ns": Summary::of(&one_way),
+        "role": "rr", "size": a.t.size, "transactions": n,
+        "tps": n as f64 / a.t.duration, "one_way_ns": Summary::of(&one_way),
         "half_rtt_ns": Summary::of(&half_rtt), "rx_via": via_json(via_fc, via_daemon),
         "lost": lost, "cpu_s_per_op": if n > 0 { cpu / n as f64 } else { 0.0 },
         "idle": a.idle.to_string(), "bad_desc": ep.stats().bad_desc,
@@ -373,8 +409,8 @@ fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let (mut f, _) = client_frame(ep, a)?;
     let session = new_session();
     let start = Instant::now();
-    let warm_end = start + Duration::from_secs_f64(a.warmup);
-    let end = warm_end + Duration::from_secs_f64(a.duration);
+    let warm_end = start + Duration::from_secs_f64(a.t.warmup);
+    let end = warm_end + Duration::from_secs_f64(a.t.duration);
     let (mut sent, mut full, mut seq) = (0u64, 0u64, 0u32);
     let (mut via_fc, mut via_daemon) = (0u64, 0u64);
     let mut cpu0 = None;
@@ -422,8 +458,8 @@ fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     std::thread::sleep(Duration::from_millis(20));
     stop(ep, &mut f, session, sent);
     Ok(json!({
-        "role": "stream", "size": a.size, "sent": sent, "sent_bytes": sent * a.size as u64,
-        "secs": a.duration, "full_retries": full, "tx_via": via_json(via_fc, via_daemon),
+        "role": "stream", "size": a.t.size, "sent": sent, "sent_bytes": sent * a.t.size as u64,
+        "secs": a.t.duration, "full_retries": full, "tx_via": via_json(via_fc, via_daemon),
         "cpu_s_per_op": if sent > 0 { cpu / sent as f64 } else { 0.0 },
     }))
 }
@@ -437,15 +473,8 @@ pub struct TcpPeerArgs {
     /// Server: address to listen on. Clients: address to connect to.
     #[arg(long)]
     pub addr: SocketAddr,
-    /// Message size in bytes (at least 24).
-    #[arg(long, default_value_t = 64)]
-    pub size: usize,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 3.0)]
-    pub duration: f64,
-    /// Seconds before measuring starts.
-    #[arg(long, default_value_t = 0.5)]
-    pub warmup: f64,
+    #[command(flatten)]
+    pub t: Timing,
     /// Core to pin to.
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -459,7 +488,7 @@ pub fn tcp_peer(a: &TcpPeerArgs) -> Result<()> {
     if let Some(c) = a.cpu {
         pin(c)?;
     }
-    if a.size < HDR {
+    if a.t.size < HDR {
         bail!("--size must be at least {HDR}");
     }
     let out = match a.role.as_str() {
@@ -481,9 +510,9 @@ fn tcp_server(a: &TcpPeerArgs) -> Result<serde_json::Value> {
         // first byte: 'r' = ping-pong of fixed-size messages, 's' = sink
         let mut mode = [0u8; 1];
         s.read_exact(&mut mode)?;
-        let mut buf = vec![0u8; a.size.max(1 << 16)];
+        let mut buf = vec![0u8; a.t.size.max(1 << 16)];
         if mode[0] == b'r' {
-            let mut m = vec![0u8; a.size];
+            let mut m = vec![0u8; a.t.size];
             while s.read_exact(&mut m).is_ok() {
                 let t1 = now_ns();
                 m[16..24].copy_from_slice(&t1.to_le_bytes());
@@ -523,11 +552,11 @@ fn tcp_rr(a: &TcpPeerArgs) -> Result<serde_json::Value> {
     let mut s = connect(a.addr)?;
     s.set_nodelay(true)?;
     s.write_all(b"r")?;
-    let mut m = vec![0u8; a.size];
+    let mut m = vec![0u8; a.t.size];
     let (mut one_way, mut half_rtt) = (histogram(), histogram());
     let start = Instant::now();
-    let warm_end = start + Duration::from_secs_f64(a.warmup);
-    let end = warm_end + Duration::from_secs_f64(a.duration);
+    let warm_end = start + Duration::from_secs_f64(a.t.warmup);
+    let end = warm_end + Duration::from_secs_f64(a.t.duration);
     let mut seq = 0u32;
     let mut cpu0 = None;
     while Instant::now() < end {
@@ -560,7 +589,7 @@ fn tcp_rr(a: &TcpPeerArgs) -> Result<serde_json::Value> {
     let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
     let n = half_rtt.len();
     Ok(json!({
-        "role": "rr", "size": a.size, "transactions": n, "tps": n as f64 / a.duration,
+        "role": "rr", "size": a.t.size, "transactions": n, "tps": n as f64 / a.t.duration,
         "one_way_ns": Summary::of(&one_way), "half_rtt_ns": Summary::of(&half_rtt),
         "cpu_s_per_op": if n > 0 { cpu / n as f64 } else { 0.0 },
     }))
@@ -570,15 +599,15 @@ fn tcp_stream(a: &TcpPeerArgs) -> Result<serde_json::Value> {
     let mut s = connect(a.addr)?;
     s.set_nodelay(true)?;
     s.write_all(b"s")?;
-    let m = vec![0x5au8; a.size];
-    let warm_end = Instant::now() + Duration::from_secs_f64(a.warmup);
+    let m = vec![0x5au8; a.t.size];
+    let warm_end = Instant::now() + Duration::from_secs_f64(a.t.warmup);
     while Instant::now() < warm_end {
         s.write_all(&m)?;
     }
     let t = Instant::now();
     let cpu0 = cpu_seconds();
     let mut sent = 0u64;
-    while t.elapsed().as_secs_f64() < a.duration {
+    while t.elapsed().as_secs_f64() < a.t.duration {
         for _ in 0..16 {
             s.write_all(&m)?;
         }
@@ -587,8 +616,8 @@ fn tcp_stream(a: &TcpPeerArgs) -> Result<serde_json::Value> {
     let secs = t.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     Ok(json!({
-        "role": "stream", "size": a.size, "sent": sent, "secs": secs,
-        "gbps": sent as f64 * a.size as f64 * 8.0 / secs / 1e9,
+        "role": "stream", "size": a.t.size, "sent": sent, "secs": secs,
+        "gbps": sent as f64 * a.t.size as f64 * 8.0 / secs / 1e9,
         "msgs_per_s": sent as f64 / secs, "cpu_s_per_op": cpu / sent.max(1) as f64,
     }))
 }

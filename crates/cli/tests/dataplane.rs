@@ -16,34 +16,32 @@ fn pair(lab: &Lab, a: &str, b: &str, net: u8) -> (String, String) {
     (ia, ib)
 }
 
-/// Runs an echo server in `server` and an rr client in `client` against `dst`.
-fn rr(
-    lab: &mut Lab,
-    client: &str,
-    server: &str,
-    dst: &str,
-    secs: &str,
-    idle: &str,
-) -> serde_json::Value {
-    let srv = lab.spawn_in(
-        server,
+/// Starts a raw peer server (`echo` or `sink`) in `pipe` that exits after `quiet` idle seconds.
+fn server(lab: &mut Lab, pipe: &str, role: &str, quiet: &str) -> usize {
+    lab.spawn_in(
+        pipe,
         None,
         &[
             EXE,
             "raw",
             "peer",
             "--role",
-            "echo",
+            role,
             "--idle",
-            idle,
+            "adaptive",
             "--quiet-exit",
-            "5",
+            quiet,
         ],
-    );
+    )
+}
+
+/// Runs an echo server in `server_pipe` and an rr client in `client` against `dst`.
+fn rr(lab: &mut Lab, client: &str, server_pipe: &str, dst: &str, secs: &str) -> serde_json::Value {
+    let srv = server(lab, server_pipe, "echo", "5");
     std::thread::sleep(Duration::from_millis(200));
     let mut args: Vec<&str> = vec![EXE];
     args.extend_from_slice(RR);
-    args.extend_from_slice(&["--dst", dst, "--duration", secs, "--idle", idle]);
+    args.extend_from_slice(&["--dst", dst, "--duration", secs, "--idle", "adaptive"]);
     let c = lab.spawn_in(client, None, &args);
     let out = lab.wait(c, Duration::from_secs(60));
     assert!(
@@ -62,7 +60,7 @@ fn two_containers_exchange_frames_through_the_daemon_and_through_a_fast_channel(
     }
     let mut lab = Lab::start("adaptive");
     let (_, ib) = pair(&lab, "a", "b", 40);
-    let v = rr(&mut lab, "a", "b", &ib, "0.5", "adaptive");
+    let v = rr(&mut lab, "a", "b", &ib, "0.5");
     let n = v["transactions"].as_u64().unwrap();
     assert!(n > 100, "{v}");
     assert_eq!(v["lost"], 0);
@@ -74,7 +72,7 @@ fn two_containers_exchange_frames_through_the_daemon_and_through_a_fast_channel(
 
     lab.ok(&["fc", "connect", "a", "b"]);
     let before = lab.counter("a", "tx_packets");
-    let v = rr(&mut lab, "a", "b", &ib, "0.5", "adaptive");
+    let v = rr(&mut lab, "a", "b", &ib, "0.5");
     let n = v["transactions"].as_u64().unwrap();
     assert!(n > 100, "{v}");
     assert_eq!(
@@ -161,7 +159,7 @@ fn a_container_scribbling_over_its_whole_region_hurts_only_itself() {
     );
     let evil = lab.spawn_in("evil", None, &["sh", "-c", &script]);
     std::thread::sleep(Duration::from_millis(300));
-    let v = rr(&mut lab, "a", "b", &ib, "2", "adaptive");
+    let v = rr(&mut lab, "a", "b", &ib, "2");
     let out = lab.wait(evil, Duration::from_secs(30));
     assert!(out.status.success());
     let n = v["transactions"].as_u64().unwrap();
@@ -177,7 +175,7 @@ fn a_container_scribbling_over_its_whole_region_hurts_only_itself() {
     );
     assert_eq!(lab.counter("a", "bad_desc"), 0);
     assert_eq!(lab.counter("b", "bad_desc"), 0);
-    let v = rr(&mut lab, "a", "b", &ib, "0.3", "adaptive");
+    let v = rr(&mut lab, "a", "b", &ib, "0.3");
     assert!(v["transactions"].as_u64().unwrap() > 100);
 }
 
@@ -191,21 +189,7 @@ fn a_restarted_daemon_adopts_live_pipes() {
     lab.ok(&["pipe", "create", "c", "--ip", "10.43.0.3/24"]);
     lab.ok(&["fc", "connect", "a", "c"]);
     // a server attached before the crash keeps its mapping across it
-    let srv = lab.spawn_in(
-        "b",
-        None,
-        &[
-            EXE,
-            "raw",
-            "peer",
-            "--role",
-            "echo",
-            "--idle",
-            "adaptive",
-            "--quiet-exit",
-            "20",
-        ],
-    );
+    let srv = server(&mut lab, "b", "echo", "20");
     std::thread::sleep(Duration::from_millis(300));
     lab.kill_daemon();
     lab.start_daemon();
@@ -240,36 +224,8 @@ fn an_idle_adaptive_system_burns_no_cpu() {
     pair(&lab, "a", "b", 44);
     lab.ok(&["fc", "connect", "a", "b"]);
     // two attached servers waiting for traffic that never comes
-    let a = lab.spawn_in(
-        "a",
-        None,
-        &[
-            EXE,
-            "raw",
-            "peer",
-            "--role",
-            "echo",
-            "--idle",
-            "adaptive",
-            "--quiet-exit",
-            "30",
-        ],
-    );
-    let b = lab.spawn_in(
-        "b",
-        None,
-        &[
-            EXE,
-            "raw",
-            "peer",
-            "--role",
-            "sink",
-            "--idle",
-            "adaptive",
-            "--quiet-exit",
-            "30",
-        ],
-    );
+    let a = server(&mut lab, "a", "echo", "30");
+    let b = server(&mut lab, "b", "sink", "30");
     std::thread::sleep(Duration::from_millis(500));
     let mut pids = vec![lab.daemon_pid()];
     pids.extend(tree(lab.child_pid(a)));
