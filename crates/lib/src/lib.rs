@@ -4,10 +4,16 @@
 //! `/run/docknet/pipe` (or `$DOCKNET_PIPE`), sends each Ethernet frame through a fast channel
 //! when its destination IP belongs to a partner and through the pipe's tx ring otherwise, and
 //! receives from the fast channels first, then from the rx ring (paper §3.3).
+//!
+//! [`stack::Stack`] runs smoltcp over that endpoint ([`device::PipeDevice`]) and offers blocking
+//! std-like sockets: [`TcpListener`], [`TcpStream`] (`Read` + `Write`) and [`UdpSocket`].
 
 #![deny(unsafe_code)]
 
+pub mod device;
 pub mod frame;
 pub mod raw;
+pub mod stack;
 
 pub use raw::{AttachError, Endpoint, SendError, Via};
+pub use stack::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};

@@ -16,6 +16,8 @@ use std::fs::{self, OpenOptions};
 use std::io;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Where a pipe is mounted inside a container started by `docknet run`.
@@ -76,7 +78,7 @@ struct FcLink {
     path: PathBuf,
     peer_ip: Ipv4Addr,
     peer_mac: [u8; 6],
-    region: Region,
+    region: Arc<Region>,
     tx: Producer,
     rx: Consumer,
     rx_unreleased: u32,
@@ -105,7 +107,7 @@ pub struct EndpointStats {
 #[derive(Debug)]
 pub struct Endpoint {
     dir: PathBuf,
-    region: Region,
+    region: Arc<Region>,
     info: RegionInfo,
     tx: Producer,
     rx: Consumer,
@@ -116,7 +118,7 @@ pub struct Endpoint {
     stats: EndpointStats,
 }
 
-fn map(path: &Path, kind: Kind) -> Result<(Region, RegionInfo), AttachError> {
+fn map(path: &Path, kind: Kind) -> Result<(Arc<Region>, RegionInfo), AttachError> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -133,7 +135,30 @@ fn map(path: &Path, kind: Kind) -> Result<(Region, RegionInfo), AttachError> {
         path: path.to_path_buf(),
         source,
     })?;
-    Ok((region, info))
+    Ok((Arc::new(region), info))
+}
+
+/// The futex words an endpoint sleeps on, armed by [`Endpoint::arm_sleep`]. Holds its regions
+/// alive, so a thread can wait on it without holding the endpoint (e.g. outside a lock).
+#[derive(Debug)]
+pub struct SleepSet {
+    words: Vec<(Arc<Region>, usize, u32)>,
+}
+
+impl SleepSet {
+    /// Sleeps until a producer kicks one of the rings, the fast channels change, any of `extra`
+    /// (word, expected value) changes, or `timeout` passes.
+    pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) {
+        let mut words: Vec<(&AtomicU32, u32)> = self
+            .words
+            .iter()
+            .filter_map(|(r, off, v)| r.u32_at(*off).map(|w| (w, *v)))
+            .collect();
+        words.extend_from_slice(extra);
+        if wake::wait_any(&words, Some(timeout)).is_err() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
 }
 
 impl Endpoint {
@@ -418,28 +443,36 @@ impl Endpoint {
     }
 
     fn sleep(&mut self, max_sleep: Duration) {
+        if let Some(set) = self.arm_sleep() {
+            self.stats.sleeps += 1;
+            set.wait(&[], max_sleep);
+        }
+        self.disarm_sleep();
+    }
+
+    /// Arms the sleep words of every ring this endpoint reads and returns them, or `None`
+    /// (disarmed again) when work arrived meanwhile. After waiting, call
+    /// [`Endpoint::disarm_sleep`].
+    pub fn arm_sleep(&mut self) -> Option<SleepSet> {
         let mut pending = self.rx.arm(&self.region);
         for l in &mut self.fcs {
             pending |= l.rx.arm(&l.region);
         }
-        if !pending {
-            let mut words = Vec::with_capacity(2 + self.fcs.len());
-            if let Some(w) = self.region.u32_at(self.info.rings[1].sleep_off()) {
-                words.push((w, 1));
-            }
-            for l in &self.fcs {
-                if let Some(w) = l.rx.sleep_word(&l.region) {
-                    words.push((w, 1));
-                }
-            }
-            if let Some(g) = self.region.u32_at(layout::GENERATION_OFF) {
-                words.push((g, self.generation));
-            }
-            self.stats.sleeps += 1;
-            if wake::wait_any(&words, Some(max_sleep)).is_err() {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+        if pending {
+            self.disarm_sleep();
+            return None;
         }
+        let mut words = Vec::with_capacity(2 + self.fcs.len());
+        words.push((self.region.clone(), self.info.rings[1].sleep_off(), 1));
+        for l in &self.fcs {
+            words.push((l.region.clone(), l.rx.layout().sleep_off(), 1));
+        }
+        words.push((self.region.clone(), layout::GENERATION_OFF, self.generation));
+        Some(SleepSet { words })
+    }
+
+    /// Clears the sleep words after a sleep and picks up fast-channel changes.
+    pub fn disarm_sleep(&mut self) {
         self.rx.disarm(&self.region);
         for l in &self.fcs {
             l.rx.disarm(&l.region);
