@@ -7,7 +7,6 @@ mod container;
 mod ctl;
 mod netns;
 mod peer;
-mod stats;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

@@ -11,10 +11,10 @@
 //!  the reply: one-way samples are t1 - t0 and t2 - t1.
 //! ```
 
-use crate::stats::{cpu_seconds, histogram, now_ns, pin, Summary};
 use anyhow::{bail, Context, Result};
 use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4, PROTO_EXPERIMENT};
 use docknet_lib::{Endpoint, SendError, Via};
+use docknet_perf::stats::{cpu_seconds, histogram, now_ns, pin, Summary};
 use docknet_pipe::IdlePolicy;
 use serde_json::json;
 use std::io::{Read, Write};

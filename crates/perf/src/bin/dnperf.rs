@@ -1,0 +1,231 @@
+//! dnperf: the measuring program. One code path, two stacks:
+//!
+//!   dnperf server --stack kernel|docknet --bind IP:PORT
+//!   dnperf client --stack kernel|docknet --connect IP:PORT --workload rr|stream --size BYTES
+//!                 --duration SECS [--warmup SECS] --json
+//!
+//! `--stack docknet` attaches to the container's DockPipe (/run/docknet/pipe or $DOCKNET_PIPE):
+//! run it under `docknet run --pipe NAME -- dnperf ...`.
+
+#![deny(unsafe_code)]
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use docknet_lib::{Endpoint, Stack, StackConfig};
+use docknet_perf::net::{DockNet, KernelNet, Net};
+use docknet_perf::stats::pin;
+use docknet_perf::workload::{self, Workload};
+use docknet_pipe::IdlePolicy;
+use serde_json::json;
+use std::net::SocketAddrV4;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Measures request/response latency and streaming goodput over kernel sockets or DockNet.
+#[derive(Debug, Parser)]
+#[command(name = "dnperf", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StackKind {
+    /// std sockets over the kernel's network stack.
+    Kernel,
+    /// DockLib (smoltcp over the container's DockPipe).
+    Docknet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Proto {
+    Tcp,
+    Udp,
+}
+
+#[derive(Debug, clap::Args)]
+struct Common {
+    /// Which network stack to measure.
+    #[arg(long, value_enum)]
+    stack: StackKind,
+    /// Transport protocol (UDP is not implemented yet; see the DockLib issue).
+    #[arg(long, value_enum, default_value = "tcp")]
+    proto: Proto,
+    /// Pin to this core.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// DockNet: what a waiting call does (spin, adaptive, adaptive:SPIN_US, block).
+    #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
+    idle: IdlePolicy,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Serve measurement connections.
+    Server {
+        #[command(flatten)]
+        c: Common,
+        /// Address to listen on.
+        #[arg(long)]
+        bind: SocketAddrV4,
+        /// Exit after this many connections (0: serve forever).
+        #[arg(long, default_value_t = 0)]
+        conns: usize,
+    },
+    /// Measure against a server.
+    Client {
+        #[command(flatten)]
+        c: Common,
+        /// Server address.
+        #[arg(long)]
+        connect: SocketAddrV4,
+        /// rr (ping-pong) or stream.
+        #[arg(long, value_enum)]
+        workload: Workload,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Measured seconds.
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// Seconds before measuring (excluded).
+        #[arg(long, default_value_t = 0.5)]
+        warmup: f64,
+        /// Print the result as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn env(c: &Common, mtu: Option<u32>) -> serde_json::Value {
+    let u = nix::sys::utsname::uname().ok();
+    json!({
+        "kernel": u.as_ref().map(|u| u.release().to_string_lossy().into_owned()),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "pinned_core": c.cpu,
+        "stack": match c.stack { StackKind::Kernel => "kernel", StackKind::Docknet => "docknet" },
+        "idle": c.idle.to_string(),
+        "mtu": mtu,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+fn docknet(c: &Common) -> Result<DockNet> {
+    let ep = Endpoint::attach_default(c.idle)?;
+    let mtu = ep.mtu();
+    let cfg = StackConfig {
+        idle: c.idle,
+        ..StackConfig::default()
+    };
+    Ok(DockNet {
+        stack: Stack::new(ep, cfg),
+        mtu,
+    })
+}
+
+fn run_server<N: Net>(net: N, bind: SocketAddrV4, conns: usize) -> Result<()> {
+    let n = workload::serve(&net, bind, conns)?;
+    println!(
+        "{}",
+        json!({"role": "server", "stack": net.name(), "handled": n})
+    );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_client<N: Net>(
+    net: N,
+    c: &Common,
+    addr: SocketAddrV4,
+    wl: Workload,
+    size: usize,
+    duration: f64,
+    warmup: f64,
+    as_json: bool,
+) -> Result<()> {
+    let out = workload::client(
+        &net,
+        addr,
+        wl,
+        size,
+        Duration::from_secs_f64(duration),
+        Duration::from_secs_f64(warmup),
+    )?;
+    let v = json!({
+        "env": env(c, net.mtu()), "workload": wl, "size": size, "duration_s": duration,
+        "warmup_s": warmup, "result": out,
+    });
+    if as_json {
+        println!("{v}");
+    } else if let Some(ow) = out.one_way_ns {
+        println!(
+            "{} rr {size} B: one-way p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us; {:.0} transactions/s; {:.2} us CPU per transaction",
+            net.name(),
+            ow.p50 as f64 / 1e3,
+            ow.p99 as f64 / 1e3,
+            ow.p999 as f64 / 1e3,
+            out.tps,
+            out.cpu_s_per_op * 1e6
+        );
+    } else {
+        println!(
+            "{} stream {size} B: {:.2} Gbps, {:.0} messages/s at the receiver",
+            net.name(),
+            out.gbps.unwrap_or(0.0),
+            out.msgs_per_s.unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+fn main_inner(cli: Cli) -> Result<()> {
+    let c = match &cli.cmd {
+        Cmd::Server { c, .. } | Cmd::Client { c, .. } => c,
+    };
+    if c.proto == Proto::Udp {
+        bail!("--proto udp is not implemented yet (TCP only)");
+    }
+    if let Some(core) = c.cpu {
+        pin(core).with_context(|| format!("pinning to core {core}"))?;
+    }
+    match &cli.cmd {
+        Cmd::Server { c, bind, conns } => match c.stack {
+            StackKind::Kernel => run_server(KernelNet, *bind, *conns),
+            StackKind::Docknet => run_server(docknet(c)?, *bind, *conns),
+        },
+        Cmd::Client {
+            c,
+            connect,
+            workload,
+            size,
+            duration,
+            warmup,
+            json,
+        } => match c.stack {
+            StackKind::Kernel => run_client(
+                KernelNet, c, *connect, *workload, *size, *duration, *warmup, *json,
+            ),
+            StackKind::Docknet => run_client(
+                docknet(c)?,
+                c,
+                *connect,
+                *workload,
+                *size,
+                *duration,
+                *warmup,
+                *json,
+            ),
+        },
+    }
+}
+
+fn main() -> ExitCode {
+    match main_inner(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dnperf: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

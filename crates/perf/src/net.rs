@@ -1,0 +1,142 @@
+//! The two stacks behind one trait.
+
+use docknet_lib::{Stack, TcpListener, TcpStream};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+/// A network stack a measurement runs over.
+pub trait Net: Clone + Send + Sync + 'static {
+    /// A connected TCP stream.
+    type Stream: Read + Write + Send + 'static;
+    /// A TCP listener.
+    type Listener: Send + 'static;
+    /// `kernel` or `docknet`.
+    fn name(&self) -> &'static str;
+    /// Listens on `addr`.
+    fn listen(&self, addr: SocketAddrV4) -> io::Result<Self::Listener>;
+    /// Waits for a connection.
+    fn accept(&self, l: &mut Self::Listener) -> io::Result<Self::Stream>;
+    /// Connects to `addr`. `nodelay`: Nagle off (request/response); otherwise the stack's
+    /// throughput setting (Nagle on, as both stacks do by default for bulk senders).
+    fn connect(&self, addr: SocketAddrV4, nodelay: bool) -> io::Result<Self::Stream>;
+    /// Sends FIN.
+    fn shutdown_write(&self, s: &mut Self::Stream) -> io::Result<()>;
+    /// MTU of the link the stack sends on, if known.
+    fn mtu(&self) -> Option<u32>;
+}
+
+/// Kernel sockets (`std::net`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelNet;
+
+impl Net for KernelNet {
+    type Stream = std::net::TcpStream;
+    type Listener = std::net::TcpListener;
+
+    fn name(&self) -> &'static str {
+        "kernel"
+    }
+
+    fn listen(&self, addr: SocketAddrV4) -> io::Result<Self::Listener> {
+        std::net::TcpListener::bind(addr)
+    }
+
+    fn accept(&self, l: &mut Self::Listener) -> io::Result<Self::Stream> {
+        let (s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    }
+
+    fn connect(&self, addr: SocketAddrV4, nodelay: bool) -> io::Result<Self::Stream> {
+        // the server may still be starting: retry a refused connect for a few seconds
+        let t = Instant::now();
+        loop {
+            match std::net::TcpStream::connect(SocketAddr::V4(addr)) {
+                Ok(s) => {
+                    s.set_nodelay(nodelay)?;
+                    return Ok(s);
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::ConnectionRefused
+                        && t.elapsed() < Duration::from_secs(5) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn shutdown_write(&self, s: &mut Self::Stream) -> io::Result<()> {
+        s.shutdown(std::net::Shutdown::Write)
+    }
+
+    fn mtu(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// DockLib sockets over the container's DockPipe.
+#[derive(Debug, Clone)]
+pub struct DockNet {
+    /// The stack.
+    pub stack: Stack,
+    /// The pipe's MTU.
+    pub mtu: u32,
+}
+
+impl Net for DockNet {
+    type Stream = TcpStream;
+    type Listener = TcpListener;
+
+    fn name(&self) -> &'static str {
+        "docknet"
+    }
+
+    fn listen(&self, addr: SocketAddrV4) -> io::Result<Self::Listener> {
+        if !addr.ip().is_unspecified() && *addr.ip() != self.stack.ip() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!(
+                    "{} is not this pipe's address ({})",
+                    addr.ip(),
+                    self.stack.ip()
+                ),
+            ));
+        }
+        TcpListener::bind(&self.stack, addr.port())
+    }
+
+    fn accept(&self, l: &mut Self::Listener) -> io::Result<Self::Stream> {
+        l.accept().map(|(s, _)| s)
+    }
+
+    fn connect(&self, addr: SocketAddrV4, nodelay: bool) -> io::Result<Self::Stream> {
+        let t = Instant::now();
+        loop {
+            match TcpStream::connect(&self.stack, addr) {
+                Err(e)
+                    if e.kind() == io::ErrorKind::ConnectionRefused
+                        && t.elapsed() < Duration::from_secs(5) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(mut s) => {
+                    s.set_nodelay(nodelay);
+                    return Ok(s);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn shutdown_write(&self, s: &mut Self::Stream) -> io::Result<()> {
+        s.shutdown_write();
+        Ok(())
+    }
+
+    fn mtu(&self) -> Option<u32> {
+        Some(self.mtu)
+    }
+}

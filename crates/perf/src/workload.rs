@@ -1,0 +1,235 @@
+//! The workloads, written once over [`Net`].
+
+use crate::net::Net;
+use crate::stats::{cpu_seconds, histogram, now_ns, Summary};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::net::SocketAddrV4;
+use std::time::{Duration, Instant};
+
+/// Bytes of the ping-pong header inside a message.
+pub const RR_HDR: usize = 24;
+
+/// What a client measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Ping-pong of fixed-size messages.
+    Rr,
+    /// One-way stream of fixed-size writes.
+    Stream,
+}
+
+/// Result of a client run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Outcome {
+    /// rr: transactions completed while measuring.
+    pub transactions: u64,
+    /// rr: per second.
+    pub tps: f64,
+    /// rr: one-way latency (both directions' samples).
+    pub one_way_ns: Option<Summary>,
+    /// rr: RTT / 2.
+    pub half_rtt_ns: Option<Summary>,
+    /// stream: goodput at the receiver.
+    pub gbps: Option<f64>,
+    /// stream: messages per second at the receiver.
+    pub msgs_per_s: Option<f64>,
+    /// stream: bytes the receiver got.
+    pub bytes: Option<u64>,
+    /// CPU seconds of this process per operation (transaction or message).
+    pub cpu_s_per_op: f64,
+}
+
+/// Serves measurement connections on `addr`, each on its own thread; returns after `conns`
+/// connections have finished (0: never).
+pub fn serve<N: Net>(net: &N, addr: SocketAddrV4, conns: usize) -> Result<u64> {
+    let mut l = net
+        .listen(addr)
+        .with_context(|| format!("listening on {addr}"))?;
+    let mut handles = Vec::new();
+    let mut n = 0usize;
+    loop {
+        let s = net.accept(&mut l).context("accepting")?;
+        let net2 = net.clone();
+        handles.push(std::thread::spawn(move || serve_one(&net2, s)));
+        n += 1;
+        if conns != 0 && n >= conns {
+            break;
+        }
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h
+            .join()
+            .map_err(|_| anyhow::anyhow!("server thread panicked"))??;
+    }
+    Ok(total)
+}
+
+fn serve_one<N: Net>(_net: &N, mut s: N::Stream) -> Result<u64> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).context("reading the mode")?;
+    let size = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let warmup_ns = u64::from(u32::from_le_bytes([head[5], head[6], head[7], head[8]])) * 1_000_000;
+    if !(RR_HDR..=64 << 20).contains(&size) {
+        bail!("message size {size} out of range");
+    }
+    match head[0] {
+        b'r' => {
+            let mut m = vec![0u8; size];
+            let mut n = 0;
+            while s.read_exact(&mut m).is_ok() {
+                m[16..24].copy_from_slice(&now_ns().to_le_bytes());
+                s.write_all(&m)?;
+                n += 1;
+            }
+            Ok(n)
+        }
+        b's' => {
+            let mut buf = vec![0u8; size.max(64 * 1024)];
+            // count from the end of the client's warm-up (measured from the first byte)
+            let (mut bytes, mut start, mut first, mut last) = (0u64, 0u64, 0u64, 0u64);
+            loop {
+                let k = s.read(&mut buf)?;
+                if k == 0 {
+                    break;
+                }
+                let now = now_ns();
+                if start == 0 {
+                    start = now;
+                }
+                if now.saturating_sub(start) < warmup_ns {
+                    continue;
+                }
+                last = now;
+                if first == 0 {
+                    first = now;
+                } else {
+                    bytes += k as u64;
+                }
+            }
+            let mut rep = [0u8; 16];
+            rep[..8].copy_from_slice(&bytes.to_le_bytes());
+            rep[8..].copy_from_slice(&last.saturating_sub(first).to_le_bytes());
+            s.write_all(&rep)?;
+            Ok(bytes)
+        }
+        m => bail!("unknown mode byte {m:#x}"),
+    }
+}
+
+/// Runs a client.
+pub fn client<N: Net>(
+    net: &N,
+    addr: SocketAddrV4,
+    workload: Workload,
+    size: usize,
+    duration: Duration,
+    warmup: Duration,
+) -> Result<Outcome> {
+    if size < RR_HDR && workload == Workload::Rr {
+        bail!("--size must be at least {RR_HDR} for rr");
+    }
+    let mut s = net
+        .connect(addr, workload == Workload::Rr)
+        .with_context(|| format!("connecting to {addr}"))?;
+    let mut head = [0u8; 9];
+    head[0] = if workload == Workload::Rr { b'r' } else { b's' };
+    head[1..5].copy_from_slice(&(size.max(RR_HDR) as u32).to_le_bytes());
+    head[5..].copy_from_slice(&(warmup.as_millis().min(u128::from(u32::MAX)) as u32).to_le_bytes());
+    s.write_all(&head)?;
+    match workload {
+        Workload::Rr => rr(&mut s, size, duration, warmup),
+        Workload::Stream => stream(net, s, size, duration, warmup),
+    }
+}
+
+fn rr<S: Read + Write>(
+    s: &mut S,
+    size: usize,
+    duration: Duration,
+    warmup: Duration,
+) -> Result<Outcome> {
+    let mut m = vec![0u8; size];
+    let (mut one_way, mut half) = (histogram(), histogram());
+    let warm_end = Instant::now() + warmup;
+    let end = warm_end + duration;
+    let mut seq = 0u32;
+    let mut cpu0 = None;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let measuring = now >= warm_end;
+        if measuring && cpu0.is_none() {
+            cpu0 = Some(cpu_seconds());
+        }
+        seq = seq.wrapping_add(1);
+        let t0 = now_ns();
+        m[0..4].copy_from_slice(&seq.to_le_bytes());
+        m[8..16].copy_from_slice(&t0.to_le_bytes());
+        s.write_all(&m)?;
+        s.read_exact(&mut m).context("reading the reply")?;
+        let t2 = now_ns();
+        if u32::from_le_bytes([m[0], m[1], m[2], m[3]]) != seq {
+            bail!("reply out of order");
+        }
+        let t1 = u64::from_le_bytes(m[16..24].try_into().unwrap_or([0; 8]));
+        if measuring {
+            let _ = one_way.record(t1.saturating_sub(t0).max(1));
+            let _ = one_way.record(t2.saturating_sub(t1).max(1));
+            let _ = half.record((t2.saturating_sub(t0) / 2).max(1));
+        }
+    }
+    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+    let n = half.len();
+    Ok(Outcome {
+        transactions: n,
+        tps: n as f64 / duration.as_secs_f64(),
+        one_way_ns: Some(Summary::of(&one_way)),
+        half_rtt_ns: Some(Summary::of(&half)),
+        cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
+        ..Outcome::default()
+    })
+}
+
+fn stream<N: Net>(
+    net: &N,
+    mut s: N::Stream,
+    size: usize,
+    duration: Duration,
+    warmup: Duration,
+) -> Result<Outcome> {
+    let m = vec![0x5au8; size.max(1)];
+    let warm_end = Instant::now() + warmup;
+    while Instant::now() < warm_end {
+        s.write_all(&m)?;
+    }
+    let cpu0 = cpu_seconds();
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while t.elapsed() < duration {
+        for _ in 0..8 {
+            s.write_all(&m)?;
+        }
+        sent += 8;
+    }
+    net.shutdown_write(&mut s)?;
+    let mut rep = [0u8; 16];
+    s.read_exact(&mut rep)
+        .context("reading the receiver's report")?;
+    let cpu = cpu_seconds() - cpu0;
+    let bytes = u64::from_le_bytes(rep[..8].try_into().unwrap_or([0; 8]));
+    let ns = u64::from_le_bytes(rep[8..].try_into().unwrap_or([0; 8])).max(1);
+    let secs = ns as f64 / 1e9;
+    Ok(Outcome {
+        gbps: Some(bytes as f64 * 8.0 / secs / 1e9),
+        msgs_per_s: Some(bytes as f64 / size as f64 / secs),
+        bytes: Some(bytes),
+        cpu_s_per_op: cpu / sent.max(1) as f64,
+        ..Outcome::default()
+    })
+}
