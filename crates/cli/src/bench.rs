@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Time given to a server to attach (and drain stale frames) before its client starts.
-const SERVER_START: Duration = Duration::from_millis(200);
+pub(crate) const SERVER_START: Duration = Duration::from_millis(200);
 
 /// Options of `raw bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,11 +53,16 @@ pub struct BenchArgs {
     pub report: Option<PathBuf>,
 }
 
-/// One measured point.
+/// One measured point. Field names in JSON follow the lab's results schema (`mode`,
+/// `msg_size`, `tool`, ...).
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// fc | daemon | kernel-bridge-tcp.
+    /// The path or mode measured (raw bench: fc | daemon | kernel-bridge-tcp; TCP bench: the
+    /// mode names).
+    #[serde(rename = "mode")]
     pub path: String,
+    /// Program that measured: dnperf, or the raw bench's own peers.
+    pub tool: String,
     /// Where each party ran.
     pub placement: String,
     /// Short form of the placement: client core, server core, daemon master core.
@@ -65,7 +70,10 @@ pub struct Row {
     /// rr | stream.
     pub workload: String,
     /// Frame (raw) or message (TCP) size.
+    #[serde(rename = "msg_size")]
     pub size: usize,
+    /// MTU of the link, where known.
+    pub mtu: Option<u32>,
     /// Run index.
     pub repeat: usize,
     /// One-way latency percentiles (µs), rr only.
@@ -94,7 +102,7 @@ pub struct Row {
 
 impl Row {
     /// A row with only its identity filled in.
-    fn new(
+    pub(crate) fn new(
         path: &str,
         placement: &str,
         cores: &str,
@@ -104,6 +112,13 @@ impl Row {
     ) -> Row {
         Row {
             path: path.into(),
+            tool: if path.starts_with("kernel") {
+                "raw tcp-peer"
+            } else {
+                "raw peer"
+            }
+            .into(),
+            mtu: None,
             placement: placement.into(),
             cores: cores.into(),
             workload: workload.into(),
@@ -124,13 +139,13 @@ impl Row {
     }
 }
 
-struct Proc {
+pub(crate) struct Proc {
     child: Child,
     what: String,
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, what: &str) -> Result<Proc> {
+    pub(crate) fn spawn(mut cmd: Command, what: &str) -> Result<Proc> {
         cmd.stdout(Stdio::piped()).stdin(Stdio::null());
         let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
         Ok(Proc {
@@ -140,7 +155,7 @@ impl Proc {
     }
 
     /// Waits up to `timeout` and parses the last stdout line as JSON.
-    fn json(mut self, timeout: Duration, stop: &AtomicBool) -> Result<Value> {
+    pub(crate) fn json(mut self, timeout: Duration, stop: &AtomicBool) -> Result<Value> {
         let t = Instant::now();
         let status = loop {
             if let Some(s) = self.child.try_wait()? {
@@ -271,7 +286,7 @@ impl Drop for Daemon {
     }
 }
 
-fn us(v: &Value, k: &str) -> Option<f64> {
+pub(crate) fn us(v: &Value, k: &str) -> Option<f64> {
     v[k].as_f64().map(|ns| ns / 1000.0)
 }
 
@@ -564,6 +579,8 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
             lost.sort_unstable();
             Row {
                 path: p,
+                tool: g[0].tool.clone(),
+                mtu: g[0].mtu,
                 placement: g[0].placement.clone(),
                 cores: c,
                 workload: w,
@@ -585,7 +602,7 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
         .collect()
 }
 
-fn env_json(args: &BenchArgs) -> Value {
+pub(crate) fn env_json(duration: f64, warmup: f64, repeat: usize) -> Value {
     let uname = nix::sys::utsname::uname().ok();
     json!({
         "kernel": uname.as_ref().map(|u| u.release().to_string_lossy().into_owned()),
@@ -593,15 +610,21 @@ fn env_json(args: &BenchArgs) -> Value {
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "version": env!("CARGO_PKG_VERSION"),
-        "duration_s": args.duration,
-        "warmup_s": args.warmup,
-        "repeat": args.repeat,
+        "duration_s": duration,
+        "warmup_s": warmup,
+        "repeat": repeat,
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
     })
 }
 
 /// The median row for (path, workload, size) whose cores start with `cores`.
-fn find<'a>(med: &'a [Row], path: &str, wl: &str, size: usize, cores: &str) -> Option<&'a Row> {
+pub(crate) fn find<'a>(
+    med: &'a [Row],
+    path: &str,
+    wl: &str,
+    size: usize,
+    cores: &str,
+) -> Option<&'a Row> {
     med.iter().find(|r| {
         r.path == path && r.workload == wl && r.size == size && r.cores.starts_with(cores)
     })
@@ -850,7 +873,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     let doc = json!({
-        "env": env_json(&args), "results": ctx.rows, "medians": med,
+        "env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med,
         "ratios": ratios, "targets": checks,
     });
     let mut outputs = Vec::new();

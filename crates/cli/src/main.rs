@@ -7,6 +7,7 @@ mod container;
 mod ctl;
 mod netns;
 mod peer;
+mod tcpbench;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -79,6 +80,9 @@ enum Cmd {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
+    /// TCP side by side over network modes, measured by dnperf (needs root).
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Raw-frame tools: the ring benchmark and its peers.
     #[command(subcommand)]
     Raw(RawCmd),
@@ -154,6 +158,14 @@ enum FcCmd {
         /// The other partner.
         b: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCmd {
+    /// Request/response latency (ping-pong of fixed-size messages).
+    Rr(tcpbench::TcpBenchArgs),
+    /// Streaming goodput, counted at the receiver.
+    Stream(tcpbench::TcpBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -270,6 +282,8 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Run { pipe, cpu, cmd } => return container::run(sock, &pipe, cpu, &cmd),
         Cmd::Init { cpu, cmd } => return container::init(cpu, &cmd),
+        Cmd::Bench(BenchCmd::Rr(a)) => tcpbench::run("rr", a)?,
+        Cmd::Bench(BenchCmd::Stream(a)) => tcpbench::run("stream", a)?,
         Cmd::Raw(RawCmd::Bench(a)) => bench::run(a)?,
         Cmd::Raw(RawCmd::Peer(a)) => peer::raw_peer(&a)?,
         Cmd::Raw(RawCmd::TcpPeer(a)) => peer::tcp_peer(&a)?,

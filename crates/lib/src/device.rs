@@ -9,7 +9,43 @@
 use crate::raw::{Endpoint, SendError};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
+use std::collections::VecDeque;
 use std::time::Duration;
+
+/// Faults injected on received frames (for tests and experiments; none by default).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Percent of frames dropped.
+    pub drop_pct: u8,
+    /// Percent of frames delivered twice.
+    pub dup_pct: u8,
+    /// Percent of frames held back and delivered after later ones.
+    pub reorder_pct: u8,
+    /// Largest added delay (each frame gets a uniform delay up to this).
+    pub max_delay: Duration,
+    /// Seed of the generator (runs are reproducible).
+    pub seed: u64,
+}
+
+#[derive(Debug)]
+struct Injector {
+    f: Faults,
+    rng: u64,
+    held: VecDeque<(std::time::Instant, Vec<u8>)>,
+}
+
+impl Injector {
+    fn roll(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    fn pct(&mut self, p: u8) -> bool {
+        p > 0 && self.roll() % 100 < u64::from(p)
+    }
+}
 
 /// Counters of the device.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,6 +56,8 @@ pub struct DeviceStats {
     pub tx: u64,
     /// Frames dropped because the ring stayed full (the stack retransmits).
     pub tx_dropped: u64,
+    /// Frames dropped, duplicated, reordered or delayed by fault injection.
+    pub injected: u64,
 }
 
 /// A smoltcp [`phy::Device`] over a DockPipe endpoint.
@@ -31,6 +69,7 @@ pub struct PipeDevice {
     tx_buf: Vec<u8>,
     mtu: usize,
     checksums: bool,
+    faults: Option<Injector>,
     /// Counters.
     pub stats: DeviceStats,
 }
@@ -49,7 +88,69 @@ impl PipeDevice {
             tx_buf: vec![0; frame.max(2048)],
             ep,
             checksums,
+            faults: None,
             stats: DeviceStats::default(),
+        }
+    }
+
+    /// Injects `f` into every received frame from now on.
+    pub fn set_faults(&mut self, f: Faults) {
+        self.faults = Some(Injector {
+            f,
+            rng: f.seed | 1,
+            held: VecDeque::new(),
+        });
+    }
+
+    /// Time until a held-back frame is due (for the caller's sleep), if any is held.
+    pub fn next_due(&self) -> Option<Duration> {
+        let inj = self.faults.as_ref()?;
+        let now = std::time::Instant::now();
+        inj.held
+            .iter()
+            .map(|(t, _)| t.saturating_duration_since(now))
+            .min()
+    }
+
+    /// Next frame into `rx_buf` after fault injection; its length.
+    fn next_frame(&mut self) -> Option<usize> {
+        let Some(inj) = self.faults.as_mut() else {
+            return self.ep.recv(&mut self.rx_buf).map(|(n, _)| n);
+        };
+        let now = std::time::Instant::now();
+        if let Some(i) = inj.held.iter().position(|(t, _)| *t <= now) {
+            let (_, f) = inj.held.remove(i)?;
+            self.rx_buf[..f.len()].copy_from_slice(&f);
+            return Some(f.len());
+        }
+        loop {
+            let (n, _) = self.ep.recv(&mut self.rx_buf)?;
+            let frame = &self.rx_buf[..n];
+            if inj.pct(inj.f.drop_pct) {
+                self.stats.injected += 1;
+                continue;
+            }
+            if inj.pct(inj.f.dup_pct) {
+                self.stats.injected += 1;
+                inj.held.push_back((now, frame.to_vec()));
+            }
+            let delay = if inj.f.max_delay.is_zero() {
+                Duration::ZERO
+            } else {
+                Duration::from_nanos(inj.roll() % inj.f.max_delay.as_nanos().max(1) as u64)
+            };
+            if inj.pct(inj.f.reorder_pct) || !delay.is_zero() {
+                // held back: later frames overtake it
+                self.stats.injected += 1;
+                let extra = if delay.is_zero() {
+                    Duration::from_micros(200)
+                } else {
+                    delay
+                };
+                inj.held.push_back((now + extra, frame.to_vec()));
+                continue;
+            }
+            return Some(n);
         }
     }
 }
@@ -101,7 +202,7 @@ impl phy::Device for PipeDevice {
     type TxToken<'a> = PipeTxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(PipeRxToken<'_>, PipeTxToken<'_>)> {
-        let (n, _) = self.ep.recv(&mut self.rx_buf)?;
+        let n = self.next_frame()?;
         self.stats.rx += 1;
         Some((
             PipeRxToken(&self.rx_buf[..n]),

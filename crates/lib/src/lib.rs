@@ -15,5 +15,6 @@ pub mod frame;
 pub mod raw;
 pub mod stack;
 
+pub use device::Faults;
 pub use raw::{AttachError, Endpoint, SendError, Via};
 pub use stack::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};

@@ -15,7 +15,7 @@
 //! default (RPC latency); window scaling follows the buffer sizes (256 KiB default), and CUBIC
 //! congestion control is on.
 
-use crate::device::{DeviceStats, PipeDevice};
+use crate::device::{DeviceStats, Faults, PipeDevice};
 use crate::raw::{AttachError, Endpoint};
 use docknet_pipe::{IdlePolicy, Idler};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
@@ -48,6 +48,8 @@ pub struct StackConfig {
     pub checksums: bool,
     /// How long `connect` waits.
     pub connect_timeout: Duration,
+    /// Faults to inject into received frames (tests and experiments).
+    pub faults: Option<Faults>,
 }
 
 impl Default for StackConfig {
@@ -62,6 +64,7 @@ impl Default for StackConfig {
             backlog: 8,
             checksums: false,
             connect_timeout: Duration::from_secs(10),
+            faults: None,
         }
     }
 }
@@ -101,11 +104,18 @@ impl Inner {
         changed || self.dev.stats != before
     }
 
+    /// How long until something needs a poll without new frames: a TCP timer, or a frame
+    /// held back by fault injection.
     fn delay(&mut self) -> Option<Duration> {
         let now = self.now();
-        self.iface
+        let timer = self
+            .iface
             .poll_delay(now, &self.sockets)
-            .map(|d| Duration::from_micros(d.total_micros()))
+            .map(|d| Duration::from_micros(d.total_micros()));
+        match (timer, self.dev.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
@@ -186,6 +196,9 @@ impl Stack {
         let prefix = ep.prefix() as u8;
         let mac = ep.mac();
         let mut dev = PipeDevice::new(ep, cfg.checksums);
+        if let Some(f) = cfg.faults {
+            dev.set_faults(f);
+        }
         let epoch = Instant::now();
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
         config.random_seed = u64::from(std::process::id())

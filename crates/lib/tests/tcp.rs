@@ -3,7 +3,7 @@
 
 use docknet_daemon::master::{self, MasterShared};
 use docknet_daemon::registry::Registry;
-use docknet_lib::{Endpoint, Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
+use docknet_lib::{Endpoint, Faults, Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
 use docknet_pipe::IdlePolicy;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -33,6 +33,24 @@ impl Drop for Net {
 const B: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
 
 fn net(fc: bool, mtu: u32) -> Net {
+    net_with(fc, mtu, StackConfig::default())
+}
+
+/// A lossy, duplicating, reordering, delaying link (on both stacks' receive side).
+fn faulty(seed: u64, drop_pct: u8) -> StackConfig {
+    StackConfig {
+        faults: Some(Faults {
+            drop_pct,
+            dup_pct: 5,
+            reorder_pct: 5,
+            max_delay: Duration::from_micros(300),
+            seed,
+        }),
+        ..StackConfig::default()
+    }
+}
+
+fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
     let dir = tempfile::tempdir().unwrap();
     let (mut r, _) = Registry::open(dir.path()).unwrap();
     r.create_pipe("a", "10.8.0.1/24", Some(mtu), None).unwrap();
@@ -43,7 +61,6 @@ fn net(fc: bool, mtu: u32) -> Net {
     let master = Arc::new(MasterShared::new(r.snapshot()));
     let m = master.clone();
     let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
-    let cfg = StackConfig::default();
     let a = Stack::new(
         Endpoint::attach(&r.pipe_dir("a"), cfg.idle).unwrap(),
         cfg.clone(),
@@ -216,4 +233,43 @@ fn udp_datagrams_both_ways() {
         assert_eq!(&buf[..k], &msg[..]);
     }
     echo.join().unwrap();
+}
+
+#[test]
+fn transfers_survive_a_lossy_duplicating_reordering_delaying_link() {
+    for (fc, seed) in [(false, 11), (true, 12)] {
+        let n = net_with(fc, 1500, faulty(seed, 2));
+        transfer(&n, 7010, 1 << 20);
+        let (a, b) = (n.a.device_stats(), n.b.device_stats());
+        assert!(
+            a.injected + b.injected > 100,
+            "faults were injected: {a:?} {b:?}"
+        );
+    }
+}
+
+#[test]
+fn refusal_close_and_reset_propagate_over_a_reordering_link() {
+    let n = net_with(false, 1500, faulty(21, 0));
+    let e = TcpStream::connect(&n.a, SocketAddrV4::new(B, 9)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    let mut l = TcpListener::bind(&n.b, 7011).unwrap();
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.write_all(&[7u8; 100_000]).unwrap();
+        s.shutdown_write();
+        s.flush_acked(Duration::from_secs(10)).unwrap();
+        let (s2, _) = l.accept().unwrap();
+        s2.abort();
+        thread::sleep(Duration::from_millis(500));
+    });
+    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7011)).unwrap();
+    let mut out = Vec::new();
+    c.read_to_end(&mut out).unwrap();
+    assert_eq!(out, vec![7u8; 100_000]);
+    let mut c2 = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7011)).unwrap();
+    c2.set_read_timeout(Some(Duration::from_secs(10)));
+    let e = c2.read(&mut [0u8; 16]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    srv.join().unwrap();
 }
