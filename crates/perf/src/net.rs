@@ -1,12 +1,54 @@
 //! The two stacks behind one trait.
 
-use docknet_lib::{Stack, TcpListener, TcpStream};
+use docknet_lib::{Stack, TcpListener, TcpStream, UdpSocket};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
+/// A UDP socket of either stack.
+pub trait Datagram: Send + 'static {
+    /// Sends one datagram.
+    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize>;
+    /// Receives one datagram (`TimedOut`/`WouldBlock` after the read timeout).
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)>;
+    /// Sets the receive timeout.
+    fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()>;
+}
+
+impl Datagram for std::net::UdpSocket {
+    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+        std::net::UdpSocket::send_to(self, buf, to)
+    }
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+        match std::net::UdpSocket::recv_from(self, buf)? {
+            (n, SocketAddr::V4(a)) => Ok((n, a)),
+            (_, a) => Err(io::Error::other(format!("unexpected IPv6 peer {a}"))),
+        }
+    }
+    fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
+        std::net::UdpSocket::set_read_timeout(self, t)
+    }
+}
+
+impl Datagram for UdpSocket {
+    fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+        UdpSocket::send_to(self, buf, to)
+    }
+    fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+        UdpSocket::recv_from(self, buf)
+    }
+    fn set_read_timeout(&mut self, t: Option<Duration>) -> io::Result<()> {
+        UdpSocket::set_read_timeout(self, t);
+        Ok(())
+    }
+}
+
 /// A network stack a measurement runs over.
 pub trait Net: Clone + Send + Sync + 'static {
+    /// A UDP socket.
+    type Udp: Datagram;
+    /// Binds a UDP socket (port 0: any).
+    fn udp_bind(&self, addr: SocketAddrV4) -> io::Result<Self::Udp>;
     /// A connected TCP stream.
     type Stream: Read + Write + Send + 'static;
     /// A TCP listener.
@@ -31,6 +73,10 @@ pub trait Net: Clone + Send + Sync + 'static {
 pub struct KernelNet;
 
 impl Net for KernelNet {
+    type Udp = std::net::UdpSocket;
+    fn udp_bind(&self, addr: SocketAddrV4) -> io::Result<Self::Udp> {
+        std::net::UdpSocket::bind(addr)
+    }
     type Stream = std::net::TcpStream;
     type Listener = std::net::TcpListener;
 
@@ -87,6 +133,10 @@ pub struct DockNet {
 }
 
 impl Net for DockNet {
+    type Udp = UdpSocket;
+    fn udp_bind(&self, addr: SocketAddrV4) -> io::Result<Self::Udp> {
+        UdpSocket::bind(&self.stack, addr.port())
+    }
     type Stream = TcpStream;
     type Listener = TcpListener;
 

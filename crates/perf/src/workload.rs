@@ -1,6 +1,6 @@
 //! The workloads, written once over [`Net`].
 
-use crate::net::Net;
+use crate::net::{Datagram, Net};
 use crate::stats::{cpu_seconds, histogram, now_ns, Summary};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -232,4 +232,197 @@ fn stream<N: Net>(
         cpu_s_per_op: cpu / sent.max(1) as f64,
         ..Outcome::default()
     })
+}
+
+/// Datagram kinds of the UDP protocol (first byte): `r` ping-pong, `s` stream data (warm-up
+/// in ms at bytes 4..8), `e` end of stream (the server answers `R` + bytes + ns), `q` end of a
+/// ping-pong session.
+const U_RR: u8 = b'r';
+const U_DATA: u8 = b's';
+const U_END: u8 = b'e';
+const U_QUIT: u8 = b'q';
+const U_REPORT: u8 = b'R';
+
+/// Serves UDP measurement sessions on `addr`; returns after `sessions` sessions (0: never).
+pub fn serve_udp<N: Net>(net: &N, addr: SocketAddrV4, sessions: usize) -> Result<u64> {
+    let s = net
+        .udp_bind(addr)
+        .with_context(|| format!("binding UDP {addr}"))?;
+    let mut buf = vec![0u8; 65536];
+    let (mut bytes, mut start, mut first, mut last, mut done, mut total) =
+        (0u64, 0u64, 0u64, 0u64, 0usize, 0u64);
+    let mut last_quit = 0u64;
+    loop {
+        let (n, from) = s.recv_from(&mut buf)?;
+        if n < RR_HDR {
+            continue;
+        }
+        let now = now_ns();
+        match buf[0] {
+            U_RR => {
+                buf[16..24].copy_from_slice(&now.to_le_bytes());
+                s.send_to(&buf[..n], from)?;
+                total += 1;
+            }
+            U_DATA => {
+                let warm =
+                    u64::from(u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]])) * 1_000_000;
+                if start == 0 {
+                    start = now;
+                }
+                if now.saturating_sub(start) >= warm {
+                    if first == 0 {
+                        first = now;
+                    } else {
+                        bytes += n as u64;
+                    }
+                    last = now;
+                }
+            }
+            U_END | U_QUIT => {
+                if buf[0] == U_QUIT {
+                    // sent several times in case one is lost: count each session once
+                    let id = u64::from_le_bytes(buf[8..16].try_into().unwrap_or([0; 8]));
+                    if id == last_quit {
+                        continue;
+                    }
+                    last_quit = id;
+                }
+                if buf[0] == U_END {
+                    let mut rep = [0u8; RR_HDR];
+                    rep[0] = U_REPORT;
+                    rep[8..16].copy_from_slice(&bytes.to_le_bytes());
+                    rep[16..24].copy_from_slice(&last.saturating_sub(first).to_le_bytes());
+                    s.send_to(&rep, from)?;
+                    if start == 0 {
+                        continue; // a repeated END after the report
+                    }
+                    total += bytes;
+                    (bytes, start, first, last) = (0, 0, 0, 0);
+                }
+                done += 1;
+                if sessions != 0 && done >= sessions {
+                    return Ok(total);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Runs a UDP client. rr: one datagram at a time, a reply lost for 1 s counts as lost. stream:
+/// datagrams as fast as the socket takes them; goodput is what the server counted.
+pub fn client_udp<N: Net>(
+    net: &N,
+    addr: SocketAddrV4,
+    workload: Workload,
+    size: usize,
+    duration: Duration,
+    warmup: Duration,
+) -> Result<Outcome> {
+    if size < RR_HDR {
+        bail!("--size must be at least {RR_HDR} for UDP");
+    }
+    let mut s = net
+        .udp_bind(SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0))
+        .context("binding a UDP socket")?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let mut m = vec![0u8; size];
+    let warm_end = Instant::now() + warmup;
+    let end = warm_end + duration;
+    match workload {
+        Workload::Rr => {
+            let (mut one_way, mut half) = (histogram(), histogram());
+            let (mut seq, mut lost, mut cpu0) = (0u32, 0u64, None);
+            let mut r = vec![0u8; size.max(64)];
+            while Instant::now() < end {
+                let measuring = Instant::now() >= warm_end;
+                if measuring && cpu0.is_none() {
+                    cpu0 = Some(cpu_seconds());
+                }
+                seq = seq.wrapping_add(1);
+                m[0] = U_RR;
+                m[4..8].copy_from_slice(&seq.to_le_bytes());
+                let t0 = now_ns();
+                m[8..16].copy_from_slice(&t0.to_le_bytes());
+                s.send_to(&m, addr)?;
+                loop {
+                    match s.recv_from(&mut r) {
+                        Ok((n, _))
+                            if n >= RR_HDR && r[0] == U_RR && r[4..8] == seq.to_le_bytes() =>
+                        {
+                            let t2 = now_ns();
+                            let t1 = u64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8]));
+                            if measuring {
+                                let _ = one_way.record(t1.saturating_sub(t0).max(1));
+                                let _ = one_way.record(t2.saturating_sub(t1).max(1));
+                                let _ = half.record((t2.saturating_sub(t0) / 2).max(1));
+                            }
+                            break;
+                        }
+                        Ok(_) => continue, // a late reply to an earlier datagram
+                        Err(_) => {
+                            lost += 1;
+                            break;
+                        }
+                    }
+                }
+            }
+            m[0] = U_QUIT;
+            m[8..16].copy_from_slice(&now_ns().max(1).to_le_bytes());
+            for _ in 0..3 {
+                let _ = s.send_to(&m[..RR_HDR], addr);
+            }
+            let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+            let n = half.len();
+            if lost > 0 {
+                eprintln!("dnperf: {lost} datagrams lost");
+            }
+            Ok(Outcome {
+                transactions: n,
+                tps: n as f64 / duration.as_secs_f64(),
+                one_way_ns: Some(Summary::of(&one_way)),
+                half_rtt_ns: Some(Summary::of(&half)),
+                cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
+                ..Outcome::default()
+            })
+        }
+        Workload::Stream => {
+            m[0] = U_DATA;
+            m[4..8].copy_from_slice(
+                &(warmup.as_millis().min(u128::from(u32::MAX)) as u32).to_le_bytes(),
+            );
+            let cpu0 = cpu_seconds();
+            let mut sent = 0u64;
+            while Instant::now() < end {
+                for _ in 0..16 {
+                    s.send_to(&m, addr)?;
+                }
+                sent += 16;
+            }
+            let cpu = cpu_seconds() - cpu0;
+            s.set_read_timeout(Some(Duration::from_millis(200)))?;
+            let mut r = [0u8; 64];
+            for _ in 0..25 {
+                m[0] = U_END;
+                s.send_to(&m[..RR_HDR], addr)?;
+                if let Ok((n, _)) = s.recv_from(&mut r) {
+                    if n >= RR_HDR && r[0] == U_REPORT {
+                        let bytes = u64::from_le_bytes(r[8..16].try_into().unwrap_or([0; 8]));
+                        let secs = u64::from_le_bytes(r[16..24].try_into().unwrap_or([0; 8])).max(1)
+                            as f64
+                            / 1e9;
+                        return Ok(Outcome {
+                            gbps: Some(bytes as f64 * 8.0 / secs / 1e9),
+                            msgs_per_s: Some(bytes as f64 / size as f64 / secs),
+                            bytes: Some(bytes),
+                            cpu_s_per_op: cpu / sent.max(1) as f64,
+                            ..Outcome::default()
+                        });
+                    }
+                }
+            }
+            bail!("the server never reported (is it running with --proto udp?)")
+        }
+    }
 }

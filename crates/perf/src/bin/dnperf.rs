@@ -9,7 +9,7 @@
 
 #![deny(unsafe_code)]
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use docknet_lib::{Endpoint, Stack, StackConfig};
 use docknet_perf::net::{DockNet, KernelNet, Net};
@@ -48,7 +48,7 @@ struct Common {
     /// Which network stack to measure.
     #[arg(long, value_enum)]
     stack: StackKind,
-    /// Transport protocol (UDP is not implemented yet; see the DockLib issue).
+    /// Transport protocol.
     #[arg(long, value_enum, default_value = "tcp")]
     proto: Proto,
     /// Pin to this core.
@@ -68,7 +68,7 @@ enum Cmd {
         /// Address to listen on.
         #[arg(long)]
         bind: SocketAddrV4,
-        /// Exit after this many connections (0: serve forever).
+        /// Exit after this many connections (TCP) or sessions (UDP) (0: serve forever).
         #[arg(long, default_value_t = 0)]
         conns: usize,
     },
@@ -124,8 +124,11 @@ fn docknet(c: &Common) -> Result<DockNet> {
     })
 }
 
-fn run_server<N: Net>(net: N, bind: SocketAddrV4, conns: usize) -> Result<()> {
-    let n = workload::serve(&net, bind, conns)?;
+fn run_server<N: Net>(net: N, proto: Proto, bind: SocketAddrV4, conns: usize) -> Result<()> {
+    let n = match proto {
+        Proto::Tcp => workload::serve(&net, bind, conns)?,
+        Proto::Udp => workload::serve_udp(&net, bind, conns)?,
+    };
     println!(
         "{}",
         json!({"role": "server", "stack": net.name(), "handled": n})
@@ -144,16 +147,17 @@ fn run_client<N: Net>(
     warmup: f64,
     as_json: bool,
 ) -> Result<()> {
-    let out = workload::client(
-        &net,
-        addr,
-        wl,
-        size,
+    let (d, w) = (
         Duration::from_secs_f64(duration),
         Duration::from_secs_f64(warmup),
-    )?;
+    );
+    let out = match c.proto {
+        Proto::Tcp => workload::client(&net, addr, wl, size, d, w)?,
+        Proto::Udp => workload::client_udp(&net, addr, wl, size, d, w)?,
+    };
     let v = json!({
-        "env": env(c, net.mtu()), "workload": wl, "size": size, "duration_s": duration,
+        "env": env(c, net.mtu()), "workload": wl, "proto": format!("{:?}", c.proto).to_lowercase(),
+        "size": size, "duration_s": duration,
         "warmup_s": warmup, "result": out,
     });
     if as_json {
@@ -183,16 +187,13 @@ fn main_inner(cli: Cli) -> Result<()> {
     let c = match &cli.cmd {
         Cmd::Server { c, .. } | Cmd::Client { c, .. } => c,
     };
-    if c.proto == Proto::Udp {
-        bail!("--proto udp is not implemented yet (TCP only)");
-    }
     if let Some(core) = c.cpu {
         pin(core).with_context(|| format!("pinning to core {core}"))?;
     }
     match &cli.cmd {
         Cmd::Server { c, bind, conns } => match c.stack {
-            StackKind::Kernel => run_server(KernelNet, *bind, *conns),
-            StackKind::Docknet => run_server(docknet(c)?, *bind, *conns),
+            StackKind::Kernel => run_server(KernelNet, c.proto, *bind, *conns),
+            StackKind::Docknet => run_server(docknet(c)?, c.proto, *bind, *conns),
         },
         Cmd::Client {
             c,
