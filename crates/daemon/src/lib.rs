@@ -155,13 +155,17 @@ pub fn run(cfg: Config) -> Result<(), Error> {
                 _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
             }
         };
+        // Every 200 ms: the counters into each region's header, and a heartbeat that tells
+        // containers the daemon is alive.
         let mirror_ctx = ctx.clone();
         let mirror = tokio::spawn(async move {
             let mut iv = tokio::time::interval(Duration::from_millis(200));
             loop {
                 iv.tick().await;
                 if let Ok(reg) = mirror_ctx.registry.lock() {
+                    let now_ms = docknet_pipe::wake::monotonic_ns() / 1_000_000;
                     for p in reg.pipes() {
+                        layout::set_heartbeat(&p.region, now_ms);
                         for (i, v) in p.counters.load_all().iter().enumerate() {
                             layout::mirror_counter(&p.region, i, *v);
                         }

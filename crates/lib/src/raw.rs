@@ -238,6 +238,17 @@ impl Endpoint {
                 .sum::<u64>();
         s
     }
+    /// How long ago the daemon last wrote its heartbeat (every 200 ms while it runs), or
+    /// `None` if it never did. All namespaces share CLOCK_MONOTONIC, so this is comparable.
+    pub fn daemon_silence(&self) -> Option<Duration> {
+        let hb = layout::heartbeat(&self.region);
+        if hb == 0 {
+            return None;
+        }
+        let now_ms = wake::monotonic_ns() / 1_000_000;
+        Some(Duration::from_millis(now_ms.saturating_sub(hb)))
+    }
+
     /// True once the daemon has removed the pipe.
     pub fn is_closed(&self) -> bool {
         layout::flags(&self.region) & layout::FLAG_CLOSED != 0

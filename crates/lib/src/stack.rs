@@ -180,8 +180,25 @@ fn from_ep(e: IpEndpoint) -> SocketAddrV4 {
     SocketAddrV4::new(Ipv4Addr::from(a.octets()), e.port)
 }
 
-fn timed_out() -> io::Error {
-    io::Error::new(io::ErrorKind::TimedOut, "timed out")
+/// The error for a call that ran out of time: says so plainly, unless the reason is that the
+/// daemon removed the pipe or is not running (no heartbeat for 2 s).
+fn timed_out(ep: &Endpoint) -> io::Error {
+    if ep.is_closed() {
+        return io::Error::new(
+            io::ErrorKind::NotConnected,
+            "the pipe was removed by the docknet daemon",
+        );
+    }
+    match ep.daemon_silence() {
+        Some(s) if s > Duration::from_secs(2) => io::Error::new(
+            io::ErrorKind::NotConnected,
+            format!(
+                "the docknet daemon is gone (no heartbeat for {} s)",
+                s.as_secs()
+            ),
+        ),
+        _ => io::Error::new(io::ErrorKind::TimedOut, "timed out"),
+    }
 }
 
 impl Stack {
@@ -277,7 +294,7 @@ impl Stack {
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(timed_out());
+                return Err(timed_out(&self.lock().dev.ep));
             }
             if !idler.step() {
                 continue;

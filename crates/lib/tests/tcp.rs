@@ -274,3 +274,32 @@ fn refusal_close_and_reset_propagate_over_a_reordering_link() {
     assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
     srv.join().unwrap();
 }
+
+#[test]
+fn a_gone_daemon_or_a_removed_pipe_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(dir.path()).unwrap();
+    r.create_pipe("a", "10.8.1.1/24", None, None).unwrap();
+    // no master thread: nothing forwards, like a dead daemon
+    let cfg = StackConfig {
+        connect_timeout: Duration::from_millis(300),
+        ..StackConfig::default()
+    };
+    let a = Stack::new(Endpoint::attach(&r.pipe_dir("a"), cfg.idle).unwrap(), cfg);
+    let region = &r.get("a").unwrap().region;
+    let to = SocketAddrV4::new(Ipv4Addr::new(10, 8, 1, 2), 80);
+    let now_ms = docknet_pipe::wake::monotonic_ns() / 1_000_000;
+    // a live daemon (fresh heartbeat) that does not answer: a plain timeout
+    docknet_pipe::layout::set_heartbeat(region, now_ms);
+    let e = TcpStream::connect(&a, to).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    // no heartbeat for 5 s: the daemon is gone
+    docknet_pipe::layout::set_heartbeat(region, now_ms.saturating_sub(5000));
+    let e = TcpStream::connect(&a, to).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotConnected, "{e}");
+    assert!(e.to_string().contains("daemon is gone"), "{e}");
+    // the pipe removed
+    r.remove_pipe("a").unwrap();
+    let e = TcpStream::connect(&a, to).unwrap_err();
+    assert!(e.to_string().contains("pipe was removed"), "{e}");
+}

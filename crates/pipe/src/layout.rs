@@ -8,6 +8,7 @@
 //!  │ 32  generation u32 (bumped when the pipe's fast channels change)        │
 //!  │ 36  mtu u32   40 ip / ip_a u32   44 prefix / ip_b u32                   │
 //!  │ 48  mac / mac_a u64           56 mac_b u64                              │
+//!  │ 64  heartbeat u64: the daemon's CLOCK_MONOTONIC in ms, every 200 ms     │
 //!  │ 128 ring table: nrings × {ctrl u64, descs u64, area u64, depth u32,     │
 //!  │                            frame_size u32}                    (32 B)    │
 //!  │ 1024 counters: 64 × u64, mirrored by the daemon, never read back        │
@@ -53,6 +54,8 @@ const H_IP_A: usize = 40;
 const H_IP_B: usize = 44;
 const H_MAC_A: usize = 48;
 const H_MAC_B: usize = 56;
+/// Offset of the daemon's heartbeat: CLOCK_MONOTONIC in ms, rewritten every 200 ms.
+pub const HEARTBEAT_OFF: usize = 64;
 const H_RINGS: usize = 128;
 const RING_ENTRY: usize = 32;
 /// Offset of the counter block (64 × u64).
@@ -443,6 +446,16 @@ pub fn bump_generation(region: &Region) {
     if let Some(a) = region.u32_at(H_GEN) {
         a.fetch_add(1, Ordering::AcqRel);
     }
+}
+
+/// Writes the daemon's heartbeat (CLOCK_MONOTONIC, ms).
+pub fn set_heartbeat(region: &Region, ms: u64) {
+    st64(region, HEARTBEAT_OFF, ms);
+}
+
+/// The last heartbeat written by the daemon (0: never).
+pub fn heartbeat(region: &Region) -> u64 {
+    ld64(region, HEARTBEAT_OFF)
 }
 
 /// Mirrors counter `idx` into the header's counter block (daemon side; informational only).

@@ -25,6 +25,18 @@ struct FutexWaitv {
 
 const FUTEX2_SIZE_U32: u32 = 0x02;
 
+/// CLOCK_MONOTONIC in nanoseconds: the clock every namespace on the machine shares, which the
+/// daemon's heartbeat and the benchmarks' timestamps use.
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes into the local `t`; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// Wakes every thread sleeping on `word` (in any process that maps it).
 pub fn wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only reads the address as a key; `word` is a live, aligned u32.
@@ -60,15 +72,9 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::R
         })
         .collect();
     let deadline = timeout.map(|t| {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: writes into the local `now`.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-        let ns = now.tv_nsec as u128 + t.as_nanos();
+        let ns = u128::from(monotonic_ns()) + t.as_nanos();
         libc::timespec {
-            tv_sec: now.tv_sec + (ns / 1_000_000_000) as libc::time_t,
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (ns % 1_000_000_000) as libc::c_long,
         }
     });
