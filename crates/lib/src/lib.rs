@@ -7,9 +7,12 @@
 //!
 //! [`stack::Stack`] runs smoltcp over that endpoint ([`device::PipeDevice`]) and offers blocking
 //! std-like sockets: [`TcpListener`], [`TcpStream`] (`Read` + `Write`) and [`UdpSocket`].
+//! [`callback`] offers the paper's run-to-completion style: `stack_rx` per frame and
+//! `tcp_recved` per chunk of received bytes, called on the engine's own thread.
 
 #![deny(unsafe_code)]
 
+pub mod callback;
 pub mod device;
 pub mod frame;
 pub mod raw;

@@ -69,7 +69,7 @@ impl Default for StackConfig {
     }
 }
 
-struct Inner {
+pub(crate) struct Inner {
     iface: Interface,
     sockets: SocketSet<'static>,
     dev: PipeDevice,
@@ -77,6 +77,7 @@ struct Inner {
     next_port: u16,
     /// Sockets closed by the application, removed once their state reaches Closed.
     closing: Vec<SocketHandle>,
+    cfg: StackConfig,
 }
 
 impl Inner {
@@ -85,7 +86,7 @@ impl Inner {
     }
 
     /// Polls the interface; true when anything moved.
-    fn poll(&mut self) -> bool {
+    pub(crate) fn poll(&mut self) -> bool {
         let now = self.now();
         let before = self.dev.stats;
         let changed = self.iface.poll(now, &mut self.dev, &mut self.sockets)
@@ -118,8 +119,38 @@ impl Inner {
         }
     }
 
-    fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
+    pub(crate) fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
         self.sockets.get_mut::<tcp::Socket>(h)
+    }
+
+    /// A new TCP socket with the stack's settings.
+    pub(crate) fn new_tcp_socket(&mut self) -> SocketHandle {
+        let c = self.cfg.clone();
+        let mut s = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; c.tcp_rx_buffer]),
+            tcp::SocketBuffer::new(vec![0; c.tcp_tx_buffer]),
+        );
+        s.set_nagle_enabled(c.nagle);
+        s.set_ack_delay(
+            c.ack_delay
+                .map(|d| smoltcp::time::Duration::from_micros(d.as_micros() as u64)),
+        );
+        s.set_congestion_control(if c.congestion_control {
+            tcp::CongestionControl::Cubic
+        } else {
+            tcp::CongestionControl::None
+        });
+        self.sockets.add(s)
+    }
+
+    /// Removes a socket once it has finished closing.
+    pub(crate) fn retire(&mut self, h: SocketHandle) {
+        self.closing.push(h);
+    }
+
+    /// Removes a socket now.
+    pub(crate) fn sockets_remove(&mut self, h: SocketHandle) {
+        self.sockets.remove(h);
     }
 
     fn ephemeral_port(&mut self) -> u16 {
@@ -233,6 +264,7 @@ impl Stack {
                 epoch,
                 next_port: 49152 + (std::process::id() % 8000) as u16,
                 closing: Vec::new(),
+                cfg: cfg.clone(),
             }),
             callers: AtomicU32::new(0),
             calls: AtomicU32::new(0),
@@ -318,22 +350,32 @@ impl Stack {
     }
 
     fn new_tcp(&self, g: &mut Inner) -> SocketHandle {
-        let c = &self.shared.cfg;
-        let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; c.tcp_rx_buffer]),
-            tcp::SocketBuffer::new(vec![0; c.tcp_tx_buffer]),
-        );
-        s.set_nagle_enabled(c.nagle);
-        s.set_ack_delay(
-            c.ack_delay
-                .map(|d| smoltcp::time::Duration::from_micros(d.as_micros() as u64)),
-        );
-        s.set_congestion_control(if c.congestion_control {
-            tcp::CongestionControl::Cubic
-        } else {
-            tcp::CongestionControl::None
-        });
-        g.sockets.add(s)
+        g.new_tcp_socket()
+    }
+
+    /// The stack's configuration.
+    pub fn config(&self) -> &StackConfig {
+        &self.shared.cfg
+    }
+
+    /// Runs `f` on the stack's state as one call (the engine stays out of the way).
+    pub(crate) fn with_inner<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let _call = CallGuard::new(&self.shared);
+        f(&mut self.lock())
+    }
+
+    /// Sleeps once on the rings (armed under the lock, waited on outside it), at most `max`.
+    pub(crate) fn sleep_once(&self, max: Duration) {
+        let (set, delay) = {
+            let mut g = self.lock();
+            let d = g.delay();
+            (g.dev.ep.arm_sleep(), d)
+        };
+        if let Some(set) = set {
+            let t = delay.unwrap_or(max).min(max).max(Duration::from_micros(50));
+            set.wait(&[], t);
+        }
+        self.lock().dev.ep.disarm_sleep();
     }
 }
 

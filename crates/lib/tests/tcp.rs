@@ -303,3 +303,103 @@ fn a_gone_daemon_or_a_removed_pipe_is_named_in_the_error() {
     let e = TcpStream::connect(&a, to).unwrap_err();
     assert!(e.to_string().contains("pipe was removed"), "{e}");
 }
+
+struct Upper {
+    accepted: usize,
+    closed: usize,
+}
+
+impl docknet_lib::callback::TcpHandler for Upper {
+    fn accepted(&mut self, _c: docknet_lib::callback::ConnId) {
+        self.accepted += 1;
+    }
+    fn tcp_recved(&mut self, _c: docknet_lib::callback::ConnId, data: &[u8], reply: &mut Vec<u8>) {
+        reply.extend(data.iter().map(|b| b.to_ascii_uppercase()));
+    }
+    fn closed(&mut self, _c: docknet_lib::callback::ConnId) {
+        self.closed += 1;
+    }
+}
+
+#[test]
+fn callback_style_server_answers_in_the_engine_thread() {
+    use std::sync::atomic::AtomicBool;
+    let n = net(false, 1500);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (b, stop2) = (n.b.clone(), stop.clone());
+    let srv = thread::spawn(move || {
+        let mut h = Upper {
+            accepted: 0,
+            closed: 0,
+        };
+        docknet_lib::callback::serve_tcp(&b, 7020, &mut h, &stop2).unwrap();
+        (h.accepted, h.closed)
+    });
+    let clients: Vec<_> = (0..3)
+        .map(|i| {
+            let a = n.a.clone();
+            thread::spawn(move || {
+                let mut c = TcpStream::connect(&a, SocketAddrV4::new(B, 7020)).unwrap();
+                for round in 0..50 {
+                    let msg = format!("hello {i} {round}");
+                    c.write_all(msg.as_bytes()).unwrap();
+                    let mut back = vec![0u8; msg.len()];
+                    c.read_exact(&mut back).unwrap();
+                    assert_eq!(back, msg.to_uppercase().as_bytes());
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    let (accepted, closed) = srv.join().unwrap();
+    assert_eq!(accepted, 3);
+    assert_eq!(closed, 3, "each close reached the handler");
+}
+
+#[test]
+fn stack_rx_callback_sees_every_frame() {
+    use docknet_lib::frame::{write_ipv4_headers, PROTO_EXPERIMENT};
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(dir.path()).unwrap();
+    r.create_pipe("a", "10.8.2.1/24", None, None).unwrap();
+    r.create_pipe("b", "10.8.2.2/24", None, None).unwrap();
+    r.connect_fc("a", "b", None).unwrap();
+    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Spin).unwrap();
+    let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::ADAPTIVE).unwrap();
+    let (stop, seen) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (stop2, seen2) = (stop.clone(), seen.clone());
+    let t = thread::spawn(move || {
+        docknet_lib::callback::run_frames(&mut b, &stop2, |f, _| {
+            seen2.fetch_add(f.len() as u64, Ordering::Relaxed);
+        })
+    });
+    let mut f = vec![0u8; 100];
+    write_ipv4_headers(
+        &mut f,
+        a.mac(),
+        [0; 6],
+        a.ip(),
+        Ipv4Addr::new(10, 8, 2, 2),
+        PROTO_EXPERIMENT,
+        100,
+    );
+    for _ in 0..1000 {
+        a.send_blocking(&f, std::time::Instant::now() + Duration::from_secs(1))
+            .unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    while seen.load(Ordering::Relaxed) < 100_000 && t0.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+    assert_eq!(seen.load(Ordering::Relaxed), 100_000);
+}
