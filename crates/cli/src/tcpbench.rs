@@ -45,6 +45,10 @@ pub struct TcpBenchArgs {
     /// Write all results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write tcp-WORKLOAD.json and tcp-WORKLOAD.md (medians, ratios, placement) into this
+    /// directory.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
 struct Ctx {
@@ -340,11 +344,48 @@ pub fn run(workload: &'static str, args: TcpBenchArgs) -> Result<()> {
     for r in &ratios {
         println!("{r}");
     }
-    if let Some(f) = &args.json {
-        let doc = json!({"env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med, "ratios": ratios});
-        std::fs::write(f, serde_json::to_vec_pretty(&doc)?)
+    let doc = json!({"env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med, "ratios": ratios});
+    let mut outputs: Vec<PathBuf> = args.json.iter().cloned().collect();
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        outputs.push(dir.join(format!("tcp-{workload}.json")));
+        let md = dir.join(format!("tcp-{workload}.md"));
+        std::fs::write(&md, markdown(workload, &doc, &med, &ratios))
+            .with_context(|| format!("writing {}", md.display()))?;
+        eprintln!("wrote {}", md.display());
+    }
+    for f in outputs {
+        std::fs::write(&f, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", f.display()))?;
         eprintln!("wrote {}", f.display());
     }
     Ok(())
+}
+
+fn markdown(workload: &str, doc: &Value, med: &[Row], ratios: &[String]) -> String {
+    let env = &doc["env"];
+    let mut m = format!(
+        "# TCP {} side by side\n\nCommand: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point; every figure measured by `dnperf` (one program for kernel and DockLib sockets).\n\n",
+        if workload == "rr" { "request/response latency" } else { "streaming goodput" },
+        env["command"].as_str().unwrap_or(""),
+        env["kernel"].as_str().unwrap_or("?"),
+        env["cores"],
+        env["duration_s"],
+        env["warmup_s"],
+        env["repeat"]
+    );
+    m += "## Results (median of runs)\n\n```text\n";
+    m += &table(med);
+    m += "```\n\n## Ratios (same run)\n\n";
+    for r in ratios {
+        m += &format!("- {r}\n");
+    }
+    m += "\n## Placement\n\n";
+    let mut seen = std::collections::BTreeSet::new();
+    for r in med {
+        if seen.insert((r.path.clone(), r.cores.clone())) {
+            m += &format!("- `{}` `{}`: {}\n", r.path, r.cores, r.placement);
+        }
+    }
+    m
 }

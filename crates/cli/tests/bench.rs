@@ -71,6 +71,34 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
             (vec![], vec![]),
             "no namespace or run directory left behind"
         );
+        let report = dir.path().join(format!("rep-{wl}"));
+        let (o2, _) = run(
+            &[
+                "bench",
+                wl,
+                "--sizes",
+                "64",
+                "--modes",
+                "docknet-fc",
+                "--duration",
+                "0.2",
+                "--warmup",
+                "0.1",
+                "--report",
+            ],
+            &report,
+        );
+        assert!(
+            o2.status.success(),
+            "{}",
+            String::from_utf8_lossy(&o2.stderr)
+        );
+        let md = std::fs::read_to_string(report.join(format!("tcp-{wl}.md"))).unwrap();
+        assert!(
+            md.contains("## Results") && md.contains("docknet-fc"),
+            "{md}"
+        );
+        assert!(report.join(format!("tcp-{wl}.json")).exists());
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert!(v["env"]["kernel"].is_string());
         let rows = v["results"].as_array().unwrap();
