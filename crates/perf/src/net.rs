@@ -123,6 +123,23 @@ impl Net for KernelNet {
     }
 }
 
+/// MTU of the kernel interface that holds `addr` (from `/sys/class/net/*/mtu`), if found.
+pub fn kernel_mtu(addr: std::net::Ipv4Addr) -> Option<u32> {
+    let ifs = nix::ifaddrs::getifaddrs().ok()?;
+    for i in ifs {
+        let a = i
+            .address
+            .as_ref()
+            .and_then(|a| a.as_sockaddr_in().map(|s| s.ip()));
+        if a == Some(addr) {
+            let m =
+                std::fs::read_to_string(format!("/sys/class/net/{}/mtu", i.interface_name)).ok()?;
+            return m.trim().parse().ok();
+        }
+    }
+    None
+}
+
 /// DockLib sockets over the container's DockPipe.
 #[derive(Debug, Clone)]
 pub struct DockNet {

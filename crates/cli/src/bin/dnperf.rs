@@ -111,6 +111,21 @@ fn env(c: &Common, mtu: Option<u32>) -> serde_json::Value {
     })
 }
 
+/// The local address the kernel would use to reach `dst` (a connected UDP socket sends nothing).
+fn local_ip_towards(dst: SocketAddrV4) -> std::net::Ipv4Addr {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect(dst)?;
+            s.local_addr()
+        })
+        .ok()
+        .and_then(|a| match a {
+            std::net::SocketAddr::V4(v) => Some(*v.ip()),
+            _ => None,
+        })
+        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED)
+}
+
 fn docknet(c: &Common) -> Result<DockNet> {
     let ep = Endpoint::attach_default(c.idle)?;
     let mtu = ep.mtu();
@@ -155,8 +170,11 @@ fn run_client<N: Net>(
         Proto::Tcp => workload::client(&net, addr, wl, size, d, w)?,
         Proto::Udp => workload::client_udp(&net, addr, wl, size, d, w)?,
     };
+    let mtu = net
+        .mtu()
+        .or_else(|| docknet_perf::net::kernel_mtu(local_ip_towards(addr)));
     let v = json!({
-        "env": env(c, net.mtu()), "workload": wl, "proto": format!("{:?}", c.proto).to_lowercase(),
+        "env": env(c, mtu), "workload": wl, "proto": format!("{:?}", c.proto).to_lowercase(),
         "size": size, "duration_s": duration,
         "warmup_s": warmup, "result": out,
     });

@@ -1,0 +1,44 @@
+//! dnperf's workloads over kernel sockets on loopback (no root): every workload produces sane
+//! figures, and the stream's receiver-side count matches what was sent.
+
+use docknet_perf::net::{kernel_mtu, KernelNet};
+use docknet_perf::workload::{client, client_udp, serve, serve_udp, Workload};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+const D: Duration = Duration::from_millis(300);
+const W: Duration = Duration::from_millis(100);
+
+#[test]
+fn tcp_rr_and_stream() {
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47311);
+    let srv = std::thread::spawn(move || serve(&KernelNet, addr, 2).unwrap());
+    let rr = client(&KernelNet, addr, Workload::Rr, 64, D, W).unwrap();
+    assert!(rr.transactions > 100, "{rr:?}");
+    let ow = rr.one_way_ns.unwrap();
+    assert!(ow.count == 2 * rr.transactions && ow.p50 > 0 && ow.p50 <= ow.p99 && ow.p99 <= ow.max);
+    assert!(rr.half_rtt_ns.unwrap().p50 > 0 && rr.cpu_s_per_op > 0.0);
+    let st = client(&KernelNet, addr, Workload::Stream, 16384, D, W).unwrap();
+    assert!(st.gbps.unwrap() > 0.01 && st.bytes.unwrap() > 0, "{st:?}");
+    let handled = srv.join().unwrap();
+    // the server counted rr transactions (warm-up included) and the stream's measured bytes
+    assert!(handled >= rr.transactions + st.bytes.unwrap());
+}
+
+#[test]
+fn udp_rr_and_stream() {
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47312);
+    let srv = std::thread::spawn(move || serve_udp(&KernelNet, addr, 2).unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    let rr = client_udp(&KernelNet, addr, Workload::Rr, 64, D, W).unwrap();
+    assert!(rr.transactions > 100, "{rr:?}");
+    let st = client_udp(&KernelNet, addr, Workload::Stream, 1200, D, W).unwrap();
+    assert!(st.gbps.unwrap() > 0.0, "{st:?}");
+    srv.join().unwrap();
+}
+
+#[test]
+fn loopback_mtu_is_found() {
+    assert!(kernel_mtu(Ipv4Addr::LOCALHOST).is_some_and(|m| m >= 1500));
+    assert_eq!(kernel_mtu(Ipv4Addr::new(192, 0, 2, 99)), None);
+}
