@@ -113,7 +113,7 @@ impl Row {
         Row {
             path: path.into(),
             tool: if path.starts_with("kernel") {
-                "raw tcp-peer"
+                "dnperf"
             } else {
                 "raw peer"
             }
@@ -448,7 +448,9 @@ impl Ctx {
         let mut port = 20000u16;
         for rep in 0..self.args.repeat {
             for (cc, sc) in [(1usize, 1usize), (0, 1)] {
-                let placement = format!("client core {cc}, server core {sc}, kernel TCP over a Linux bridge (TCP_NODELAY)");
+                let placement = format!(
+                    "client core {cc}, server core {sc}, kernel TCP over a Linux bridge (rr: Nagle off; stream: Nagle on)"
+                );
                 let short = format!("c{cc} s{sc}");
                 let sizes: Vec<(&str, usize)> = self
                     .args
@@ -466,34 +468,61 @@ impl Ctx {
                 for (wl, size) in sizes {
                     port += 1;
                     let addr = format!("{}:{port}", BridgeLab::IP_B);
-                    let netns_peer = |ns: &str, role: &str, cpu: usize| {
+                    // the kernel rows are measured by dnperf --stack kernel (cross-checked
+                    // against sockperf and iperf3, docs/benchmarks.md)
+                    let dnperf = |ns: &str, args: &[&str]| {
                         let mut c = Command::new("ip");
                         c.args(["netns", "exec", ns])
-                            .arg(&self.exe)
-                            .args([
-                                "raw",
-                                "tcp-peer",
-                                "--role",
-                                role,
-                                "--addr",
-                                &addr,
-                                "--cpu",
-                                &cpu.to_string(),
-                            ])
-                            .args(self.common(size));
+                            .arg(self.exe.with_file_name("dnperf"))
+                            .args(args);
                         c
                     };
-                    let server = Proc::spawn(netns_peer(&lab.b, "server", sc), "tcp server")?;
-                    let v = Proc::spawn(netns_peer(&lab.a, wl, cc), "tcp client")?
-                        .json(self.timeout(), &self.stop)?;
+                    let (cs, ss, n) = (cc.to_string(), sc.to_string(), size.to_string());
+                    let (d, w) = (self.args.duration.to_string(), self.args.warmup.to_string());
+                    let server = Proc::spawn(
+                        dnperf(
+                            &lab.b,
+                            &[
+                                "server", "--stack", "kernel", "--bind", &addr, "--conns", "1",
+                                "--cpu", &ss,
+                            ],
+                        ),
+                        "dnperf server",
+                    )?;
+                    let v = Proc::spawn(
+                        dnperf(
+                            &lab.a,
+                            &[
+                                "client",
+                                "--stack",
+                                "kernel",
+                                "--connect",
+                                &addr,
+                                "--workload",
+                                wl,
+                                "--size",
+                                &n,
+                                "--duration",
+                                &d,
+                                "--warmup",
+                                &w,
+                                "--cpu",
+                                &cs,
+                                "--json",
+                            ],
+                        ),
+                        "dnperf client",
+                    )?
+                    .json(self.timeout(), &self.stop)?;
                     let _ = server.json(Duration::from_secs(10), &self.stop);
+                    let r = &v["result"];
                     let row = if wl == "rr" {
-                        rr_row("kernel-bridge-tcp", &placement, &short, size, rep, &v, true)
+                        rr_row("kernel-bridge-tcp", &placement, &short, size, rep, r, true)
                     } else {
                         Row {
-                            gbps: v["gbps"].as_f64(),
-                            msgs_per_s: v["msgs_per_s"].as_f64(),
-                            cpu_s_per_op: v["cpu_s_per_op"].as_f64(),
+                            gbps: r["gbps"].as_f64(),
+                            msgs_per_s: r["msgs_per_s"].as_f64(),
+                            cpu_s_per_op: r["cpu_s_per_op"].as_f64(),
                             ..Row::new("kernel-bridge-tcp", &placement, &short, "stream", size, rep)
                         }
                     };
@@ -729,8 +758,8 @@ fn markdown(doc: &Value, med: &[Row], ratios: &[String], checks: &[String]) -> S
         env["warmup_s"],
         env["repeat"]
     );
-    m += "DockNet rows move raw Ethernet frames (no TCP: that is the DockLib issue); kernel rows are \
-          TCP with TCP_NODELAY over a Linux bridge between two network namespaces. One-way latency \
+    m += "DockNet rows move raw Ethernet frames (no TCP); kernel rows are TCP measured by dnperf \
+          over a Linux bridge between two network namespaces. One-way latency \
           comes from CLOCK_MONOTONIC timestamps carried in the payload (every namespace shares that \
           clock); rtt/2 is beside it. Stream goodput is counted at the receiver; `lost` counts raw \
           frames dropped because a receiver's ring was full (raw frames have no flow control).\n\n";

@@ -175,8 +175,6 @@ enum RawCmd {
     Bench(bench::BenchArgs),
     /// A raw-frame benchmark peer (runs inside a container started by `docknet run`).
     Peer(peer::PeerArgs),
-    /// A kernel-TCP benchmark peer (the baseline twin of `raw peer`).
-    TcpPeer(peer::TcpPeerArgs),
 }
 
 fn init_logging(filter: &str) {
@@ -286,7 +284,6 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Stream(a)) => tcpbench::run("stream", a)?,
         Cmd::Raw(RawCmd::Bench(a)) => bench::run(a)?,
         Cmd::Raw(RawCmd::Peer(a)) => peer::raw_peer(&a)?,
-        Cmd::Raw(RawCmd::TcpPeer(a)) => peer::tcp_peer(&a)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,9 +1,8 @@
-//! Benchmark peers. `raw peer` runs inside a DockNet container on raw Ethernet frames;
-//! `raw tcp-peer` runs in a kernel network namespace on TCP sockets. Both carry the same
-//! timestamps, so their one-way latencies compare directly:
+//! The raw-frame benchmark peer (`raw peer`), run inside a DockNet container. It carries the
+//! same timestamps as `dnperf`, so their one-way latencies compare directly:
 //!
 //! ```text
-//!  payload (after Ethernet+IPv4 for raw frames; from byte 0 for TCP messages)
+//!  payload (after the Ethernet and IPv4 headers)
 //!  +0 magic u8 = 0xD7 | +1 kind u8 | +2 session u16 | +4 seq u32 | +8 t0 u64 | +16 t1 u64 |
 //!  Servers follow the session of the newest data frame and honour only that session's STOP
 //!  (frames of an earlier run may still sit in a ring).
@@ -14,11 +13,10 @@
 use anyhow::{bail, Context, Result};
 use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4, PROTO_EXPERIMENT};
 use docknet_lib::{Endpoint, SendError, Via};
-use docknet_perf::stats::{cpu_seconds, histogram, now_ns, pin, Summary};
+use docknet_perf::stats::{cpu_seconds, histogram, now_ns, Summary, Window};
 use docknet_pipe::IdlePolicy;
 use serde_json::json;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 const MAGIC: u8 = 0xD7;
@@ -329,19 +327,12 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let mut rbuf = vec![0u8; 65600];
     let (mut one_way, mut half_rtt) = (histogram(), histogram());
     let (mut via_fc, mut via_daemon, mut lost, mut seq) = (0u64, 0u64, 0u64, 0u32);
-    let start = Instant::now();
-    let warm_end = start + Duration::from_secs_f64(a.t.warmup);
-    let end = warm_end + Duration::from_secs_f64(a.t.duration);
-    let mut cpu0 = None;
-    loop {
+    let mut win = Window::new(
+        Duration::from_secs_f64(a.t.warmup),
+        Duration::from_secs_f64(a.t.duration),
+    );
+    while let Some(measuring) = win.tick() {
         let now = Instant::now();
-        if now >= end {
-            break;
-        }
-        let measuring = now >= warm_end;
-        if measuring && cpu0.is_none() {
-            cpu0 = Some(cpu_seconds());
-        }
         seq = seq.wrapping_add(1);
         let t0 = now_ns();
         put(
@@ -393,7 +384,7 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
             }
         }
     }
-    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+    let cpu = win.cpu();
     stop(ep, &mut f, session, 0);
     let n = half_rtt.len();
     Ok(json!({
@@ -461,163 +452,5 @@ fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
         "role": "stream", "size": a.t.size, "sent": sent, "sent_bytes": sent * a.t.size as u64,
         "secs": a.t.duration, "full_retries": full, "tx_via": via_json(via_fc, via_daemon),
         "cpu_s_per_op": if sent > 0 { cpu / sent as f64 } else { 0.0 },
-    }))
-}
-
-/// Options of `raw tcp-peer`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct TcpPeerArgs {
-    /// server | rr | stream.
-    #[arg(long)]
-    pub role: String,
-    /// Server: address to listen on. Clients: address to connect to.
-    #[arg(long)]
-    pub addr: SocketAddr,
-    #[command(flatten)]
-    pub t: Timing,
-    /// Core to pin to.
-    #[arg(long)]
-    pub cpu: Option<usize>,
-    /// Server: exit after accepting this many connections.
-    #[arg(long, default_value_t = 1)]
-    pub conns: usize,
-}
-
-/// `docknet raw tcp-peer`: the kernel-socket twin of `raw peer`, one JSON line out.
-pub fn tcp_peer(a: &TcpPeerArgs) -> Result<()> {
-    if let Some(c) = a.cpu {
-        pin(c)?;
-    }
-    if a.t.size < HDR {
-        bail!("--size must be at least {HDR}");
-    }
-    let out = match a.role.as_str() {
-        "server" => tcp_server(a)?,
-        "rr" => tcp_rr(a)?,
-        "stream" => tcp_stream(a)?,
-        r => bail!("unknown role {r:?}: use server, rr or stream"),
-    };
-    println!("{out}");
-    Ok(())
-}
-
-fn tcp_server(a: &TcpPeerArgs) -> Result<serde_json::Value> {
-    let l = TcpListener::bind(a.addr).with_context(|| format!("binding {}", a.addr))?;
-    let mut total = 0u64;
-    for _ in 0..a.conns {
-        let (mut s, _) = l.accept()?;
-        s.set_nodelay(true)?;
-        // first byte: 'r' = ping-pong of fixed-size messages, 's' = sink
-        let mut mode = [0u8; 1];
-        s.read_exact(&mut mode)?;
-        let mut buf = vec![0u8; a.t.size.max(1 << 16)];
-        if mode[0] == b'r' {
-            let mut m = vec![0u8; a.t.size];
-            while s.read_exact(&mut m).is_ok() {
-                let t1 = now_ns();
-                m[16..24].copy_from_slice(&t1.to_le_bytes());
-                s.write_all(&m)?;
-                total += 1;
-            }
-        } else {
-            loop {
-                match s.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => total += n as u64,
-                }
-            }
-        }
-    }
-    Ok(json!({"role": "server", "handled": total}))
-}
-
-/// Connects, retrying for a few seconds while the server starts.
-fn connect(addr: SocketAddr) -> Result<TcpStream> {
-    let t = Instant::now();
-    loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => return Ok(s),
-            Err(e)
-                if t.elapsed() < Duration::from_secs(5)
-                    && e.kind() == std::io::ErrorKind::ConnectionRefused =>
-            {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e).with_context(|| format!("connecting to {addr}")),
-        }
-    }
-}
-
-fn tcp_rr(a: &TcpPeerArgs) -> Result<serde_json::Value> {
-    let mut s = connect(a.addr)?;
-    s.set_nodelay(true)?;
-    s.write_all(b"r")?;
-    let mut m = vec![0u8; a.t.size];
-    let (mut one_way, mut half_rtt) = (histogram(), histogram());
-    let start = Instant::now();
-    let warm_end = start + Duration::from_secs_f64(a.t.warmup);
-    let end = warm_end + Duration::from_secs_f64(a.t.duration);
-    let mut seq = 0u32;
-    let mut cpu0 = None;
-    while Instant::now() < end {
-        let measuring = Instant::now() >= warm_end;
-        if measuring && cpu0.is_none() {
-            cpu0 = Some(cpu_seconds());
-        }
-        seq = seq.wrapping_add(1);
-        let t0 = now_ns();
-        put(
-            &mut m,
-            Hdr {
-                kind: DATA,
-                session: 1,
-                seq,
-                t0,
-                t1: 0,
-            },
-        );
-        s.write_all(&m)?;
-        s.read_exact(&mut m)?;
-        let t2 = now_ns();
-        let h = get(&m).context("corrupt reply")?;
-        if measuring {
-            let _ = one_way.record(h.t1.saturating_sub(t0).max(1));
-            let _ = one_way.record(t2.saturating_sub(h.t1).max(1));
-            let _ = half_rtt.record((t2.saturating_sub(t0) / 2).max(1));
-        }
-    }
-    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
-    let n = half_rtt.len();
-    Ok(json!({
-        "role": "rr", "size": a.t.size, "transactions": n, "tps": n as f64 / a.t.duration,
-        "one_way_ns": Summary::of(&one_way), "half_rtt_ns": Summary::of(&half_rtt),
-        "cpu_s_per_op": if n > 0 { cpu / n as f64 } else { 0.0 },
-    }))
-}
-
-fn tcp_stream(a: &TcpPeerArgs) -> Result<serde_json::Value> {
-    let mut s = connect(a.addr)?;
-    s.set_nodelay(true)?;
-    s.write_all(b"s")?;
-    let m = vec![0x5au8; a.t.size];
-    let warm_end = Instant::now() + Duration::from_secs_f64(a.t.warmup);
-    while Instant::now() < warm_end {
-        s.write_all(&m)?;
-    }
-    let t = Instant::now();
-    let cpu0 = cpu_seconds();
-    let mut sent = 0u64;
-    while t.elapsed().as_secs_f64() < a.t.duration {
-        for _ in 0..16 {
-            s.write_all(&m)?;
-        }
-        sent += 16;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
-    Ok(json!({
-        "role": "stream", "size": a.t.size, "sent": sent, "secs": secs,
-        "gbps": sent as f64 * a.t.size as f64 * 8.0 / secs / 1e9,
-        "msgs_per_s": sent as f64 / secs, "cpu_s_per_op": cpu / sent.max(1) as f64,
     }))
 }

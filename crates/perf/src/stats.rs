@@ -62,6 +62,46 @@ pub fn cpu_seconds() -> f64 {
     }
 }
 
+/// A measurement window: warm-up, then the measured period. Call [`Window::tick`] once per
+/// operation; it says whether the operation counts, and starts the CPU clock when measuring
+/// begins.
+#[derive(Debug, Clone)]
+pub struct Window {
+    warm_end: std::time::Instant,
+    end: std::time::Instant,
+    cpu0: Option<f64>,
+}
+
+impl Window {
+    /// A window starting now.
+    pub fn new(warmup: std::time::Duration, duration: std::time::Duration) -> Window {
+        let warm_end = std::time::Instant::now() + warmup;
+        Window {
+            warm_end,
+            end: warm_end + duration,
+            cpu0: None,
+        }
+    }
+
+    /// `None` once the window is over; else whether this operation is measured.
+    pub fn tick(&mut self) -> Option<bool> {
+        let now = std::time::Instant::now();
+        if now >= self.end {
+            return None;
+        }
+        let measuring = now >= self.warm_end;
+        if measuring && self.cpu0.is_none() {
+            self.cpu0 = Some(cpu_seconds());
+        }
+        Some(measuring)
+    }
+
+    /// CPU seconds used since measuring began.
+    pub fn cpu(&self) -> f64 {
+        cpu_seconds() - self.cpu0.unwrap_or_else(cpu_seconds)
+    }
+}
+
 /// Pins the calling thread to `core`.
 pub fn pin(core: usize) -> anyhow::Result<()> {
     let mut set = nix::sched::CpuSet::new();

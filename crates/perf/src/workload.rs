@@ -1,7 +1,7 @@
 //! The workloads, written once over [`Net`].
 
 use crate::net::{Datagram, Net};
-use crate::stats::{cpu_seconds, histogram, now_ns, Summary};
+use crate::stats::{cpu_seconds, histogram, now_ns, Summary, Window};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{Read, Write};
@@ -154,19 +154,9 @@ fn rr<S: Read + Write>(
 ) -> Result<Outcome> {
     let mut m = vec![0u8; size];
     let (mut one_way, mut half) = (histogram(), histogram());
-    let warm_end = Instant::now() + warmup;
-    let end = warm_end + duration;
+    let mut win = Window::new(warmup, duration);
     let mut seq = 0u32;
-    let mut cpu0 = None;
-    loop {
-        let now = Instant::now();
-        if now >= end {
-            break;
-        }
-        let measuring = now >= warm_end;
-        if measuring && cpu0.is_none() {
-            cpu0 = Some(cpu_seconds());
-        }
+    while let Some(measuring) = win.tick() {
         seq = seq.wrapping_add(1);
         let t0 = now_ns();
         m[0..4].copy_from_slice(&seq.to_le_bytes());
@@ -184,7 +174,7 @@ fn rr<S: Read + Write>(
             let _ = half.record((t2.saturating_sub(t0) / 2).max(1));
         }
     }
-    let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+    let cpu = win.cpu();
     let n = half.len();
     Ok(Outcome {
         transactions: n,
@@ -333,13 +323,10 @@ pub fn client_udp<N: Net>(
     match workload {
         Workload::Rr => {
             let (mut one_way, mut half) = (histogram(), histogram());
-            let (mut seq, mut lost, mut cpu0) = (0u32, 0u64, None);
+            let (mut seq, mut lost) = (0u32, 0u64);
             let mut r = vec![0u8; size.max(64)];
-            while Instant::now() < end {
-                let measuring = Instant::now() >= warm_end;
-                if measuring && cpu0.is_none() {
-                    cpu0 = Some(cpu_seconds());
-                }
+            let mut win = Window::new(warmup, duration);
+            while let Some(measuring) = win.tick() {
                 seq = seq.wrapping_add(1);
                 m[0] = U_RR;
                 m[4..8].copy_from_slice(&seq.to_le_bytes());
@@ -373,7 +360,7 @@ pub fn client_udp<N: Net>(
             for _ in 0..3 {
                 let _ = s.send_to(&m[..RR_HDR], addr);
             }
-            let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
+            let cpu = win.cpu();
             let n = half.len();
             if lost > 0 {
                 eprintln!("dnperf: {lost} datagrams lost");
