@@ -17,6 +17,7 @@ declare -A NEED=(
     [ps]=procps
     [cc]=gcc            # linker for cargo
     [pkg-config]=pkg-config
+    [nft]=nftables      # the bridge-nat mode maps ports with nftables
 )
 missing=()
 for cmd in "${!NEED[@]}"; do

@@ -5,7 +5,7 @@
 //! channel). The lab issue adds the other kernel modes, pairs, plots and the HTML report.
 
 use crate::bench::{env_json, find, medians, table, us, Daemon, Proc, Row, SERVER_START};
-use crate::netns::BridgeLab;
+use crate::netns::{unavailable, KernelLab, KERNEL_MODES};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -14,13 +14,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Modes this build can measure.
-pub const MODES: &[&str] = &["bridge", "docknet", "docknet-fc"];
+/// DockNet modes.
+pub const DOCKNET_MODES: &[&str] = &["docknet", "docknet-fc"];
+/// Modes that need what this machine may not have; checked at run time and reported as "not
+/// available here" with the reason, never as a number.
+pub const CHECKED_MODES: &[&str] = &["ipvlan", "ovs", "sriov"];
 
 /// Options of `docknet bench rr|stream`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TcpBenchArgs {
-    /// Modes to compare (available: bridge, docknet, docknet-fc).
+    /// Modes to compare: loopback, veth, bridge, bridge-nat, macvlan (kernel), docknet,
+    /// docknet-fc; ipvlan, ovs and sriov are checked and reported as not available here.
     #[arg(
         long,
         value_delimiter = ',',
@@ -59,6 +63,8 @@ struct Ctx {
     stop: Arc<AtomicBool>,
     rows: Vec<Row>,
     port: u16,
+    /// (mode, reason) for modes that cannot run here.
+    missing: Vec<(String, String)>,
 }
 
 impl Ctx {
@@ -220,17 +226,18 @@ impl Ctx {
         Ok(())
     }
 
-    fn bridge(&mut self) -> Result<()> {
-        let lab = BridgeLab::create().context("building the bridge topology")?;
+    fn kernel(&mut self, mode: &str) -> Result<()> {
+        let lab = KernelLab::create_mode(mode)
+            .with_context(|| format!("building the {mode} topology"))?;
         for rep in 0..self.args.repeat {
             for (cc, sc) in [(1usize, 1usize), (0, 1)] {
-                let placement =
-                    format!("client core {cc}, server core {sc}, kernel TCP over a Linux bridge");
+                let placement = format!("client core {cc}, server core {sc}, kernel TCP ({mode})");
                 let short = format!("c{cc} s{sc}");
                 for size in self.args.sizes.clone() {
                     self.check_stop()?;
                     self.port += 1;
-                    let addr = format!("{}:{}", BridgeLab::IP_B, self.port);
+                    let bind = format!("{}:{}", lab.bind, self.port);
+                    let target = format!("{}:{}", lab.target, self.port);
                     let in_ns = |ns: &str, args: Vec<String>| {
                         let mut c = Command::new("ip");
                         c.args(["netns", "exec", ns]).arg(&self.dnperf).args(args);
@@ -239,20 +246,20 @@ impl Ctx {
                     let server = Proc::spawn(
                         in_ns(
                             &lab.b,
-                            self.dnperf_args("server", "kernel", &addr, size, sc, "spin"),
+                            self.dnperf_args("server", "kernel", &bind, size, sc, "spin"),
                         ),
                         "dnperf server",
                     )?;
                     let v = Proc::spawn(
                         in_ns(
                             &lab.a,
-                            self.dnperf_args("client", "kernel", &addr, size, cc, "spin"),
+                            self.dnperf_args("client", "kernel", &target, size, cc, "spin"),
                         ),
                         "dnperf client",
                     )?
                     .json(self.timeout(), &self.stop)?;
                     let _ = server.json(Duration::from_secs(10), &self.stop);
-                    self.row("bridge", &placement, &short, size, rep, &v);
+                    self.row(mode, &placement, &short, size, rep, &v);
                 }
             }
         }
@@ -285,10 +292,14 @@ pub fn run(workload: &'static str, args: TcpBenchArgs) -> Result<()> {
         bail!("docknet bench needs root (it creates namespaces and containers)");
     }
     for m in &args.modes {
-        if !MODES.contains(&m.as_str()) {
+        let m = m.as_str();
+        if !KERNEL_MODES.contains(&m) && !DOCKNET_MODES.contains(&m) && !CHECKED_MODES.contains(&m)
+        {
             bail!(
-                "unknown or not yet available mode {m:?}: this build measures {}",
-                MODES.join(", ")
+                "unknown mode {m:?}: use {}, {} (or {}, reported when not available)",
+                KERNEL_MODES.join(", "),
+                DOCKNET_MODES.join(", "),
+                CHECKED_MODES.join(", ")
             );
         }
     }
@@ -308,17 +319,31 @@ pub fn run(workload: &'static str, args: TcpBenchArgs) -> Result<()> {
         stop,
         rows: Vec::new(),
         port: 21000,
+        missing: Vec::new(),
     };
     for m in &args.modes {
         eprintln!("{m}:");
-        if m == "bridge" {
-            ctx.bridge()?;
+        let missing = if CHECKED_MODES.contains(&m.as_str()) {
+            unavailable(m)
         } else {
+            None
+        };
+        if let Some(reason) = missing {
+            eprintln!("  not available here: {reason}");
+            ctx.missing.push((m.clone(), reason));
+        } else if KERNEL_MODES.contains(&m.as_str()) {
+            ctx.kernel(m)?;
+        } else if DOCKNET_MODES.contains(&m.as_str()) {
             ctx.docknet(m)?;
+        } else {
+            bail!("mode {m} is available on this machine but the lab cannot build it yet");
         }
     }
     let med = medians(&ctx.rows);
     print!("{}", table(&med));
+    for (m, why) in &ctx.missing {
+        println!("{m:<18} not available here: {why}");
+    }
     let mut ratios = Vec::new();
     let metric = |r: &Row| if workload == "rr" { r.p50_us } else { r.gbps };
     for size in &args.sizes {
@@ -344,7 +369,12 @@ pub fn run(workload: &'static str, args: TcpBenchArgs) -> Result<()> {
     for r in &ratios {
         println!("{r}");
     }
-    let doc = json!({"env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med, "ratios": ratios});
+    let missing: Vec<Value> = ctx
+        .missing
+        .iter()
+        .map(|(m, why)| json!({"mode": m, "status": "not available here", "reason": why}))
+        .collect();
+    let doc = json!({"env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med, "ratios": ratios, "not_available": missing});
     let mut outputs: Vec<PathBuf> = args.json.iter().cloned().collect();
     if let Some(dir) = &args.report {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -379,6 +409,16 @@ fn markdown(workload: &str, doc: &Value, med: &[Row], ratios: &[String]) -> Stri
     m += "```\n\n## Ratios (same run)\n\n";
     for r in ratios {
         m += &format!("- {r}\n");
+    }
+    if let Some(na) = doc["not_available"].as_array().filter(|a| !a.is_empty()) {
+        m += "\n## Not available here\n\n";
+        for x in na {
+            m += &format!(
+                "- `{}`: {}\n",
+                x["mode"].as_str().unwrap_or("?"),
+                x["reason"].as_str().unwrap_or("?")
+            );
+        }
     }
     m += "\n## Placement\n\n";
     let mut seen = std::collections::BTreeSet::new();

@@ -164,7 +164,7 @@ fn raw_bench_reports_targets_and_cleans_up() {
 #[test]
 fn benches_refuse_unknown_modes_and_sizes_with_one_line() {
     for args in [
-        &["bench", "rr", "--modes", "ipvlan"][..],
+        &["bench", "rr", "--modes", "nonsense"][..],
         &["bench", "rr", "--sizes", "1"][..],
         &["raw", "bench", "--paths", "nope"][..],
     ] {
@@ -173,5 +173,61 @@ fn benches_refuse_unknown_modes_and_sizes_with_one_line() {
         let e = String::from_utf8_lossy(&o.stderr);
         assert_eq!(e.lines().count(), 1, "{e}");
         assert!(e.starts_with("docknet: error: "), "{e}");
+    }
+}
+
+#[test]
+fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
+    if !root_or_skip("kernel_modes") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("k.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "rr",
+            "--modes",
+            "loopback,veth,bridge-nat,macvlan,ipvlan,sriov",
+            "--sizes",
+            "64",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.1",
+            "--json",
+        ],
+        &json,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for mode in ["loopback", "veth", "bridge-nat", "macvlan"] {
+        let n = v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["mode"] == mode && r["p50_us"].as_f64().is_some_and(|p| p > 0.0))
+            .count();
+        assert_eq!(n, 2, "{mode}: one row per placement");
+    }
+    // ipvlan needs a kernel module, sriov a NIC: each is either measured or reported with a
+    // reason, never both and never neither
+    let na = v["not_available"].as_array().unwrap();
+    for mode in ["ipvlan", "sriov"] {
+        let missing = na.iter().find(|x| x["mode"] == mode);
+        let rows = v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["mode"] == mode)
+            .count();
+        match missing {
+            Some(e) => {
+                assert!(e["reason"].as_str().unwrap().len() > 10);
+                assert_eq!(rows, 0, "{mode}: not available, so no figures");
+            }
+            None => assert_eq!(rows, 2, "{mode}: available, so measured"),
+        }
     }
 }
