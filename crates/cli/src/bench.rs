@@ -763,22 +763,39 @@ fn markdown(doc: &Value, med: &[Row], ratios: &[String], checks: &[String]) -> S
           comes from CLOCK_MONOTONIC timestamps carried in the payload (every namespace shares that \
           clock); rtt/2 is beside it. Stream goodput is counted at the receiver; `lost` counts raw \
           frames dropped because a receiver's ring was full (raw frames have no flow control).\n\n";
-    m += "## Results (median of runs)\n\n```text\n";
-    m += &table(med);
-    m += "```\n\n## Ratios\n\n";
-    for r in ratios {
-        m += &format!("- {r}\n");
-    }
+    m += &md_results(med, ratios);
     m += "\n## Targets of issue #2\n\n";
     for c in checks {
         m += &format!("- {c}\n");
     }
-    m += "\n## Placement\n\n";
+    m += &md_placement(med);
+    m
+}
+
+/// Each (mode, cores) placement once, in table order.
+pub(crate) fn placements(med: &[Row]) -> Vec<&Row> {
     let mut seen = std::collections::BTreeSet::new();
-    for r in med {
-        if seen.insert((r.path.clone(), r.cores.clone())) {
-            m += &format!("- `{}` `{}`: {}\n", r.path, r.cores, r.placement);
-        }
+    med.iter()
+        .filter(|r| seen.insert((r.path.clone(), r.cores.clone())))
+        .collect()
+}
+
+/// Markdown: the table of medians and the list of ratios.
+pub(crate) fn md_results(med: &[Row], ratios: &[String]) -> String {
+    let mut m = String::from("## Results (median of runs)\n\n```text\n");
+    m += &table(med);
+    m += "```\n\n## Ratios (same run)\n\n";
+    for r in ratios {
+        m += &format!("- {r}\n");
+    }
+    m
+}
+
+/// Markdown: where each party ran, per mode.
+pub(crate) fn md_placement(med: &[Row]) -> String {
+    let mut m = String::from("\n## Placement\n\n");
+    for r in placements(med) {
+        m += &format!("- `{}` `{}`: {}\n", r.path, r.cores, r.placement);
     }
     m
 }
@@ -895,11 +912,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         println!("target: {c}");
     }
     println!("placements (CORES: c = client, s = server, m = daemon master):");
-    let mut seen = std::collections::BTreeSet::new();
-    for r in &med {
-        if seen.insert((r.path.clone(), r.cores.clone())) {
-            println!("  {:<18} {:<9} {}", r.path, r.cores, r.placement);
-        }
+    for r in placements(&med) {
+        println!("  {:<18} {:<9} {}", r.path, r.cores, r.placement);
     }
     let doc = json!({
         "env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med,

@@ -4,7 +4,9 @@
 //! cores), `docknet` (DockLib TCP through the daemon), `docknet-fc` (DockLib TCP over a fast
 //! channel). The lab issue adds the other kernel modes, pairs, plots and the HTML report.
 
-use crate::bench::{env_json, find, medians, table, us, Daemon, Proc, Row, SERVER_START};
+use crate::bench::{
+    env_json, find, md_placement, md_results, medians, table, us, Daemon, Proc, Row, SERVER_START,
+};
 use crate::netns::{unavailable, KernelLab, KERNEL_MODES};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -404,12 +406,7 @@ fn markdown(workload: &str, doc: &Value, med: &[Row], ratios: &[String]) -> Stri
         env["warmup_s"],
         env["repeat"]
     );
-    m += "## Results (median of runs)\n\n```text\n";
-    m += &table(med);
-    m += "```\n\n## Ratios (same run)\n\n";
-    for r in ratios {
-        m += &format!("- {r}\n");
-    }
+    m += &md_results(med, ratios);
     if let Some(na) = doc["not_available"].as_array().filter(|a| !a.is_empty()) {
         m += "\n## Not available here\n\n";
         for x in na {
@@ -420,12 +417,6 @@ fn markdown(workload: &str, doc: &Value, med: &[Row], ratios: &[String]) -> Stri
             );
         }
     }
-    m += "\n## Placement\n\n";
-    let mut seen = std::collections::BTreeSet::new();
-    for r in med {
-        if seen.insert((r.path.clone(), r.cores.clone())) {
-            m += &format!("- `{}` `{}`: {}\n", r.path, r.cores, r.placement);
-        }
-    }
+    m += &md_placement(med);
     m
 }

@@ -587,6 +587,11 @@ impl TcpStream {
         }
     }
 
+    /// The TCP state of the connection (`ESTABLISHED`, `FIN-WAIT-1`, ...), for diagnostics.
+    pub fn tcp_state(&self) -> String {
+        self.stack.lock().tcp(self.h).state().to_string()
+    }
+
     /// Remote address.
     pub fn peer_addr(&self) -> Option<SocketAddrV4> {
         self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep)

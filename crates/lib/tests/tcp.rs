@@ -1,9 +1,10 @@
 //! TCP and UDP over DockPipes in one process: two stacks, the daemon's master thread between
 //! them (or a fast channel), real regions made by the registry. No root needed.
 
-use docknet_daemon::master::{self, MasterShared};
+mod common;
+use common::*;
 use docknet_daemon::registry::Registry;
-use docknet_lib::{Endpoint, Faults, Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
+use docknet_lib::{Endpoint, Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
 use docknet_pipe::IdlePolicy;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -11,125 +12,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
-
-struct Net {
-    _dir: tempfile::TempDir,
-    master: Arc<MasterShared>,
-    handle: Option<thread::JoinHandle<()>>,
-    a: Stack,
-    b: Stack,
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        self.master.shutdown.store(true, Ordering::Release);
-        self.master.poke();
-        if let Some(h) = self.handle.take() {
-            h.join().unwrap();
-        }
-    }
-}
-
-const B: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
-
-fn net(fc: bool, mtu: u32) -> Net {
-    net_with(fc, mtu, StackConfig::default())
-}
-
-/// A lossy, duplicating, reordering, delaying link (on both stacks' receive side).
-fn faulty(seed: u64, drop_pct: u8) -> StackConfig {
-    StackConfig {
-        faults: Some(Faults {
-            drop_pct,
-            dup_pct: 5,
-            reorder_pct: 5,
-            max_delay: Duration::from_micros(300),
-            seed,
-        }),
-        ..StackConfig::default()
-    }
-}
-
-fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut r, _) = Registry::open(dir.path()).unwrap();
-    r.create_pipe("a", "10.8.0.1/24", Some(mtu), None).unwrap();
-    r.create_pipe("b", "10.8.0.2/24", Some(mtu), None).unwrap();
-    if fc {
-        r.connect_fc("a", "b", None).unwrap();
-    }
-    let master = Arc::new(MasterShared::new(r.snapshot()));
-    let m = master.clone();
-    let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
-    let a = Stack::new(
-        Endpoint::attach(&r.pipe_dir("a"), cfg.idle).unwrap(),
-        cfg.clone(),
-    );
-    let b = Stack::new(Endpoint::attach(&r.pipe_dir("b"), cfg.idle).unwrap(), cfg);
-    Net {
-        _dir: dir,
-        master,
-        handle: Some(handle),
-        a,
-        b,
-    }
-}
-
-/// FNV-1a over a stream of bytes.
-fn fnv(h: &mut u64, data: &[u8]) {
-    for b in data {
-        *h ^= u64::from(*b);
-        *h = h.wrapping_mul(0x100000001b3);
-    }
-}
-
-fn pattern(i: u64) -> u8 {
-    (i.wrapping_mul(2654435761) >> 13) as u8
-}
-
-/// Streams `total` bytes a -> b through port `port`; the receiver checks every byte against the
-/// pattern (content and order) and both ends compare an FNV-1a checksum of the payload.
-fn transfer(n: &Net, port: u16, total: u64) {
-    let mut l = TcpListener::bind(&n.b, port).unwrap();
-    let rx = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut buf = vec![0u8; 64 * 1024];
-        let (mut got, mut h) = (0u64, 0xcbf29ce484222325u64);
-        loop {
-            let k = s.read(&mut buf).unwrap();
-            if k == 0 {
-                break;
-            }
-            for (j, b) in buf[..k].iter().enumerate() {
-                assert_eq!(
-                    *b,
-                    pattern(got + j as u64),
-                    "byte {} corrupted",
-                    got + j as u64
-                );
-            }
-            fnv(&mut h, &buf[..k]);
-            got += k as u64;
-        }
-        (got, h)
-    });
-    let mut s = TcpStream::connect(&n.a, SocketAddrV4::new(B, port)).unwrap();
-    let (mut sent, mut h) = (0u64, 0xcbf29ce484222325u64);
-    let mut chunk = vec![0u8; 60_000];
-    while sent < total {
-        let k = chunk.len().min((total - sent) as usize);
-        for (j, b) in chunk[..k].iter_mut().enumerate() {
-            *b = pattern(sent + j as u64);
-        }
-        s.write_all(&chunk[..k]).unwrap();
-        fnv(&mut h, &chunk[..k]);
-        sent += k as u64;
-    }
-    s.shutdown_write();
-    let (got, hr) = rx.join().unwrap();
-    assert_eq!(got, total);
-    assert_eq!(hr, h, "checksum of the payload at the receiver");
-}
 
 #[test]
 fn stream_through_the_daemon_arrives_intact() {
@@ -234,45 +116,6 @@ fn udp_datagrams_both_ways() {
         assert_eq!(&buf[..k], &msg[..]);
     }
     echo.join().unwrap();
-}
-
-#[test]
-fn transfers_survive_a_lossy_duplicating_reordering_delaying_link() {
-    for (fc, seed) in [(false, 11), (true, 12)] {
-        let n = net_with(fc, 1500, faulty(seed, 2));
-        transfer(&n, 7010, 1 << 20);
-        let (a, b) = (n.a.device_stats(), n.b.device_stats());
-        assert!(
-            a.injected + b.injected > 100,
-            "faults were injected: {a:?} {b:?}"
-        );
-    }
-}
-
-#[test]
-fn refusal_close_and_reset_propagate_over_a_reordering_link() {
-    let n = net_with(false, 1500, faulty(21, 0));
-    let e = TcpStream::connect(&n.a, SocketAddrV4::new(B, 9)).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
-    let mut l = TcpListener::bind(&n.b, 7011).unwrap();
-    let srv = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.write_all(&[7u8; 100_000]).unwrap();
-        s.shutdown_write();
-        s.flush_acked(Duration::from_secs(10)).unwrap();
-        let (s2, _) = l.accept().unwrap();
-        s2.abort();
-        thread::sleep(Duration::from_millis(500));
-    });
-    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7011)).unwrap();
-    let mut out = Vec::new();
-    c.read_to_end(&mut out).unwrap();
-    assert_eq!(out, vec![7u8; 100_000]);
-    let mut c2 = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7011)).unwrap();
-    c2.set_read_timeout(Some(Duration::from_secs(10)));
-    let e = c2.read(&mut [0u8; 16]).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
-    srv.join().unwrap();
 }
 
 #[test]

@@ -1,0 +1,156 @@
+//! Shared by the DockLib test binaries: two stacks over real regions made by the registry,
+//! with the daemon's master thread between them (or a fast channel). No root needed.
+
+#![allow(dead_code, unused_imports)]
+
+use docknet_daemon::master::{self, MasterShared};
+use docknet_daemon::registry::Registry;
+use docknet_lib::{Endpoint, Faults, Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
+use docknet_pipe::IdlePolicy;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+pub struct Net {
+    _dir: tempfile::TempDir,
+    pub master: Arc<MasterShared>,
+    handle: Option<thread::JoinHandle<()>>,
+    pub a: Stack,
+    pub b: Stack,
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        self.master.shutdown.store(true, Ordering::Release);
+        self.master.poke();
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
+        }
+    }
+}
+
+pub const B: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
+
+pub fn net(fc: bool, mtu: u32) -> Net {
+    net_with(fc, mtu, StackConfig::default())
+}
+
+/// A lossy, duplicating, reordering, delaying link (on both stacks' receive side).
+pub fn faulty(seed: u64, drop_pct: u8) -> StackConfig {
+    StackConfig {
+        faults: Some(Faults {
+            drop_pct,
+            dup_pct: 5,
+            reorder_pct: 5,
+            max_delay: Duration::from_micros(300),
+            seed,
+        }),
+        ..StackConfig::default()
+    }
+}
+
+pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(dir.path()).unwrap();
+    r.create_pipe("a", "10.8.0.1/24", Some(mtu), None).unwrap();
+    r.create_pipe("b", "10.8.0.2/24", Some(mtu), None).unwrap();
+    if fc {
+        r.connect_fc("a", "b", None).unwrap();
+    }
+    let master = Arc::new(MasterShared::new(r.snapshot()));
+    let m = master.clone();
+    let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
+    let a = Stack::new(
+        Endpoint::attach(&r.pipe_dir("a"), cfg.idle).unwrap(),
+        cfg.clone(),
+    );
+    let b = Stack::new(Endpoint::attach(&r.pipe_dir("b"), cfg.idle).unwrap(), cfg);
+    Net {
+        _dir: dir,
+        master,
+        handle: Some(handle),
+        a,
+        b,
+    }
+}
+
+/// FNV-1a over a stream of bytes.
+pub fn fnv(h: &mut u64, data: &[u8]) {
+    for b in data {
+        *h ^= u64::from(*b);
+        *h = h.wrapping_mul(0x100000001b3);
+    }
+}
+
+pub fn pattern(i: u64) -> u8 {
+    (i.wrapping_mul(2654435761) >> 13) as u8
+}
+
+/// Streams `total` bytes a -> b through port `port`; the receiver checks every byte against the
+/// pattern (content and order) and both ends compare an FNV-1a checksum of the payload.
+pub fn transfer(n: &Net, port: u16, total: u64) {
+    // A stalled connection fails within this deadline, saying where each side stood, instead
+    // of hanging the test run.
+    const DEADLINE: Duration = Duration::from_secs(120);
+    let (da, db) = (n.a.clone(), n.b.clone());
+    let diag = move || {
+        format!(
+            "device a {:?}, device b {:?}",
+            da.device_stats(),
+            db.device_stats()
+        )
+    };
+    let diag2 = diag.clone();
+    let mut l = TcpListener::bind(&n.b, port).unwrap();
+    let rx = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(DEADLINE));
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut got, mut h) = (0u64, 0xcbf29ce484222325u64);
+        loop {
+            let k = s.read(&mut buf).unwrap_or_else(|e| {
+                panic!(
+                    "receiver at byte {got} ({}): {e}; {}",
+                    s.tcp_state(),
+                    diag2()
+                )
+            });
+            if k == 0 {
+                break;
+            }
+            for (j, b) in buf[..k].iter().enumerate() {
+                assert_eq!(
+                    *b,
+                    pattern(got + j as u64),
+                    "byte {} corrupted",
+                    got + j as u64
+                );
+            }
+            fnv(&mut h, &buf[..k]);
+            got += k as u64;
+        }
+        (got, h)
+    });
+    let mut s = TcpStream::connect(&n.a, SocketAddrV4::new(B, port)).unwrap();
+    s.set_write_timeout(Some(DEADLINE));
+    let (mut sent, mut h) = (0u64, 0xcbf29ce484222325u64);
+    let mut chunk = vec![0u8; 60_000];
+    while sent < total {
+        let k = chunk.len().min((total - sent) as usize);
+        for (j, b) in chunk[..k].iter_mut().enumerate() {
+            *b = pattern(sent + j as u64);
+        }
+        s.write_all(&chunk[..k]).unwrap_or_else(|e| {
+            panic!("sender at byte {sent} ({}): {e}; {}", s.tcp_state(), diag())
+        });
+        fnv(&mut h, &chunk[..k]);
+        sent += k as u64;
+    }
+    s.shutdown_write();
+    let (got, hr) = rx.join().unwrap();
+    assert_eq!(got, total);
+    assert_eq!(hr, h, "checksum of the payload at the receiver");
+}
