@@ -747,17 +747,7 @@ pub fn targets(med: &[Row]) -> Vec<String> {
 }
 
 fn markdown(doc: &Value, med: &[Row], ratios: &[String], checks: &[String]) -> String {
-    let env = &doc["env"];
-    let mut m = String::from("# DockNet raw-frame benchmark\n\n");
-    m += &format!(
-        "Command: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point.\n\n",
-        env["command"].as_str().unwrap_or(""),
-        env["kernel"].as_str().unwrap_or("?"),
-        env["cores"],
-        env["duration_s"],
-        env["warmup_s"],
-        env["repeat"]
-    );
+    let mut m = md_header("DockNet raw-frame benchmark", doc, "");
     m += "DockNet rows move raw Ethernet frames (no TCP); kernel rows are TCP measured by dnperf \
           over a Linux bridge between two network namespaces. One-way latency \
           comes from CLOCK_MONOTONIC timestamps carried in the payload (every namespace shares that \
@@ -770,6 +760,20 @@ fn markdown(doc: &Value, med: &[Row], ratios: &[String], checks: &[String]) -> S
     }
     m += &md_placement(med);
     m
+}
+
+/// Markdown: the title, the command and the run's environment (from `doc["env"]`), then `note`.
+pub(crate) fn md_header(title: &str, doc: &Value, note: &str) -> String {
+    let env = &doc["env"];
+    format!(
+        "# {title}\n\nCommand: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point{note}.\n\n",
+        env["command"].as_str().unwrap_or(""),
+        env["kernel"].as_str().unwrap_or("?"),
+        env["cores"],
+        env["duration_s"],
+        env["warmup_s"],
+        env["repeat"]
+    )
 }
 
 /// Each (mode, cores) placement once, in table order.

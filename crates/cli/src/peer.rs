@@ -331,8 +331,11 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
         Duration::from_secs_f64(a.t.warmup),
         Duration::from_secs_f64(a.t.duration),
     );
-    while let Some(measuring) = win.tick() {
+    loop {
         let now = Instant::now();
+        let Some(measuring) = win.tick_at(now) else {
+            break;
+        };
         seq = seq.wrapping_add(1);
         let t0 = now_ns();
         put(

@@ -5,7 +5,8 @@
 //! channel). The lab issue adds the other kernel modes, pairs, plots and the HTML report.
 
 use crate::bench::{
-    env_json, find, md_placement, md_results, medians, table, us, Daemon, Proc, Row, SERVER_START,
+    env_json, find, md_header, md_placement, md_results, medians, table, us, Daemon, Proc, Row,
+    SERVER_START,
 };
 use crate::netns::{unavailable, KernelLab, KERNEL_MODES};
 use anyhow::{bail, Context, Result};
@@ -395,16 +396,15 @@ pub fn run(workload: &'static str, args: TcpBenchArgs) -> Result<()> {
 }
 
 fn markdown(workload: &str, doc: &Value, med: &[Row], ratios: &[String]) -> String {
-    let env = &doc["env"];
-    let mut m = format!(
-        "# TCP {} side by side\n\nCommand: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point; every figure measured by `dnperf` (one program for kernel and DockLib sockets).\n\n",
-        if workload == "rr" { "request/response latency" } else { "streaming goodput" },
-        env["command"].as_str().unwrap_or(""),
-        env["kernel"].as_str().unwrap_or("?"),
-        env["cores"],
-        env["duration_s"],
-        env["warmup_s"],
-        env["repeat"]
+    let title = if workload == "rr" {
+        "TCP request/response latency side by side"
+    } else {
+        "TCP streaming goodput side by side"
+    };
+    let mut m = md_header(
+        title,
+        doc,
+        "; every figure measured by `dnperf` (one program for kernel and DockLib sockets)",
     );
     m += &md_results(med, ratios);
     if let Some(na) = doc["not_available"].as_array().filter(|a| !a.is_empty()) {

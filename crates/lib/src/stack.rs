@@ -349,10 +349,6 @@ impl Stack {
         }
     }
 
-    fn new_tcp(&self, g: &mut Inner) -> SocketHandle {
-        g.new_tcp_socket()
-    }
-
     /// The stack's configuration.
     pub fn config(&self) -> &StackConfig {
         &self.shared.cfg
@@ -461,7 +457,7 @@ impl TcpListener {
     }
 
     fn listening(&self, g: &mut Inner) -> io::Result<SocketHandle> {
-        let h = self.stack.new_tcp(g);
+        let h = g.new_tcp_socket();
         g.tcp(h).listen(self.port).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -500,7 +496,7 @@ impl TcpListener {
             let h = pool.swap_remove(i);
             let peer = g.tcp(h).remote_endpoint().map(from_ep);
             // refill the pool
-            let n = stack.new_tcp(g);
+            let n = g.new_tcp_socket();
             if g.tcp(n).listen(port).is_ok() {
                 pool.push(n);
             }
@@ -549,7 +545,7 @@ impl TcpStream {
     pub fn connect(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
         let h = {
             let mut g = stack.lock();
-            let h = stack.new_tcp(&mut g);
+            let h = g.new_tcp_socket();
             let local = g.ephemeral_port();
             let Inner { iface, sockets, .. } = &mut *g;
             let r = sockets.get_mut::<tcp::Socket>(h).connect(

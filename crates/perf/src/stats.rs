@@ -85,7 +85,11 @@ impl Window {
 
     /// `None` once the window is over; else whether this operation is measured.
     pub fn tick(&mut self) -> Option<bool> {
-        let now = std::time::Instant::now();
+        self.tick_at(std::time::Instant::now())
+    }
+
+    /// [`Window::tick`] with a time the caller has already read.
+    pub fn tick_at(&mut self, now: std::time::Instant) -> Option<bool> {
         if now >= self.end {
             return None;
         }
