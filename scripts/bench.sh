@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# The main job: sets up, then measures DockNet (through the daemon and over a fast channel)
-# side by side with the kernel's container networks (loopback, bridge, bridge + NAT port
-# mapping, macvlan; ipvlan where the kernel has it), all measured by dnperf, plus the raw
-# DockPipe rings; prints the tables and writes results/tcp-rr.{md,json},
-# results/tcp-stream.{md,json} and results/raw-bench.{md,json}. About 5 minutes.
-# Extra arguments go to both `docknet bench` runs (see `docknet bench rr --help`).
+# The main job: installs what is missing, builds, then measures DockNet (through the daemon and
+# over a fast channel) side by side with the kernel's container networks, all measured by
+# dnperf in one run: rr (latency) and stream (goodput) at 64 B, 1 KiB and 64 KiB over loopback,
+# bridge, bridge-nat, macvlan (ipvlan where the kernel has it), docknet and docknet-fc, plus a
+# short pairs sweep (1, 4, 16 concurrent pairs). Prints the tables and writes the report:
+# results/index.html (figures and tables), results/report.md, results/tcp-*.{json,md}.
+# About 4 minutes.
+#
+#   FULL=1 ./scripts/bench.sh    the full lab (every mode, MTU 1500 and 9000, the size sweeps,
+#                                1..128 pairs, sockperf/iperf3 cross-check): about 25 minutes
+#
+# Extra arguments go to every `docknet bench` run (see `docknet bench rr --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 D=target/release/docknet
-MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,docknet,docknet-fc
-$D bench rr --modes "$MODES" --repeat 2 --duration 1 --warmup 0.3 --report results "$@"
-$D bench stream --modes "$MODES" --repeat 2 --duration 1 --warmup 0.3 --report results "$@"
-$D raw bench --repeat 1 --duration 1 --warmup 0.3 --report results
-echo "reports: results/tcp-rr.md results/tcp-stream.md results/raw-bench.md"
+OUT=${OUT:-results}
+mkdir -p "$OUT"
+rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md
+if [ "${FULL:-0}" = 1 ]; then
+    MODES=loopback,container,veth,bridge,bridge-nat,macvlan,ipvlan,ovs,sriov,docknet,docknet-fc
+    COMMON=(--repeat 2 --duration 1 --warmup 0.3 --mtus 1500,9000 --report "$OUT")
+    $D bench rr --modes "$MODES" --sizes 64,1024,16384,65536 --crosscheck "${COMMON[@]}" "$@"
+    $D bench stream --modes "$MODES" --sizes 64,1024,16384,65536,409600 --crosscheck "${COMMON[@]}" "$@"
+    $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
+        --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --report "$OUT" "$@"
+else
+    MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,docknet,docknet-fc
+    COMMON=(--sizes 64,1024,65536 --repeat 2 --duration 0.6 --warmup 0.2 --report "$OUT")
+    $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
+    $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
+    $D bench pairs --modes bridge,docknet,docknet-fc --pairs 1,4,16 --sizes 1024 \
+        --duration 0.6 --warmup 0.2 --report "$OUT" "$@"
+fi
+echo "report: $OUT/index.html (also $OUT/report.md; per workload $OUT/tcp-*.md)"

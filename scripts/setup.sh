@@ -17,11 +17,25 @@ declare -A NEED=(
     [ps]=procps
     [cc]=gcc            # linker for cargo
     [pkg-config]=pkg-config
-    [nft]=nftables      # the bridge-nat mode maps ports with nftables
+    [iptables]=iptables # the CNI portmap plugin (bridge-nat) writes iptables rules
+    [sockperf]=sockperf # cross-check of dnperf's latency (bench --crosscheck)
+    [iperf3]=iperf3     # cross-check of dnperf's goodput
+    [ethtool]=ethtool   # the ovs mode turns off tx checksum offload on its veths
+    [ovs-vswitchd]=openvswitch-switch  # the ovs mode (userspace datapath; the lab runs its own)
+    [taskset]=util-linux
 )
-missing=()
+# files -> Debian package
+declare -A NEED_FILES=(
+    [/usr/lib/cni/bridge]=containernetworking-plugins  # kernel modes are built with CNI
+    [/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf]=fonts-dejavu-core  # text in the figures
+)
+# extra packages from the caller (scripts/test.sh adds chromium for the report test)
+missing=(${DOCKNET_EXTRA_PACKAGES:-})
 for cmd in "${!NEED[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("${NEED[$cmd]}")
+done
+for f in "${!NEED_FILES[@]}"; do
+    [ -e "$f" ] || missing+=("${NEED_FILES[$f]}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "docknet setup: installing ${missing[*]}" >&2

@@ -3,6 +3,8 @@
 # with real processes in real namespaces, which need root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the report test loads index.html in headless Chromium
+command -v chromium >/dev/null 2>&1 || export DOCKNET_EXTRA_PACKAGES=chromium
 ./scripts/setup.sh
 echo "== cargo fmt --check"
 cargo fmt --all --check

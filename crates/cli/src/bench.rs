@@ -3,7 +3,7 @@
 //! child, ended by pid; every daemon gets a private run directory and socket on tmpfs;
 //! every namespace is removed at the end, also on error or Ctrl-C.
 
-use crate::netns::{unique, BridgeLab};
+use crate::netns::{unique, KernelLab};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -36,7 +36,7 @@ pub struct BenchArgs {
     /// Warm-up seconds per point (excluded).
     #[arg(long, default_value_t = 0.5)]
     pub warmup: f64,
-    /// Runs per point; percentiles come from the runs' merged samples' medians (see docs).
+    /// Runs per point (the table shows the median over runs; every run is in the JSON).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// Core of the daemon's master thread (daemon path).
@@ -98,6 +98,20 @@ pub struct Row {
     pub lost: u64,
     /// Whether every frame took the path being measured.
     pub path_ok: bool,
+    /// Concurrent client/server pairs (the `pairs` workload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<usize>,
+    /// Memory per pair (KiB): the fall in MemAvailable while the pairs ran, divided by the
+    /// pairs, plus the topology's own cost per pair (`pairs` workload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_kib_per_pair: Option<f64>,
+    /// How the topology was built: `cni` (reference plugins), `ip`, or `docknet`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub builder: Option<String>,
+    /// rr: the one-way latency histogram as `[ns, count]` buckets (merged over runs in the
+    /// summary; the report draws the CDF from it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub one_way_hist: Option<Vec<[u64; 2]>>,
 }
 
 impl Row {
@@ -135,6 +149,10 @@ impl Row {
             cpu_s_per_op: None,
             lost: 0,
             path_ok: true,
+            pairs: None,
+            mem_kib_per_pair: None,
+            builder: None,
+            one_way_hist: None,
         }
     }
 }
@@ -444,7 +462,7 @@ impl Ctx {
     }
 
     fn kernel(&mut self) -> Result<()> {
-        let lab = BridgeLab::create().context("building the bridge topology")?;
+        let lab = KernelLab::create().context("building the bridge topology")?;
         let mut port = 20000u16;
         for rep in 0..self.args.repeat {
             for (cc, sc) in [(1usize, 1usize), (0, 1)] {
@@ -467,7 +485,7 @@ impl Ctx {
                     .collect();
                 for (wl, size) in sizes {
                     port += 1;
-                    let addr = format!("{}:{port}", BridgeLab::IP_B);
+                    let addr = format!("{}:{port}", lab.target);
                     // the kernel rows are measured by dnperf --stack kernel (cross-checked
                     // against sockperf and iperf3, docs/benchmarks.md)
                     let dnperf = |ns: &str, args: &[&str]| {
@@ -547,58 +565,75 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 /// Formats rows as an aligned text table (also used, fenced, in the Markdown report).
 pub fn table(rows: &[Row]) -> String {
-    let mut out = format!(
-        "{:<18} {:<8} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}\n",
-        "PATH",
-        "CORES",
-        "LOAD",
-        "SIZE",
-        "REP",
-        "p50(us)",
-        "p99(us)",
-        "p99.9",
-        "rtt/2",
-        "Gbps",
-        "Mmsg/s",
-        "lost",
-        "path"
-    );
+    let line = |c: [&str; 16]| {
+        format!(
+            "{:<11} {:<8} {:<6} {:>4} {:>6} {:>5} {:<8} {:>3} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5}\n",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13],
+            c[14], c[15]
+        )
+    };
+    let mut out = line([
+        "MODE", "CORES", "LOAD", "N", "SIZE", "MTU", "TOOL", "REP", "p50(us)", "p99(us)", "p99.9",
+        "rtt/2", "Gbps", "Mmsg/s", "lost", "path",
+    ]);
     for r in rows {
-        out += &format!(
-            "{:<18} {:<8} {:<7} {:>6} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}\n",
-            r.path,
-            r.cores,
-            r.workload,
-            r.size,
-            r.repeat,
-            opt(r.p50_us, 2),
-            opt(r.p99_us, 2),
-            opt(r.p999_us, 2),
-            opt(r.half_rtt_p50_us, 2),
-            opt(r.gbps, 2),
-            opt(r.msgs_per_s.or(r.tps).map(|m| m / 1e6), 3),
-            r.lost,
-            if r.path_ok { "ok" } else { "WRONG" }
-        );
+        out += &line([
+            &r.path,
+            &r.cores,
+            &r.workload,
+            &r.pairs.map_or("-".into(), |n| n.to_string()),
+            &r.size.to_string(),
+            &r.mtu.map_or("-".into(), |m| m.to_string()),
+            &r.tool,
+            &r.repeat.to_string(),
+            &opt(r.p50_us, 2),
+            &opt(r.p99_us, 2),
+            &opt(r.p999_us, 2),
+            &opt(r.half_rtt_p50_us, 2),
+            &opt(r.gbps, 2),
+            &opt(r.msgs_per_s.or(r.tps).map(|m| m / 1e6), 3),
+            &r.lost.to_string(),
+            if r.path_ok { "ok" } else { "WRONG" },
+        ]);
     }
     out
 }
 
-/// One row per (path, cores, workload, size): the median over repeats of each figure.
-pub fn medians(rows: &[Row]) -> Vec<Row> {
-    let mut keys: Vec<(String, String, String, usize)> = Vec::new();
+/// One row per (mode, cores, workload, size, MTU, tool, pairs) over its repeats. Where the
+/// runs carry latency histograms, p50/p99/p99.9 and the mean come from the merged histogram
+/// (never from averaged percentiles) and the merged buckets are kept for the CDF; every other
+/// figure is the median over the runs.
+pub fn summarize(rows: &[Row]) -> Vec<Row> {
+    type Key = (
+        String,
+        String,
+        String,
+        usize,
+        Option<u32>,
+        String,
+        Option<usize>,
+    );
+    let key = |r: &Row| -> Key {
+        (
+            r.path.clone(),
+            r.cores.clone(),
+            r.workload.clone(),
+            r.size,
+            r.mtu,
+            r.tool.clone(),
+            r.pairs,
+        )
+    };
+    let mut keys: Vec<Key> = Vec::new();
     for r in rows {
-        let k = (r.path.clone(), r.cores.clone(), r.workload.clone(), r.size);
+        let k = key(r);
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
     keys.into_iter()
-        .map(|(p, c, w, size)| {
-            let g: Vec<&Row> = rows
-                .iter()
-                .filter(|r| r.path == p && r.cores == c && r.workload == w && r.size == size)
-                .collect();
+        .map(|k| {
+            let g: Vec<&Row> = rows.iter().filter(|r| key(r) == k).collect();
             let med = |f: &dyn Fn(&Row) -> Option<f64>| {
                 let mut v: Vec<f64> = g.iter().filter_map(|r| f(r)).collect();
                 v.sort_by(|a, b| a.total_cmp(b));
@@ -606,14 +641,8 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
             };
             let mut lost: Vec<u64> = g.iter().map(|r| r.lost).collect();
             lost.sort_unstable();
-            Row {
-                path: p,
-                tool: g[0].tool.clone(),
-                mtu: g[0].mtu,
-                placement: g[0].placement.clone(),
-                cores: c,
-                workload: w,
-                size,
+            let first = g[0];
+            let mut row = Row {
                 repeat: g.len(),
                 p50_us: med(&|r| r.p50_us),
                 p99_us: med(&|r| r.p99_us),
@@ -624,9 +653,30 @@ pub fn medians(rows: &[Row]) -> Vec<Row> {
                 gbps: med(&|r| r.gbps),
                 msgs_per_s: med(&|r| r.msgs_per_s),
                 cpu_s_per_op: med(&|r| r.cpu_s_per_op),
+                mem_kib_per_pair: med(&|r| r.mem_kib_per_pair),
                 lost: lost[lost.len() / 2],
                 path_ok: g.iter().all(|r| r.path_ok),
+                one_way_hist: None,
+                ..first.clone()
+            };
+            if g.iter().all(|r| r.one_way_hist.is_some()) {
+                let mut h = docknet_perf::stats::histogram();
+                for r in &g {
+                    docknet_perf::stats::merge_buckets(
+                        &mut h,
+                        r.one_way_hist.as_deref().unwrap_or(&[]),
+                    );
+                }
+                if !h.is_empty() {
+                    let s = docknet_perf::stats::Summary::of(&h);
+                    row.p50_us = Some(s.p50 as f64 / 1e3);
+                    row.p99_us = Some(s.p99 as f64 / 1e3);
+                    row.p999_us = Some(s.p999 as f64 / 1e3);
+                    row.mean_us = Some(s.mean / 1e3);
+                    row.one_way_hist = Some(docknet_perf::stats::buckets(&h));
+                }
             }
+            row
         })
         .collect()
 }
@@ -786,7 +836,10 @@ pub(crate) fn placements(med: &[Row]) -> Vec<&Row> {
 
 /// Markdown: the table of medians and the list of ratios.
 pub(crate) fn md_results(med: &[Row], ratios: &[String]) -> String {
-    let mut m = String::from("## Results (median of runs)\n\n```text\n");
+    let mut m = String::from(
+        "## Results\n\nOver all runs of a point: latency percentiles from the runs' merged \
+         histograms where the tool provides them, every other figure the median of the runs.\n\n```text\n",
+    );
     m += &table(med);
     m += "```\n\n## Ratios (same run)\n\n";
     for r in ratios {
@@ -899,7 +952,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
         }
     }
-    let med = medians(&ctx.rows);
+    let med = summarize(&ctx.rows);
     print!("{}", table(&med));
     if args.repeat > 1 {
         println!(
@@ -920,7 +973,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         println!("  {:<18} {:<9} {}", r.path, r.cores, r.placement);
     }
     let doc = json!({
-        "env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "medians": med,
+        "env": env_json(args.duration, args.warmup, args.repeat), "results": ctx.rows, "summary": med,
         "ratios": ratios, "targets": checks,
     });
     let mut outputs = Vec::new();

@@ -7,6 +7,7 @@ mod container;
 mod ctl;
 mod netns;
 mod peer;
+mod report;
 mod tcpbench;
 
 use anyhow::{Context, Result};
@@ -83,6 +84,8 @@ enum Cmd {
     /// TCP side by side over network modes, measured by dnperf (needs root).
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Build the HTML/Markdown report with figures from `docknet bench` results.
+    Report(report::ReportArgs),
     /// Raw-frame tools: the ring benchmark and its peers.
     #[command(subcommand)]
     Raw(RawCmd),
@@ -166,6 +169,8 @@ enum BenchCmd {
     Rr(tcpbench::TcpBenchArgs),
     /// Streaming goodput, counted at the receiver.
     Stream(tcpbench::TcpBenchArgs),
+    /// N = 1, 2, 4, ... concurrent pairs: aggregate goodput, per-pair latency, memory per pair.
+    Pairs(tcpbench::TcpBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -280,8 +285,13 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Run { pipe, cpu, cmd } => return container::run(sock, &pipe, cpu, &cmd),
         Cmd::Init { cpu, cmd } => return container::init(cpu, &cmd),
-        Cmd::Bench(BenchCmd::Rr(a)) => tcpbench::run("rr", a)?,
-        Cmd::Bench(BenchCmd::Stream(a)) => tcpbench::run("stream", a)?,
+        Cmd::Bench(BenchCmd::Rr(a)) => tcpbench::run(tcpbench::Load::Rr, a)?,
+        Cmd::Bench(BenchCmd::Stream(a)) => tcpbench::run(tcpbench::Load::Stream, a)?,
+        Cmd::Bench(BenchCmd::Pairs(a)) => tcpbench::run(tcpbench::Load::Pairs, a)?,
+        Cmd::Report(a) => {
+            let index = report::run(&a)?;
+            println!("wrote {}", index.display());
+        }
         Cmd::Raw(RawCmd::Bench(a)) => bench::run(a)?,
         Cmd::Raw(RawCmd::Peer(a)) => peer::raw_peer(&a)?,
     }

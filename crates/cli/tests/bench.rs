@@ -5,7 +5,9 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// Namespaces and run directories made by process `pid` (their names carry it) that still exist.
+/// Namespaces, run directories (daemons on /dev/shm; CNI and OVS state in the temp dir) and
+/// processes made by process `pid` (their names and command lines carry `dn<pid>x`) that still
+/// exist.
 fn leftovers(pid: u32) -> (Vec<String>, Vec<String>) {
     let list = |d: &str, pre: String| -> Vec<String> {
         std::fs::read_dir(d)
@@ -16,10 +18,19 @@ fn leftovers(pid: u32) -> (Vec<String>, Vec<String>) {
             })
             .unwrap_or_default()
     };
-    (
-        list("/run/netns", format!("dn{pid}x")),
-        list("/dev/shm", format!("docknet-dn{pid}x")),
-    )
+    let tag = format!("dn{pid}x");
+    let mut dirs = list("/dev/shm", format!("docknet-{tag}"));
+    dirs.extend(list(std::env::temp_dir().to_str().unwrap(), tag.clone()));
+    // processes whose command line names one of the run's namespaces or directories
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(&tag) {
+                dirs.push(format!("process {}: {c}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    (list("/run/netns", tag), dirs)
 }
 
 /// Runs docknet with `args`; returns its output and pid.
@@ -99,6 +110,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
             "{md}"
         );
         assert!(report.join(format!("tcp-{wl}.json")).exists());
+        assert!(report.join("index.html").exists() && report.join("report.md").exists());
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert!(v["env"]["kernel"].is_string());
         let rows = v["results"].as_array().unwrap();
@@ -188,7 +200,7 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
             "bench",
             "rr",
             "--modes",
-            "loopback,veth,bridge-nat,macvlan,ipvlan,sriov",
+            "loopback,container,veth,bridge-nat,macvlan,ipvlan,ovs,sriov",
             "--sizes",
             "64",
             "--duration",
@@ -202,7 +214,7 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(leftovers(pid), (vec![], vec![]));
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    for mode in ["loopback", "veth", "bridge-nat", "macvlan"] {
+    for mode in ["loopback", "container", "veth", "bridge-nat", "macvlan"] {
         let n = v["results"]
             .as_array()
             .unwrap()
@@ -214,7 +226,7 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     // ipvlan needs a kernel module, sriov a NIC: each is either measured or reported with a
     // reason, never both and never neither
     let na = v["not_available"].as_array().unwrap();
-    for mode in ["ipvlan", "sriov"] {
+    for mode in ["ipvlan", "ovs", "sriov"] {
         let missing = na.iter().find(|x| x["mode"] == mode);
         let rows = v["results"]
             .as_array()
@@ -230,4 +242,287 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
             None => assert_eq!(rows, 2, "{mode}: available, so measured"),
         }
     }
+}
+
+/// Every row of a results file, with the schema's fields checked.
+fn rows_of(json: &std::path::Path, workload: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    assert!(v["env"]["kernel"].is_string() && v["env"]["cores"].is_u64());
+    let rows = v["results"].as_array().unwrap().clone();
+    for r in &rows {
+        assert_eq!(r["workload"], workload);
+        for k in ["mode", "msg_size", "mtu", "repeat", "tool", "cpu_s_per_op"] {
+            assert!(!r[k].is_null(), "{k} in {r}");
+        }
+    }
+    rows
+}
+
+#[test]
+fn pairs_run_concurrently_and_report_memory_per_pair() {
+    if !root_or_skip("pairs") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("p.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "pairs",
+            "--modes",
+            "bridge,docknet-fc",
+            "--pairs",
+            "1,3",
+            "--sizes",
+            "1024",
+            "--duration",
+            "0.4",
+            "--warmup",
+            "0.1",
+            "--json",
+        ],
+        &json,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]));
+    let rows = rows_of(&json, "pairs");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in &rows {
+        assert!([1, 3].contains(&r["pairs"].as_u64().unwrap()), "{r}");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["mem_kib_per_pair"].as_f64().is_some(), "{r}");
+        // per-pair latency comes from every pair's histogram: 3 pairs, 3x the samples of one
+        let n: u64 = r["one_way_hist"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[1].as_u64().unwrap())
+            .sum();
+        assert!(n > 0);
+    }
+}
+
+#[test]
+fn a_failing_mode_is_skipped_with_its_error_and_the_others_still_run() {
+    if !root_or_skip("failing_mode") || !dnperf_built() {
+        return;
+    }
+    // CNI plugins that exist but fail, as a broken installation would
+    let dir = tempfile::tempdir().unwrap();
+    let cni = dir.path().join("cni");
+    std::fs::create_dir(&cni).unwrap();
+    for p in ["bridge", "host-local"] {
+        let f = cni.join(p);
+        std::fs::write(
+            &f,
+            "#!/bin/sh\necho '{\"code\":999,\"msg\":\"plugin broken on purpose\"}'\nexit 1\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let json = dir.path().join("f.json");
+    let child = Command::new(EXE)
+        .args([
+            "bench",
+            "rr",
+            "--modes",
+            "bridge,loopback,docknet-fc",
+            "--sizes",
+            "64",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.1",
+            "--json",
+        ])
+        .arg(&json)
+        .env("CNI_PATH", &cni)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let skipped = v["not_available"].as_array().unwrap();
+    let b = skipped
+        .iter()
+        .find(|x| x["mode"] == "bridge")
+        .expect("bridge skipped");
+    assert_eq!(b["status"], "skipped");
+    assert!(
+        b["reason"]
+            .as_str()
+            .unwrap()
+            .contains("plugin broken on purpose"),
+        "{b}"
+    );
+    let modes: Vec<&str> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    assert!(
+        modes.contains(&"loopback") && modes.contains(&"docknet-fc"),
+        "{modes:?}"
+    );
+    assert!(!modes.contains(&"bridge"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("bridge") && out.contains("skipped"), "{out}");
+}
+
+#[test]
+fn crosscheck_rows_come_from_sockperf_and_iperf3() {
+    if !root_or_skip("crosscheck") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (wl, tool) in [("rr", "sockperf"), ("stream", "iperf3")] {
+        let json = dir.path().join(format!("{wl}.json"));
+        let (o, _) = run(
+            &[
+                "bench",
+                wl,
+                "--modes",
+                "veth",
+                "--sizes",
+                "1024",
+                "--duration",
+                "1",
+                "--warmup",
+                "0.1",
+                "--crosscheck",
+                "--json",
+            ],
+            &json,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let rows = rows_of(&json, wl);
+        let x: Vec<_> = rows.iter().filter(|r| r["tool"] == tool).collect();
+        assert_eq!(x.len(), 1, "{rows:?}");
+        let k = if wl == "rr" { "p50_us" } else { "gbps" };
+        assert!(x[0][k].as_f64().unwrap() > 0.0, "{}", x[0]);
+        assert_eq!(rows.iter().filter(|r| r["tool"] == "dnperf").count(), 2);
+    }
+}
+
+#[test]
+fn the_report_renders_in_headless_chromium_with_every_figure() {
+    if !root_or_skip("report") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rep = dir.path().join("rep");
+    for wl in ["rr", "stream"] {
+        let (o, _) = run(
+            &[
+                "bench",
+                wl,
+                "--modes",
+                "loopback,docknet-fc",
+                "--sizes",
+                "64,1024",
+                "--duration",
+                "0.2",
+                "--warmup",
+                "0.1",
+                "--report",
+            ],
+            &rep,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // docknet report rebuilds the same report from the JSON files
+    let out = dir.path().join("out");
+    let o = Command::new(EXE)
+        .arg("report")
+        .arg(rep.join("tcp-rr.json"))
+        .arg(rep.join("tcp-stream.json"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut figures = 0;
+    for f in [
+        "cdf-rr-64",
+        "cdf-rr-1024",
+        "rr-latency-vs-size",
+        "stream-goodput-vs-size",
+        "ratio-to-bridge-rr",
+    ] {
+        let png = out.join("figures").join(format!("{f}.png"));
+        let svg = out.join("figures").join(format!("{f}.svg"));
+        if f.starts_with("ratio") {
+            // no bridge in this run: no ratio figure
+            assert!(!png.exists());
+            continue;
+        }
+        assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"), "{f}");
+        assert!(
+            std::fs::read_to_string(&svg).unwrap().starts_with("<svg"),
+            "{f}"
+        );
+        figures += 1;
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("figures/cdf-rr-64.png") && md.contains("| docknet-fc |"),
+        "{md}"
+    );
+    let chromium = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    let Some(chromium) = chromium else {
+        if std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+            panic!("no chromium to render the report (scripts/test.sh installs it)");
+        }
+        eprintln!("skipping the browser check: no chromium");
+        return;
+    };
+    let url = format!("file://{}", out.join("index.html").display());
+    let o = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ])
+        .arg(&url)
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && dom.contains("DockNet lab report"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // the page counts its figures and the ones the browser decoded
+    let attr = |name: &str| -> usize {
+        let k = format!("{name}=\"");
+        let i = dom
+            .find(&k)
+            .unwrap_or_else(|| panic!("{name} missing: {dom}"))
+            + k.len();
+        dom[i..].split('"').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(attr("data-figures"), figures, "{dom}");
+    assert_eq!(
+        attr("data-figures-loaded"),
+        figures,
+        "every figure loaded: {dom}"
+    );
+    assert!(dom.contains("<table>") && dom.contains("docknet-fc"));
 }

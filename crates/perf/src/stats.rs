@@ -50,6 +50,29 @@ impl Summary {
     }
 }
 
+/// The recorded buckets of `h` as `[value, count]` pairs (value: the highest value equivalent
+/// to the bucket, as HdrHistogram reports it). A few hundred pairs for a typical latency run.
+pub fn buckets(h: &Histogram<u64>) -> Vec<[u64; 2]> {
+    h.iter_recorded()
+        .map(|v| [v.value_iterated_to(), v.count_at_value()])
+        .collect()
+}
+
+/// Adds `[value, count]` buckets (from [`buckets`], possibly of another run, possibly
+/// untrusted JSON) into `h`; values outside the histogram's range are clamped, zero counts
+/// skipped. Returns how many buckets were recorded.
+pub fn merge_buckets(h: &mut Histogram<u64>, b: &[[u64; 2]]) -> usize {
+    let mut n = 0;
+    for &[v, c] in b {
+        if c == 0 {
+            continue;
+        }
+        h.saturating_record_n(v.max(1), c);
+        n += 1;
+    }
+    n
+}
+
 /// User + system CPU seconds of this process so far.
 pub fn cpu_seconds() -> f64 {
     use nix::sys::resource::{getrusage, UsageWho};
@@ -129,6 +152,14 @@ mod tests {
         assert!((499_000..=501_000).contains(&s.p50), "{}", s.p50);
         assert!(s.p99 >= 989_000 && s.p99 <= 991_000);
         assert!(s.max >= 999_000);
+        // merging the buckets of two runs gives the histogram of both
+        let mut m = histogram();
+        assert_eq!(merge_buckets(&mut m, &buckets(&h)), buckets(&h).len());
+        merge_buckets(&mut m, &buckets(&h));
+        assert_eq!(m.len(), 2000);
+        assert_eq!(Summary::of(&m).p50, s.p50);
+        merge_buckets(&mut m, &[[0, 5], [u64::MAX, 1], [7, 0]]);
+        assert_eq!(m.len(), 2006);
         let a = now_ns();
         let b = now_ns();
         assert!(b >= a);

@@ -1,7 +1,7 @@
 //! The workloads, written once over [`Net`].
 
 use crate::net::{Datagram, Net};
-use crate::stats::{cpu_seconds, histogram, now_ns, Summary, Window};
+use crate::stats::{buckets, cpu_seconds, histogram, now_ns, Summary, Window};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::io::{Read, Write};
@@ -32,6 +32,11 @@ pub struct Outcome {
     pub one_way_ns: Option<Summary>,
     /// rr: RTT / 2.
     pub half_rtt_ns: Option<Summary>,
+    /// rr: the one-way histogram as `[value_ns, count]` buckets, so runs can be merged and
+    /// plotted as a CDF (percentiles of several runs come from the merged histogram, never
+    /// from averaged percentiles).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub one_way_hist: Option<Vec<[u64; 2]>>,
     /// stream: goodput at the receiver.
     pub gbps: Option<f64>,
     /// stream: messages per second at the receiver.
@@ -181,6 +186,7 @@ fn rr<S: Read + Write>(
         tps: n as f64 / duration.as_secs_f64(),
         one_way_ns: Some(Summary::of(&one_way)),
         half_rtt_ns: Some(Summary::of(&half)),
+        one_way_hist: Some(buckets(&one_way)),
         cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
         ..Outcome::default()
     })
@@ -370,6 +376,7 @@ pub fn client_udp<N: Net>(
                 tps: n as f64 / duration.as_secs_f64(),
                 one_way_ns: Some(Summary::of(&one_way)),
                 half_rtt_ns: Some(Summary::of(&half)),
+                one_way_hist: Some(buckets(&one_way)),
                 cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
                 ..Outcome::default()
             })
