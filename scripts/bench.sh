@@ -2,7 +2,7 @@
 # The main job: installs what is missing, builds, then measures DockNet (through the daemon and
 # over a fast channel) side by side with the kernel's container networks, all measured by
 # dnperf in one run: rr (latency) and stream (goodput) at 64 B, 1 KiB and 64 KiB over loopback,
-# bridge, bridge-nat, macvlan (ipvlan where the kernel has it), docknet and docknet-fc, plus a
+# bridge, bridge-nat, macvlan, ovs (ipvlan where the kernel has it), docknet and docknet-fc, plus a
 # short pairs sweep (1, 4, 16 concurrent pairs). Prints the tables and writes the report:
 # results/index.html (figures and tables), results/report.md, results/tcp-*.{json,md}.
 # About 4 minutes.
@@ -26,7 +26,7 @@ if [ "${FULL:-0}" = 1 ]; then
     $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
         --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --report "$OUT" "$@"
 else
-    MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,docknet,docknet-fc
+    MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
     COMMON=(--sizes 64,1024,65536 --repeat 2 --duration 0.6 --warmup 0.2 --report "$OUT")
     $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"

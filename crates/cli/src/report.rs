@@ -91,19 +91,14 @@ impl R {
         })
     }
 
-    /// The series this row belongs to: mode, placement, tool, and MTU when several are shown.
-    fn series(&self, many_mtus: bool) -> String {
+    /// The series this row belongs to: mode, placement and tool.
+    fn series(&self) -> String {
         let mut s = self.mode.clone();
         if self.cores != "-" {
             let _ = write!(s, " [{}]", self.cores);
         }
         if self.tool != "dnperf" {
             let _ = write!(s, " ({})", self.tool);
-        }
-        if many_mtus {
-            if let Some(m) = self.mtu {
-                let _ = write!(s, " mtu {m}");
-            }
         }
         s
     }
@@ -308,11 +303,11 @@ struct Series {
     color: usize,
 }
 
-struct Chart<'a> {
-    file: &'a str,
+struct Chart {
+    file: String,
     title: String,
-    x: &'a str,
-    y: &'a str,
+    x: &'static str,
+    y: &'static str,
     logx: bool,
     logy: bool,
     series: Vec<Series>,
@@ -464,10 +459,11 @@ where
     let mut y = 40;
     let mut seen = Vec::new();
     for s in &c.series {
-        if seen.contains(&s.color) {
+        // a dashed twin (p99 beside p50) shares its solid line's entry
+        if seen.contains(&&s.name) {
             continue;
         }
-        seen.push(s.color);
+        seen.push(&s.name);
         let style = ShapeStyle::from(&rgb(s.color)).stroke_width(3);
         legend
             .draw(&PathElement::new(vec![(4, y), (30, y)], style))
@@ -497,8 +493,28 @@ fn render(out: &Path, c: &Chart) -> Result<()> {
     Ok(())
 }
 
-/// The charts for a set of rows.
-fn charts(rows: &[R]) -> Vec<Chart<'static>> {
+/// Modes in a fixed order, so a mode has the same hue in every figure.
+const HUES: [&str; 10] = [
+    "bridge",
+    "docknet",
+    "docknet-fc",
+    "loopback",
+    "bridge-nat",
+    "macvlan",
+    "ovs",
+    "veth",
+    "container",
+    "ipvlan",
+];
+
+/// The charts: dnperf rows only (the cross-check tools are in the tables), one set per MTU
+/// when the run has several (loopback and container, which cross `lo`, are in every set).
+fn charts(rows: &[R]) -> Vec<Chart> {
+    let rows: Vec<R> = rows
+        .iter()
+        .filter(|r| r.tool == "dnperf")
+        .cloned()
+        .collect();
     let mut mtus: Vec<u64> = rows
         .iter()
         .filter_map(|r| r.mtu)
@@ -506,36 +522,47 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
         .collect();
     mtus.sort_unstable();
     mtus.dedup();
-    let many = mtus.len() > 1;
-    // a hue per mode (with tool and MTU), a strong and a light shade for its placements
-    let mut hues: Vec<String> = Vec::new();
-    let mut shades: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in rows {
-        let base = R {
-            cores: "-".into(),
-            ..r.clone()
+    if mtus.len() <= 1 {
+        return charts_for(&rows);
+    }
+    let mut out = Vec::new();
+    for m in mtus {
+        let sub: Vec<R> = rows
+            .iter()
+            .filter(|r| r.mtu.is_none_or(|x| x == m || x == 65536))
+            .cloned()
+            .collect();
+        for c in charts_for(&sub) {
+            out.push(Chart {
+                file: format!("{}-mtu{m}", c.file),
+                title: format!("{} (MTU {m})", c.title),
+                ..c
+            });
         }
-        .series(many);
-        if !hues.contains(&base) {
-            hues.push(base.clone());
-        }
-        let v = shades.entry(base).or_default();
+    }
+    out
+}
+
+/// The charts for rows of one MTU.
+fn charts_for(rows: &[R]) -> Vec<Chart> {
+    // a hue per mode; a strong shade for its first placement, a light one for the second
+    let mut placements: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.cores != "-") {
+        let v = placements.entry(r.mode.clone()).or_default();
         if !v.contains(&r.cores) {
             v.push(r.cores.clone());
         }
     }
     let color = |r: &R| {
-        let base = R {
-            cores: "-".into(),
-            ..r.clone()
-        }
-        .series(many);
-        let hue = hues.iter().position(|h| *h == base).unwrap_or(0);
-        let shade = shades
-            .get(&base)
+        let hue = HUES
+            .iter()
+            .position(|h| *h == r.mode)
+            .unwrap_or_else(|| r.mode.bytes().map(usize::from).sum::<usize>() % HUES.len());
+        let shade = placements
+            .get(&r.mode)
             .and_then(|v| v.iter().position(|c| *c == r.cores))
             .unwrap_or(0);
-        (hue * 2 + shade.min(1)) % TAB20.len()
+        hue * 2 + shade.min(1)
     };
     let of = |wl: &'static str| rows.iter().filter(move |r| r.workload == wl);
     let group = |it: Vec<&R>, x: &dyn Fn(&R) -> Option<f64>, y: &dyn Fn(&R) -> Option<f64>| {
@@ -544,7 +571,7 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
             let (Some(x), Some(y)) = (x(r), y(r)) else {
                 continue;
             };
-            let name = r.series(many);
+            let name = r.series();
             match m.iter_mut().find(|s| s.name == name) {
                 Some(s) => s.points.push((x, y)),
                 None => m.push(Series {
@@ -580,14 +607,14 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
                 .collect();
             series.push(Series {
                 color: color(r),
-                name: r.series(many),
+                name: r.series(),
                 points,
                 dashed: false,
             });
         }
         if !series.is_empty() {
             out.push(Chart {
-                file: Box::leak(format!("cdf-rr-{size}").into_boxed_str()),
+                file: format!("cdf-rr-{size}"),
                 title: format!("One-way latency CDF, TCP rr {size} B"),
                 x: "one-way latency (us, log)",
                 y: "fraction of messages",
@@ -606,7 +633,7 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
                 .map(|s| Series { dashed: true, ..s }),
         );
         out.push(Chart {
-            file: "rr-latency-vs-size",
+            file: "rr-latency-vs-size".into(),
             title: "One-way latency vs message size (p50 solid, p99 dashed)".into(),
             x: "message size (bytes, log)",
             y: "one-way latency (us, log)",
@@ -620,7 +647,7 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
             r.gbps
         });
         out.push(Chart {
-            file: "stream-goodput-vs-size",
+            file: "stream-goodput-vs-size".into(),
             title: "Goodput vs message size (TCP stream)".into(),
             x: "message size (bytes, log)",
             y: "goodput (Gbps, log)",
@@ -636,7 +663,7 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
             &|r| r.gbps,
         );
         out.push(Chart {
-            file: "pairs-goodput-vs-n",
+            file: "pairs-goodput-vs-n".into(),
             title: "Aggregate goodput vs concurrent pairs".into(),
             x: "pairs (log)",
             y: "aggregate goodput (Gbps)",
@@ -652,7 +679,7 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
                 .map(|s| Series { dashed: true, ..s }),
         );
         out.push(Chart {
-            file: "pairs-latency-vs-n",
+            file: "pairs-latency-vs-n".into(),
             title: "Per-pair one-way latency vs concurrent pairs (p50 solid, p99 dashed)".into(),
             x: "pairs (log)",
             y: "one-way latency (us, log)",
@@ -687,7 +714,7 @@ fn charts(rows: &[R]) -> Vec<Chart<'static>> {
         let series = group(it, &x, &|r| ratio(rows, r));
         if !series.is_empty() {
             out.push(Chart {
-                file: Box::leak(format!("ratio-to-bridge-{wl}").into_boxed_str()),
+                file: format!("ratio-to-bridge-{wl}"),
                 title: format!("Ratio to bridge, {wl}: {what}"),
                 x: xname,
                 y: "ratio to bridge (log)",
