@@ -197,6 +197,9 @@ pub fn init(cpu: Option<usize>, cmd: &[String]) -> Result<ExitCode> {
     if cmd.is_empty() {
         bail!("__init: no command");
     }
+    // If the supervisor dies (even by SIGKILL), so does the container: killing pid 1 ends
+    // every process of its PID namespace.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;
     mount(
         Some("proc"),
         "/proc",

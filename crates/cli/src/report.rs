@@ -228,7 +228,8 @@ fn targets_of(rows: &[R]) -> Vec<String> {
             if let (Some(k), Some(p)) = (best, d.p50) {
                 let kp = k.p50.unwrap_or(0.0);
                 out.push(format!(
-                    "docknet {size} B rr p50 lower than every kernel mode: {p:.2} us vs best kernel {} [{}] {kp:.2} us, {}",
+                    "docknet {size} B rr p50 lower than every kernel mode (mtu {}): {p:.2} us vs best kernel {} [{}] {kp:.2} us, {}",
+                    d.mtu.unwrap_or(0),
                     k.mode,
                     k.cores,
                     verdict(p < kp)

@@ -444,9 +444,10 @@ impl Ctx {
             me.progress.done(&format!(
                 "  {mode:<11} c0 s1    {tool:<8} {size} B: skipped ({why})"
             ));
-            if !me.skipped.iter().any(|s| s.reason == why) {
+            let name = format!("{mode} ({tool})");
+            if !me.skipped.iter().any(|s| s.reason == why && s.mode == name) {
                 me.skipped.push(Skip {
-                    mode: format!("{mode} ({tool})"),
+                    mode: name,
                     mtu: Some(lab.mtu),
                     status: "skipped",
                     reason: why,

@@ -111,7 +111,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
         );
         assert!(report.join(format!("tcp-{wl}.json")).exists());
         assert!(report.join("index.html").exists() && report.join("report.md").exists());
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let v = valid(&json);
         assert!(v["env"]["kernel"].is_string());
         let rows = v["results"].as_array().unwrap();
         // bridge in two placements, docknet, docknet-fc; two sizes each
@@ -195,6 +195,16 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("k.json");
+    let links = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let links_before = links();
     let (o, pid) = run(
         &[
             "bench",
@@ -213,7 +223,12 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(leftovers(pid), (vec![], vec![]));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(
+        links(),
+        links_before,
+        "no link left in the host's namespace"
+    );
+    let v = valid(&json);
     for mode in ["loopback", "container", "veth", "bridge-nat", "macvlan"] {
         let n = v["results"]
             .as_array()
@@ -244,9 +259,50 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     }
 }
 
-/// Every row of a results file, with the schema's fields checked.
-fn rows_of(json: &std::path::Path, workload: &str) -> Vec<serde_json::Value> {
+/// Checks a results file against docs/results.schema.json; returns it.
+fn valid(json: &std::path::Path) -> serde_json::Value {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/results.schema.json")).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{}: {errors:#?}", json.display());
+    v
+}
+
+#[test]
+fn the_schema_rejects_what_it_should() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../../docs/results.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let good = serde_json::json!({"env": {"kernel": "6", "cores": 2, "command": "x", "duration_s": 1,
+        "warmup_s": 0, "repeat": 1}, "results": [{"workload": "stream", "mode": "bridge",
+        "msg_size": 64, "mtu": 1500, "repeat": 0, "tool": "iperf3", "cpu_s_per_op": null,
+        "p50_us": null, "p99_us": null, "p999_us": null, "mean_us": null, "gbps": 1.0,
+        "msgs_per_s": 2.0}]});
+    assert!(validator.is_valid(&good));
+    for (k, bad) in [
+        ("tool", serde_json::json!("netperf")),
+        ("gbps", serde_json::json!(null)),
+        ("msg_size", serde_json::json!(0)),
+        ("pairs", serde_json::json!(4)),
+    ] {
+        let mut v = good.clone();
+        v["results"][0][k] = bad;
+        assert!(!validator.is_valid(&v), "{k}");
+    }
+    std::fs::write(&f, "{}").unwrap();
+    assert!(!validator.is_valid(&serde_json::from_slice(&std::fs::read(&f).unwrap()).unwrap()));
+}
+
+/// Every row of a results file, validated against the schema.
+fn rows_of(json: &std::path::Path, workload: &str) -> Vec<serde_json::Value> {
+    let v = valid(json);
     assert!(v["env"]["kernel"].is_string() && v["env"]["cores"].is_u64());
     let rows = v["results"].as_array().unwrap().clone();
     for r in &rows {
@@ -347,7 +403,7 @@ fn a_failing_mode_is_skipped_with_its_error_and_the_others_still_run() {
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(leftovers(pid), (vec![], vec![]));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = valid(&json);
     let skipped = v["not_available"].as_array().unwrap();
     let b = skipped
         .iter()
@@ -437,6 +493,8 @@ fn the_report_renders_in_headless_chromium_with_every_figure() {
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
+    valid(&rep.join("tcp-rr.json"));
+    valid(&rep.join("tcp-stream.json"));
     // docknet report rebuilds the same report from the JSON files
     let out = dir.path().join("out");
     let o = Command::new(EXE)
@@ -525,4 +583,66 @@ fn the_report_renders_in_headless_chromium_with_every_figure() {
         "every figure loaded: {dom}"
     );
     assert!(dom.contains("<table>") && dom.contains("docknet-fc"));
+}
+
+#[test]
+fn ctrl_c_stops_the_bench_and_removes_everything() {
+    if !root_or_skip("interrupt") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(EXE)
+        .args([
+            "bench",
+            "rr",
+            "--modes",
+            "bridge-nat,ovs,docknet",
+            "--sizes",
+            "64",
+            "--duration",
+            "2",
+            "--warmup",
+            "0.1",
+            "--repeat",
+            "5",
+            "--json",
+        ])
+        .arg(dir.path().join("never.json"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // wait until the topology exists and a measurement is running
+    let t = std::time::Instant::now();
+    while leftovers(pid).0.len() < 3 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no topology appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "did not stop on SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(leftovers(pid), (vec![], vec![]), "{err}");
+    assert!(!dir.path().join("never.json").exists());
 }
