@@ -268,31 +268,17 @@ impl Daemon {
 
     /// Runs a client command and fails on a non-zero exit.
     pub fn ctl(&self, exe: &Path, args: &[&str]) -> Result<()> {
-        let out = self.cmd(exe).args(args).stdout(Stdio::null()).output()?;
-        if !out.status.success() {
-            bail!(
-                "docknet {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        crate::netns::checked(
+            self.cmd(exe).args(args),
+            &format!("docknet {}", args.join(" ")),
+        )
+        .map(drop)
     }
 
     /// Stops the daemon (SIGTERM, then SIGKILL) and removes its run directory.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.proc.take() {
-            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(3) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            crate::netns::terminate(&mut c);
         }
         let _ = std::fs::remove_dir_all(&self.run_dir);
     }

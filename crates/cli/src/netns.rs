@@ -27,20 +27,26 @@ pub fn unique(tag: &str) -> String {
     )
 }
 
+/// Runs `cmd` to completion; fails with `what` and its stderr unless it exits 0. Returns its
+/// stdout.
+pub fn checked(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(out.stdout)
+}
+
 /// Runs `ip ARGS...`, failing with its stderr.
 pub fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running ip (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    checked(
+        Command::new("ip").args(args),
+        &format!("ip {}", args.join(" ")),
+    )
+    .map(drop)
 }
 
 /// Kernel modes this lab can build.
@@ -261,16 +267,11 @@ impl KernelLab {
                         // the userspace datapath forwards through AF_PACKET and does not
                         // finish checksums a veth left to "hardware": compute them in the
                         // container (as OVS's documentation advises for veth ports)
-                        let out = Command::new("ip")
-                            .args(["netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
-                            .output()
-                            .context("running ethtool (apt-get install ethtool)")?;
-                        if !out.status.success() {
-                            bail!(
-                                "ethtool -K eth0 tx off: {}",
-                                String::from_utf8_lossy(&out.stderr).trim()
-                            );
-                        }
+                        checked(
+                            Command::new("ip")
+                                .args(["netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"]),
+                            "ethtool -K eth0 tx off (apt-get install ethtool)",
+                        )?;
                         ovs.vsctl(&["add-port", "br0", &port])?;
                     }
                     self.pairs.push(Pair {
@@ -406,18 +407,13 @@ impl Ovs {
             .into_iter()
             .find(|p| Path::new(p).exists())
             .context("the Open vSwitch schema is missing (apt-get install openvswitch-switch)")?;
-        let out = Command::new("ovsdb-tool")
-            .arg("create")
-            .arg(&conf)
-            .arg(schema)
-            .output()
-            .context("running ovsdb-tool")?;
-        if !out.status.success() {
-            bail!(
-                "ovsdb-tool create: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        checked(
+            Command::new("ovsdb-tool")
+                .arg("create")
+                .arg(&conf)
+                .arg(schema),
+            "ovsdb-tool create",
+        )?;
         let opt = |k: &str, f: &str| format!("--{k}={}", d.join(f).display());
         let spawn = |cmd: &mut Command| -> Result<std::process::Child> {
             cmd.env("OVS_RUNDIR", &d)
@@ -457,43 +453,45 @@ impl Ovs {
     }
 
     fn vsctl(&self, args: &[&str]) -> Result<()> {
-        let out = Command::new("ovs-vsctl")
-            .arg(format!("--db=unix:{}", self.db.display()))
-            .arg("--timeout=20")
-            .args(args)
-            .env("OVS_RUNDIR", &self.dir)
-            .output()
-            .context("running ovs-vsctl")?;
-        if !out.status.success() {
-            bail!(
-                "ovs-vsctl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        checked(
+            Command::new("ovs-vsctl")
+                .arg(format!("--db=unix:{}", self.db.display()))
+                .arg("--timeout=20")
+                .args(args)
+                .env("OVS_RUNDIR", &self.dir),
+            &format!("ovs-vsctl {}", args.join(" ")),
+        )
+        .map(drop)
     }
 }
 
 impl Drop for Ovs {
     fn drop(&mut self) {
         for c in self.procs.iter_mut().rev() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let t = std::time::Instant::now();
-            while t.elapsed() < std::time::Duration::from_secs(3) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+            terminate(c);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Ends a child of ours: SIGTERM, up to 3 s to exit, then SIGKILL; reaps it.
+pub fn terminate(c: &mut std::process::Child) {
+    if let Ok(Some(_)) = c.try_wait() {
+        return;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(3) {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
 }
 
 /// Where the reference CNI plugins live: `$CNI_PATH`, Debian's `/usr/lib/cni`, or the

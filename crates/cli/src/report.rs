@@ -141,11 +141,7 @@ fn ratio(rows: &[R], r: &R) -> Option<f64> {
 /// Lines like "rr 64 B: docknet-fc [c0 s1] vs bridge [c0 s1]: 21.3x lower p50" for the
 /// DockNet modes of a run's summary (the table under it has every mode's).
 pub fn ratio_lines(summary: &[crate::bench::Row], workload: &str) -> Vec<String> {
-    let rows: Vec<R> = summary
-        .iter()
-        .filter_map(|r| serde_json::to_value(r).ok())
-        .filter_map(|v| R::from(&v))
-        .collect();
+    let rows = from_bench(summary);
     let mut out = Vec::new();
     for r in rows
         .iter()
@@ -177,12 +173,16 @@ pub fn ratio_lines(summary: &[crate::bench::Row], workload: &str) -> Vec<String>
 /// Issue #4's targets, checked against a run's summary. Each line says the target, the
 /// figures and MET / NOT MET.
 pub fn targets(summary: &[crate::bench::Row]) -> Vec<String> {
-    let rows: Vec<R> = summary
+    targets_of(&from_bench(summary))
+}
+
+/// The report's view of a run's rows (through their JSON, as a results file would give them).
+fn from_bench(summary: &[crate::bench::Row]) -> Vec<R> {
+    summary
         .iter()
         .filter_map(|r| serde_json::to_value(r).ok())
         .filter_map(|v| R::from(&v))
-        .collect();
-    targets_of(&rows)
+        .collect()
 }
 
 fn targets_of(rows: &[R]) -> Vec<String> {
