@@ -25,6 +25,10 @@ if [ "${FULL:-0}" = 1 ]; then
     $D bench stream --modes "$MODES" --sizes 64,1024,16384,65536,409600 --crosscheck "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
         --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --report "$OUT" "$@"
+    # pairs at MTU 9000 too, written beside the MTU 1500 run (the report reads every tcp-*.json)
+    $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
+        --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --mtus 9000 --json "$OUT/tcp-pairs-mtu9000.json" "$@"
+    $D report "$OUT"/tcp-*.json --out "$OUT"
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
     COMMON=(--sizes 64,1024,65536 --repeat 2 --duration 0.6 --warmup 0.2 --report "$OUT")
