@@ -988,6 +988,33 @@ mod tests {
     }
 
     #[test]
+    fn text_from_results_is_escaped_in_the_page() {
+        let font = PathBuf::from("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf");
+        if !font.exists() {
+            eprintln!("skipping: no DejaVu font (scripts/setup.sh installs fonts-dejavu-core)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("r.json");
+        let doc = json!({"env": {"command": "<script>alert(1)</script>"},
+            "results": [], "summary": [row("<b>evil</b>", "c0 s1", "rr", 64, 1.0, 0.0)],
+            "not_available": [{"mode": "x", "status": "skipped", "reason": "<img src=x>"}]});
+        std::fs::write(&f, doc.to_string()).unwrap();
+        let out = dir.path().join("out");
+        let index = run(&ReportArgs {
+            files: vec![f],
+            out: out.clone(),
+            font,
+        })
+        .unwrap();
+        let html = std::fs::read_to_string(index).unwrap();
+        assert!(html.contains("&lt;b&gt;evil&lt;/b&gt;") && !html.contains("<b>evil"));
+        assert!(!html.contains("<script>alert") && !html.contains("<img src=x>"));
+        let svg = std::fs::read_to_string(out.join("figures/cdf-rr-64.svg")).unwrap();
+        assert!(svg.contains("&lt;b&gt;evil") && !svg.contains("<b>evil"));
+    }
+
+    #[test]
     fn hostile_rows_are_dropped_not_fatal() {
         let doc = json!({"results": [], "summary": [
             {"mode": 3}, {"mode": "x", "workload": "rr"}, "junk",

@@ -62,17 +62,17 @@ impl Load {
 #[derive(Debug, Clone, clap::Args)]
 pub struct TcpBenchArgs {
     /// Modes to compare. Kernel: loopback, container (shared netns), veth, bridge, bridge-nat
-    /// (port mapping), macvlan, ipvlan, ovs; DockNet: docknet (through the daemon), docknet-fc (fast
-    /// channel); ovs (Open vSwitch userspace datapath) where installed; sriov is checked and
-    /// reported as not available where it cannot run.
+    /// (port mapping), macvlan, ipvlan (where the kernel has it), ovs (Open vSwitch userspace
+    /// datapath, where installed). DockNet: docknet (through the daemon), docknet-fc (fast
+    /// channel). sriov is probed and reported as not available where it cannot run.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "bridge,docknet,docknet-fc"
     )]
     pub modes: Vec<String>,
-    /// Message sizes in bytes [default: rr 64,1024,65536; stream 64,256,1024,4096,16384,65536,
-    /// 409600; pairs 1024].
+    /// Message sizes in bytes [default: rr 64,1024,65536; stream
+    /// 64,256,1024,4096,16384,65536,409600; pairs 1024].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
     /// Numbers of concurrent pairs (pairs workload).
@@ -91,8 +91,9 @@ pub struct TcpBenchArgs {
     /// (MTU 65536) and run once.
     #[arg(long, value_delimiter = ',', default_value = "1500")]
     pub mtus: Vec<u32>,
-    /// Also measure the kernel modes with sockperf (rr) and iperf3 (stream), client core 0 and
-    /// server core 1, as a cross-check of dnperf (rows with `tool` sockperf / iperf3).
+    /// rr and stream: also measure the kernel modes with sockperf (rr) and iperf3 (stream),
+    /// client core 0 and server core 1, as a cross-check of dnperf (rows with `tool` sockperf /
+    /// iperf3).
     #[arg(long)]
     pub crosscheck: bool,
     /// Write all results as JSON here.
