@@ -642,7 +642,13 @@ impl Ctx {
             _ => 0.0,
         };
         if pairs {
-            return self.pairs_sweep(mode, &Fleet::Docknet(&d, mtu), topo_kib);
+            // Peers outnumber cores. Through the daemon every hop also needs the master, so a
+            // waiting peer yields at once (a 50 us spin starves the peer it waits for when the
+            // scheduler put both on one core: 54 us instead of 4.7 us p50 with one pair, see
+            // benchmarks.md); fast-channel partners keep the default spin, which catches a
+            // reply from the other core.
+            let idle = if fc { "adaptive" } else { "adaptive:0" };
+            return self.pairs_sweep(mode, &Fleet::Docknet(&d, mtu, idle), topo_kib);
         }
         let (cores, idle, placement, short) = if fc {
             (
@@ -746,7 +752,7 @@ impl Ctx {
             "{mode}: N client/server pairs, each in containers of their own, unpinned; {}",
             match fleet {
                 Fleet::Kernel(l) => format!("kernel TCP, built with {}", l.builder),
-                Fleet::Docknet(..) => "DockLib TCP, peers and daemon adaptive".into(),
+                Fleet::Docknet(_, _, idle) => format!("DockLib TCP, peers {idle}, daemon adaptive"),
             }
         );
         let mut ns = self.args.pairs.clone();
@@ -778,7 +784,7 @@ impl Ctx {
                         / rr.len().max(1) as f64;
                     let mtu = match fleet {
                         Fleet::Kernel(l) => l.mtu,
-                        Fleet::Docknet(_, m) => *m,
+                        Fleet::Docknet(_, m, _) => *m,
                     };
                     let row = Row {
                         tool: "dnperf".into(),
@@ -819,16 +825,16 @@ impl Ctx {
         let mem0 = mem_available_kib();
         let (port, idle) = match fleet {
             Fleet::Kernel(_) => (0, "spin"),
-            Fleet::Docknet(..) => {
+            Fleet::Docknet(_, _, idle) => {
                 self.port += 1;
-                (self.port, "adaptive")
+                (self.port, *idle)
             }
         };
         let mut servers = Vec::with_capacity(n);
         for i in 0..n {
             servers.push(match fleet {
                 Fleet::Kernel(l) => self.kernel_server(&l.pairs[i], None)?,
-                Fleet::Docknet(d, _) => self.docknet_server(d, i, port, None, idle)?,
+                Fleet::Docknet(d, ..) => self.docknet_server(d, i, port, None, idle)?,
             });
         }
         std::thread::sleep(SERVER_START + Duration::from_millis(5 * n as u64));
@@ -836,7 +842,7 @@ impl Ctx {
         for i in 0..n {
             clients.push(match fleet {
                 Fleet::Kernel(l) => self.kernel_client(&l.pairs[i], None, wl, size)?,
-                Fleet::Docknet(d, _) => self.docknet_client(d, i, port, None, idle, wl, size)?,
+                Fleet::Docknet(d, ..) => self.docknet_client(d, i, port, None, idle, wl, size)?,
             });
         }
         std::thread::sleep(Duration::from_secs_f64(
@@ -860,10 +866,11 @@ impl Ctx {
     }
 }
 
-/// The pairs of a topology: kernel namespaces, or pipes on a daemon (with their MTU).
+/// The pairs of a topology: kernel namespaces, or pipes on a daemon (with their MTU and the
+/// peers' idle policy).
 enum Fleet<'a> {
     Kernel(&'a KernelLab),
-    Docknet(&'a Daemon, u32),
+    Docknet(&'a Daemon, u32, &'static str),
 }
 
 fn dnperf_path(exe: &Path) -> Result<PathBuf> {
