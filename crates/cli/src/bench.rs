@@ -449,6 +449,7 @@ impl Ctx {
 
     fn kernel(&mut self) -> Result<()> {
         let lab = KernelLab::create().context("building the bridge topology")?;
+        let pair = &lab.pairs[0];
         let mut port = 20000u16;
         for rep in 0..self.args.repeat {
             for (cc, sc) in [(1usize, 1usize), (0, 1)] {
@@ -471,7 +472,7 @@ impl Ctx {
                     .collect();
                 for (wl, size) in sizes {
                     port += 1;
-                    let addr = format!("{}:{port}", lab.target);
+                    let addr = format!("{}:{port}", pair.target);
                     // the kernel rows are measured by dnperf --stack kernel (cross-checked
                     // against sockperf and iperf3, docs/benchmarks.md)
                     let dnperf = |ns: &str, args: &[&str]| {
@@ -485,7 +486,7 @@ impl Ctx {
                     let (d, w) = (self.args.duration.to_string(), self.args.warmup.to_string());
                     let server = Proc::spawn(
                         dnperf(
-                            &lab.b,
+                            &pair.server_ns,
                             &[
                                 "server", "--stack", "kernel", "--bind", &addr, "--conns", "1",
                                 "--cpu", &ss,
@@ -495,7 +496,7 @@ impl Ctx {
                     )?;
                     let v = Proc::spawn(
                         dnperf(
-                            &lab.a,
+                            &pair.client_ns,
                             &[
                                 "client",
                                 "--stack",

@@ -104,16 +104,8 @@ impl Default for LabOpts {
 pub struct KernelLab {
     /// All namespaces created, in creation order.
     pub namespaces: Vec<String>,
-    /// The pairs; the first is also in `a`, `b`, `target`, `bind`.
+    /// The pairs (at least one).
     pub pairs: Vec<Pair>,
-    /// Namespace of the first client.
-    pub a: String,
-    /// Namespace of the first server.
-    pub b: String,
-    /// Address the first client connects to.
-    pub target: String,
-    /// Address the first server binds.
-    pub bind: String,
     /// How the container links were built: `cni` (reference plugins) or `ip`.
     pub builder: &'static str,
     /// MTU of the links, or of `lo` where traffic crosses only `lo`.
@@ -133,14 +125,10 @@ impl KernelLab {
     /// Address of B in the direct `veth` topology.
     pub const IP_B: &'static str = "10.66.0.2";
 
-    /// The bridge topology with one pair (Docker's default network without port mapping).
+    /// The bridge topology with one pair at MTU 1500 (Docker's default network without port
+    /// mapping).
     pub fn create() -> Result<KernelLab> {
-        Self::create_mode("bridge")
-    }
-
-    /// `mode` with one pair at MTU 1500.
-    pub fn create_mode(mode: &str) -> Result<KernelLab> {
-        Self::build(mode, LabOpts::default())
+        Self::build("bridge", LabOpts::default())
     }
 
     /// Builds `mode`; on error, removes whatever was built.
@@ -171,18 +159,12 @@ impl KernelLab {
         let mut lab = KernelLab {
             namespaces: Vec::new(),
             pairs: Vec::new(),
-            a: String::new(),
-            b: String::new(),
-            target: String::new(),
-            bind: String::new(),
             builder: "ip",
             mtu: opts.mtu,
             cni: None,
             ovs: None,
         };
         lab.populate(mode, &base, opts)?;
-        let p = lab.pairs[0].clone();
-        (lab.a, lab.b, lab.target, lab.bind) = (p.client_ns, p.server_ns, p.target, p.bind);
         Ok(lab)
     }
 

@@ -19,6 +19,23 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// The figures' font unless `--font` or `DOCKNET_FONT` says otherwise (fonts-dejavu-core).
+pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// One entry of a results file's `not_available` list as a line: "MODE (MTU m): status:
+/// reason".
+pub(crate) fn not_available_line(x: &Value) -> String {
+    format!(
+        "{}{}: {}: {}",
+        x["mode"].as_str().unwrap_or("?"),
+        x["mtu"]
+            .as_u64()
+            .map_or(String::new(), |m| format!(" (MTU {m})")),
+        x["status"].as_str().unwrap_or("not available here"),
+        x["reason"].as_str().unwrap_or("?")
+    )
+}
+
 /// Options of `docknet report`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
@@ -33,7 +50,7 @@ pub struct ReportArgs {
     #[arg(
         long,
         env = "DOCKNET_FONT",
-        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+        default_value = DEFAULT_FONT
     )]
     pub font: PathBuf,
 }
@@ -272,7 +289,7 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
         out: dir.to_path_buf(),
         font: std::env::var_os("DOCKNET_FONT")
             .map(PathBuf::from)
-            .unwrap_or_else(|| "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf".into()),
+            .unwrap_or_else(|| DEFAULT_FONT.into()),
     })
 }
 
@@ -797,15 +814,7 @@ pub fn run(args: &ReportArgs) -> Result<PathBuf> {
         }
         rows.extend(rows_of(&doc));
         for x in doc["not_available"].as_array().into_iter().flatten() {
-            let line = format!(
-                "{}{}: {}: {}",
-                x["mode"].as_str().unwrap_or("?"),
-                x["mtu"]
-                    .as_u64()
-                    .map_or(String::new(), |m| format!(" (MTU {m})")),
-                x["status"].as_str().unwrap_or("not available here"),
-                x["reason"].as_str().unwrap_or("?")
-            );
+            let line = not_available_line(x);
             if !missing.contains(&line) {
                 missing.push(line);
             }
@@ -989,7 +998,7 @@ mod tests {
 
     #[test]
     fn text_from_results_is_escaped_in_the_page() {
-        let font = PathBuf::from("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf");
+        let font = PathBuf::from(DEFAULT_FONT);
         if !font.exists() {
             eprintln!("skipping: no DejaVu font (scripts/setup.sh installs fonts-dejavu-core)");
             return;

@@ -206,14 +206,9 @@ fn mem_available_kib() -> Option<f64> {
         .ok()
 }
 
-/// User + system CPU seconds of this process's reaped children so far (a tool run with
-/// `ip netns exec` and `taskset` is one process: both exec).
-fn children_cpu() -> f64 {
-    use nix::sys::resource::{getrusage, UsageWho};
-    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(0.0, |u| {
-        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-        t(u.user_time()) + t(u.system_time())
-    })
+/// The fall in MemAvailable since `before` (KiB), per `n`; never negative.
+fn fall_per(before: Option<f64>, n: usize) -> Option<f64> {
+    Some(((before? - mem_available_kib()?) / n as f64).max(0.0))
 }
 
 /// Whether `mode` crosses only `lo` (its MTU is fixed).
@@ -356,14 +351,12 @@ impl Ctx {
             Load::Pairs => self.args.pairs.iter().copied().max().unwrap_or(1),
             _ => 1,
         };
-        let mem0 = mem_available_kib();
+        // the topology's own memory counts only for pairs
+        let mem0 = (self.load == Load::Pairs).then(mem_available_kib).flatten();
         let lab = KernelLab::build(mode, LabOpts { pairs: npairs, mtu })
             .with_context(|| format!("building the {mode} topology"))?;
-        let topo_kib = match (mem0, mem_available_kib()) {
-            (Some(a), Some(b)) => ((a - b) / npairs as f64).max(0.0),
-            _ => 0.0,
-        };
         if self.load == Load::Pairs {
+            let topo_kib = fall_per(mem0, npairs).unwrap_or(0.0);
             return self.pairs_sweep(mode, &Fleet::Kernel(&lab), topo_kib);
         }
         let p = lab.pairs[0].clone();
@@ -470,14 +463,6 @@ impl Ctx {
         let secs = (self.args.duration.ceil() as u64).max(1).to_string();
         let warm = (self.args.warmup.ceil() as u64).to_string();
         let port = p.port.to_string();
-        let taskset = |core: &str, prog: &str, args: &[&str]| -> Vec<String> {
-            ["-c", core, prog]
-                .iter()
-                .chain(args.iter())
-                .map(|s| s.to_string())
-                .collect()
-        };
-        let task = Path::new("taskset");
         let placement =
             format!("client core 0, server core 1, kernel TCP ({mode}), measured by {tool}");
         let mut row = Row {
@@ -487,46 +472,25 @@ impl Ctx {
             ..Row::new(mode, &placement, "c0 s1", self.load.name(), size, rep)
         };
         if tool == "sockperf" {
-            let _server = Proc::spawn(
-                self.in_ns(
-                    &p.server_ns,
-                    task,
-                    taskset(
-                        "1",
-                        "sockperf",
-                        &["sr", "--tcp", "-i", &p.bind, "-p", &port],
-                    ),
-                ),
-                "sockperf server",
-            )?;
-            std::thread::sleep(SERVER_START);
             let m = size.to_string();
-            let cpu0 = children_cpu();
-            let out = self
-                .in_ns(
-                    &p.client_ns,
-                    task,
-                    taskset(
-                        "0",
-                        "sockperf",
-                        &[
-                            "pp",
-                            "--tcp",
-                            "-i",
-                            &p.target,
-                            "-p",
-                            &port,
-                            "-m",
-                            &m,
-                            "-t",
-                            &secs,
-                            "--full-rtt",
-                        ],
-                    ),
-                )
-                .output()
-                .context("running sockperf")?;
-            let cpu = children_cpu() - cpu0;
+            let (out, cpu) = self.tool_pair(
+                p,
+                tool,
+                &["sr", "--tcp", "-i", &p.bind, "-p", &port],
+                &[
+                    "pp",
+                    "--tcp",
+                    "-i",
+                    &p.target,
+                    "-p",
+                    &port,
+                    "-m",
+                    &m,
+                    "-t",
+                    &secs,
+                    "--full-rtt",
+                ],
+            )?;
             let text = String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr);
             let pct = |q: &str| -> Option<f64> {
@@ -556,33 +520,15 @@ impl Ctx {
                 bail!("sockperf printed no percentiles: {}", text.trim());
             }
         } else {
-            let server = Proc::spawn(
-                self.in_ns(
-                    &p.server_ns,
-                    task,
-                    taskset("1", "iperf3", &["-s", "-1", "-B", &p.bind, "-p", &port]),
-                ),
-                "iperf3 server",
-            )?;
-            std::thread::sleep(SERVER_START);
             let l = size.to_string();
-            let cpu0 = children_cpu();
-            let out = self
-                .in_ns(
-                    &p.client_ns,
-                    task,
-                    taskset(
-                        "0",
-                        "iperf3",
-                        &[
-                            "-c", &p.target, "-p", &port, "-t", &secs, "-O", &warm, "-l", &l, "-J",
-                        ],
-                    ),
-                )
-                .output()
-                .context("running iperf3")?;
-            let cpu = children_cpu() - cpu0;
-            drop(server);
+            let (out, cpu) = self.tool_pair(
+                p,
+                tool,
+                &["-s", "-1", "-B", &p.bind, "-p", &port],
+                &[
+                    "-c", &p.target, "-p", &port, "-t", &secs, "-O", &warm, "-l", &l, "-J",
+                ],
+            )?;
             let v: Value = serde_json::from_slice(&out.stdout).context("iperf3 printed no JSON")?;
             let bps = v["end"]["sum_received"]["bits_per_second"].as_f64();
             if bps.is_none() {
@@ -601,6 +547,34 @@ impl Ctx {
         Ok(())
     }
 
+    /// A cross-check tool on pair `p`: its server (`server` arguments) on core 1 in the server's
+    /// namespace, given time to start, then its client (`client` arguments) on core 0 in the
+    /// client's, run to completion. Returns the client's output and CPU seconds; the server is
+    /// ended on return.
+    fn tool_pair(
+        &self,
+        p: &Pair,
+        tool: &str,
+        server: &[&str],
+        client: &[&str],
+    ) -> Result<(std::process::Output, f64)> {
+        let pinned = |ns: &str, core: &str, args: &[&str]| {
+            let argv = ["-c", core, tool]
+                .iter()
+                .chain(args)
+                .map(|s| s.to_string())
+                .collect();
+            self.in_ns(ns, Path::new("taskset"), argv)
+        };
+        let _server = Proc::spawn(pinned(&p.server_ns, "1", server), &format!("{tool} server"))?;
+        std::thread::sleep(SERVER_START);
+        let cpu0 = docknet_perf::stats::children_cpu_seconds();
+        let out = pinned(&p.client_ns, "0", client)
+            .output()
+            .with_context(|| format!("running {tool}"))?;
+        Ok((out, docknet_perf::stats::children_cpu_seconds() - cpu0))
+    }
+
     // ----- DockNet modes -----
 
     fn docknet(&mut self, mode: &str, mtu: u32) -> Result<()> {
@@ -617,7 +591,7 @@ impl Ctx {
         } else {
             vec!["--idle", "spin", "--master-core", "0"]
         };
-        let mem0 = mem_available_kib();
+        let mem0 = pairs.then(mem_available_kib).flatten();
         let d = Daemon::start(&self.exe, &extra)?;
         let mtu_s = mtu.to_string();
         for i in 0..npairs {
@@ -637,11 +611,8 @@ impl Ctx {
                 )?;
             }
         }
-        let topo_kib = match (mem0, mem_available_kib()) {
-            (Some(a), Some(b)) => ((a - b) / npairs as f64).max(0.0),
-            _ => 0.0,
-        };
         if pairs {
+            let topo_kib = fall_per(mem0, npairs).unwrap_or(0.0);
             // Peers outnumber cores. Through the daemon every hop also needs the master, so a
             // waiting peer yields at once (a 50 us spin starves the peer it waits for when the
             // scheduler put both on one core: 54 us instead of 4.7 us p50 with one pair, see
@@ -848,10 +819,7 @@ impl Ctx {
         std::thread::sleep(Duration::from_secs_f64(
             self.args.warmup + self.args.duration / 2.0,
         ));
-        let mem = match (mem0, mem_available_kib()) {
-            (Some(a), Some(b)) => Some(((a - b) / n as f64).max(0.0)),
-            _ => None,
-        };
+        let mem = fall_per(mem0, n);
         let mut out = Vec::with_capacity(n);
         for (i, c) in clients.into_iter().enumerate() {
             out.push(
@@ -1045,15 +1013,7 @@ fn markdown(load: Load, doc: &Value, med: &[Row], ratios: &[String], targets: &[
     if let Some(na) = doc["not_available"].as_array().filter(|a| !a.is_empty()) {
         m += "\n## Not available here, or skipped\n\n";
         for x in na {
-            m += &format!(
-                "- `{}`{}: {}: {}\n",
-                x["mode"].as_str().unwrap_or("?"),
-                x["mtu"]
-                    .as_u64()
-                    .map_or(String::new(), |m| format!(" (MTU {m})")),
-                x["status"].as_str().unwrap_or("?"),
-                x["reason"].as_str().unwrap_or("?")
-            );
+            m += &format!("- {}\n", crate::report::not_available_line(x));
         }
     }
     m += &md_placement(med);

@@ -47,6 +47,28 @@ pub struct Outcome {
     pub cpu_s_per_op: f64,
 }
 
+impl Outcome {
+    /// A ping-pong result from its histograms (one-way samples, RTT/2 per transaction), the
+    /// CPU seconds used while measuring and the measured duration.
+    fn rr(
+        one_way: &hdrhistogram::Histogram<u64>,
+        half: &hdrhistogram::Histogram<u64>,
+        cpu: f64,
+        duration: Duration,
+    ) -> Outcome {
+        let n = half.len();
+        Outcome {
+            transactions: n,
+            tps: n as f64 / duration.as_secs_f64(),
+            one_way_ns: Some(Summary::of(one_way)),
+            half_rtt_ns: Some(Summary::of(half)),
+            one_way_hist: Some(buckets(one_way)),
+            cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
+            ..Outcome::default()
+        }
+    }
+}
+
 /// Serves measurement connections on `addr`, each on its own thread; returns after `conns`
 /// connections have finished (0: never).
 pub fn serve<N: Net>(net: &N, addr: SocketAddrV4, conns: usize) -> Result<u64> {
@@ -179,17 +201,7 @@ fn rr<S: Read + Write>(
             let _ = half.record((t2.saturating_sub(t0) / 2).max(1));
         }
     }
-    let cpu = win.cpu();
-    let n = half.len();
-    Ok(Outcome {
-        transactions: n,
-        tps: n as f64 / duration.as_secs_f64(),
-        one_way_ns: Some(Summary::of(&one_way)),
-        half_rtt_ns: Some(Summary::of(&half)),
-        one_way_hist: Some(buckets(&one_way)),
-        cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
-        ..Outcome::default()
-    })
+    Ok(Outcome::rr(&one_way, &half, win.cpu(), duration))
 }
 
 fn stream<N: Net>(
@@ -366,20 +378,10 @@ pub fn client_udp<N: Net>(
             for _ in 0..3 {
                 let _ = s.send_to(&m[..RR_HDR], addr);
             }
-            let cpu = win.cpu();
-            let n = half.len();
             if lost > 0 {
                 eprintln!("dnperf: {lost} datagrams lost");
             }
-            Ok(Outcome {
-                transactions: n,
-                tps: n as f64 / duration.as_secs_f64(),
-                one_way_ns: Some(Summary::of(&one_way)),
-                half_rtt_ns: Some(Summary::of(&half)),
-                one_way_hist: Some(buckets(&one_way)),
-                cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
-                ..Outcome::default()
-            })
+            Ok(Outcome::rr(&one_way, &half, win.cpu(), duration))
         }
         Workload::Stream => {
             m[0] = U_DATA;
