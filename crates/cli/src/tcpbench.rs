@@ -650,39 +650,25 @@ impl Ctx {
         Ok(())
     }
 
-    fn docknet_server(
+    /// A dnperf in pair `i`'s container on daemon `d`: its server (in pipe `s{i}`), or with
+    /// `client` = workload and size its client (in pipe `c{i}`), both using the server's
+    /// address and `port`.
+    fn docknet_peer(
         &self,
         d: &Daemon,
         i: usize,
         port: u16,
         core: Option<usize>,
         idle: &str,
+        client: Option<(&str, usize)>,
     ) -> Result<Proc> {
         let addr = format!("10.78.2.{}:{port}", i + 1);
-        let args = self.dnperf_args("docknet", &addr, core, idle, None);
-        Proc::spawn(
-            self.in_pipe(d, &format!("s{i}"), core, args),
-            "dnperf server",
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn docknet_client(
-        &self,
-        d: &Daemon,
-        i: usize,
-        port: u16,
-        core: Option<usize>,
-        idle: &str,
-        wl: &str,
-        size: usize,
-    ) -> Result<Proc> {
-        let addr = format!("10.78.2.{}:{port}", i + 1);
-        let args = self.dnperf_args("docknet", &addr, core, idle, Some((wl, size)));
-        Proc::spawn(
-            self.in_pipe(d, &format!("c{i}"), core, args),
-            "dnperf client",
-        )
+        let args = self.dnperf_args("docknet", &addr, core, idle, client);
+        let (pipe, what) = match client {
+            Some(_) => (format!("c{i}"), "dnperf client"),
+            None => (format!("s{i}"), "dnperf server"),
+        };
+        Proc::spawn(self.in_pipe(d, &pipe, core, args), what)
     }
 
     fn in_pipe(&self, d: &Daemon, pipe: &str, core: Option<usize>, args: Vec<String>) -> Command {
@@ -705,10 +691,10 @@ impl Ctx {
         size: usize,
     ) -> Result<Value> {
         self.port += 1;
-        let server = self.docknet_server(d, i, self.port, cores.map(|c| c.1), idle)?;
+        let server = self.docknet_peer(d, i, self.port, cores.map(|c| c.1), idle, None)?;
         std::thread::sleep(SERVER_START);
         let v = self
-            .docknet_client(d, i, self.port, cores.map(|c| c.0), idle, wl, size)?
+            .docknet_peer(d, i, self.port, cores.map(|c| c.0), idle, Some((wl, size)))?
             .json(self.timeout(1), &self.stop)?;
         let _ = server.json(Duration::from_secs(10), &self.stop);
         Ok(v)
@@ -805,7 +791,7 @@ impl Ctx {
         for i in 0..n {
             servers.push(match fleet {
                 Fleet::Kernel(l) => self.kernel_server(&l.pairs[i], None)?,
-                Fleet::Docknet(d, ..) => self.docknet_server(d, i, port, None, idle)?,
+                Fleet::Docknet(d, ..) => self.docknet_peer(d, i, port, None, idle, None)?,
             });
         }
         std::thread::sleep(SERVER_START + Duration::from_millis(5 * n as u64));
@@ -813,7 +799,9 @@ impl Ctx {
         for i in 0..n {
             clients.push(match fleet {
                 Fleet::Kernel(l) => self.kernel_client(&l.pairs[i], None, wl, size)?,
-                Fleet::Docknet(d, ..) => self.docknet_client(d, i, port, None, idle, wl, size)?,
+                Fleet::Docknet(d, ..) => {
+                    self.docknet_peer(d, i, port, None, idle, Some((wl, size)))?
+                }
             });
         }
         std::thread::sleep(Duration::from_secs_f64(
