@@ -4,10 +4,9 @@
 
 use crate::master::MasterShared;
 use crate::proto::{
-    parse_request, ApiError, ErrorCode, Reply, Request, MAX_LINE, PROTOCOL_VERSION,
+    parse_request, ApiError, ErrorCode, Removed, Reply, Request, Status, MAX_LINE, PROTOCOL_VERSION,
 };
 use crate::registry::Registry;
-use serde_json::json;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,8 +26,12 @@ pub struct Ctx {
     pub registry: Mutex<Registry>,
     /// The master thread's shared state.
     pub master: Arc<MasterShared>,
-    /// Static facts reported by `status`.
-    pub info: serde_json::Value,
+    /// Static facts reported by `status` (its totals are filled in per request).
+    pub info: Status,
+}
+
+fn to_json(v: impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(v).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))
 }
 
 /// Handles one request.
@@ -45,13 +48,12 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             | Request::FcRm { .. }
     );
     let out = match req {
-        Request::Status {} => {
-            let mut v = ctx.info.clone();
-            v["pipes"] = reg.pipes().count().into();
-            v["forwarded"] = ctx.master.forwarded.load(Ordering::Relaxed).into();
-            v["master_sleeps"] = ctx.master.sleeps.load(Ordering::Relaxed).into();
-            Ok(v)
-        }
+        Request::Status {} => to_json(Status {
+            pipes: reg.pipes().count(),
+            forwarded: ctx.master.forwarded.load(Ordering::Relaxed),
+            master_sleeps: ctx.master.sleeps.load(Ordering::Relaxed),
+            ..ctx.info.clone()
+        }),
         Request::PipeCreate {
             name,
             ip,
@@ -60,29 +62,31 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
         } => {
             let p = reg.create_pipe(&name, &ip, mtu, ring_depth)?;
             tracing::info!(pipe = %name, ip = %ip, "pipe created");
-            Ok(reg.pipe_json(&p, false))
+            to_json(reg.pipe_info(&p, false))
         }
         Request::PipeRm { name } => {
             reg.remove_pipe(&name)?;
             tracing::info!(pipe = %name, "pipe removed");
-            Ok(json!({ "removed": name }))
+            to_json(Removed::Pipe { removed: name })
         }
-        Request::PipeLs {} => Ok(serde_json::Value::Array(
-            reg.pipes().map(|p| reg.pipe_json(p, false)).collect(),
-        )),
+        Request::PipeLs {} => to_json(
+            reg.pipes()
+                .map(|p| reg.pipe_info(p, false))
+                .collect::<Vec<_>>(),
+        ),
         Request::PipeShow { name } => {
             let p = reg.get(&name)?.clone();
-            Ok(reg.pipe_json(&p, true))
+            to_json(reg.pipe_info(&p, true))
         }
         Request::FcConnect { a, b, mtu } => {
             let f = reg.connect_fc(&a, &b, mtu)?;
             tracing::info!(a = %a, b = %b, "fast channel connected");
-            Ok(serde_json::to_value(f).unwrap_or_default())
+            to_json(f)
         }
         Request::FcRm { a, b } => {
             reg.remove_fc(&a, &b)?;
             tracing::info!(a = %a, b = %b, "fast channel removed");
-            Ok(json!({ "removed": [a, b] }))
+            to_json(Removed::Channel { removed: [a, b] })
         }
     };
     if changed && out.is_ok() {

@@ -127,15 +127,18 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let ctx = Arc::new(control::Ctx {
         registry: Mutex::new(registry),
         master: shared.clone(),
-        info: serde_json::json!({
-            "protocol": proto::PROTOCOL_VERSION,
-            "version": env!("CARGO_PKG_VERSION"),
-            "pid": std::process::id(),
-            "run_dir": cfg.run_dir.display().to_string(),
-            "socket": cfg.socket.display().to_string(),
-            "idle": cfg.idle.to_string(),
-            "master_core": cfg.master_core,
-        }),
+        info: proto::Status {
+            protocol: proto::PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            run_dir: cfg.run_dir.display().to_string(),
+            socket: cfg.socket.display().to_string(),
+            idle: cfg.idle.to_string(),
+            master_core: cfg.master_core,
+            pipes: 0,
+            forwarded: 0,
+            master_sleeps: 0,
+        },
     });
     tracing::info!(
         socket = %cfg.socket.display(),

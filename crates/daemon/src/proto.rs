@@ -185,6 +185,90 @@ pub fn encode_request(r: &Request) -> String {
     v.to_string()
 }
 
+/// A pipe as the daemon reports it (`pipe create`, `pipe ls`, `pipe show`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipeInfo {
+    /// Name.
+    pub name: String,
+    /// Address with prefix, `A.B.C.D/LEN`.
+    pub ip: String,
+    /// MAC assigned by the daemon, `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    /// MTU.
+    pub mtu: u32,
+    /// Slots per ring.
+    pub ring_depth: u32,
+    /// Bytes per slot.
+    pub frame_size: u32,
+    /// Size of the shared region.
+    pub region_bytes: usize,
+    /// The pipe's directory on the host (bind-mounted into its container).
+    pub dir: String,
+    /// The region file.
+    pub map: String,
+    /// Names of the pipes it has fast channels with.
+    pub fast_channels: Vec<String>,
+    /// Counters by name (`pipe show` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+/// A fast channel as the daemon reports it (`fc connect`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FcInfo {
+    /// One partner.
+    pub a: String,
+    /// The other.
+    pub b: String,
+    /// Channel MTU.
+    pub mtu: u32,
+    /// Slots per direction.
+    pub ring_depth: u32,
+    /// Size of the shared region.
+    pub region_bytes: usize,
+}
+
+/// The daemon's identity, configuration and totals (`status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Protocol version spoken.
+    pub protocol: u32,
+    /// Daemon version.
+    pub version: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Run directory.
+    pub run_dir: String,
+    /// Control socket.
+    pub socket: String,
+    /// Idle policy of the master thread.
+    pub idle: String,
+    /// Core the master thread is pinned to.
+    pub master_core: Option<usize>,
+    /// Live pipes.
+    pub pipes: usize,
+    /// Frames forwarded since start.
+    pub forwarded: u64,
+    /// Times the master thread went to sleep.
+    pub master_sleeps: u64,
+}
+
+/// What `pipe rm` and `fc rm` answer: the name(s) removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Removed {
+    /// A pipe.
+    Pipe {
+        /// Its name.
+        removed: String,
+    },
+    /// A fast channel.
+    Channel {
+        /// Its two partners.
+        removed: [String; 2],
+    },
+}
+
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -238,6 +322,73 @@ impl Client {
     /// Sends a request and waits for its reply.
     pub fn call(&mut self, r: &Request) -> Result<serde_json::Value, ClientError> {
         self.call_raw(&encode_request(r))
+    }
+
+    /// Sends a request and reads its reply as `T`.
+    pub fn call_as<T: serde::de::DeserializeOwned>(
+        &mut self,
+        r: &Request,
+    ) -> Result<T, ClientError> {
+        let v = self.call(r)?;
+        serde_json::from_value(v).map_err(|e| ClientError::BadReply(e.to_string()))
+    }
+
+    /// `status`.
+    pub fn status(&mut self) -> Result<Status, ClientError> {
+        self.call_as(&Request::Status {})
+    }
+
+    /// `pipe create`.
+    pub fn pipe_create(
+        &mut self,
+        name: &str,
+        ip: &str,
+        mtu: Option<u32>,
+        ring_depth: Option<u32>,
+    ) -> Result<PipeInfo, ClientError> {
+        self.call_as(&Request::PipeCreate {
+            name: name.into(),
+            ip: ip.into(),
+            mtu,
+            ring_depth,
+        })
+    }
+
+    /// `pipe rm`.
+    pub fn pipe_rm(&mut self, name: &str) -> Result<Removed, ClientError> {
+        self.call_as(&Request::PipeRm { name: name.into() })
+    }
+
+    /// `pipe ls`.
+    pub fn pipe_ls(&mut self) -> Result<Vec<PipeInfo>, ClientError> {
+        self.call_as(&Request::PipeLs {})
+    }
+
+    /// `pipe show` (with counters).
+    pub fn pipe_show(&mut self, name: &str) -> Result<PipeInfo, ClientError> {
+        self.call_as(&Request::PipeShow { name: name.into() })
+    }
+
+    /// `fc connect`.
+    pub fn fc_connect(
+        &mut self,
+        a: &str,
+        b: &str,
+        mtu: Option<u32>,
+    ) -> Result<FcInfo, ClientError> {
+        self.call_as(&Request::FcConnect {
+            a: a.into(),
+            b: b.into(),
+            mtu,
+        })
+    }
+
+    /// `fc rm`.
+    pub fn fc_rm(&mut self, a: &str, b: &str) -> Result<Removed, ClientError> {
+        self.call_as(&Request::FcRm {
+            a: a.into(),
+            b: b.into(),
+        })
     }
 
     /// Sends a raw line (tests use it for malformed requests).

@@ -12,12 +12,11 @@
 //! Every operation checks all its inputs before it touches a file, so a refused request
 //! changes nothing.
 
-use crate::proto::{ApiError, ErrorCode};
+use crate::proto::{ApiError, ErrorCode, FcInfo, PipeInfo};
 use crate::switch::{fmt_mac, mac_for, FlowTable, Port};
 use docknet_pipe::layout::{self, Identity, Kind, RegionInfo, RingParams};
 use docknet_pipe::Region;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -571,46 +570,28 @@ impl Registry {
         Snapshot { pipes, table }
     }
 
-    /// JSON description of a pipe (with counters when `counters` is set).
-    pub fn pipe_json(&self, p: &Pipe, counters: bool) -> serde_json::Value {
-        let mut v = json!({
-            "name": p.name,
-            "ip": format!("{}/{}", p.ip, p.prefix),
-            "mac": fmt_mac(p.mac),
-            "mtu": p.mtu,
-            "ring_depth": p.info.rings[0].depth,
-            "frame_size": p.info.rings[0].frame_size,
-            "region_bytes": p.info.size,
-            "dir": p.dir.display().to_string(),
-            "map": p.dir.join("dp.map").display().to_string(),
-            "fast_channels": self.fc_peers(&p.name),
-        });
-        if counters {
-            let c = p.counters.load_all();
-            let m: serde_json::Map<String, serde_json::Value> = COUNTER_NAMES
-                .iter()
-                .zip(c)
-                .map(|(n, x)| ((*n).to_string(), x.into()))
-                .collect();
-            v["counters"] = serde_json::Value::Object(m);
+    /// How a pipe is reported to clients (with counters when `counters` is set).
+    pub fn pipe_info(&self, p: &Pipe, counters: bool) -> PipeInfo {
+        PipeInfo {
+            name: p.name.clone(),
+            ip: format!("{}/{}", p.ip, p.prefix),
+            mac: fmt_mac(p.mac),
+            mtu: p.mtu,
+            ring_depth: p.info.rings[0].depth,
+            frame_size: p.info.rings[0].frame_size,
+            region_bytes: p.info.size,
+            dir: p.dir.display().to_string(),
+            map: p.dir.join("dp.map").display().to_string(),
+            fast_channels: self.fc_peers(&p.name),
+            counters: counters.then(|| {
+                COUNTER_NAMES
+                    .iter()
+                    .zip(p.counters.load_all())
+                    .map(|(n, x)| ((*n).to_string(), x))
+                    .collect()
+            }),
         }
-        v
     }
-}
-
-/// A fast channel as reported to clients.
-#[derive(Debug, Clone, Serialize)]
-pub struct FcInfo {
-    /// One partner.
-    pub a: String,
-    /// The other.
-    pub b: String,
-    /// Channel MTU.
-    pub mtu: u32,
-    /// Slots per direction.
-    pub ring_depth: u32,
-    /// Size of the shared region.
-    pub region_bytes: usize,
 }
 
 fn fc_key(a: &str, b: &str) -> (String, String) {

@@ -12,7 +12,7 @@ use std::net::Ipv4Addr;
 
 /// Bytes of a frame's start that [`decide`] needs (Ethernet + ARP, or Ethernet + IPv4 header).
 pub const HEADER_PEEK: usize = 64;
-const ETH: usize = 14;
+use docknet_pipe::ETH_HDR as ETH;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_ARP: u16 = 0x0806;
 /// Length of an Ethernet + ARP (IPv4 over Ethernet) frame.

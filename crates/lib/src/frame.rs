@@ -2,8 +2,8 @@
 
 use std::net::Ipv4Addr;
 
-/// Ethernet header length.
-pub const ETH: usize = 14;
+/// Ethernet header length (the workspace's one definition, from `docknet-pipe`).
+pub const ETH: usize = docknet_pipe::ETH_HDR;
 /// IPv4 header length without options.
 pub const IPV4: usize = 20;
 /// Ethertype IPv4.

@@ -5,8 +5,10 @@
 //! when its destination IP belongs to a partner and through the pipe's tx ring otherwise, and
 //! receives from the fast channels first, then from the rx ring (paper §3.3).
 //!
-//! [`stack::Stack`] runs smoltcp over that endpoint ([`device::PipeDevice`]) and offers blocking
-//! std-like sockets: [`TcpListener`], [`TcpStream`] (`Read` + `Write`) and [`UdpSocket`].
+//! [`stack::Stack`] runs smoltcp over that endpoint ([`device::PipeDevice`]); a background
+//! engine thread keeps TCP alive while the application computes. [`tcp`] and [`udp`] have the
+//! blocking std-like sockets: [`TcpListener`], [`TcpStream`] (`Read` + `Write`) and
+//! [`UdpSocket`].
 //! [`callback`] offers the paper's run-to-completion style: `stack_rx` per frame and
 //! `tcp_recved` per chunk of received bytes, called on the engine's own thread.
 
@@ -14,10 +16,15 @@
 
 pub mod callback;
 pub mod device;
+mod engine;
 pub mod frame;
 pub mod raw;
 pub mod stack;
+pub mod tcp;
+pub mod udp;
 
 pub use device::Faults;
 pub use raw::{AttachError, Endpoint, SendError, Via};
-pub use stack::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
+pub use stack::{Stack, StackConfig};
+pub use tcp::{TcpListener, TcpStream};
+pub use udp::UdpSocket;

@@ -16,15 +16,15 @@
 //! congestion control is on.
 
 use crate::device::{DeviceStats, Faults, PipeDevice};
-use crate::raw::{AttachError, Endpoint};
+use crate::raw::{AttachError, Endpoint, SleepSet};
 use docknet_pipe::{IdlePolicy, Idler};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
-use smoltcp::socket::{tcp, udp};
+use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How a stack is set up.
@@ -70,13 +70,13 @@ impl Default for StackConfig {
 }
 
 pub(crate) struct Inner {
-    iface: Interface,
-    sockets: SocketSet<'static>,
-    dev: PipeDevice,
+    pub(crate) iface: Interface,
+    pub(crate) sockets: SocketSet<'static>,
+    pub(crate) dev: PipeDevice,
     epoch: Instant,
     next_port: u16,
     /// Sockets closed by the application, removed once their state reaches Closed.
-    closing: Vec<SocketHandle>,
+    pub(crate) closing: Vec<SocketHandle>,
     cfg: StackConfig,
 }
 
@@ -153,27 +153,77 @@ impl Inner {
         self.sockets.remove(h);
     }
 
-    fn ephemeral_port(&mut self) -> u16 {
+    pub(crate) fn ephemeral_port(&mut self) -> u16 {
         let p = self.next_port;
         self.next_port = if p >= 65000 { 49152 } else { p + 1 };
         p
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     inner: Mutex<Inner>,
     /// Calls in progress; the engine thread stays away while this is not zero.
-    callers: AtomicU32,
+    pub(crate) callers: AtomicU32,
     /// Calls started so far (wrapping): tells the engine whether the application is active.
-    calls: AtomicU32,
-    cfg: StackConfig,
+    pub(crate) calls: AtomicU32,
+    pub(crate) cfg: StackConfig,
     ip: Ipv4Addr,
+}
+
+/// Rings armed for one sleep: the futex words, and how long the sleep may last.
+pub(crate) struct Armed {
+    set: SleepSet,
+    timeout: Duration,
+}
+
+impl Armed {
+    /// Sleeps until a producer kicks a ring, the fast channels change, or the timeout passes.
+    pub(crate) fn wait(self) {
+        self.set.wait(&[], self.timeout);
+    }
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves smoltcp's state as it was; carry on with it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Arms the rings' sleep words under the lock. The sleep may last until the stack's next
+    /// timer (a TCP timer, or a frame held back by fault injection), `max`, or `deadline`,
+    /// whichever is first, and at least 50 us. `None` when work arrived meanwhile (the words
+    /// are disarmed again). Wait outside the lock ([`Armed::wait`]), then [`Shared::disarm`].
+    pub(crate) fn arm(&self, max: Duration, deadline: Option<Instant>) -> Option<Armed> {
+        let mut g = self.lock();
+        let mut t = g.delay().unwrap_or(max).min(max);
+        if let Some(d) = deadline {
+            t = t.min(d.saturating_duration_since(Instant::now()));
+        }
+        let set = g.dev.ep.arm_sleep()?;
+        Some(Armed {
+            set,
+            timeout: t.max(Duration::from_micros(50)),
+        })
+    }
+
+    /// Clears the sleep words after a sleep.
+    pub(crate) fn disarm(&self) {
+        self.lock().dev.ep.disarm_sleep();
+    }
+
+    /// One sleep on the rings: arm, wait, disarm.
+    pub(crate) fn sleep(&self, max: Duration, deadline: Option<Instant>) {
+        if let Some(armed) = self.arm(max, deadline) {
+            armed.wait();
+        }
+        self.disarm();
+    }
 }
 
 /// A userspace TCP/IP stack over one DockPipe. Cheap to clone (shared).
 #[derive(Clone)]
 pub struct Stack {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for Stack {
@@ -202,11 +252,11 @@ impl Drop for CallGuard<'_> {
     }
 }
 
-fn to_ip(a: Ipv4Addr) -> IpAddress {
+pub(crate) fn to_ip(a: Ipv4Addr) -> IpAddress {
     IpAddress::Ipv4(Ipv4Address::from_octets(a.octets()))
 }
 
-fn from_ep(e: IpEndpoint) -> SocketAddrV4 {
+pub(crate) fn from_ep(e: IpEndpoint) -> SocketAddrV4 {
     let IpAddress::Ipv4(a) = e.addr;
     SocketAddrV4::new(Ipv4Addr::from(a.octets()), e.port)
 }
@@ -274,7 +324,7 @@ impl Stack {
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("docklib-engine".into())
-            .spawn(move || engine(weak))
+            .spawn(move || crate::engine::engine(weak))
             .expect("spawning the DockLib engine thread");
         Stack { shared }
     }
@@ -289,13 +339,12 @@ impl Stack {
         self.lock().dev.stats
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves smoltcp's state as it was; carry on with it.
-        self.shared.inner.lock().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.shared.lock()
     }
 
     /// Polls until `f` returns `Some`, or `timeout` passes.
-    fn block_on<T>(
+    pub(crate) fn block_on<T>(
         &self,
         timeout: Option<Duration>,
         mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
@@ -331,21 +380,7 @@ impl Stack {
             if !idler.step() {
                 continue;
             }
-            let (set, delay) = {
-                let mut g = self.lock();
-                let d = g.delay();
-                (g.dev.ep.arm_sleep(), d)
-            };
-            if let Some(set) = set {
-                let mut t = delay
-                    .unwrap_or(Duration::from_millis(100))
-                    .min(Duration::from_millis(100));
-                if let Some(d) = deadline {
-                    t = t.min(d.saturating_duration_since(Instant::now()));
-                }
-                set.wait(&[], t.max(Duration::from_micros(50)));
-            }
-            self.lock().dev.ep.disarm_sleep();
+            self.shared.sleep(Duration::from_millis(100), deadline);
         }
     }
 
@@ -362,442 +397,6 @@ impl Stack {
 
     /// Sleeps once on the rings (armed under the lock, waited on outside it), at most `max`.
     pub(crate) fn sleep_once(&self, max: Duration) {
-        let (set, delay) = {
-            let mut g = self.lock();
-            let d = g.delay();
-            (g.dev.ep.arm_sleep(), d)
-        };
-        if let Some(set) = set {
-            let t = delay.unwrap_or(max).min(max).max(Duration::from_micros(50));
-            set.wait(&[], t);
-        }
-        self.lock().dev.ep.disarm_sleep();
-    }
-}
-
-/// The engine thread: keeps TCP going (ACKs, retransmissions, handshakes) while the
-/// application is not calling, and exits when the stack is dropped. It never spins. While the
-/// application is active (a call in progress, or one started within the last nap) it naps in
-/// 10 ms steps without arming the rings, so producers do not kick it and it rarely competes
-/// with the caller for its core (1 ms naps put a 1 ms stall at p99.9 of a spinning ping-pong:
-/// the woken engine can take the caller's core for a scheduler slice). Once the application has been quiet for a nap, it
-/// polls, arms the rings and sleeps until a frame or a timer needs it.
-fn engine(shared: Weak<Shared>) {
-    const NAP: Duration = Duration::from_millis(10);
-    loop {
-        let Some(s) = shared.upgrade() else { return };
-        let calls = s.calls.load(Ordering::Relaxed);
-        drop(s);
-        std::thread::sleep(NAP);
-        let Some(s) = shared.upgrade() else { return };
-        if s.callers.load(Ordering::Acquire) > 0 || s.calls.load(Ordering::Relaxed) != calls {
-            continue;
-        }
-        loop {
-            let calls = s.calls.load(Ordering::Relaxed);
-            let (moved, set, delay) = {
-                let mut g = s.inner.lock().unwrap_or_else(|e| e.into_inner());
-                let moved = g.poll();
-                let d = g.delay();
-                let set = if moved { None } else { g.dev.ep.arm_sleep() };
-                (moved, set, d)
-            };
-            if moved {
-                continue;
-            }
-            if let Some(set) = set {
-                let t = delay
-                    .unwrap_or(Duration::from_millis(250))
-                    .clamp(Duration::from_micros(50), Duration::from_millis(250));
-                set.wait(&[], t);
-            }
-            let active =
-                s.callers.load(Ordering::Acquire) > 0 || s.calls.load(Ordering::Relaxed) != calls;
-            if !active {
-                s.inner
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .dev
-                    .ep
-                    .disarm_sleep();
-                continue;
-            }
-            // the application is back: leave the rings to it (its own sleeps arm and disarm
-            // them) and go back to napping
-            break;
-        }
-    }
-}
-
-/// A TCP listener (std-like).
-#[derive(Debug)]
-pub struct TcpListener {
-    stack: Stack,
-    port: u16,
-    pool: Vec<SocketHandle>,
-}
-
-impl TcpListener {
-    /// Listens on `port` of the stack's address.
-    pub fn bind(stack: &Stack, port: u16) -> io::Result<TcpListener> {
-        if port == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "port 0"));
-        }
-        let mut l = TcpListener {
-            stack: stack.clone(),
-            port,
-            pool: Vec::new(),
-        };
-        let mut g = stack.lock();
-        for _ in 0..stack.shared.cfg.backlog.max(1) {
-            let h = l.listening(&mut g)?;
-            l.pool.push(h);
-        }
-        Ok(l)
-    }
-
-    fn listening(&self, g: &mut Inner) -> io::Result<SocketHandle> {
-        let h = g.new_tcp_socket();
-        g.tcp(h).listen(self.port).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("listen on {}: {e}", self.port),
-            )
-        })?;
-        Ok(h)
-    }
-
-    /// The address listened on.
-    pub fn local_addr(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(self.stack.ip(), self.port)
-    }
-
-    /// Waits for a connection.
-    pub fn accept(&mut self) -> io::Result<(TcpStream, SocketAddrV4)> {
-        self.accept_timeout(None)
-    }
-
-    /// Waits for a connection, at most `timeout`.
-    pub fn accept_timeout(
-        &mut self,
-        timeout: Option<Duration>,
-    ) -> io::Result<(TcpStream, SocketAddrV4)> {
-        let stack = self.stack.clone();
-        let pool = &mut self.pool;
-        let port = self.port;
-        let (h, peer) = stack.block_on(timeout, |g| {
-            let i = pool.iter().position(|h| {
-                let s = g.tcp(*h);
-                !matches!(
-                    s.state(),
-                    tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
-                )
-            })?;
-            let h = pool.swap_remove(i);
-            let peer = g.tcp(h).remote_endpoint().map(from_ep);
-            // refill the pool
-            let n = g.new_tcp_socket();
-            if g.tcp(n).listen(port).is_ok() {
-                pool.push(n);
-            }
-            Some(Ok((h, peer)))
-        })?;
-        let peer = peer.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
-        Ok((TcpStream::wrap(&self.stack, h), peer))
-    }
-}
-
-impl Drop for TcpListener {
-    fn drop(&mut self) {
-        let mut g = self.stack.lock();
-        for h in self.pool.drain(..) {
-            g.tcp(h).abort();
-            g.sockets.remove(h);
-        }
-    }
-}
-
-/// A TCP connection (std-like, implements [`Read`] and [`Write`]).
-#[derive(Debug)]
-pub struct TcpStream {
-    stack: Stack,
-    h: SocketHandle,
-    fin_seen: bool,
-    closed_by_us: bool,
-    read_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-}
-
-impl TcpStream {
-    fn wrap(stack: &Stack, h: SocketHandle) -> TcpStream {
-        TcpStream {
-            stack: stack.clone(),
-            h,
-            fin_seen: false,
-            closed_by_us: false,
-            read_timeout: None,
-            write_timeout: None,
-        }
-    }
-
-    /// Connects to `addr`. A closed port gives `ConnectionRefused`; no answer within the
-    /// stack's connect timeout gives `TimedOut`.
-    pub fn connect(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
-        let h = {
-            let mut g = stack.lock();
-            let h = g.new_tcp_socket();
-            let local = g.ephemeral_port();
-            let Inner { iface, sockets, .. } = &mut *g;
-            let r = sockets.get_mut::<tcp::Socket>(h).connect(
-                iface.context(),
-                (to_ip(*addr.ip()), addr.port()),
-                local,
-            );
-            if let Err(e) = r {
-                sockets.remove(h);
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("connect to {addr}: {e}"),
-                ));
-            }
-            h
-        };
-        let r = stack.block_on(Some(stack.shared.cfg.connect_timeout), |g| {
-            match g.tcp(h).state() {
-                tcp::State::Established | tcp::State::CloseWait => Some(Ok(())),
-                tcp::State::Closed => Some(Err(io::Error::new(
-                    io::ErrorKind::ConnectionRefused,
-                    format!("connection to {addr} refused"),
-                ))),
-                _ => None,
-            }
-        });
-        match r {
-            Ok(()) => Ok(TcpStream::wrap(stack, h)),
-            Err(e) => {
-                let mut g = stack.lock();
-                g.tcp(h).abort();
-                g.sockets.remove(h);
-                Err(e)
-            }
-        }
-    }
-
-    /// The TCP state of the connection (`ESTABLISHED`, `FIN-WAIT-1`, ...), for diagnostics.
-    pub fn tcp_state(&self) -> String {
-        self.stack.lock().tcp(self.h).state().to_string()
-    }
-
-    /// Remote address.
-    pub fn peer_addr(&self) -> Option<SocketAddrV4> {
-        self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep)
-    }
-
-    /// Disables (true) or enables (false) Nagle's algorithm, like `std`'s `set_nodelay`. The
-    /// stack's default comes from [`StackConfig::nagle`] (off: request/response latency);
-    /// bulk senders writing small messages gain throughput with Nagle on.
-    pub fn set_nodelay(&mut self, nodelay: bool) {
-        self.stack.lock().tcp(self.h).set_nagle_enabled(!nodelay);
-    }
-
-    /// Sets the read timeout (`None`: wait forever).
-    pub fn set_read_timeout(&mut self, t: Option<Duration>) {
-        self.read_timeout = t;
-    }
-
-    /// Sets the write timeout.
-    pub fn set_write_timeout(&mut self, t: Option<Duration>) {
-        self.write_timeout = t;
-    }
-
-    /// Sends FIN: the peer reads end-of-stream after what was written.
-    pub fn shutdown_write(&mut self) {
-        self.closed_by_us = true;
-        self.stack.lock().tcp(self.h).close();
-        let _ = self
-            .stack
-            .block_on(Some(Duration::from_millis(1)), |_| None::<io::Result<()>>);
-    }
-
-    /// Resets the connection (RST) at once.
-    pub fn abort(mut self) {
-        self.closed_by_us = true;
-        let mut g = self.stack.lock();
-        g.tcp(self.h).abort();
-        g.poll();
-    }
-
-    /// Waits until everything written has been acknowledged by the peer.
-    pub fn flush_acked(&mut self, timeout: Duration) -> io::Result<()> {
-        let h = self.h;
-        self.stack.block_on(Some(timeout), |g| {
-            let s = g.tcp(h);
-            (s.send_queue() == 0 || !s.may_send()).then_some(Ok(()))
-        })
-    }
-}
-
-impl Read for TcpStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let h = self.h;
-        let (fin_seen, closed_by_us) = (&mut self.fin_seen, self.closed_by_us);
-        self.stack.block_on(self.read_timeout, |g| {
-            let s = g.tcp(h);
-            if s.can_recv() {
-                return Some(
-                    s.recv_slice(buf)
-                        .map_err(|e| io::Error::other(e.to_string())),
-                );
-            }
-            if s.may_recv() {
-                return None;
-            }
-            match s.state() {
-                tcp::State::Closed if !*fin_seen && !closed_by_us => Some(Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "connection reset by peer",
-                ))),
-                tcp::State::Listen | tcp::State::SynSent | tcp::State::SynReceived => None,
-                _ => {
-                    *fin_seen = true;
-                    Some(Ok(0))
-                }
-            }
-        })
-    }
-}
-
-impl Write for TcpStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let h = self.h;
-        self.stack.block_on(self.write_timeout, |g| {
-            let s = g.tcp(h);
-            if s.can_send() {
-                return Some(
-                    s.send_slice(buf)
-                        .map_err(|e| io::Error::other(e.to_string())),
-                );
-            }
-            if !s.may_send() {
-                let kind = if s.state() == tcp::State::Closed {
-                    io::ErrorKind::ConnectionReset
-                } else {
-                    io::ErrorKind::BrokenPipe
-                };
-                return Some(Err(io::Error::new(kind, "connection closed for writing")));
-            }
-            None
-        })
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        // Data is handed to the stack by `write`; nothing is buffered in front of it.
-        Ok(())
-    }
-}
-
-impl Drop for TcpStream {
-    fn drop(&mut self) {
-        let mut g = self.stack.lock();
-        let s = g.tcp(self.h);
-        if s.state() == tcp::State::Closed {
-            g.sockets.remove(self.h);
-        } else {
-            s.close();
-            g.closing.push(self.h);
-        }
-        g.poll();
-    }
-}
-
-/// A UDP socket (std-like).
-#[derive(Debug)]
-pub struct UdpSocket {
-    stack: Stack,
-    h: SocketHandle,
-    port: u16,
-    read_timeout: Option<Duration>,
-}
-
-impl UdpSocket {
-    /// Binds `port` (0: an ephemeral port) with room for `slots` datagrams each way.
-    pub fn bind(stack: &Stack, port: u16) -> io::Result<UdpSocket> {
-        const SLOTS: usize = 256;
-        let mut g = stack.lock();
-        let port = if port == 0 { g.ephemeral_port() } else { port };
-        let mut s = udp::Socket::new(
-            udp::PacketBuffer::new(
-                vec![udp::PacketMetadata::EMPTY; SLOTS],
-                vec![0; SLOTS * 2048],
-            ),
-            udp::PacketBuffer::new(
-                vec![udp::PacketMetadata::EMPTY; SLOTS],
-                vec![0; SLOTS * 2048],
-            ),
-        );
-        s.bind(port)
-            .map_err(|e| io::Error::new(io::ErrorKind::AddrInUse, format!("bind {port}: {e}")))?;
-        let h = g.sockets.add(s);
-        Ok(UdpSocket {
-            stack: stack.clone(),
-            h,
-            port,
-            read_timeout: None,
-        })
-    }
-
-    /// Local address.
-    pub fn local_addr(&self) -> SocketAddrV4 {
-        SocketAddrV4::new(self.stack.ip(), self.port)
-    }
-
-    /// Sets the receive timeout.
-    pub fn set_read_timeout(&mut self, t: Option<Duration>) {
-        self.read_timeout = t;
-    }
-
-    /// Sends one datagram (waits while the send buffer is full).
-    pub fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
-        let h = self.h;
-        let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
-        self.stack.block_on(Some(Duration::from_secs(5)), |g| {
-            let s = g.sockets.get_mut::<udp::Socket>(h);
-            if !s.can_send() {
-                return None;
-            }
-            Some(
-                s.send_slice(buf, dst)
-                    .map(|_| buf.len())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string())),
-            )
-        })
-    }
-
-    /// Receives one datagram.
-    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
-        let h = self.h;
-        self.stack.block_on(self.read_timeout, |g| {
-            let s = g.sockets.get_mut::<udp::Socket>(h);
-            if !s.can_recv() {
-                return None;
-            }
-            Some(
-                s.recv_slice(buf)
-                    .map(|(n, meta)| (n, from_ep(meta.endpoint)))
-                    .map_err(|e| io::Error::other(e.to_string())),
-            )
-        })
-    }
-}
-
-impl Drop for UdpSocket {
-    fn drop(&mut self) {
-        self.stack.lock().sockets.remove(self.h);
+        self.shared.sleep(max, None);
     }
 }

@@ -1,5 +1,6 @@
 //! The measuring code every DockNet benchmark uses: one code path, two stacks behind one
-//! trait ([`net::Net`]): kernel sockets and DockLib sockets.
+//! trait ([`net::Net`]): kernel sockets and DockLib sockets. [`report`] has the typed lines
+//! `dnperf` prints; [`raw`] is the raw-frame peer with its typed [`raw::RawOutcome`].
 //!
 //! Wire format of a measurement connection: the client sends one mode byte (`r` ping-pong,
 //! `s` stream), the message size and the warm-up in ms (u32 LE each). Ping-pong messages carry
@@ -12,5 +13,7 @@
 #![deny(unsafe_code)]
 
 pub mod net;
+pub mod raw;
+pub mod report;
 pub mod stats;
 pub mod workload;

@@ -3,7 +3,7 @@
 use crate::net::{Datagram, Net};
 use crate::stats::{buckets, cpu_seconds, histogram, now_ns, Summary, Window};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 pub const RR_HDR: usize = 24;
 
 /// What a client measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     /// Ping-pong of fixed-size messages.
@@ -22,7 +22,7 @@ pub enum Workload {
 }
 
 /// Result of a client run.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// rr: transactions completed while measuring.
     pub transactions: u64,
@@ -35,7 +35,7 @@ pub struct Outcome {
     /// rr: the one-way histogram as `[value_ns, count]` buckets, so runs can be merged and
     /// plotted as a CDF (percentiles of several runs come from the merged histogram, never
     /// from averaged percentiles).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_way_hist: Option<Vec<[u64; 2]>>,
     /// stream: goodput at the receiver.
     pub gbps: Option<f64>,

@@ -58,6 +58,12 @@ const H_MAC_B: usize = 56;
 pub const HEARTBEAT_OFF: usize = 64;
 const H_RINGS: usize = 128;
 const RING_ENTRY: usize = 32;
+// Fields of one ring-table entry.
+const RE_CTRL: usize = 0;
+const RE_DESCS: usize = 8;
+const RE_AREA: usize = 16;
+const RE_DEPTH: usize = 24;
+const RE_FRAME: usize = 28;
 /// Offset of the counter block (64 × u64).
 pub const COUNTERS_OFF: usize = 1024;
 /// Number of u64 counter slots in the header.
@@ -68,9 +74,25 @@ pub const FLAG_CLOSED: u32 = 1;
 
 /// Bytes of a ring's control block.
 pub const CTRL_SIZE: usize = 384;
+/// Producer index word, from the start of a control block (written by the producer only).
+pub const CTRL_PROD: usize = 0;
+/// Consumer index word (written by the consumer only), 128 bytes from the producer's: the
+/// adjacent-line prefetcher pairs 64-byte lines, so 128 keeps the two sides off each other's.
+pub const CTRL_CONS: usize = 128;
+/// Consumer's sleep (futex) word: 1 = asleep, kick me.
+pub const CTRL_SLEEP: usize = 256;
 /// Bytes of one descriptor.
 pub const DESC_SIZE: usize = 16;
-/// Ethernet header bytes added to the MTU to get a frame's maximum length.
+/// Descriptor field: offset of the frame from the start of the ring's area (u32).
+pub const DESC_OFFSET: usize = 0;
+/// Descriptor field: frame length (u32).
+pub const DESC_LEN: usize = 4;
+/// Descriptor field: producer-defined flags (u32).
+pub const DESC_FLAGS: usize = 8;
+/// Descriptor field: sequence number, `index + 1`, written last with Release (u32).
+pub const DESC_SEQ: usize = 12;
+/// Ethernet header bytes (no VLAN tag), added to the MTU to get a frame's maximum length. The
+/// one definition of the workspace: the daemon, DockLib and the benchmarks use it.
 pub const ETH_HDR: usize = 14;
 /// Smallest and largest accepted ring depth (powers of two).
 pub const MIN_DEPTH: u32 = 2;
@@ -149,15 +171,15 @@ pub struct RingLayout {
 impl RingLayout {
     /// Producer index word.
     pub fn prod_off(&self) -> usize {
-        self.ctrl
+        self.ctrl + CTRL_PROD
     }
     /// Consumer index word.
     pub fn cons_off(&self) -> usize {
-        self.ctrl + 128
+        self.ctrl + CTRL_CONS
     }
     /// Consumer-sleeping futex word.
     pub fn sleep_off(&self) -> usize {
-        self.ctrl + 256
+        self.ctrl + CTRL_SLEEP
     }
     /// Descriptor for free-running index `idx`.
     pub fn desc_off(&self, idx: u32) -> usize {
@@ -285,21 +307,19 @@ fn u64_to_mac(v: u64) -> [u8; 6] {
     [b[0], b[1], b[2], b[3], b[4], b[5]]
 }
 
+// Header words are published with Release and read with Acquire (the magic, written last,
+// orders the rest).
 fn ld32(r: &Region, off: usize) -> u32 {
-    r.u32_at(off).map_or(0, |a| a.load(Ordering::Acquire))
+    r.load_u32(off, Ordering::Acquire)
 }
 fn ld64(r: &Region, off: usize) -> u64 {
-    r.u64_at(off).map_or(0, |a| a.load(Ordering::Acquire))
+    r.load_u64(off, Ordering::Acquire)
 }
 fn st32(r: &Region, off: usize, v: u32) {
-    if let Some(a) = r.u32_at(off) {
-        a.store(v, Ordering::Release);
-    }
+    r.store_u32(off, v, Ordering::Release)
 }
 fn st64(r: &Region, off: usize, v: u64) {
-    if let Some(a) = r.u64_at(off) {
-        a.store(v, Ordering::Release);
-    }
+    r.store_u64(off, v, Ordering::Release)
 }
 
 /// Writes a fresh header and ring table into `region` (which must be zeroed and at least the
@@ -330,11 +350,11 @@ pub fn init(
     st64(region, H_MAC_B, mac_to_u64(id.mac_b));
     for (i, r) in rings.iter().enumerate() {
         let e = H_RINGS + i * RING_ENTRY;
-        st64(region, e, r.ctrl as u64);
-        st64(region, e + 8, r.descs as u64);
-        st64(region, e + 16, r.area as u64);
-        st32(region, e + 24, r.depth);
-        st32(region, e + 28, r.frame_size);
+        st64(region, e + RE_CTRL, r.ctrl as u64);
+        st64(region, e + RE_DESCS, r.descs as u64);
+        st64(region, e + RE_AREA, r.area as u64);
+        st32(region, e + RE_DEPTH, r.depth);
+        st32(region, e + RE_FRAME, r.frame_size);
     }
     // SYNC: Release pairs with the Acquire load of the magic in `parse`.
     st64(region, H_MAGIC, MAGIC);
@@ -383,11 +403,11 @@ impl RegionInfo {
             let e = H_RINGS + i * RING_ENTRY;
             let as_off = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
             *r = RingLayout {
-                ctrl: as_off(ld64(region, e)),
-                descs: as_off(ld64(region, e + 8)),
-                area: as_off(ld64(region, e + 16)),
-                depth: ld32(region, e + 24),
-                frame_size: ld32(region, e + 28),
+                ctrl: as_off(ld64(region, e + RE_CTRL)),
+                descs: as_off(ld64(region, e + RE_DESCS)),
+                area: as_off(ld64(region, e + RE_AREA)),
+                depth: ld32(region, e + RE_DEPTH),
+                frame_size: ld32(region, e + RE_FRAME),
             };
             let bad = |what| LayoutError::BadRing { ring: i, what };
             RingParams {
@@ -461,9 +481,7 @@ pub fn heartbeat(region: &Region) -> u64 {
 /// Mirrors counter `idx` into the header's counter block (daemon side; informational only).
 pub fn mirror_counter(region: &Region, idx: usize, value: u64) {
     if idx < MAX_COUNTERS {
-        if let Some(a) = region.u64_at(COUNTERS_OFF + idx * 8) {
-            a.store(value, Ordering::Relaxed);
-        }
+        region.store_u64(COUNTERS_OFF + idx * 8, value, Ordering::Relaxed);
     }
 }
 
@@ -524,7 +542,7 @@ mod tests {
             Err(LayoutError::BadKind { found: 1 })
         );
         // ring 1's area pointed past the end
-        st64(&r, H_RINGS + RING_ENTRY + 16, r.len() as u64);
+        st64(&r, H_RINGS + RING_ENTRY + RE_AREA, r.len() as u64);
         assert!(matches!(
             RegionInfo::parse(&r, Kind::Pipe),
             Err(LayoutError::BadRing { ring: 1, .. })

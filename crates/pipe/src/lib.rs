@@ -9,12 +9,16 @@
 //! use, refused ones are counted, and no accessor can reach outside the mapping. This crate does
 //! no I/O beyond `mmap` and futexes; the `unsafe` lives in [`region`] and [`wake`] only.
 
+#![deny(unsafe_code)]
+
 pub mod layout;
+#[allow(unsafe_code)]
 pub mod region;
 pub mod ring;
+#[allow(unsafe_code)]
 pub mod wake;
 
-pub use layout::{Identity, Kind, LayoutError, RegionInfo, RingLayout, RingParams};
+pub use layout::{Identity, Kind, LayoutError, RegionInfo, RingLayout, RingParams, ETH_HDR};
 pub use region::Region;
 pub use ring::{BadDescriptor, Consumer, Descriptor, Frame, Producer, PushError, RingStats, Slot};
 pub use wake::{IdlePolicy, Idler};

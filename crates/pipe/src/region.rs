@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A `MAP_SHARED` mapping of a file (or anonymous shared memory), unmapped on drop.
 #[derive(Debug)]
@@ -103,6 +103,31 @@ impl Region {
         Some(unsafe { AtomicU64::from_ptr(p.cast()) })
     }
 
+    /// Loads the 32-bit word at `off` (0 when out of bounds or unaligned: a corrupted offset
+    /// reads as nothing, never as memory outside the mapping).
+    pub fn load_u32(&self, off: usize, order: Ordering) -> u32 {
+        self.u32_at(off).map_or(0, |a| a.load(order))
+    }
+
+    /// Stores the 32-bit word at `off` (nothing when out of bounds or unaligned).
+    pub fn store_u32(&self, off: usize, v: u32, order: Ordering) {
+        if let Some(a) = self.u32_at(off) {
+            a.store(v, order);
+        }
+    }
+
+    /// Loads the 64-bit word at `off` (0 when out of bounds or unaligned).
+    pub fn load_u64(&self, off: usize, order: Ordering) -> u64 {
+        self.u64_at(off).map_or(0, |a| a.load(order))
+    }
+
+    /// Stores the 64-bit word at `off` (nothing when out of bounds or unaligned).
+    pub fn store_u64(&self, off: usize, v: u64, order: Ordering) {
+        if let Some(a) = self.u64_at(off) {
+            a.store(v, order);
+        }
+    }
+
     /// Copies `dst.len()` bytes from the region at `off` into `dst`. False when out of bounds.
     pub fn read(&self, off: usize, dst: &mut [u8]) -> bool {
         let Some(p) = self.check(off, dst.len(), 1) else {
@@ -165,7 +190,6 @@ impl Drop for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
 
     #[test]
     fn accessors_are_bounds_checked() {

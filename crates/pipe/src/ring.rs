@@ -13,7 +13,7 @@
 //! `publish` once per batch. Consumer: `pop` (repeat, using each frame before the next
 //! `release`) → `release` once per batch.
 
-use crate::layout::{RingLayout, DESC_SIZE};
+use crate::layout::{RingLayout, DESC_FLAGS, DESC_LEN, DESC_OFFSET, DESC_SEQ, DESC_SIZE};
 use crate::region::Region;
 use crate::wake;
 use std::sync::atomic::{fence, Ordering};
@@ -98,15 +98,9 @@ pub struct RingStats {
     pub kicks: u64,
 }
 
-fn load(region: &Region, off: usize, order: Ordering) -> u32 {
-    region.u32_at(off).map_or(0, |a| a.load(order))
-}
-
-fn store(region: &Region, off: usize, v: u32, order: Ordering) {
-    if let Some(a) = region.u32_at(off) {
-        a.store(v, order);
-    }
-}
+/// Free-running indices are compared modulo 2^32: a difference of at least this much means
+/// "behind", not "ahead".
+const BEHIND: u32 = 1 << 31;
 
 /// The consuming side of a ring.
 #[derive(Debug, Clone)]
@@ -134,10 +128,10 @@ impl Consumer {
     /// at the producer's index, dropping what was queued, and counts an overrun.
     pub fn adopt(region: &Region, ring: RingLayout) -> Consumer {
         let mut c = Consumer::new(ring);
-        let cons = load(region, ring.cons_off(), Ordering::Acquire);
-        let prod = load(region, ring.prod_off(), Ordering::Acquire);
+        let cons = region.load_u32(ring.cons_off(), Ordering::Acquire);
+        let prod = region.load_u32(ring.prod_off(), Ordering::Acquire);
         let ahead = prod.wrapping_sub(cons);
-        if ahead > ring.depth && ahead < 1 << 31 {
+        if ahead > ring.depth && ahead < BEHIND {
             c.cons = prod;
             c.stats.ring_overrun += 1;
         } else {
@@ -160,14 +154,14 @@ impl Consumer {
     fn refresh(&mut self, region: &Region) -> u32 {
         // SYNC: Acquire pairs with the producer's Release store of `prod` in `publish`, so the
         // descriptors and frame bytes written before it are visible to us.
-        let prod = load(region, self.ring.prod_off(), Ordering::Acquire);
+        let prod = region.load_u32(self.ring.prod_off(), Ordering::Acquire);
         let ahead = prod.wrapping_sub(self.cons);
         if ahead > self.ring.depth {
             // Frames taken by sequence number may run ahead of the published index (by any
             // amount, if the producer commits without publishing): an index behind ours means
             // nothing more is announced. One claiming more than a ring's worth ahead is
             // impossible.
-            if ahead < 1 << 31 {
+            if ahead < BEHIND {
                 self.stats.ring_overrun += 1;
             }
             return 0;
@@ -189,11 +183,8 @@ impl Consumer {
     /// next `pop` will return a frame without consulting the producer's index.
     pub fn ready(&self, region: &Region) -> bool {
         // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
-        load(
-            region,
-            self.ring.desc_off(self.cons) + 12,
-            Ordering::Acquire,
-        ) == self.cons.wrapping_add(1)
+        region.load_u32(self.ring.desc_off(self.cons) + DESC_SEQ, Ordering::Acquire)
+            == self.cons.wrapping_add(1)
     }
 
     /// Takes the next frame, if any. `Some(Err(_))` is a refused descriptor (already counted and
@@ -208,14 +199,14 @@ impl Consumer {
             .map(|w| w.load(Ordering::Relaxed));
         let want = self.cons.wrapping_add(1);
         // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
-        let mut seq = load(region, d + 12, Ordering::Acquire);
+        let mut seq = region.load_u32(d + DESC_SEQ, Ordering::Acquire);
         if seq != want {
             if self.cached_prod.wrapping_sub(self.cons) == 0 && self.refresh(region) == 0 {
                 return None;
             }
             // The producer's index says a frame is there. Its sequence number was stored before
             // that index, so after the Acquire load of the index it must be visible now.
-            seq = load(region, d + 12, Ordering::Acquire);
+            seq = region.load_u32(d + DESC_SEQ, Ordering::Acquire);
             if seq != want {
                 self.cons = want;
                 self.stats.bad_desc += 1;
@@ -223,9 +214,9 @@ impl Consumer {
             }
         }
         let desc = Descriptor {
-            offset: load(region, d, Ordering::Relaxed),
-            len: load(region, d + 4, Ordering::Relaxed),
-            flags: load(region, d + 8, Ordering::Relaxed),
+            offset: region.load_u32(d + DESC_OFFSET, Ordering::Relaxed),
+            len: region.load_u32(d + DESC_LEN, Ordering::Relaxed),
+            flags: region.load_u32(d + DESC_FLAGS, Ordering::Relaxed),
         };
         self.cons = want;
         if self.cached_prod.wrapping_sub(self.cons) > self.ring.depth {
@@ -248,14 +239,14 @@ impl Consumer {
     pub fn release(&self, region: &Region) {
         // SYNC: Release pairs with the producer's Acquire load of `cons` in `Producer::space`:
         // our reads of the released slots happen before the producer reuses them.
-        store(region, self.ring.cons_off(), self.cons, Ordering::Release);
+        region.store_u32(self.ring.cons_off(), self.cons, Ordering::Release);
     }
 
     /// Declares this consumer about to sleep: sets the ring's sleep word, then (after a full
     /// fence) reports whether work arrived meanwhile. If it returns true, do not sleep.
     /// Pairs with the fence in [`Producer::publish`] (Dekker: one side sees the other).
     pub fn arm(&mut self, region: &Region) -> bool {
-        store(region, self.ring.sleep_off(), 1, Ordering::Relaxed);
+        region.store_u32(self.ring.sleep_off(), 1, Ordering::Relaxed);
         // SYNC: SeqCst fence between our store of `sleep` and our load of `prod`; the producer
         // has the mirror-image fence between its store of `prod` and its load of `sleep`.
         fence(Ordering::SeqCst);
@@ -265,7 +256,7 @@ impl Consumer {
 
     /// Clears the sleep word after waking (or after deciding not to sleep).
     pub fn disarm(&self, region: &Region) {
-        store(region, self.ring.sleep_off(), 0, Ordering::Relaxed);
+        region.store_u32(self.ring.sleep_off(), 0, Ordering::Relaxed);
     }
 
     /// The sleep word, for [`wake::wait_any`].
@@ -323,16 +314,16 @@ impl Producer {
     /// index is ever reused within a lap.
     pub fn adopt(region: &Region, ring: RingLayout) -> Producer {
         let mut p = Producer::new(ring);
-        let mut prod = load(region, ring.prod_off(), Ordering::Acquire);
-        let cons = load(region, ring.cons_off(), Ordering::Acquire);
-        if cons.wrapping_sub(prod) < 1 << 31 {
+        let mut prod = region.load_u32(ring.prod_off(), Ordering::Acquire);
+        let cons = region.load_u32(ring.cons_off(), Ordering::Acquire);
+        if cons.wrapping_sub(prod) < BEHIND {
             // The consumer is ahead (or level): it took frames by sequence number that were
             // never published. Start there. (A consumer lying about this only skips frames
             // of its own.)
             prod = cons;
         }
         for _ in 0..ring.depth {
-            let seq = load(region, ring.desc_off(prod) + 12, Ordering::Acquire);
+            let seq = region.load_u32(ring.desc_off(prod) + DESC_SEQ, Ordering::Acquire);
             if seq != prod.wrapping_add(1) || prod.wrapping_sub(cons) >= ring.depth {
                 break;
             }
@@ -361,7 +352,7 @@ impl Producer {
             return self.ring.depth - used;
         }
         // SYNC: Acquire pairs with the consumer's Release store in `Consumer::release`.
-        let cons = load(region, self.ring.cons_off(), Ordering::Acquire);
+        let cons = region.load_u32(self.ring.cons_off(), Ordering::Acquire);
         // The consumer may only move forward, and never past what we produced.
         let advanced = cons.wrapping_sub(self.cached_cons);
         if advanced > self.prod.wrapping_sub(self.cached_cons) {
@@ -390,13 +381,17 @@ impl Producer {
             return Err(PushError::BadLength);
         }
         let d = self.ring.desc_off(self.prod);
-        store(region, d, self.ring.slot_rel(self.prod), Ordering::Relaxed);
-        store(region, d + 4, len as u32, Ordering::Relaxed);
-        store(region, d + 8, flags, Ordering::Relaxed);
+        region.store_u32(
+            d + DESC_OFFSET,
+            self.ring.slot_rel(self.prod),
+            Ordering::Relaxed,
+        );
+        region.store_u32(d + DESC_LEN, len as u32, Ordering::Relaxed);
+        region.store_u32(d + DESC_FLAGS, flags, Ordering::Relaxed);
         debug_assert_eq!(DESC_SIZE, 16);
         // SYNC: Release pairs with the consumer's Acquire load of the sequence number in `pop`
         // and `ready`: the frame bytes and descriptor fields above are visible before it.
-        store(region, d + 12, self.prod.wrapping_add(1), Ordering::Release);
+        region.store_u32(d + DESC_SEQ, self.prod.wrapping_add(1), Ordering::Release);
         self.prod = self.prod.wrapping_add(1);
         self.stats.frames += 1;
         self.stats.bytes += len as u64;
@@ -427,7 +422,7 @@ impl Producer {
         self.published = self.prod;
         // SYNC: Release pairs with the consumer's Acquire load of `prod`: descriptor and frame
         // writes above become visible before the index that announces them.
-        store(region, self.ring.prod_off(), self.prod, Ordering::Release);
+        region.store_u32(self.ring.prod_off(), self.prod, Ordering::Release);
         // SYNC: SeqCst fence between our store of `prod` and our load of `sleep`; pairs with
         // the fence in `Consumer::arm`.
         fence(Ordering::SeqCst);
@@ -493,9 +488,9 @@ mod tests {
             c.ready(&r),
             "sequence number makes a committed frame visible"
         );
-        assert_eq!(load(&r, l.prod_off(), Ordering::Acquire), 0);
+        assert_eq!(r.load_u32(l.prod_off(), Ordering::Acquire), 0);
         p.publish(&r);
-        assert_eq!(load(&r, l.prod_off(), Ordering::Acquire), 1);
+        assert_eq!(r.load_u32(l.prod_off(), Ordering::Acquire), 1);
         assert!(c.pop(&r).is_some());
         assert!(!c.ready(&r));
     }
@@ -512,11 +507,11 @@ mod tests {
         ];
         for (i, (off, len, _)) in cases.iter().enumerate() {
             let d = l.desc_off(i as u32);
-            store(&r, d, *off, Ordering::Relaxed);
-            store(&r, d + 4, *len, Ordering::Relaxed);
-            store(&r, d + 12, i as u32 + 1, Ordering::Relaxed);
+            r.store_u32(d, *off, Ordering::Relaxed);
+            r.store_u32(d + DESC_LEN, *len, Ordering::Relaxed);
+            r.store_u32(d + DESC_SEQ, i as u32 + 1, Ordering::Relaxed);
         }
-        store(&r, l.prod_off(), cases.len() as u32, Ordering::Release);
+        r.store_u32(l.prod_off(), cases.len() as u32, Ordering::Release);
         for (_, _, want) in cases {
             assert_eq!(c.pop(&r), Some(Err(want)));
         }
@@ -529,10 +524,10 @@ mod tests {
         let (r, l) = ring(8);
         let mut c = Consumer::new(l);
         let d = l.desc_off(0);
-        store(&r, d + 4, 10, Ordering::Relaxed);
-        store(&r, d + 12, 77, Ordering::Relaxed);
+        r.store_u32(d + DESC_LEN, 10, Ordering::Relaxed);
+        r.store_u32(d + DESC_SEQ, 77, Ordering::Relaxed);
         assert!(c.pop(&r).is_none(), "nothing announced, nothing taken");
-        store(&r, l.prod_off(), 1, Ordering::Release);
+        r.store_u32(l.prod_off(), 1, Ordering::Release);
         assert_eq!(c.pop(&r), Some(Err(BadDescriptor::Sequence)));
         assert_eq!(c.stats.bad_desc, 1);
         assert!(c.pop(&r).is_none());
@@ -542,11 +537,11 @@ mod tests {
     fn impossible_producer_index_is_an_overrun_not_a_walk() {
         let (r, l) = ring(8);
         let mut c = Consumer::new(l);
-        store(&r, l.prod_off(), 1000, Ordering::Release);
+        r.store_u32(l.prod_off(), 1000, Ordering::Release);
         assert!(c.pop(&r).is_none());
         assert_eq!(c.stats.ring_overrun, 1);
         // producer comes back to its senses
-        store(&r, l.prod_off(), 0, Ordering::Release);
+        r.store_u32(l.prod_off(), 0, Ordering::Release);
         assert!(c.pop(&r).is_none());
     }
 
@@ -559,13 +554,13 @@ mod tests {
         }
         p.publish(&r);
         // consumer claims to have read 100 frames of the 4 produced
-        store(&r, l.cons_off(), 100, Ordering::Release);
+        r.store_u32(l.cons_off(), 100, Ordering::Release);
         assert_eq!(p.push(&r, b"b", 0), Err(PushError::Full));
         assert_eq!(p.stats.ring_overrun, 1);
         // and a consumer index that goes backwards is refused too
-        store(&r, l.cons_off(), 2, Ordering::Release);
+        r.store_u32(l.cons_off(), 2, Ordering::Release);
         assert!(p.push(&r, b"b", 0).is_ok());
-        store(&r, l.cons_off(), 1, Ordering::Release);
+        r.store_u32(l.cons_off(), 1, Ordering::Release);
         p.push(&r, b"c", 0).unwrap();
         assert_eq!(p.push(&r, b"d", 0), Err(PushError::Full));
         assert_eq!(p.stats.ring_overrun, 2);

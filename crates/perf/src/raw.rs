@@ -1,4 +1,4 @@
-//! The raw-frame benchmark peer (`raw peer`), run inside a DockNet container. It carries the
+//! The raw-frame benchmark peer (`docknet raw peer`), run inside a DockNet container. It carries the
 //! same timestamps as `dnperf`, so their one-way latencies compare directly:
 //!
 //! ```text
@@ -10,12 +10,12 @@
 //!  the reply: one-way samples are t1 - t0 and t2 - t1.
 //! ```
 
+use crate::stats::{cpu_seconds, histogram, now_ns, Summary, Window};
 use anyhow::{bail, Context, Result};
 use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4, PROTO_EXPERIMENT};
 use docknet_lib::{Endpoint, SendError, Via};
-use docknet_perf::stats::{cpu_seconds, histogram, now_ns, Summary, Window};
 use docknet_pipe::IdlePolicy;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -112,11 +112,96 @@ pub struct PeerArgs {
     pub quiet_exit: f64,
 }
 
-fn via_json(fc: u64, daemon: u64) -> serde_json::Value {
-    json!({ "fc": fc, "daemon": daemon })
+/// Frames counted by the path they took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViaCounts {
+    /// Through a fast channel.
+    pub fc: u64,
+    /// Through the daemon.
+    pub daemon: u64,
 }
 
-/// `docknet raw peer`: runs one role and prints one JSON line.
+impl ViaCounts {
+    fn of(fc: u64, daemon: u64) -> ViaCounts {
+        ViaCounts { fc, daemon }
+    }
+}
+
+/// What a raw peer prints: one JSON line, tagged by its role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum RawOutcome {
+    /// Echo server.
+    Echo {
+        /// Frames echoed.
+        echoed: u64,
+        /// Frames received, by path.
+        rx_via: ViaCounts,
+        /// Refused descriptors and impossible indices seen.
+        bad_desc: u64,
+    },
+    /// Sink server.
+    Sink {
+        /// Data frames received in the measured session.
+        frames: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// Seconds between the first and the last.
+        secs: f64,
+        /// Goodput.
+        gbps: f64,
+        /// Million frames per second.
+        mpps: f64,
+        /// Frames the client says it sent (from its STOP), if one came.
+        sent: Option<u64>,
+        /// Frames received, by path.
+        rx_via: ViaCounts,
+        /// Refused descriptors and impossible indices seen.
+        bad_desc: u64,
+    },
+    /// Ping-pong client.
+    Rr {
+        /// Frame size.
+        size: usize,
+        /// Transactions measured.
+        transactions: u64,
+        /// Per second.
+        tps: f64,
+        /// One-way latency (both directions' samples).
+        one_way_ns: Summary,
+        /// RTT / 2.
+        half_rtt_ns: Summary,
+        /// Replies received, by path.
+        rx_via: ViaCounts,
+        /// Transactions given up after 1 s.
+        lost: u64,
+        /// CPU seconds per transaction.
+        cpu_s_per_op: f64,
+        /// Idle policy.
+        idle: String,
+        /// Refused descriptors and impossible indices seen.
+        bad_desc: u64,
+    },
+    /// Streaming client.
+    Stream {
+        /// Frame size.
+        size: usize,
+        /// Data frames sent.
+        sent: u64,
+        /// Their bytes.
+        sent_bytes: u64,
+        /// Measured seconds.
+        secs: f64,
+        /// Sends refused by a full ring (retried).
+        full_retries: u64,
+        /// Frames sent, by path.
+        tx_via: ViaCounts,
+        /// CPU seconds per frame.
+        cpu_s_per_op: f64,
+    },
+}
+
+/// `docknet raw peer`: runs one role and prints one JSON line ([`RawOutcome`]).
 pub fn raw_peer(a: &PeerArgs) -> Result<()> {
     let mut ep = Endpoint::attach_default(a.idle)?;
     if matches!(a.role.as_str(), "echo" | "sink") {
@@ -130,7 +215,7 @@ pub fn raw_peer(a: &PeerArgs) -> Result<()> {
         "stream" => raw_stream(&mut ep, a)?,
         r => bail!("unknown role {r:?}: use echo, sink, rr or stream"),
     };
-    println!("{out}");
+    println!("{}", serde_json::to_string(&out)?);
     Ok(())
 }
 
@@ -198,7 +283,7 @@ impl ServerLoop {
     }
 }
 
-fn raw_echo(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+fn raw_echo(ep: &mut Endpoint, a: &PeerArgs) -> Result<RawOutcome> {
     let mut buf = vec![0u8; 65600];
     let mut echoed = 0u64;
     let mut srv = ServerLoop::new();
@@ -231,12 +316,14 @@ fn raw_echo(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
         echoed += 1;
     }
     let s = ep.stats();
-    Ok(
-        json!({"role": "echo", "echoed": echoed, "rx_via": via_json(s.rx_fc, s.rx_daemon), "bad_desc": s.bad_desc}),
-    )
+    Ok(RawOutcome::Echo {
+        echoed,
+        rx_via: ViaCounts::of(s.rx_fc, s.rx_daemon),
+        bad_desc: s.bad_desc,
+    })
 }
 
-fn raw_sink(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+fn raw_sink(ep: &mut Endpoint, a: &PeerArgs) -> Result<RawOutcome> {
     let mut buf = vec![0u8; 65600];
     let (mut frames, mut bytes, mut first, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
     let mut announced = None;
@@ -263,12 +350,17 @@ fn raw_sink(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     }
     let secs = (last_ns.saturating_sub(first)) as f64 / 1e9;
     let s = ep.stats();
-    Ok(json!({
-        "role": "sink", "frames": frames, "bytes": bytes, "secs": secs,
-        "gbps": if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
-        "mpps": if secs > 0.0 { frames as f64 / secs / 1e6 } else { 0.0 },
-        "sent": announced, "rx_via": via_json(s.rx_fc, s.rx_daemon), "bad_desc": s.bad_desc,
-    }))
+    let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+    Ok(RawOutcome::Sink {
+        frames,
+        bytes,
+        secs,
+        gbps: per_s(bytes as f64 * 8.0 / 1e9),
+        mpps: per_s(frames as f64 / 1e6),
+        sent: announced,
+        rx_via: ViaCounts::of(s.rx_fc, s.rx_daemon),
+        bad_desc: s.bad_desc,
+    })
 }
 
 fn client_frame(ep: &mut Endpoint, a: &PeerArgs) -> Result<(Vec<u8>, Ipv4Addr)> {
@@ -321,7 +413,7 @@ fn stop(ep: &mut Endpoint, f: &mut [u8], session: u16, count: u64) {
     }
 }
 
-fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<RawOutcome> {
     let (mut f, _) = client_frame(ep, a)?;
     let session = new_session();
     let mut rbuf = vec![0u8; 65600];
@@ -390,16 +482,21 @@ fn raw_rr(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let cpu = win.cpu();
     stop(ep, &mut f, session, 0);
     let n = half_rtt.len();
-    Ok(json!({
-        "role": "rr", "size": a.t.size, "transactions": n,
-        "tps": n as f64 / a.t.duration, "one_way_ns": Summary::of(&one_way),
-        "half_rtt_ns": Summary::of(&half_rtt), "rx_via": via_json(via_fc, via_daemon),
-        "lost": lost, "cpu_s_per_op": if n > 0 { cpu / n as f64 } else { 0.0 },
-        "idle": a.idle.to_string(), "bad_desc": ep.stats().bad_desc,
-    }))
+    Ok(RawOutcome::Rr {
+        size: a.t.size,
+        transactions: n,
+        tps: n as f64 / a.t.duration,
+        one_way_ns: Summary::of(&one_way),
+        half_rtt_ns: Summary::of(&half_rtt),
+        rx_via: ViaCounts::of(via_fc, via_daemon),
+        lost,
+        cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
+        idle: a.idle.to_string(),
+        bad_desc: ep.stats().bad_desc,
+    })
 }
 
-fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
+fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<RawOutcome> {
     let (mut f, _) = client_frame(ep, a)?;
     let session = new_session();
     let start = Instant::now();
@@ -451,9 +548,13 @@ fn raw_stream(ep: &mut Endpoint, a: &PeerArgs) -> Result<serde_json::Value> {
     let cpu = cpu_seconds() - cpu0.unwrap_or(0.0);
     std::thread::sleep(Duration::from_millis(20));
     stop(ep, &mut f, session, sent);
-    Ok(json!({
-        "role": "stream", "size": a.t.size, "sent": sent, "sent_bytes": sent * a.t.size as u64,
-        "secs": a.t.duration, "full_retries": full, "tx_via": via_json(via_fc, via_daemon),
-        "cpu_s_per_op": if sent > 0 { cpu / sent as f64 } else { 0.0 },
-    }))
+    Ok(RawOutcome::Stream {
+        size: a.t.size,
+        sent,
+        sent_bytes: sent * a.t.size as u64,
+        secs: a.t.duration,
+        full_retries: full,
+        tx_via: ViaCounts::of(via_fc, via_daemon),
+        cpu_s_per_op: if sent > 0 { cpu / sent as f64 } else { 0.0 },
+    })
 }

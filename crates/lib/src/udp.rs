@@ -1,0 +1,95 @@
+//! UDP sockets over a [`Stack`].
+
+use crate::stack::{from_ep, to_ip, Stack};
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::udp;
+use smoltcp::wire::IpEndpoint;
+use std::io;
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+/// A UDP socket (std-like).
+#[derive(Debug)]
+pub struct UdpSocket {
+    stack: Stack,
+    h: SocketHandle,
+    port: u16,
+    read_timeout: Option<Duration>,
+}
+
+impl UdpSocket {
+    /// Binds `port` (0: an ephemeral port) with room for `slots` datagrams each way.
+    pub fn bind(stack: &Stack, port: u16) -> io::Result<UdpSocket> {
+        const SLOTS: usize = 256;
+        let mut g = stack.lock();
+        let port = if port == 0 { g.ephemeral_port() } else { port };
+        let mut s = udp::Socket::new(
+            udp::PacketBuffer::new(
+                vec![udp::PacketMetadata::EMPTY; SLOTS],
+                vec![0; SLOTS * 2048],
+            ),
+            udp::PacketBuffer::new(
+                vec![udp::PacketMetadata::EMPTY; SLOTS],
+                vec![0; SLOTS * 2048],
+            ),
+        );
+        s.bind(port)
+            .map_err(|e| io::Error::new(io::ErrorKind::AddrInUse, format!("bind {port}: {e}")))?;
+        let h = g.sockets.add(s);
+        Ok(UdpSocket {
+            stack: stack.clone(),
+            h,
+            port,
+            read_timeout: None,
+        })
+    }
+
+    /// Local address.
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.stack.ip(), self.port)
+    }
+
+    /// Sets the receive timeout.
+    pub fn set_read_timeout(&mut self, t: Option<Duration>) {
+        self.read_timeout = t;
+    }
+
+    /// Sends one datagram (waits while the send buffer is full).
+    pub fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+        let h = self.h;
+        let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
+        self.stack.block_on(Some(Duration::from_secs(5)), |g| {
+            let s = g.sockets.get_mut::<udp::Socket>(h);
+            if !s.can_send() {
+                return None;
+            }
+            Some(
+                s.send_slice(buf, dst)
+                    .map(|_| buf.len())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string())),
+            )
+        })
+    }
+
+    /// Receives one datagram.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+        let h = self.h;
+        self.stack.block_on(self.read_timeout, |g| {
+            let s = g.sockets.get_mut::<udp::Socket>(h);
+            if !s.can_recv() {
+                return None;
+            }
+            Some(
+                s.recv_slice(buf)
+                    .map(|(n, meta)| (n, from_ep(meta.endpoint)))
+                    .map_err(|e| io::Error::other(e.to_string())),
+            )
+        })
+    }
+}
+
+impl Drop for UdpSocket {
+    fn drop(&mut self) {
+        self.stack.lock().sockets.remove(self.h);
+    }
+}
