@@ -9,7 +9,6 @@
 //! mounts from the bounding set, runs the command, forwards signals and reaps orphans.
 
 use anyhow::{bail, Context, Result};
-use docknet_daemon::proto::Request;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{kill, SigSet, Signal};
@@ -53,18 +52,9 @@ pub fn run(socket: &Path, pipe: &str, cpu: Option<usize>, cmd: &[String]) -> Res
     if cmd.is_empty() {
         bail!("no command given: docknet run --pipe NAME -- CMD [ARGS...]");
     }
-    let info = crate::ctl::call(socket, Request::PipeShow { name: pipe.into() })?;
-    let status = crate::ctl::call(socket, Request::Status {})?;
-    let dir = PathBuf::from(
-        info["dir"]
-            .as_str()
-            .context("daemon did not report the pipe's directory")?,
-    );
-    let run_dir = PathBuf::from(
-        status["run_dir"]
-            .as_str()
-            .context("daemon did not report its run directory")?,
-    );
+    let mut client = crate::ctl::client(socket)?;
+    let dir = PathBuf::from(client.pipe_show(pipe)?.dir);
+    let run_dir = PathBuf::from(client.status()?.run_dir);
     let exe = std::env::current_exe().context("locating the docknet binary")?;
     if let Some(c) = cpu {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -1,69 +1,66 @@
-//! Client commands: `status`, `pipe ...`, `fc ...`.
+//! Client commands: `status`, `pipe ...`, `fc ...`: one typed request, one reply printed as a
+//! table or (`--json`) as the daemon's JSON.
 
 use anyhow::Result;
-use docknet_daemon::proto::{Client, Request};
-use serde_json::Value;
+use docknet_daemon::proto::{Client, FcInfo, PipeInfo, Status};
+use serde::Serialize;
 use std::path::Path;
 
-/// Sends one request and returns the result.
-pub fn call(socket: &Path, req: Request) -> Result<Value> {
-    let mut c = Client::connect(socket)?;
-    Ok(c.call(&req)?)
+/// A client of the daemon at `socket`.
+pub fn client(socket: &Path) -> Result<Client> {
+    Ok(Client::connect(socket)?)
 }
 
-fn s(v: &Value, k: &str) -> String {
-    match &v[k] {
-        Value::String(x) => x.clone(),
-        Value::Null => "-".into(),
-        x => x.to_string(),
+/// Prints `v` as pretty JSON, or with `human`.
+pub fn print<T: Serialize>(v: &T, json: bool, human: impl Fn(&T)) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    } else {
+        human(v);
     }
+    Ok(())
 }
 
-/// Prints pipes as a table.
-pub fn print_pipes(list: &Value) {
+/// Pipes as a table.
+pub fn print_pipes(list: &Vec<PipeInfo>) {
     println!(
         "{:<20} {:<18} {:<17} {:>6} {:>6}  fast channels",
         "NAME", "IP", "MAC", "MTU", "DEPTH"
     );
-    for p in list.as_array().into_iter().flatten() {
-        let fcs: Vec<String> = p["fast_channels"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|x| x.as_str().map(String::from))
-            .collect();
+    for p in list {
         println!(
             "{:<20} {:<18} {:<17} {:>6} {:>6}  {}",
-            s(p, "name"),
-            s(p, "ip"),
-            s(p, "mac"),
-            s(p, "mtu"),
-            s(p, "ring_depth"),
-            if fcs.is_empty() {
+            p.name,
+            p.ip,
+            p.mac,
+            p.mtu,
+            p.ring_depth,
+            if p.fast_channels.is_empty() {
                 "-".into()
             } else {
-                fcs.join(",")
+                p.fast_channels.join(",")
             }
         );
     }
 }
 
-/// Prints one pipe with its counters.
-pub fn print_pipe(p: &Value) {
-    for k in [
-        "name",
-        "ip",
-        "mac",
-        "mtu",
-        "ring_depth",
-        "frame_size",
-        "region_bytes",
-        "map",
-    ] {
-        println!("{k:<14} {}", s(p, k));
+/// One pipe with its counters.
+pub fn print_pipe(p: &PipeInfo) {
+    let fields: [(&str, String); 9] = [
+        ("name", p.name.clone()),
+        ("ip", p.ip.clone()),
+        ("mac", p.mac.clone()),
+        ("mtu", p.mtu.to_string()),
+        ("ring_depth", p.ring_depth.to_string()),
+        ("frame_size", p.frame_size.to_string()),
+        ("region_bytes", p.region_bytes.to_string()),
+        ("map", p.map.clone()),
+        ("fast_channels", format!("{:?}", p.fast_channels)),
+    ];
+    for (k, v) in fields {
+        println!("{k:<14} {v}");
     }
-    println!("{:<14} {}", "fast_channels", p["fast_channels"]);
-    if let Some(c) = p["counters"].as_object() {
+    if let Some(c) = &p.counters {
         println!("counters:");
         for (k, v) in c {
             println!("  {k:<18} {v}");
@@ -71,14 +68,40 @@ pub fn print_pipe(p: &Value) {
     }
 }
 
-/// Prints `status`.
-pub fn print_status(v: &Value) {
-    if let Some(o) = v.as_object() {
-        for (k, x) in o {
-            println!(
-                "{k:<14} {}",
-                x.as_str().map_or_else(|| x.to_string(), String::from)
-            );
-        }
+/// A created pipe, in one line.
+pub fn print_created(p: &PipeInfo) {
+    println!(
+        "created pipe {} ({}, mac {}, mtu {})",
+        p.name, p.ip, p.mac, p.mtu
+    );
+}
+
+/// A new fast channel, in one line.
+pub fn print_fc(f: &FcInfo) {
+    println!(
+        "fast channel {} <-> {} (mtu {}, {} slots each way)",
+        f.a, f.b, f.mtu, f.ring_depth
+    );
+}
+
+/// `status`.
+pub fn print_status(s: &Status) {
+    let fields: [(&str, String); 10] = [
+        ("protocol", s.protocol.to_string()),
+        ("version", s.version.clone()),
+        ("pid", s.pid.to_string()),
+        ("run_dir", s.run_dir.clone()),
+        ("socket", s.socket.clone()),
+        ("idle", s.idle.clone()),
+        (
+            "master_core",
+            s.master_core.map_or("-".into(), |c| c.to_string()),
+        ),
+        ("pipes", s.pipes.to_string()),
+        ("forwarded", s.forwarded.to_string()),
+        ("master_sleeps", s.master_sleeps.to_string()),
+    ];
+    for (k, v) in fields {
+        println!("{k:<14} {v}");
     }
 }

@@ -2,33 +2,45 @@
 
 #![deny(unsafe_code)]
 
-mod bench;
 mod container;
 mod ctl;
-mod netns;
-mod peer;
-mod report;
-mod tcpbench;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use docknet_daemon::proto::{Request, DEFAULT_SOCKET};
+use docknet_daemon::proto::DEFAULT_SOCKET;
+use docknet_lab::bench::BenchArgs;
+use docknet_lab::report::ReportArgs;
+use docknet_lab::workload::raw::RawArgs;
+use docknet_lab::Workload;
+use docknet_perf::raw::PeerArgs;
 use docknet_pipe::IdlePolicy;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+const EXAMPLES: &str =
+    "Start a daemon, create a pipe per container, run each container attached to its pipe:
+
+  docknet daemon --run-dir /run/docknet --socket /run/docknet/docknetd.sock &
+  docknet pipe create web --ip 10.0.0.2/24
+  docknet pipe create db  --ip 10.0.0.3/24
+  docknet fc connect web db            # optional: partners bypass the daemon
+  docknet run --pipe web -- ./server
+
+Measure DockNet against the kernel's container networks (root; the lab builds and removes its
+own namespaces):
+
+  docknet bench rr --modes bridge,docknet,docknet-fc --report out
+  docknet report out/tcp-rr.json --out report";
+
 /// Userspace networking for containers: shared-memory pipes switched by a host daemon, and
 /// fast channels between partner containers.
-///
-/// Start a daemon, create a pipe per container, run each container attached to its pipe:
-///
-///   docknet daemon --run-dir /run/docknet --socket /run/docknet/docknetd.sock &
-///   docknet pipe create web --ip 10.0.0.2/24
-///   docknet pipe create db  --ip 10.0.0.3/24
-///   docknet fc connect web db            # optional: partners bypass the daemon
-///   docknet run --pipe web -- ./server
 #[derive(Debug, Parser)]
-#[command(name = "docknet", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "docknet",
+    version,
+    propagate_version = true,
+    after_help = EXAMPLES
+)]
 struct Cli {
     /// Control socket of the daemon.
     #[arg(long, global = true, env = "DOCKNET_SOCKET", default_value = DEFAULT_SOCKET)]
@@ -85,7 +97,7 @@ enum Cmd {
     #[command(subcommand)]
     Bench(BenchCmd),
     /// Build the HTML/Markdown report with figures from `docknet bench` results.
-    Report(report::ReportArgs),
+    Report(ReportArgs),
     /// Raw-frame tools: the ring benchmark and its peers.
     #[command(subcommand)]
     Raw(RawCmd),
@@ -166,20 +178,20 @@ enum FcCmd {
 #[derive(Debug, Subcommand)]
 enum BenchCmd {
     /// Request/response latency (ping-pong of fixed-size messages).
-    Rr(tcpbench::TcpBenchArgs),
+    Rr(BenchArgs),
     /// Streaming goodput, counted at the receiver.
-    Stream(tcpbench::TcpBenchArgs),
+    Stream(BenchArgs),
     /// N = 1, 2, 4, ... concurrent pairs: aggregate goodput, per-pair latency, memory per pair.
-    Pairs(tcpbench::TcpBenchArgs),
+    Pairs(BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
 enum RawCmd {
     /// Benchmark raw frames through a fast channel and through the daemon, beside kernel TCP
     /// over a Linux bridge, in one run (needs root; builds and removes its own namespaces).
-    Bench(bench::BenchArgs),
+    Bench(RawArgs),
     /// A raw-frame benchmark peer (runs inside a container started by `docknet run`).
-    Peer(peer::PeerArgs),
+    Peer(PeerArgs),
 }
 
 fn init_logging(filter: &str) {
@@ -189,14 +201,6 @@ fn init_logging(filter: &str) {
         .with_env_filter(f)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-fn print(v: &serde_json::Value, json: bool, human: impl Fn(&serde_json::Value)) {
-    if json {
-        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-    } else {
-        human(v);
-    }
 }
 
 fn main_inner(cli: Cli) -> Result<ExitCode> {
@@ -216,11 +220,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             })
             .context("docknet daemon")?;
         }
-        Cmd::Status { json } => print(
-            &ctl::call(sock, Request::Status {})?,
-            json,
-            ctl::print_status,
-        ),
+        Cmd::Status { json } => ctl::print(&ctl::client(sock)?.status()?, json, ctl::print_status)?,
         Cmd::Pipe(PipeCmd::Create {
             name,
             ip,
@@ -228,72 +228,38 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             ring_depth,
             json,
         }) => {
-            let v = ctl::call(
-                sock,
-                Request::PipeCreate {
-                    name,
-                    ip,
-                    mtu,
-                    ring_depth,
-                },
-            )?;
-            print(&v, json, |v| {
-                println!(
-                    "created pipe {} ({}, mac {}, mtu {})",
-                    v["name"].as_str().unwrap_or("?"),
-                    v["ip"].as_str().unwrap_or("?"),
-                    v["mac"].as_str().unwrap_or("?"),
-                    v["mtu"]
-                )
-            });
+            let p = ctl::client(sock)?.pipe_create(&name, &ip, mtu, ring_depth)?;
+            ctl::print(&p, json, ctl::print_created)?;
         }
         Cmd::Pipe(PipeCmd::Rm { name }) => {
-            ctl::call(sock, Request::PipeRm { name: name.clone() })?;
+            ctl::client(sock)?.pipe_rm(&name)?;
             println!("removed pipe {name}");
         }
-        Cmd::Pipe(PipeCmd::Ls { json }) => print(
-            &ctl::call(sock, Request::PipeLs {})?,
-            json,
-            ctl::print_pipes,
-        ),
-        Cmd::Pipe(PipeCmd::Show { name, json }) => print(
-            &ctl::call(sock, Request::PipeShow { name })?,
-            json,
-            ctl::print_pipe,
-        ),
+        Cmd::Pipe(PipeCmd::Ls { json }) => {
+            ctl::print(&ctl::client(sock)?.pipe_ls()?, json, ctl::print_pipes)?
+        }
+        Cmd::Pipe(PipeCmd::Show { name, json }) => {
+            ctl::print(&ctl::client(sock)?.pipe_show(&name)?, json, ctl::print_pipe)?
+        }
         Cmd::Fc(FcCmd::Connect { a, b, mtu, json }) => {
-            let v = ctl::call(sock, Request::FcConnect { a, b, mtu })?;
-            print(&v, json, |v| {
-                println!(
-                    "fast channel {} <-> {} (mtu {}, {} slots each way)",
-                    v["a"].as_str().unwrap_or("?"),
-                    v["b"].as_str().unwrap_or("?"),
-                    v["mtu"],
-                    v["ring_depth"]
-                )
-            });
+            let f = ctl::client(sock)?.fc_connect(&a, &b, mtu)?;
+            ctl::print(&f, json, ctl::print_fc)?;
         }
         Cmd::Fc(FcCmd::Rm { a, b }) => {
-            ctl::call(
-                sock,
-                Request::FcRm {
-                    a: a.clone(),
-                    b: b.clone(),
-                },
-            )?;
+            ctl::client(sock)?.fc_rm(&a, &b)?;
             println!("removed fast channel {a} <-> {b}");
         }
         Cmd::Run { pipe, cpu, cmd } => return container::run(sock, &pipe, cpu, &cmd),
         Cmd::Init { cpu, cmd } => return container::init(cpu, &cmd),
-        Cmd::Bench(BenchCmd::Rr(a)) => tcpbench::run(tcpbench::Load::Rr, a)?,
-        Cmd::Bench(BenchCmd::Stream(a)) => tcpbench::run(tcpbench::Load::Stream, a)?,
-        Cmd::Bench(BenchCmd::Pairs(a)) => tcpbench::run(tcpbench::Load::Pairs, a)?,
+        Cmd::Bench(BenchCmd::Rr(a)) => docknet_lab::bench::run(Workload::Rr, a)?,
+        Cmd::Bench(BenchCmd::Stream(a)) => docknet_lab::bench::run(Workload::Stream, a)?,
+        Cmd::Bench(BenchCmd::Pairs(a)) => docknet_lab::bench::run(Workload::Pairs, a)?,
         Cmd::Report(a) => {
-            let index = report::run(&a)?;
+            let index = docknet_lab::report::run(&a)?;
             println!("wrote {}", index.display());
         }
-        Cmd::Raw(RawCmd::Bench(a)) => bench::run(a)?,
-        Cmd::Raw(RawCmd::Peer(a)) => peer::raw_peer(&a)?,
+        Cmd::Raw(RawCmd::Bench(a)) => docknet_lab::bench::run_raw(a)?,
+        Cmd::Raw(RawCmd::Peer(a)) => docknet_perf::raw::raw_peer(&a)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,17 +13,23 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use docknet_lib::{Endpoint, Stack, StackConfig};
 use docknet_perf::net::{DockNet, KernelNet, Net};
+use docknet_perf::report::{ClientReport, Proto, RunEnv, ServerReport};
 use docknet_perf::stats::pin;
 use docknet_perf::workload::{self, Workload};
 use docknet_pipe::IdlePolicy;
-use serde_json::json;
 use std::net::SocketAddrV4;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Measures request/response latency and streaming goodput over kernel sockets or DockNet.
+/// dnperf: measures TCP/UDP request/response latency and streaming goodput, with one code path
+/// over kernel sockets and over DockLib (DockNet's userspace stack).
 #[derive(Debug, Parser)]
-#[command(name = "dnperf", version, about, long_about = None)]
+#[command(
+    name = "dnperf",
+    version,
+    about = "Measures TCP/UDP request/response latency and streaming goodput, with one code path over kernel sockets and over DockLib (DockNet's userspace stack)",
+    after_help = EXAMPLES
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -35,12 +41,6 @@ enum StackKind {
     Kernel,
     /// DockLib (smoltcp over the container's DockPipe).
     Docknet,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Proto {
-    Tcp,
-    Udp,
 }
 
 #[derive(Debug, clap::Args)]
@@ -97,18 +97,23 @@ enum Cmd {
     },
 }
 
-fn env(c: &Common, mtu: Option<u32>) -> serde_json::Value {
-    let u = nix::sys::utsname::uname().ok();
-    json!({
-        "kernel": u.as_ref().map(|u| u.release().to_string_lossy().into_owned()),
-        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "pinned_core": c.cpu,
-        "stack": match c.stack { StackKind::Kernel => "kernel", StackKind::Docknet => "docknet" },
-        "idle": c.idle.to_string(),
-        "mtu": mtu,
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "version": env!("CARGO_PKG_VERSION"),
-    })
+const EXAMPLES: &str = "Examples:
+  dnperf server --stack kernel --bind 10.0.0.2:5000
+  dnperf client --stack kernel --connect 10.0.0.2:5000 --workload rr --size 64 --duration 2 --json
+  docknet run --pipe db  -- dnperf server --stack docknet --bind 10.0.0.3:5000
+  docknet run --pipe web -- dnperf client --stack docknet --connect 10.0.0.3:5000 --workload stream
+
+--stack docknet attaches to the container's DockPipe (/run/docknet/pipe or $DOCKNET_PIPE), so
+run it under `docknet run --pipe NAME`. With --json a client prints one JSON line: the
+environment, the workload and the result (one-way latency percentiles and histogram, RTT/2,
+transactions/s, goodput at the receiver, CPU seconds per operation).";
+
+fn env(c: &Common, mtu: Option<u32>) -> RunEnv {
+    let stack = match c.stack {
+        StackKind::Kernel => "kernel",
+        StackKind::Docknet => "docknet",
+    };
+    RunEnv::here(stack, &c.idle.to_string(), c.cpu, mtu)
 }
 
 /// The local address the kernel would use to reach `dst` (a connected UDP socket sends nothing).
@@ -144,10 +149,12 @@ fn run_server<N: Net>(net: N, proto: Proto, bind: SocketAddrV4, conns: usize) ->
         Proto::Tcp => workload::serve(&net, bind, conns)?,
         Proto::Udp => workload::serve_udp(&net, bind, conns)?,
     };
-    println!(
-        "{}",
-        json!({"role": "server", "stack": net.name(), "handled": n})
-    );
+    let report = ServerReport {
+        role: "server".into(),
+        stack: net.name().into(),
+        handled: n,
+    };
+    println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
 
@@ -173,13 +180,17 @@ fn run_client<N: Net>(
     let mtu = net
         .mtu()
         .or_else(|| docknet_perf::net::kernel_mtu(local_ip_towards(addr)));
-    let v = json!({
-        "env": env(c, mtu), "workload": wl, "proto": format!("{:?}", c.proto).to_lowercase(),
-        "size": size, "duration_s": duration,
-        "warmup_s": warmup, "result": out,
-    });
     if as_json {
-        println!("{v}");
+        let report = ClientReport {
+            env: env(c, mtu),
+            workload: wl,
+            proto: c.proto,
+            size,
+            duration_s: duration,
+            warmup_s: warmup,
+            result: out,
+        };
+        println!("{}", serde_json::to_string(&report)?);
     } else if let Some(ow) = out.one_way_ns {
         println!(
             "{} rr {size} B: one-way p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us; {:.0} transactions/s; {:.2} us CPU per transaction",

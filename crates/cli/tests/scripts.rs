@@ -1,0 +1,135 @@
+//! The README's two commands as a newcomer meets them: `--help` works for anyone, a normal
+//! user is re-run under sudo with the arguments and the toolchain's homes kept, and a normal
+//! user without sudo is told what to do. Run as the unprivileged `nobody` (via setpriv) on a
+//! copy of the scripts, with `sudo` either a stub that records its arguments or absent.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SCRIPTS: [&str; 4] = ["common.sh", "setup.sh", "bench.sh", "test.sh"];
+
+/// A world-readable copy of scripts/ in a temp dir, and a bin dir holding only the tools the
+/// elevation path needs (so no real sudo is on PATH).
+fn sandbox() -> (tempfile::TempDir, PathBuf) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts");
+    let dst = d.path().join("scripts");
+    std::fs::create_dir(&dst).unwrap();
+    for f in SCRIPTS {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    let bin = d.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for tool in ["bash", "id", "basename", "dirname", "sed", "env", "cat"] {
+        let found = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|p| Path::new(p).join(tool))
+            .find(|p| p.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    (d, bin)
+}
+
+/// Runs `script args` as `nobody` (when we are root; else as ourselves, who is not root) with
+/// PATH = `bin`.
+fn as_user(dir: &Path, bin: &Path, script: &str, args: &[&str]) -> Output {
+    let path = dir.join("scripts").join(script);
+    let mut c = if nix::unistd::Uid::effective().is_root() {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&path);
+        c
+    } else {
+        Command::new(&path)
+    };
+    c.args(args)
+        .env_clear()
+        .env("PATH", bin)
+        .env("HOME", dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn help_works_for_anyone_and_names_the_command() {
+    let (d, bin) = sandbox();
+    for (script, usage) in [
+        ("bench.sh", "./scripts/bench.sh [--help]"),
+        ("test.sh", "./scripts/test.sh [--help]"),
+    ] {
+        let o = as_user(d.path(), &bin, script, &["--help"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{script}: {o:?}");
+        assert!(out.contains(usage) && out.contains("sudo"), "{out}");
+        assert!(
+            !out.contains("#!"),
+            "the shebang is not part of the help: {out}"
+        );
+    }
+}
+
+#[test]
+fn a_user_without_sudo_is_told_what_to_do() {
+    let (d, bin) = sandbox();
+    for script in ["bench.sh", "test.sh"] {
+        let o = as_user(d.path(), &bin, script, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{script}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&format!("{script}: needs root")) && err.contains("install sudo"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_user_with_sudo_is_re_run_under_it_with_arguments_and_toolchain_kept() {
+    let (d, bin) = sandbox();
+    let record = d.path().join("sudo-args");
+    std::fs::write(&record, "").unwrap();
+    std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let stub = bin.join("sudo");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/bash\nfor a in \"$@\"; do echo \"$a\"; done > {}\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = as_user(d.path(), &bin, "bench.sh", &["--modes", "bridge,docknet"]);
+    assert!(o.status.success(), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("re-running under sudo"), "{err}");
+    let args: Vec<String> = std::fs::read_to_string(&record)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let script = d.path().join("scripts/bench.sh");
+    assert_eq!(args[0], "env");
+    assert!(
+        args.contains(&format!("PATH={}", bin.display())),
+        "{args:?}"
+    );
+    assert!(args.contains(&format!("CARGO_HOME={}/.cargo", d.path().display())));
+    assert!(args.contains(&format!("RUSTUP_HOME={}/.rustup", d.path().display())));
+    assert!(
+        args.iter().any(|a| a.starts_with("DOCKNET_OWNER=")),
+        "{args:?}"
+    );
+    let tail = &args[args.len() - 3..];
+    assert_eq!(
+        tail,
+        [
+            script.display().to_string(),
+            "--modes".into(),
+            "bridge,docknet".into()
+        ]
+    );
+}

@@ -1,0 +1,275 @@
+//! `docknet bench rr|stream|pairs` and `docknet raw bench`: the top of the lab. Data flows one
+//! way: the options become a [`Plan`]; the [`Runner`] executes it into rows; the rows are
+//! summarised and judged ([`summarize`], [`crate::verdict`]); the results are printed, written
+//! as JSON and Markdown, and drawn into the report.
+
+use crate::mode::Mode;
+use crate::plan::{default_sizes, Plan, Request};
+use crate::proc::Stop;
+use crate::report::{self, markdown, table};
+use crate::row::{Env, NotAvailable, Results, Status, Workload};
+use crate::summary::summarize;
+use crate::topology::probe;
+use crate::verdict::{ratio_lines, raw_ratio_lines, raw_targets, targets, Verdict};
+use crate::workload::raw::RawArgs;
+use crate::workload::{Runner, Timing};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+/// Options of `docknet bench rr|stream|pairs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Modes to compare. Kernel: loopback, container (shared netns), veth, bridge, bridge-nat
+    /// (port mapping), macvlan, ipvlan (where the kernel has it), ovs (Open vSwitch userspace
+    /// datapath, where installed). DockNet: docknet (through the daemon), docknet-fc (fast
+    /// channel). sriov is probed and reported as not available where it cannot run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "bridge,docknet,docknet-fc"
+    )]
+    pub modes: Vec<String>,
+    /// Message sizes in bytes [default: rr 64,1024,65536; stream
+    /// 64,256,1024,4096,16384,65536,409600; pairs 1024].
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<usize>>,
+    /// Numbers of concurrent pairs (pairs workload).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128")]
+    pub pairs: Vec<usize>,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 2.0)]
+    pub duration: f64,
+    /// Warm-up seconds per point (excluded).
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+    /// Runs per point (the table shows all runs together; every run is in the JSON).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Link MTUs to measure at (DockNet: the pipes' MTU). loopback and container cross `lo`
+    /// (MTU 65536) and run once.
+    #[arg(long, value_delimiter = ',', default_value = "1500")]
+    pub mtus: Vec<u32>,
+    /// rr and stream: also measure the kernel modes with sockperf (rr) and iperf3 (stream),
+    /// client core 0 and server core 1, as a cross-check of dnperf (rows with `tool` sockperf /
+    /// iperf3).
+    #[arg(long)]
+    pub crosscheck: bool,
+    /// Write all results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write tcp-WORKLOAD.json and tcp-WORKLOAD.md into this directory, and (re)build its HTML
+    /// report from every tcp-*.json there (index.html, report.md, figures/).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// The plan's request (refuses unknown modes).
+    pub fn request(&self, workload: Workload) -> Result<Request> {
+        Ok(Request {
+            workload,
+            modes: self
+                .modes
+                .iter()
+                .map(|m| m.parse::<Mode>())
+                .collect::<Result<_, _>>()?,
+            sizes: self
+                .sizes
+                .clone()
+                .unwrap_or_else(|| default_sizes(workload)),
+            mtus: self.mtus.clone(),
+            pairs: self.pairs.clone(),
+            repeat: self.repeat,
+            crosscheck: self.crosscheck,
+        })
+    }
+}
+
+fn need_root(what: &str) -> Result<()> {
+    if !nix::unistd::Uid::effective().is_root() {
+        bail!("{what} needs root (it creates namespaces and containers): run it with sudo");
+    }
+    Ok(())
+}
+
+fn lines(v: &[Verdict]) -> Vec<String> {
+    v.iter().map(Verdict::line).collect()
+}
+
+/// Writes `res` as JSON to `json` and into `report` as `NAME.json` and `NAME.md` (`md`).
+fn write_outputs(
+    res: &Results,
+    json: Option<&PathBuf>,
+    report: Option<&PathBuf>,
+    name: &str,
+    md: impl FnOnce() -> String,
+) -> Result<()> {
+    let mut outputs: Vec<PathBuf> = json.into_iter().cloned().collect();
+    if let Some(dir) = report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        outputs.push(dir.join(format!("{name}.json")));
+        let path = dir.join(format!("{name}.md"));
+        std::fs::write(&path, md()).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    for f in &outputs {
+        std::fs::write(f, serde_json::to_vec_pretty(res)?)
+            .with_context(|| format!("writing {}", f.display()))?;
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+/// Runs `docknet bench rr|stream|pairs`.
+pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
+    let req = args.request(workload)?;
+    req.check()?;
+    if args.duration <= 0.0 || args.warmup < 0.0 {
+        bail!("--duration must be positive, --warmup not negative");
+    }
+    need_root("docknet bench")?;
+    let stop = Stop::on_signals()?;
+    let plan = Plan::new(&req, probe::unavailable);
+    let timing = Timing {
+        duration: args.duration,
+        warmup: args.warmup,
+    };
+    let exe = std::env::current_exe()?;
+    let mut runner = Runner::new(exe, workload, timing, stop.clone(), plan.total_points())?;
+    for (mode, reason) in &plan.unavailable {
+        runner
+            .progress
+            .line(&format!("{mode}: not available here: {reason}"));
+        runner.skipped.push(NotAvailable {
+            mode: mode.name().into(),
+            mtu: None,
+            status: Status::NotAvailable,
+            reason: reason.clone(),
+        });
+    }
+    for run in &plan.runs {
+        stop.check()?;
+        let before = runner.rows.len();
+        if let Err(e) = runner.run_mode(run) {
+            if stop.raised() {
+                return Err(e);
+            }
+            // a failing mode is reported and skipped; the others still run
+            let done = runner.rows.len() - before;
+            runner
+                .progress
+                .skip(run.points.len().saturating_sub(done) as u64);
+            runner
+                .progress
+                .line(&format!("{} (MTU {}): skipped: {e:#}", run.mode, run.mtu));
+            runner.skipped.push(NotAvailable {
+                mode: run.mode.name().into(),
+                mtu: Some(run.mtu),
+                status: Status::Skipped,
+                reason: format!("failed: {e:#}"),
+            });
+        }
+    }
+    runner.progress.finish();
+    let summary = summarize(&runner.rows);
+    print!("{}", table::text(&summary));
+    for s in &runner.skipped {
+        println!("{:<18} {}: {}", s.mode, s.status.text(), s.reason);
+    }
+    let ratios = ratio_lines(&summary, workload);
+    let targets = lines(&targets(&summary));
+    for r in ratios.iter().chain(targets.iter()) {
+        println!("{r}");
+    }
+    let mut env = Env::here(args.duration, args.warmup, args.repeat);
+    env.workload = Some(workload);
+    env.mtus = Some(args.mtus.clone());
+    let res = Results {
+        env,
+        results: runner.rows,
+        summary,
+        ratios,
+        targets,
+        not_available: runner.skipped,
+    };
+    let title = match workload {
+        Workload::Rr => "TCP request/response latency side by side",
+        Workload::Stream => "TCP streaming goodput side by side",
+        Workload::Pairs => "TCP with N concurrent pairs side by side",
+    };
+    let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
+                iperf3 rows are the cross-check.";
+    let name = format!("tcp-{workload}");
+    write_outputs(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        &name,
+        || markdown::bench(title, note, &res),
+    )?;
+    if let Some(dir) = &args.report {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
+    }
+    Ok(())
+}
+
+/// Runs `docknet raw bench`.
+pub fn run_raw(args: RawArgs) -> Result<()> {
+    let total = args.check()?;
+    need_root("docknet raw bench")?;
+    let stop = Stop::on_signals()?;
+    let timing = Timing {
+        duration: args.duration,
+        warmup: args.warmup,
+    };
+    let exe = std::env::current_exe()?;
+    let mut runner = Runner::new(exe, Workload::Rr, timing, stop, total)?;
+    runner.raw_bench(&args)?;
+    runner.progress.finish();
+    let summary = summarize(&runner.rows);
+    print!("{}", table::text(&summary));
+    if args.repeat > 1 {
+        println!(
+            "(each row: median of {} runs; every run is in the JSON)",
+            args.repeat
+        );
+    }
+    let ratios = raw_ratio_lines(&summary);
+    for l in &ratios {
+        println!("{l}");
+    }
+    let targets = lines(&raw_targets(&summary));
+    for c in &targets {
+        println!("target: {c}");
+    }
+    println!("placements (CORES: c = client, s = server, m = daemon master):");
+    for r in markdown::placements(&summary) {
+        println!("  {:<18} {:<9} {}", r.mode, r.cores, r.placement);
+    }
+    let path_ok = runner.rows.iter().all(|r| r.path_ok);
+    let res = Results {
+        env: Env::here(args.duration, args.warmup, args.repeat),
+        results: runner.rows,
+        summary,
+        ratios,
+        targets,
+        not_available: Vec::new(),
+    };
+    let note = "DockNet rows move raw Ethernet frames (no TCP); kernel rows are TCP measured by dnperf \
+          over a Linux bridge between two network namespaces. One-way latency \
+          comes from CLOCK_MONOTONIC timestamps carried in the payload (every namespace shares that \
+          clock); rtt/2 is beside it. Stream goodput is counted at the receiver; `lost` counts raw \
+          frames dropped because a receiver's ring was full (raw frames have no flow control).";
+    write_outputs(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        "raw-bench",
+        || markdown::bench("DockNet raw-frame benchmark", note, &res),
+    )?;
+    if !path_ok {
+        bail!("some frames took the wrong path (see the 'path' column)");
+    }
+    Ok(())
+}

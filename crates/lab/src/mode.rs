@@ -1,0 +1,250 @@
+//! The network modes the lab compares: one closed set, parsed once, used everywhere.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A network mode: how two containers are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Both ends in one namespace, over its `lo`.
+    Loopback,
+    /// Docker's container mode: two processes share one container's namespace (`lo`).
+    Container,
+    /// A veth pair straight between two namespaces.
+    Veth,
+    /// Each container on a Linux bridge: Docker's default network.
+    Bridge,
+    /// The bridge plus Docker's `-p` port mapping (DNAT, hairpin masquerade).
+    BridgeNat,
+    /// macvlan links in bridge mode on a lab-owned parent.
+    Macvlan,
+    /// ipvlan (L2) links on a lab-owned parent, where the kernel has the module.
+    Ipvlan,
+    /// Open vSwitch with the userspace datapath.
+    Ovs,
+    /// SR-IOV virtual functions: probed, never built (no such NIC in a lab VM).
+    Sriov,
+    /// DockLib through the DockNet daemon.
+    Docknet,
+    /// DockLib over a fast channel (the daemon is not on the path).
+    DocknetFc,
+}
+
+/// What a mode's traffic crosses between the two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// The loopback device of one namespace (MTU 65536 whatever the lab's MTU).
+    Lo,
+    /// A veth pair.
+    Veth,
+    /// Veths to a Linux bridge.
+    Bridge,
+    /// macvlan links on one parent.
+    Macvlan,
+    /// ipvlan links on one parent.
+    Ipvlan,
+    /// Veths to an OVS bridge (userspace datapath).
+    Ovs,
+    /// A virtual function of a NIC.
+    Vf,
+    /// DockPipes switched by the daemon.
+    Pipe,
+    /// A fast-channel region between two pipes.
+    FastChannel,
+}
+
+/// Who builds a mode's topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Builder {
+    /// `ip` commands.
+    Ip,
+    /// The reference CNI plugins.
+    Cni,
+    /// `ovs-vsctl` on an Open vSwitch of the lab's own.
+    OvsVsctl,
+    /// DockNet's own control plane.
+    Docknet,
+}
+
+impl Builder {
+    /// The name written into results (`builder`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Builder::Ip => "ip",
+            Builder::Cni => "cni",
+            Builder::OvsVsctl => "ovs-vsctl",
+            Builder::Docknet => "docknet",
+        }
+    }
+}
+
+/// MTU of `lo`: what modes that cross only `lo` run at, whatever the lab's MTU.
+pub const LO_MTU: u32 = 65536;
+
+impl Mode {
+    /// Every mode, in the order the report gives them a hue.
+    pub const ALL: [Mode; 11] = [
+        Mode::Bridge,
+        Mode::Docknet,
+        Mode::DocknetFc,
+        Mode::Loopback,
+        Mode::BridgeNat,
+        Mode::Macvlan,
+        Mode::Ovs,
+        Mode::Veth,
+        Mode::Container,
+        Mode::Ipvlan,
+        Mode::Sriov,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Loopback => "loopback",
+            Mode::Container => "container",
+            Mode::Veth => "veth",
+            Mode::Bridge => "bridge",
+            Mode::BridgeNat => "bridge-nat",
+            Mode::Macvlan => "macvlan",
+            Mode::Ipvlan => "ipvlan",
+            Mode::Ovs => "ovs",
+            Mode::Sriov => "sriov",
+            Mode::Docknet => "docknet",
+            Mode::DocknetFc => "docknet-fc",
+        }
+    }
+
+    /// What the mode is, in a few words (help texts and the report).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mode::Loopback => "kernel loopback, one namespace",
+            Mode::Container => "kernel container mode, shared netns",
+            Mode::Veth => "kernel veth pair",
+            Mode::Bridge => "kernel bridge, Docker's default",
+            Mode::BridgeNat => "kernel bridge + port mapping, Docker's -p",
+            Mode::Macvlan => "kernel macvlan",
+            Mode::Ipvlan => "kernel ipvlan",
+            Mode::Ovs => "Open vSwitch, userspace datapath",
+            Mode::Sriov => "SR-IOV",
+            Mode::Docknet => "DockNet through the daemon",
+            Mode::DocknetFc => "DockNet fast channel",
+        }
+    }
+
+    /// A DockNet mode (DockLib sockets over pipes)?
+    pub fn is_docknet(self) -> bool {
+        matches!(self, Mode::Docknet | Mode::DocknetFc)
+    }
+
+    /// A kernel mode the lab builds in namespaces?
+    pub fn is_kernel(self) -> bool {
+        !self.is_docknet() && self != Mode::Sriov
+    }
+
+    /// What the traffic crosses.
+    pub fn link(self) -> Link {
+        match self {
+            Mode::Loopback | Mode::Container => Link::Lo,
+            Mode::Veth => Link::Veth,
+            Mode::Bridge | Mode::BridgeNat => Link::Bridge,
+            Mode::Macvlan => Link::Macvlan,
+            Mode::Ipvlan => Link::Ipvlan,
+            Mode::Ovs => Link::Ovs,
+            Mode::Sriov => Link::Vf,
+            Mode::Docknet => Link::Pipe,
+            Mode::DocknetFc => Link::FastChannel,
+        }
+    }
+
+    /// Whether the traffic crosses only `lo`, so the lab's MTU does not apply.
+    pub fn crosses_lo(self) -> bool {
+        self.link() == Link::Lo
+    }
+
+    /// Who builds the topology.
+    pub fn builder(self) -> Builder {
+        match self {
+            Mode::Loopback | Mode::Veth | Mode::Sriov => Builder::Ip,
+            Mode::Container | Mode::Bridge | Mode::BridgeNat | Mode::Macvlan | Mode::Ipvlan => {
+                Builder::Cni
+            }
+            Mode::Ovs => Builder::OvsVsctl,
+            Mode::Docknet | Mode::DocknetFc => Builder::Docknet,
+        }
+    }
+
+    /// Position in the report's colour order: a mode keeps its hue in every figure.
+    pub fn hue(self) -> usize {
+        Mode::ALL.iter().position(|m| *m == self).unwrap_or(0)
+    }
+
+    /// Every mode name, comma-separated (for error messages and help).
+    pub fn names() -> String {
+        Mode::ALL.map(Mode::name).join(", ")
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown mode name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode {0:?}: use {names}", names = Mode::names())]
+pub struct UnknownMode(pub String);
+
+impl FromStr for Mode {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Mode, UnknownMode> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownMode(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_text_and_json() {
+        for m in Mode::ALL {
+            assert_eq!(m.name().parse::<Mode>(), Ok(m));
+            let j = serde_json::to_string(&m).unwrap();
+            assert_eq!(j, format!("\"{}\"", m.name()));
+            assert_eq!(serde_json::from_str::<Mode>(&j).unwrap(), m);
+        }
+        let e = "nonsense".parse::<Mode>().unwrap_err().to_string();
+        assert!(e.contains("nonsense") && e.contains("docknet-fc") && e.contains("bridge-nat"));
+        assert!(serde_json::from_str::<Mode>("\"<b>\"").is_err());
+    }
+
+    #[test]
+    fn kinds_links_and_hues() {
+        assert!(Mode::Docknet.is_docknet() && !Mode::Docknet.is_kernel());
+        assert!(Mode::Bridge.is_kernel() && !Mode::Sriov.is_kernel() && !Mode::Sriov.is_docknet());
+        assert!(Mode::Loopback.crosses_lo() && Mode::Container.crosses_lo());
+        assert!(!Mode::Veth.crosses_lo() && !Mode::Docknet.crosses_lo());
+        assert_eq!(Mode::Bridge.builder(), Builder::Cni);
+        assert_eq!(Mode::Veth.builder().name(), "ip");
+        assert_eq!(Mode::Ovs.builder().name(), "ovs-vsctl");
+        // the hues of the first three never change: bridge, docknet, docknet-fc
+        assert_eq!(
+            [
+                Mode::Bridge.hue(),
+                Mode::Docknet.hue(),
+                Mode::DocknetFc.hue()
+            ],
+            [0, 1, 2]
+        );
+        let mut hues: Vec<usize> = Mode::ALL.iter().map(|m| m.hue()).collect();
+        hues.dedup();
+        assert_eq!(hues.len(), Mode::ALL.len(), "one hue per mode");
+    }
+}

@@ -1,0 +1,497 @@
+//! What a `docknet bench` run will do, decided before anything is built: for every mode, the
+//! MTUs it runs at, the topology it needs, and its points in order (placement, size, repeat).
+//! Pure data, no I/O: the workload runners execute a plan; the tests check one without root.
+
+use crate::mode::{Mode, LO_MTU};
+use crate::row::{Tool, Workload};
+
+/// Where the parties of one measurement run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Client's core (`None`: unpinned).
+    pub client: Option<usize>,
+    /// Server's core.
+    pub server: Option<usize>,
+    /// The daemon's master core, when the daemon is on the path and pinned.
+    pub master: Option<usize>,
+    /// The peers' idle policy (DockNet peers; kernel peers always block in the kernel).
+    pub idle: &'static str,
+    /// In words, for results and reports.
+    pub description: String,
+}
+
+impl Placement {
+    /// Short form: `c1 s1`, `c1 s1 m0`, or `-` when nothing is pinned.
+    pub fn cores(&self) -> String {
+        match (self.client, self.server) {
+            (Some(c), Some(s)) => match self.master {
+                Some(m) => format!("c{c} s{s} m{m}"),
+                None => format!("c{c} s{s}"),
+            },
+            _ => "-".into(),
+        }
+    }
+}
+
+/// The kernel placements: client and server on one core, and on two cores.
+pub const KERNEL_PLACEMENTS: [(usize, usize); 2] = [(1, 1), (0, 1)];
+
+/// How a DockNet mode's daemon runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSetup {
+    /// `--idle` of the daemon.
+    pub idle: &'static str,
+    /// `--master-core` of the daemon.
+    pub master_core: Option<usize>,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Measure {
+    /// dnperf client and server, one pair, pinned as given.
+    Dnperf(Placement),
+    /// The cross-check tool on one pair (client core 0, server core 1).
+    Crosscheck(Tool, Placement),
+    /// N pairs at once, rr then stream.
+    Pairs(usize, Placement),
+}
+
+/// One point of a plan: a measurement at a message size, in a run of its point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Point {
+    /// What to run.
+    pub measure: Measure,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Run index.
+    pub repeat: usize,
+}
+
+impl Point {
+    /// Where the parties run.
+    pub fn placement(&self) -> &Placement {
+        match &self.measure {
+            Measure::Dnperf(p) | Measure::Crosscheck(_, p) | Measure::Pairs(_, p) => p,
+        }
+    }
+
+    /// The tool that measures.
+    pub fn tool(&self) -> Tool {
+        match self.measure {
+            Measure::Crosscheck(t, _) => t,
+            _ => Tool::Dnperf,
+        }
+    }
+}
+
+/// One topology build and what runs on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeRun {
+    /// The mode.
+    pub mode: Mode,
+    /// The MTU of its links or pipes (the `lo` modes: the lab's first MTU, recorded as what the
+    /// measurement reports).
+    pub mtu: u32,
+    /// Client/server pairs to build (the largest N of a pairs sweep, else 1).
+    pub pairs: usize,
+    /// The daemon's setup, for DockNet modes.
+    pub daemon: Option<DaemonSetup>,
+    /// The points, in the order they run.
+    pub points: Vec<Point>,
+}
+
+/// What a run was asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The workload.
+    pub workload: Workload,
+    /// Modes in the order given.
+    pub modes: Vec<Mode>,
+    /// Message sizes.
+    pub sizes: Vec<usize>,
+    /// Link MTUs.
+    pub mtus: Vec<u32>,
+    /// Numbers of pairs (pairs workload).
+    pub pairs: Vec<usize>,
+    /// Runs per point.
+    pub repeat: usize,
+    /// Cross-check kernel modes with sockperf / iperf3 (rr, stream).
+    pub crosscheck: bool,
+}
+
+/// A bad request, said in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+/// The default sizes of a workload.
+pub fn default_sizes(w: Workload) -> Vec<usize> {
+    match w {
+        Workload::Rr => vec![64, 1024, 65536],
+        Workload::Stream => vec![64, 256, 1024, 4096, 16384, 65536, 409600],
+        Workload::Pairs => vec![1024],
+    }
+}
+
+impl Request {
+    /// Checks the request's numbers.
+    pub fn check(&self) -> Result<(), BadRequest> {
+        let bad = |s: String| Err(BadRequest(s));
+        if let Some(s) = self.sizes.iter().find(|s| **s < 24 || **s > 16 << 20) {
+            return bad(format!("size {s} out of range (24 B .. 16 MiB)"));
+        }
+        if let Some(m) = self.mtus.iter().find(|m| !(576..=65535).contains(*m)) {
+            return bad(format!("MTU {m} out of range (576 .. 65535)"));
+        }
+        if self.mtus.is_empty() || self.sizes.is_empty() || self.modes.is_empty() {
+            return bad("--modes, --sizes and --mtus each need at least one value".into());
+        }
+        if self.pairs.is_empty() || self.pairs.iter().any(|n| *n == 0 || *n > 250) {
+            return bad("--pairs takes numbers from 1 to 250".into());
+        }
+        if self.repeat == 0 {
+            return bad("--repeat must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The plan: the runs, and the modes left out with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Topology builds in order, each with its points.
+    pub runs: Vec<ModeRun>,
+    /// Modes this machine cannot have, with the reason (from the probe).
+    pub unavailable: Vec<(Mode, String)>,
+}
+
+fn kernel_placement(mode: Mode, (c, s): (usize, usize)) -> Placement {
+    Placement {
+        client: Some(c),
+        server: Some(s),
+        master: None,
+        idle: "spin",
+        description: format!(
+            "client core {c}, server core {s}, kernel TCP ({mode}, built with {})",
+            mode.builder().name()
+        ),
+    }
+}
+
+fn crosscheck_placement(mode: Mode, tool: Tool) -> Placement {
+    Placement {
+        client: Some(0),
+        server: Some(1),
+        master: None,
+        idle: "spin",
+        description: format!(
+            "client core 0, server core 1, kernel TCP ({mode}), measured by {tool}"
+        ),
+    }
+}
+
+/// The single-pair placement of a DockNet mode and its daemon: the fast channel spins on two
+/// cores with the daemon off the path; through the daemon, the master spins on core 0 and both
+/// containers share core 1, yielding when idle.
+fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
+    if mode == Mode::DocknetFc {
+        (
+            Placement {
+                client: Some(0),
+                server: Some(1),
+                master: None,
+                idle: "spin",
+                description:
+                    "client core 0, server core 1, both spin; daemon idle (not on the path)".into(),
+            },
+            DaemonSetup {
+                idle: "adaptive",
+                master_core: None,
+            },
+        )
+    } else {
+        (
+            Placement {
+                client: Some(1),
+                server: Some(1),
+                master: Some(0),
+                idle: "adaptive:0",
+                description:
+                    "client and server share core 1 (yield when idle), daemon master core 0 spin"
+                        .into(),
+            },
+            DaemonSetup {
+                idle: "spin",
+                master_core: Some(0),
+            },
+        )
+    }
+}
+
+/// The pairs placement: nothing pinned. DockNet peers outnumber cores: through the daemon a
+/// waiting peer yields at once (every hop also needs the master, and a 50 us spin starves the
+/// peer it waits for on a shared core); fast-channel partners keep a short spin, which catches
+/// a reply from the other core. The daemon is adaptive.
+fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
+    let idle = match mode {
+        Mode::DocknetFc => "adaptive",
+        Mode::Docknet => "adaptive:0",
+        _ => "spin",
+    };
+    let how = if mode.is_docknet() {
+        format!("DockLib TCP, peers {idle}, daemon adaptive")
+    } else {
+        format!("kernel TCP, built with {}", mode.builder().name())
+    };
+    let p = Placement {
+        client: None,
+        server: None,
+        master: None,
+        idle,
+        description: format!(
+            "{mode}: N client/server pairs, each in containers of their own, unpinned; {how}"
+        ),
+    };
+    let daemon = mode.is_docknet().then_some(DaemonSetup {
+        idle: "adaptive",
+        master_core: None,
+    });
+    (p, daemon)
+}
+
+/// The cross-check tool of a workload, if it has one.
+pub fn crosscheck_tool(w: Workload) -> Option<Tool> {
+    match w {
+        Workload::Rr => Some(Tool::Sockperf),
+        Workload::Stream => Some(Tool::Iperf3),
+        Workload::Pairs => None,
+    }
+}
+
+impl Plan {
+    /// Plans `req`; `unavailable` says why a mode cannot run here (`None`: it can).
+    pub fn new(req: &Request, unavailable: impl Fn(Mode) -> Option<String>) -> Plan {
+        let mut plan = Plan {
+            runs: Vec::new(),
+            unavailable: Vec::new(),
+        };
+        let mut ns = req.pairs.clone();
+        ns.sort_unstable();
+        for &mode in &req.modes {
+            if let Some(why) = unavailable(mode) {
+                plan.unavailable.push((mode, why));
+                continue;
+            }
+            // modes over `lo` ignore the MTU: run once
+            let mtus: Vec<u32> = if mode.crosses_lo() {
+                req.mtus.iter().take(1).copied().collect()
+            } else {
+                req.mtus.clone()
+            };
+            for mtu in mtus {
+                let mut run = ModeRun {
+                    mode,
+                    mtu,
+                    pairs: 1,
+                    daemon: None,
+                    points: Vec::new(),
+                };
+                let point = |measure, size, repeat| Point {
+                    measure,
+                    size,
+                    repeat,
+                };
+                for repeat in 0..req.repeat {
+                    if req.workload == Workload::Pairs {
+                        let (p, daemon) = pairs_placement(mode);
+                        run.daemon = daemon;
+                        run.pairs = ns.last().copied().unwrap_or(1);
+                        for &size in &req.sizes {
+                            for &n in &ns {
+                                run.points
+                                    .push(point(Measure::Pairs(n, p.clone()), size, repeat));
+                            }
+                        }
+                    } else if mode.is_docknet() {
+                        let (p, daemon) = docknet_placement(mode);
+                        run.daemon = Some(daemon);
+                        for &size in &req.sizes {
+                            run.points
+                                .push(point(Measure::Dnperf(p.clone()), size, repeat));
+                        }
+                    } else {
+                        for cores in KERNEL_PLACEMENTS {
+                            let p = kernel_placement(mode, cores);
+                            for &size in &req.sizes {
+                                run.points
+                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
+                            }
+                        }
+                        let tool = crosscheck_tool(req.workload).filter(|_| req.crosscheck);
+                        for tool in tool.into_iter() {
+                            for &size in &req.sizes {
+                                let p = crosscheck_placement(mode, tool);
+                                run.points
+                                    .push(point(Measure::Crosscheck(tool, p), size, repeat));
+                            }
+                        }
+                    }
+                }
+                plan.runs.push(run);
+            }
+        }
+        plan
+    }
+
+    /// Points in the whole plan (the progress bar's length).
+    pub fn total_points(&self) -> usize {
+        self.runs.iter().map(|r| r.points.len()).sum()
+    }
+}
+
+/// The MTU a mode's rows carry when it crosses only `lo`.
+pub fn row_mtu(mode: Mode, link_mtu: u32) -> u32 {
+    if mode.crosses_lo() {
+        LO_MTU
+    } else {
+        link_mtu
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(workload: Workload, modes: &[Mode]) -> Request {
+        Request {
+            workload,
+            modes: modes.to_vec(),
+            sizes: vec![64, 1024],
+            mtus: vec![1500, 9000],
+            pairs: vec![4, 1, 16],
+            repeat: 2,
+            crosscheck: true,
+        }
+    }
+
+    #[test]
+    fn kernel_modes_get_two_placements_and_a_crosscheck_per_size_and_run() {
+        let p = Plan::new(&req(Workload::Rr, &[Mode::Bridge, Mode::Loopback]), |_| {
+            None
+        });
+        // bridge at both MTUs, loopback (over lo) once
+        let shape: Vec<(Mode, u32, usize)> = p
+            .runs
+            .iter()
+            .map(|r| (r.mode, r.mtu, r.points.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (Mode::Bridge, 1500, 12),
+                (Mode::Bridge, 9000, 12),
+                (Mode::Loopback, 1500, 12)
+            ]
+        );
+        assert_eq!(p.total_points(), 36);
+        let first: Vec<(String, usize, usize, Tool)> = p.runs[0]
+            .points
+            .iter()
+            .take(6)
+            .map(|x| (x.placement().cores(), x.size, x.repeat, x.tool()))
+            .collect();
+        assert_eq!(
+            first,
+            [
+                ("c1 s1".into(), 64, 0, Tool::Dnperf),
+                ("c1 s1".into(), 1024, 0, Tool::Dnperf),
+                ("c0 s1".into(), 64, 0, Tool::Dnperf),
+                ("c0 s1".into(), 1024, 0, Tool::Dnperf),
+                ("c0 s1".into(), 64, 0, Tool::Sockperf),
+                ("c0 s1".into(), 1024, 0, Tool::Sockperf),
+            ]
+        );
+        assert_eq!(
+            p.runs[0].points[0].placement().description,
+            "client core 1, server core 1, kernel TCP (bridge, built with cni)"
+        );
+        assert!(p.runs.iter().all(|r| r.daemon.is_none() && r.pairs == 1));
+    }
+
+    #[test]
+    fn docknet_modes_get_their_daemon_and_placement() {
+        let mut r = req(Workload::Stream, &[Mode::Docknet, Mode::DocknetFc]);
+        r.mtus = vec![1500];
+        let p = Plan::new(&r, |_| None);
+        assert_eq!(p.runs.len(), 2);
+        let d = &p.runs[0];
+        assert_eq!(d.points.len(), 4, "no crosscheck on DockNet modes");
+        assert_eq!(d.points[0].placement().cores(), "c1 s1 m0");
+        assert_eq!(d.points[0].placement().idle, "adaptive:0");
+        assert_eq!(
+            d.daemon,
+            Some(DaemonSetup {
+                idle: "spin",
+                master_core: Some(0)
+            })
+        );
+        let fc = &p.runs[1];
+        assert_eq!(fc.points[0].placement().cores(), "c0 s1");
+        assert_eq!(fc.daemon.as_ref().unwrap().idle, "adaptive");
+    }
+
+    #[test]
+    fn pairs_sweep_ascending_n_on_one_build_for_the_largest() {
+        let mut r = req(Workload::Pairs, &[Mode::Bridge, Mode::Docknet]);
+        r.mtus = vec![1500];
+        r.repeat = 1;
+        r.sizes = vec![1024];
+        let p = Plan::new(&r, |_| None);
+        for run in &p.runs {
+            assert_eq!(run.pairs, 16);
+            let ns: Vec<usize> = run
+                .points
+                .iter()
+                .map(|x| match x.measure {
+                    Measure::Pairs(n, _) => n,
+                    _ => panic!("pairs points only"),
+                })
+                .collect();
+            assert_eq!(ns, [1, 4, 16]);
+            assert_eq!(run.points[0].placement().cores(), "-");
+        }
+        assert_eq!(p.runs[1].points[0].placement().idle, "adaptive:0");
+        assert_eq!(p.runs[1].daemon.as_ref().unwrap().master_core, None);
+    }
+
+    #[test]
+    fn unavailable_modes_are_left_out_with_their_reason() {
+        let p = Plan::new(&req(Workload::Rr, &[Mode::Ipvlan, Mode::Veth]), |m| {
+            (m == Mode::Ipvlan).then(|| "no module".to_string())
+        });
+        assert_eq!(p.unavailable, [(Mode::Ipvlan, "no module".to_string())]);
+        assert!(p.runs.iter().all(|r| r.mode == Mode::Veth));
+    }
+
+    #[test]
+    fn bad_requests_are_one_line() {
+        let ok = req(Workload::Rr, &[Mode::Bridge]);
+        assert!(ok.check().is_ok());
+        for (f, want) in [
+            (
+                Box::new(|r: &mut Request| r.sizes = vec![1]) as Box<dyn Fn(&mut Request)>,
+                "size 1",
+            ),
+            (Box::new(|r: &mut Request| r.mtus = vec![100]), "MTU 100"),
+            (Box::new(|r: &mut Request| r.pairs = vec![0]), "--pairs"),
+            (Box::new(|r: &mut Request| r.repeat = 0), "--repeat"),
+        ] {
+            let mut r = ok.clone();
+            f(&mut r);
+            let e = r.check().unwrap_err().to_string();
+            assert!(e.contains(want) && !e.contains('\n'), "{e}");
+        }
+        assert_eq!(row_mtu(Mode::Container, 1500), LO_MTU);
+        assert_eq!(row_mtu(Mode::Veth, 9000), 9000);
+    }
+}

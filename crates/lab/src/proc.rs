@@ -1,0 +1,206 @@
+//! Processes the lab starts: checked commands, children ended by pid, typed result lines,
+//! names unique to the run, and the interrupt flag every long step checks.
+
+use anyhow::{bail, Context, Result};
+use serde::de::DeserializeOwned;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A name unique to this process and call: `dn<pid>x<n><tag>`. Namespaces, links and private
+/// directories of a run carry it, so parallel or leftover runs never collide and the tests can
+/// find anything left behind.
+pub fn unique(tag: &str) -> String {
+    format!(
+        "dn{}x{}{tag}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Runs `cmd` to completion; fails with `what` and its stderr unless it exits 0. Returns its
+/// stdout.
+pub fn checked(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(out.stdout)
+}
+
+/// Runs `ip ARGS...`, failing with its stderr.
+pub fn ip(args: &[&str]) -> Result<()> {
+    checked(
+        Command::new("ip").args(args),
+        &format!("ip {}", args.join(" ")),
+    )
+    .map(drop)
+}
+
+/// `prog ARGS...` inside network namespace `ns` (`ip netns exec`).
+pub fn in_ns(ns: &str, prog: &Path, args: Vec<String>) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(prog).args(args);
+    c
+}
+
+/// Ends a child of ours: SIGTERM, up to 3 s to exit, then SIGKILL; reaps it.
+pub fn terminate(c: &mut Child) {
+    if let Ok(Some(_)) = c.try_wait() {
+        return;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(3) {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// Set by SIGINT or SIGTERM: the run stops at the next point and removes what it built.
+#[derive(Debug, Clone)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    /// A flag raised by SIGINT and SIGTERM from now on.
+    pub fn on_signals() -> Result<Stop> {
+        let flag = Arc::new(AtomicBool::new(false));
+        for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(s, flag.clone()).context("installing signal handlers")?;
+        }
+        Ok(Stop(flag))
+    }
+
+    /// Whether a signal came.
+    pub fn raised(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Fails with "interrupted" once a signal came.
+    pub fn check(&self) -> Result<()> {
+        if self.raised() {
+            bail!("interrupted");
+        }
+        Ok(())
+    }
+}
+
+/// A child process whose last JSON line on stdout is its result; killed on drop if still
+/// running.
+#[derive(Debug)]
+pub struct Proc {
+    child: Child,
+    what: String,
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout piped.
+    pub fn spawn(mut cmd: Command, what: &str) -> Result<Proc> {
+        cmd.stdout(Stdio::piped()).stdin(Stdio::null());
+        let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+        Ok(Proc {
+            child,
+            what: what.into(),
+        })
+    }
+
+    /// Waits up to `timeout` (or until interrupted) and parses the last stdout line that is a
+    /// JSON object as `T`.
+    pub fn result<T: DeserializeOwned>(mut self, timeout: Duration, stop: &Stop) -> Result<T> {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait()? {
+                break s;
+            }
+            stop.check()?;
+            if t.elapsed() > timeout {
+                bail!("{} did not finish within {:?}", self.what, timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            o.read_to_string(&mut out)?;
+        }
+        if !status.success() {
+            bail!("{} failed ({status})", self.what);
+        }
+        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+        serde_json::from_str(line)
+            .with_context(|| format!("{} printed no result: {out:?}", self.what))
+    }
+
+    /// Waits for a server to finish on its own (its result is not needed), then ends it.
+    pub fn finish(self, stop: &Stop) {
+        let _ = self.result::<serde_json::Value>(Duration::from_secs(10), stop);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_tagged_with_the_pid() {
+        let (a, b) = (unique("h"), unique("h"));
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!("dn{}x", std::process::id())) && a.ends_with('h'));
+    }
+
+    #[test]
+    fn results_are_the_last_json_line_and_failures_say_what() {
+        let stop = Stop(Arc::new(AtomicBool::new(false)));
+        let mut c = Command::new("sh");
+        c.args(["-c", "echo noise; echo '{\"a\": 1}'; echo '{\"a\": 2}'"]);
+        let v: serde_json::Value = Proc::spawn(c, "echo")
+            .unwrap()
+            .result(Duration::from_secs(5), &stop)
+            .unwrap();
+        assert_eq!(v["a"], 2);
+        let mut c = Command::new("sh");
+        c.args(["-c", "exit 3"]);
+        let e = Proc::spawn(c, "the tool")
+            .unwrap()
+            .result::<serde_json::Value>(Duration::from_secs(5), &stop)
+            .unwrap_err();
+        assert!(e.to_string().contains("the tool failed"), "{e}");
+        let e = checked(
+            Command::new("sh").args(["-c", "echo oops >&2; exit 1"]),
+            "sh",
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "sh: oops");
+        stop.0.store(true, Ordering::Relaxed);
+        let mut c = Command::new("sleep");
+        c.arg("5");
+        let e = Proc::spawn(c, "sleep")
+            .unwrap()
+            .result::<serde_json::Value>(Duration::from_secs(5), &stop)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "interrupted");
+    }
+}

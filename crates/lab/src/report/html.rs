@@ -1,0 +1,105 @@
+//! `index.html`: the environment, a one-screen summary, the targets, the figures and a table
+//! per workload. Every text from a results file is escaped.
+
+use super::table::{headline_cells, COLUMNS, HEADLINE_COLUMNS};
+use super::Report;
+use std::fmt::Write as _;
+
+/// HTML-escapes `s`.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn table_html(heads: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let mut h = String::from("<table>\n<tr>");
+    for c in heads {
+        let _ = write!(h, "<th>{}</th>", esc(c));
+    }
+    h += "</tr>\n";
+    for r in rows {
+        h += "<tr>";
+        for c in r {
+            let _ = write!(h, "<td>{}</td>", esc(&c));
+        }
+        h += "</tr>\n";
+    }
+    h + "</table>\n"
+}
+
+/// The page.
+pub fn page(r: &Report) -> String {
+    let env = r.env();
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>DockNet lab report</title>\n<style>\n\
+         body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}\n\
+         table{{border-collapse:collapse;font-size:13px;margin:1em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}\n\
+         td:first-child,th:first-child,td:nth-child(2),td:nth-child(3){{text-align:left}}th{{background:#eee}}\n\
+         figure{{margin:1.5em 0}}img{{max-width:100%;border:1px solid #ddd}}.met{{color:#070}}.notmet{{color:#a00}}\n\
+         </style></head>\n<body>\n<h1>DockNet lab report</h1>\n"
+    );
+    let _ = writeln!(
+        h,
+        "<p>Kernel {}, {} cores; {} s measured per point after {} s warm-up, {} run(s) per point. \
+         One-way latency from CLOCK_MONOTONIC timestamps in the payload; goodput counted at the receiver. \
+         Latency percentiles over runs come from merged histograms. sockperf rows report RTT/2.</p>",
+        esc(env.kernel.as_deref().unwrap_or("?")),
+        env.cores,
+        env.duration_s,
+        env.warmup_s,
+        env.repeat
+    );
+    h +=
+        "<h2>Summary</h2>\n<p>Each mode's best figures over its placements (dnperf), best against \
+          bridge's best; the tables below have every placement.</p>\n";
+    for (mtu, lines) in &r.headlines {
+        if let Some(m) = mtu {
+            let _ = writeln!(h, "<h3>MTU {m}</h3>");
+        }
+        h += &table_html(
+            &HEADLINE_COLUMNS,
+            lines.iter().map(|l| headline_cells(l).to_vec()),
+        );
+    }
+    h += "<p>Commands:</p><ul>\n";
+    for e in &r.envs {
+        let _ = writeln!(h, "<li><code>{}</code></li>", esc(&e.command));
+    }
+    h += "</ul>\n";
+    if !r.targets.is_empty() {
+        h += "<h2>Targets</h2>\n<ul>\n";
+        for t in &r.targets {
+            let class = if t.met { "met" } else { "notmet" };
+            let _ = writeln!(h, "<li class=\"{class}\">{}</li>", esc(&t.line()));
+        }
+        h += "</ul>\n";
+    }
+    h += "<h2>Figures</h2>\n";
+    for c in &r.charts {
+        let _ = writeln!(
+            h,
+            "<figure><img class=\"figure\" src=\"figures/{f}.svg\" alt=\"{t}\" width=\"1200\" height=\"600\">\
+             <figcaption>{t} (<a href=\"figures/{f}.png\">PNG</a>, <a href=\"figures/{f}.svg\">SVG</a>)</figcaption></figure>",
+            f = esc(&c.file),
+            t = esc(&c.title)
+        );
+    }
+    for (wl, rows) in r.tables() {
+        let _ = writeln!(h, "<h2>Results: {wl}</h2>");
+        h += &table_html(&COLUMNS, rows.into_iter());
+    }
+    if !r.missing.is_empty() {
+        h += "<h2>Not available here, or skipped</h2>\n<ul>\n";
+        for m in &r.missing {
+            let _ = writeln!(h, "<li>{}</li>", esc(m));
+        }
+        h += "</ul>\n";
+    }
+    // the page says how many figures loaded, so a headless browser can check them
+    h += "<script>\nwindow.addEventListener('load', function () {\n  var imgs = document.querySelectorAll('img.figure');\n  var ok = 0;\n  imgs.forEach(function (i) { if (i.complete && i.naturalWidth > 0) ok++; });\n  document.body.setAttribute('data-figures', imgs.length);\n  document.body.setAttribute('data-figures-loaded', ok);\n});\n</script>\n</body></html>\n";
+    h
+}

@@ -1,0 +1,116 @@
+//! Markdown: the report (`report.md`), and the per-run summaries `docknet bench --report`
+//! writes (`tcp-WORKLOAD.md`, `raw-bench.md`).
+
+use super::table::{headline_cells, text, COLUMNS, HEADLINE_COLUMNS};
+use super::Report;
+use crate::row::{Results, Row};
+use std::fmt::Write as _;
+
+fn md_table(heads: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let mut m = format!(
+        "| {} |\n|{}\n",
+        heads.join(" | "),
+        "---|".repeat(heads.len())
+    );
+    for r in rows {
+        let _ = writeln!(m, "| {} |", r.join(" | "));
+    }
+    m
+}
+
+/// `report.md`.
+pub fn report(r: &Report) -> String {
+    let env = r.env();
+    let mut m = String::from("# DockNet lab report\n\n");
+    let _ = writeln!(
+        m,
+        "Kernel {}, {} cores; {} s per point after {} s warm-up, {} run(s) per point.\n",
+        env.kernel.as_deref().unwrap_or("?"),
+        env.cores,
+        env.duration_s,
+        env.warmup_s,
+        env.repeat
+    );
+    m += "## Summary\n\nEach mode's best figures over its placements (dnperf), best against bridge's best.\n\n";
+    for (mtu, lines) in &r.headlines {
+        if let Some(x) = mtu {
+            let _ = writeln!(m, "MTU {x}:\n");
+        }
+        m += &md_table(
+            &HEADLINE_COLUMNS,
+            lines.iter().map(|l| headline_cells(l).to_vec()),
+        );
+        m += "\n";
+    }
+    for e in &r.envs {
+        let _ = writeln!(m, "- `{}`", e.command);
+    }
+    if !r.targets.is_empty() {
+        m += "\n## Targets\n\n";
+        for t in &r.targets {
+            let _ = writeln!(m, "- {}", t.line());
+        }
+    }
+    for (wl, rows) in r.tables() {
+        let _ = writeln!(m, "\n## {wl}\n");
+        m += &md_table(&COLUMNS, rows.into_iter());
+    }
+    if !r.missing.is_empty() {
+        m += "\n## Not available here, or skipped\n\n";
+        for x in &r.missing {
+            let _ = writeln!(m, "- {x}");
+        }
+    }
+    m += "\n## Figures\n\n";
+    for c in &r.charts {
+        let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
+    }
+    m
+}
+
+/// The Markdown summary of one `docknet bench` run: title, command and environment, `note`,
+/// the table of its summary rows, ratios, targets, what was left out, and placements.
+pub fn bench(title: &str, note: &str, res: &Results) -> String {
+    let env = &res.env;
+    let mut m = format!(
+        "# {title}\n\nCommand: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point.\n\n{note}\n\n",
+        env.command,
+        env.kernel.as_deref().unwrap_or("?"),
+        env.cores,
+        env.duration_s,
+        env.warmup_s,
+        env.repeat
+    );
+    m += "## Results\n\nOver all runs of a point: latency percentiles from the runs' merged \
+          histograms where the tool provides them, every other figure the median of the runs.\n\n```text\n";
+    m += &text(&res.summary);
+    m += "```\n\n## Ratios (same run)\n\n";
+    for r in &res.ratios {
+        let _ = writeln!(m, "- {r}");
+    }
+    if !res.targets.is_empty() {
+        m += "\n## Targets\n\n";
+        for t in &res.targets {
+            let _ = writeln!(m, "- {t}");
+        }
+    }
+    if !res.not_available.is_empty() {
+        m += "\n## Not available here, or skipped\n\n";
+        for x in &res.not_available {
+            let _ = writeln!(m, "- {}", x.line());
+        }
+    }
+    m += "\n## Placement\n\n";
+    for r in placements(&res.summary) {
+        let _ = writeln!(m, "- `{}` `{}`: {}", r.mode, r.cores, r.placement);
+    }
+    m
+}
+
+/// Each (mode, cores) placement once, in table order.
+pub fn placements(rows: &[Row]) -> Vec<&Row> {
+    let mut seen = std::collections::BTreeSet::new();
+    rows.iter()
+        .filter(|r| seen.insert((r.mode, r.cores.clone())))
+        .collect()
+}

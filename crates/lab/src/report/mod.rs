@@ -1,0 +1,222 @@
+//! `docknet report FILE.json... --out DIR`: the lab's report from `docknet bench` results.
+//! Writes `DIR/index.html` (a one-screen summary, the targets, the figures and the tables),
+//! `DIR/report.md` (the same in Markdown) and the figures as PNG and SVG in `DIR/figures/`.
+//!
+//! A results file is untrusted input: it is read leniently ([`Results::parse`]), and every text
+//! from it is escaped in the page and the figures.
+
+pub mod charts;
+pub mod html;
+pub mod markdown;
+pub mod table;
+
+use crate::row::{Env, Results, Row, Workload};
+use crate::verdict::{headlines, targets, Headline, Verdict};
+use anyhow::{bail, Context, Result};
+use charts::{at_mtu, link_mtus, Chart};
+use std::path::{Path, PathBuf};
+
+/// Options of `docknet report`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// Results written by `docknet bench ... --json FILE` (one or more; rr, stream and pairs
+    /// results are combined).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Directory to write index.html, report.md and figures/ into.
+    #[arg(long, default_value = "report")]
+    pub out: PathBuf,
+    /// TrueType font for the figures' text.
+    #[arg(long, env = "DOCKNET_FONT", default_value = charts::DEFAULT_FONT)]
+    pub font: PathBuf,
+}
+
+/// Everything a report shows, computed from the results before anything is written.
+#[derive(Debug)]
+pub struct Report {
+    /// Summary rows of every file.
+    pub rows: Vec<Row>,
+    /// The files' environments (the first is the report's).
+    pub envs: Vec<Env>,
+    /// Modes without figures, as lines (each once).
+    pub missing: Vec<String>,
+    /// The targets judged on all rows.
+    pub targets: Vec<Verdict>,
+    /// The opening table, per link MTU (`None`: the run had one).
+    pub headlines: Vec<(Option<u32>, Vec<Headline>)>,
+    /// The figures.
+    pub charts: Vec<Chart>,
+}
+
+impl Report {
+    /// The report of several results files.
+    pub fn of(files: &[Results]) -> Report {
+        let rows: Vec<Row> = files.iter().flat_map(|f| f.rows().to_vec()).collect();
+        let mut missing: Vec<String> = Vec::new();
+        for line in files
+            .iter()
+            .flat_map(|f| &f.not_available)
+            .map(|x| x.line())
+        {
+            if !missing.contains(&line) {
+                missing.push(line);
+            }
+        }
+        let mtus = link_mtus(&rows);
+        let headlines = if mtus.len() <= 1 {
+            vec![(None, headlines(&rows))]
+        } else {
+            mtus.iter()
+                .map(|m| (Some(*m), headlines(&at_mtu(&rows, *m))))
+                .collect()
+        };
+        Report {
+            targets: targets(&rows),
+            charts: charts::charts(&rows),
+            envs: files.iter().map(|f| f.env.clone()).collect(),
+            headlines,
+            missing,
+            rows,
+        }
+    }
+
+    /// The workloads present, in order.
+    pub fn workloads(&self) -> Vec<Workload> {
+        [Workload::Rr, Workload::Stream, Workload::Pairs]
+            .into_iter()
+            .filter(|w| self.rows.iter().any(|r| r.workload == *w))
+            .collect()
+    }
+
+    /// The result tables: per workload present, every row's cells under
+    /// [`table::COLUMNS`].
+    pub fn tables(&self) -> Vec<(Workload, Vec<Vec<String>>)> {
+        self.workloads()
+            .into_iter()
+            .map(|wl| {
+                let cells = self
+                    .rows
+                    .iter()
+                    .filter(|x| x.workload == wl)
+                    .map(|x| table::cells(&self.rows, x).to_vec())
+                    .collect();
+                (wl, cells)
+            })
+            .collect()
+    }
+
+    /// The report's environment: the first file's.
+    pub fn env(&self) -> Env {
+        self.envs.first().cloned().unwrap_or_default()
+    }
+}
+
+/// Rebuilds the report of a `--report DIR` directory from every `tcp-*.json` in it.
+pub fn build_dir(dir: &Path) -> Result<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("tcp-") && n.ends_with(".json"))
+        })
+        .collect();
+    files.sort();
+    run(&ReportArgs {
+        files,
+        out: dir.to_path_buf(),
+        font: std::env::var_os("DOCKNET_FONT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| charts::DEFAULT_FONT.into()),
+    })
+}
+
+/// Runs `docknet report`; returns the path of `index.html`.
+pub fn run(args: &ReportArgs) -> Result<PathBuf> {
+    if args.files.is_empty() {
+        bail!("no results files given");
+    }
+    let mut files = Vec::new();
+    for f in &args.files {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        files.push(Results::parse(&bytes).with_context(|| format!("{}", f.display()))?);
+    }
+    let report = Report::of(&files);
+    charts::register_font(&args.font)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    for c in &report.charts {
+        charts::render(&args.out, c)?;
+    }
+    let index = args.out.join("index.html");
+    std::fs::write(&index, html::page(&report))
+        .with_context(|| format!("writing {}", index.display()))?;
+    let md = args.out.join("report.md");
+    std::fs::write(&md, markdown::report(&report))
+        .with_context(|| format!("writing {}", md.display()))?;
+    Ok(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(mode: &str, cores: &str, wl: &str, size: u64, p50: f64) -> serde_json::Value {
+        json!({"mode": mode, "cores": cores, "tool": "dnperf", "workload": wl, "msg_size": size,
+               "mtu": 1500, "p50_us": p50, "p99_us": p50 * 2.0, "gbps": 1.0,
+               "one_way_hist": [[1000, 5], [2000, 5]]})
+    }
+
+    #[test]
+    fn text_from_results_is_escaped_in_the_page() {
+        let font = PathBuf::from(charts::DEFAULT_FONT);
+        if !font.exists() {
+            eprintln!("skipping: no DejaVu font (scripts/setup.sh installs fonts-dejavu-core)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("r.json");
+        let doc = json!({"env": {"command": "<script>alert(1)</script>"},
+            "results": [], "summary": [row("bridge", "<b>evil</b>", "rr", 64, 1.0)],
+            "not_available": [{"mode": "x", "status": "skipped", "reason": "<img src=x>"}]});
+        std::fs::write(&f, doc.to_string()).unwrap();
+        let out = dir.path().join("out");
+        let index = run(&ReportArgs {
+            files: vec![f],
+            out: out.clone(),
+            font,
+        })
+        .unwrap();
+        let html = std::fs::read_to_string(index).unwrap();
+        assert!(html.contains("&lt;b&gt;evil&lt;/b&gt;") && !html.contains("<b>evil"));
+        assert!(!html.contains("<script>alert") && !html.contains("<img src=x>"));
+        let svg = std::fs::read_to_string(out.join("figures/cdf-rr-64.svg")).unwrap();
+        assert!(svg.contains("&lt;b&gt;evil") && !svg.contains("<b>evil"));
+    }
+
+    #[test]
+    fn the_report_opens_with_a_summary_table_per_mtu() {
+        let mut a = row("bridge", "c0 s1", "rr", 64, 8.0);
+        let b = row("docknet-fc", "c0 s1", "rr", 64, 1.0);
+        let mut c = row("bridge", "c0 s1", "rr", 64, 9.0);
+        c["mtu"] = 9000.into();
+        let d = row("loopback", "c1 s1", "rr", 64, 3.0);
+        a["cores"] = "c0 s1".into();
+        let doc = json!({"env": {}, "results": [], "summary": [a, b, c, d]});
+        let r = Report::of(&[Results::parse(doc.to_string().as_bytes()).unwrap()]);
+        let mtus: Vec<Option<u32>> = r.headlines.iter().map(|h| h.0).collect();
+        assert_eq!(mtus, [Some(1500), Some(9000)]);
+        let at1500: Vec<&str> = r.headlines[0].1.iter().map(|h| h.mode.name()).collect();
+        assert_eq!(at1500, ["bridge", "docknet-fc", "loopback"]);
+        assert_eq!(r.headlines[0].1[1].p50_ratio, Some(8.0));
+        let page = html::page(&r);
+        let summary = page.find("Summary").unwrap();
+        assert!(
+            summary < page.find("Figures").unwrap(),
+            "the summary comes first"
+        );
+    }
+}

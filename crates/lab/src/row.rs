@@ -1,0 +1,505 @@
+//! The one result row of the lab, and the results file that carries rows.
+//!
+//! Written by `docknet bench`, read back by `docknet report`: the same types both ways. Reading
+//! is lenient, because a results file is untrusted input: a row without a known mode, workload
+//! or size is dropped (not the file), and a figure that is missing, of the wrong type,
+//! negative or not finite reads as "not measured". The schema is `docs/results.schema.json`.
+
+use crate::mode::Mode;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+/// What a row measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Ping-pong of fixed-size messages: latency.
+    Rr,
+    /// One-way stream of fixed-size writes: goodput.
+    Stream,
+    /// N pairs at once: aggregate goodput, per-pair latency, memory per pair.
+    Pairs,
+}
+
+impl Workload {
+    /// The name used in results and file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Rr => "rr",
+            Workload::Stream => "stream",
+            Workload::Pairs => "pairs",
+        }
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The program that measured a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tool {
+    /// `dnperf`: one code path over kernel and DockLib sockets (every figure of the report).
+    Dnperf,
+    /// sockperf ping-pong (cross-check of rr on kernel modes).
+    Sockperf,
+    /// iperf3 (cross-check of stream on kernel modes).
+    Iperf3,
+    /// The raw-frame peer of `docknet raw bench` (no TCP).
+    RawPeer,
+}
+
+impl Tool {
+    /// The name used in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::Dnperf => "dnperf",
+            Tool::Sockperf => "sockperf",
+            Tool::Iperf3 => "iperf3",
+            Tool::RawPeer => "raw-peer",
+        }
+    }
+}
+
+impl std::fmt::Display for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn default_tool() -> Tool {
+    Tool::Dnperf
+}
+fn default_cores() -> String {
+    "-".into()
+}
+fn default_true() -> bool {
+    true
+}
+
+/// A figure: any finite, non-negative number, else "not measured".
+fn figure<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(v.as_f64().filter(|x| x.is_finite() && *x >= 0.0))
+}
+
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_u64())
+}
+
+fn small<'de, D: Deserializer<'de>, T: TryFrom<u64>>(d: D) -> Result<Option<T>, D::Error> {
+    Ok(count(d)?.and_then(|n| T::try_from(n).ok()))
+}
+
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Value::deserialize(d)?.as_str().map(String::from))
+}
+
+/// Histogram buckets `[ns, count]`: malformed buckets, zero values and zero counts are dropped.
+fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<[u64; 2]>>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(v.as_array().map(|a| {
+        a.iter()
+            .filter_map(|b| Some([b.get(0)?.as_u64()?, b.get(1)?.as_u64()?]))
+            .filter(|[ns, c]| *ns > 0 && *c > 0)
+            .collect()
+    }))
+}
+
+/// One measured point (or, in a summary, one point over its runs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// The network mode measured.
+    pub mode: Mode,
+    /// The program that measured.
+    #[serde(default = "default_tool")]
+    pub tool: Tool,
+    /// Where each party ran, in words.
+    #[serde(default)]
+    pub placement: String,
+    /// Short form of the placement: `c1 s1` (client core 1, server core 1), `m0` (daemon master
+    /// core 0), `-` (unpinned).
+    #[serde(default = "default_cores")]
+    pub cores: String,
+    /// What was measured.
+    pub workload: Workload,
+    /// Message size in bytes (raw bench: whole frame).
+    #[serde(rename = "msg_size")]
+    pub size: usize,
+    /// MTU of the link, where known.
+    #[serde(default, deserialize_with = "small")]
+    pub mtu: Option<u32>,
+    /// Run index (in a summary: the number of runs).
+    #[serde(default)]
+    pub repeat: usize,
+    /// One-way latency p50 (µs).
+    #[serde(default, deserialize_with = "figure")]
+    pub p50_us: Option<f64>,
+    /// One-way latency p99 (µs).
+    #[serde(default, deserialize_with = "figure")]
+    pub p99_us: Option<f64>,
+    /// One-way latency p99.9 (µs).
+    #[serde(default, deserialize_with = "figure")]
+    pub p999_us: Option<f64>,
+    /// Mean one-way latency (µs).
+    #[serde(default, deserialize_with = "figure")]
+    pub mean_us: Option<f64>,
+    /// RTT/2 median (µs).
+    #[serde(default, deserialize_with = "figure")]
+    pub half_rtt_p50_us: Option<f64>,
+    /// Transactions per second (rr).
+    #[serde(default, deserialize_with = "figure")]
+    pub tps: Option<f64>,
+    /// Goodput at the receiver (stream, pairs).
+    #[serde(default, deserialize_with = "figure")]
+    pub gbps: Option<f64>,
+    /// Messages per second at the receiver.
+    #[serde(default, deserialize_with = "figure")]
+    pub msgs_per_s: Option<f64>,
+    /// Client CPU seconds per operation.
+    #[serde(default, deserialize_with = "figure")]
+    pub cpu_s_per_op: Option<f64>,
+    /// Raw frames the receiver did not get, or rr transactions given up.
+    #[serde(default)]
+    pub lost: u64,
+    /// Whether every frame took the path being measured.
+    #[serde(default = "default_true")]
+    pub path_ok: bool,
+    /// Concurrent pairs (pairs).
+    #[serde(
+        default,
+        deserialize_with = "small",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pairs: Option<usize>,
+    /// Memory per pair, KiB (pairs).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mem_kib_per_pair: Option<f64>,
+    /// Who built the topology: `cni`, `ip`, `ovs-vsctl`, `docknet`.
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub builder: Option<String>,
+    /// One-way latency histogram as `[ns, count]` buckets (rr, pairs).
+    #[serde(
+        default,
+        deserialize_with = "buckets",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub one_way_hist: Option<Vec<[u64; 2]>>,
+}
+
+impl Row {
+    /// A row with only its identity filled in.
+    pub fn new(mode: Mode, tool: Tool, workload: Workload, size: usize) -> Row {
+        Row {
+            mode,
+            tool,
+            placement: String::new(),
+            cores: default_cores(),
+            workload,
+            size,
+            mtu: None,
+            repeat: 0,
+            p50_us: None,
+            p99_us: None,
+            p999_us: None,
+            mean_us: None,
+            half_rtt_p50_us: None,
+            tps: None,
+            gbps: None,
+            msgs_per_s: None,
+            cpu_s_per_op: None,
+            lost: 0,
+            path_ok: true,
+            pairs: None,
+            mem_kib_per_pair: None,
+            builder: None,
+            one_way_hist: None,
+        }
+    }
+
+    /// The series this row belongs to in a figure: mode, placement and tool.
+    pub fn series(&self) -> String {
+        let mut s = self.mode.name().to_string();
+        if self.cores != "-" {
+            s += &format!(" [{}]", self.cores);
+        }
+        if self.tool != Tool::Dnperf {
+            s += &format!(" ({})", self.tool);
+        }
+        s
+    }
+
+    /// Rows from a JSON array, dropping those that are not rows.
+    pub fn parse_all(v: &Value) -> Vec<Row> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| serde_json::from_value(r.clone()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Where and how a run happened: written with every results file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Env {
+    /// Kernel release.
+    #[serde(default, deserialize_with = "text")]
+    pub kernel: Option<String>,
+    /// Machine (`x86_64`, ...).
+    #[serde(default, deserialize_with = "text")]
+    pub machine: Option<String>,
+    /// Cores.
+    #[serde(default)]
+    pub cores: usize,
+    /// The command line.
+    #[serde(default)]
+    pub command: String,
+    /// DockNet's version.
+    #[serde(default)]
+    pub version: String,
+    /// Measured seconds per point.
+    #[serde(default)]
+    pub duration_s: f64,
+    /// Warm-up seconds per point.
+    #[serde(default)]
+    pub warmup_s: f64,
+    /// Runs per point.
+    #[serde(default)]
+    pub repeat: usize,
+    /// Seconds since the epoch at the start.
+    #[serde(default)]
+    pub unix_time: u64,
+    /// The workload of a `docknet bench` run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
+    /// The MTUs of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtus: Option<Vec<u32>>,
+}
+
+impl Env {
+    /// This machine and command line, with the run's timing.
+    pub fn here(duration_s: f64, warmup_s: f64, repeat: usize) -> Env {
+        let uname = nix::sys::utsname::uname().ok();
+        Env {
+            kernel: uname
+                .as_ref()
+                .map(|u| u.release().to_string_lossy().into_owned()),
+            machine: uname
+                .as_ref()
+                .map(|u| u.machine().to_string_lossy().into_owned()),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            version: env!("CARGO_PKG_VERSION").into(),
+            duration_s,
+            warmup_s,
+            repeat,
+            unix_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            workload: None,
+            mtus: None,
+        }
+    }
+}
+
+/// Whether a mode was left out because this machine cannot have it, or failed while running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// The machine lacks what the mode needs (a module, a NIC, a program).
+    #[serde(rename = "not available here")]
+    NotAvailable,
+    /// It failed while being built or measured; the other modes still ran.
+    #[serde(rename = "skipped")]
+    Skipped,
+}
+
+impl Status {
+    /// The text written into results and reports.
+    pub fn text(self) -> &'static str {
+        match self {
+            Status::NotAvailable => "not available here",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+/// A mode (or a mode's cross-check tool) without figures, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotAvailable {
+    /// The mode, or `mode (tool)` for a cross-check.
+    pub mode: String,
+    /// The MTU it was to run at, if it got that far.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// Not available, or skipped.
+    pub status: Status,
+    /// Why, in one line.
+    pub reason: String,
+}
+
+impl NotAvailable {
+    /// "MODE (MTU m): status: reason".
+    pub fn line(&self) -> String {
+        format!(
+            "{}{}: {}: {}",
+            self.mode,
+            self.mtu.map_or(String::new(), |m| format!(" (MTU {m})")),
+            self.status.text(),
+            self.reason
+        )
+    }
+}
+
+/// A results file: what `docknet bench --json FILE` writes and `docknet report` reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Results {
+    /// The run's environment.
+    pub env: Env,
+    /// Every run of every point.
+    pub results: Vec<Row>,
+    /// One row per point over its runs.
+    #[serde(default)]
+    pub summary: Vec<Row>,
+    /// Ratios between modes, as lines.
+    #[serde(default)]
+    pub ratios: Vec<String>,
+    /// Targets with their verdicts, as lines.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// Modes without figures, and why.
+    #[serde(default)]
+    pub not_available: Vec<NotAvailable>,
+}
+
+/// Why a results file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    /// Not JSON at all.
+    #[error("not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// JSON, but not a results file.
+    #[error("not a docknet bench results file (no \"results\" array)")]
+    NotResults,
+}
+
+impl Results {
+    /// Reads a results file leniently: rows that are not rows are dropped, figures that are
+    /// not figures read as not measured, a broken `env` or `not_available` entry is ignored.
+    pub fn parse(bytes: &[u8]) -> Result<Results, ResultsError> {
+        let doc: Value = serde_json::from_slice(bytes)?;
+        if !doc["results"].is_array() {
+            return Err(ResultsError::NotResults);
+        }
+        let strings = |k: &str| -> Vec<String> {
+            doc[k]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Ok(Results {
+            env: serde_json::from_value(doc["env"].clone()).unwrap_or_default(),
+            results: Row::parse_all(&doc["results"]),
+            summary: Row::parse_all(&doc["summary"]),
+            ratios: strings("ratios"),
+            targets: strings("targets"),
+            not_available: doc["not_available"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| serde_json::from_value(x.clone()).ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The rows a report draws: the summary, or the results of a file without one.
+    pub fn rows(&self) -> &[Row] {
+        if self.summary.is_empty() {
+            &self.results
+        } else {
+            &self.summary
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rows_round_trip_and_keep_their_field_names() {
+        let mut r = Row::new(Mode::DocknetFc, Tool::Dnperf, Workload::Rr, 64);
+        r.p50_us = Some(1.5);
+        r.one_way_hist = Some(vec![[1000, 3]]);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["mode"], "docknet-fc");
+        assert_eq!(v["msg_size"], 64);
+        assert_eq!(v["workload"], "rr");
+        assert_eq!(v["tool"], "dnperf");
+        assert!(v.get("pairs").is_none(), "absent, not null");
+        assert_eq!(serde_json::from_value::<Row>(v).unwrap(), r);
+    }
+
+    #[test]
+    fn hostile_rows_are_dropped_or_cleaned_never_fatal() {
+        let rows = Row::parse_all(&json!([
+            {"mode": 3}, {"mode": "x", "workload": "rr", "msg_size": 1}, "junk",
+            {"mode": "bridge", "workload": "rr"},
+            {"mode": "bridge", "workload": "rr", "msg_size": 64, "p50_us": "fast",
+             "p99_us": -1.0, "gbps": [1.0], "mtu": 99999999999u64, "pairs": -3,
+             "one_way_hist": [[-1, 2], ["a", 1], [5], [0, 9], [7, 0], [1000, 4]]}
+        ]));
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert!(r.p50_us.is_none() && r.p99_us.is_none() && r.gbps.is_none());
+        assert!(r.mtu.is_none() && r.pairs.is_none());
+        assert_eq!(r.one_way_hist.as_deref(), Some(&[[1000, 4]][..]));
+        assert_eq!(r.tool, Tool::Dnperf);
+        assert_eq!(r.cores, "-");
+    }
+
+    #[test]
+    fn results_files_are_refused_or_read_leniently() {
+        assert!(matches!(
+            Results::parse(b"nope"),
+            Err(ResultsError::NotJson(_))
+        ));
+        assert!(matches!(
+            Results::parse(b"{}"),
+            Err(ResultsError::NotResults)
+        ));
+        let r = Results::parse(
+            br#"{"env": {"kernel": 5, "cores": "x"}, "results": [],
+                "ratios": ["a", 1], "not_available": [{"mode": "ipvlan",
+                "status": "not available here", "reason": "no module"}, {"mode": 1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.env, Env::default());
+        assert_eq!(r.ratios, vec!["a".to_string()]);
+        assert_eq!(r.not_available.len(), 1);
+        assert_eq!(
+            r.not_available[0].line(),
+            "ipvlan: not available here: no module"
+        );
+    }
+}

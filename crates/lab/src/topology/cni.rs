@@ -1,0 +1,165 @@
+//! A CNI "runtime": calls the reference plugins with the CNI 1.0 protocol inside the lab's
+//! host namespace and remembers every attachment, so [`Cni::del_all`] can undo them in reverse
+//! order. `host-local` keeps its leases in a private directory, never /var/lib/cni.
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The lab's subnet (host-local hands out addresses from it; the gateway is the host side).
+pub const SUBNET: &str = "10.66.0.0/16";
+/// The host side of the lab's subnet (bridge-nat's clients connect to it).
+pub const GATEWAY: &str = "10.66.0.254";
+
+/// Where the reference CNI plugins live: `$CNI_PATH`, Debian's `/usr/lib/cni`, or the
+/// upstream `/opt/cni/bin`.
+pub fn plugin_dir() -> Result<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("CNI_PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend([PathBuf::from("/usr/lib/cni"), PathBuf::from("/opt/cni/bin")]);
+    dirs.into_iter()
+        .find(|d| d.join("bridge").is_file() && d.join("host-local").is_file())
+        .context(
+            "the reference CNI plugins are not installed (apt-get install containernetworking-plugins)",
+        )
+}
+
+/// One attachment: its namespace, plugin chain and the results of its ADDs.
+type Attachment = (String, Vec<Value>, Vec<Value>);
+
+/// The runtime.
+#[derive(Debug)]
+pub struct Cni {
+    host_ns: String,
+    name: String,
+    plugins: PathBuf,
+    /// Private directory: host-local's leases and nothing else.
+    pub dir: PathBuf,
+    added: Vec<Attachment>,
+}
+
+impl Cni {
+    /// A runtime calling plugins inside `host_ns`, with a private directory named after `base`.
+    pub fn new(host_ns: &str, base: &str) -> Result<Cni> {
+        let plugins = plugin_dir()?;
+        let dir = std::env::temp_dir().join(format!("{base}-cni"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Cni {
+            host_ns: host_ns.into(),
+            name: format!("{base}net"),
+            plugins,
+            dir,
+            added: Vec::new(),
+        })
+    }
+
+    /// host-local IPAM over the lab's subnet.
+    pub fn ipam(&self) -> Value {
+        json!({"type": "host-local", "dataDir": self.dir.join("ipam"),
+            "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]]})
+    }
+
+    /// Runs `plugin` for `command` on `ns` with `conf` on stdin; returns its JSON result.
+    fn exec(&self, command: &str, ns: &str, conf: &Value) -> Result<Value> {
+        let plugin = conf["type"].as_str().unwrap_or_default();
+        let path = self.plugins.join(plugin);
+        if !path.is_file() {
+            bail!(
+                "CNI plugin {plugin} not found in {}",
+                self.plugins.display()
+            );
+        }
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.host_ns])
+            .arg(&path)
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", ns)
+            .env("CNI_NETNS", Path::new("/var/run/netns").join(ns))
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", &self.plugins)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("running CNI plugin {plugin}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(&serde_json::to_vec(conf)?)?;
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            let err: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            bail!(
+                "CNI {plugin} {command} for {ns}: {} {}",
+                err["msg"].as_str().unwrap_or(""),
+                err["details"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| String::from_utf8_lossy(&out.stderr).trim().to_string())
+            );
+        }
+        if out.stdout.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("CNI {plugin} printed no JSON result"))
+    }
+
+    fn full(&self, conf: &Value, prev: Option<&Value>) -> Value {
+        let mut c = conf.clone();
+        c["cniVersion"] = "1.0.0".into();
+        c["name"] = self.name.clone().into();
+        if let Some(p) = prev.filter(|p| !p.is_null()) {
+            c["prevResult"] = p.clone();
+        }
+        c
+    }
+
+    /// Attaches `ns` with the plugin chain `confs` (ADD in order, each given the previous
+    /// result); returns the last result.
+    pub fn add(&mut self, ns: &str, confs: &[Value]) -> Result<Value> {
+        let mut results: Vec<Value> = Vec::new();
+        let mut prev = Value::Null;
+        for c in confs {
+            let full = self.full(c, Some(&prev));
+            match self.exec("ADD", ns, &full) {
+                Ok(r) => {
+                    results.push(r.clone());
+                    prev = r;
+                }
+                Err(e) => {
+                    // record what was added, so drop deletes it
+                    self.added
+                        .push((ns.into(), confs[..results.len()].to_vec(), results));
+                    return Err(e);
+                }
+            }
+        }
+        self.added.push((ns.into(), confs.to_vec(), results));
+        Ok(prev)
+    }
+
+    /// CNI DEL of every attachment, newest first, each chain in reverse.
+    pub fn del_all(&mut self) {
+        while let Some((ns, confs, results)) = self.added.pop() {
+            let last = results.last().cloned();
+            for c in confs.iter().rev() {
+                let full = self.full(c, last.as_ref());
+                if let Err(e) = self.exec("DEL", &ns, &full) {
+                    eprintln!("docknet: warning: {e:#}");
+                }
+            }
+        }
+    }
+}
+
+/// The first address of a CNI result, without its prefix.
+pub fn first_address(result: &Value) -> Result<String> {
+    result["ips"][0]["address"]
+        .as_str()
+        .and_then(|a| a.split('/').next())
+        .map(String::from)
+        .context("the CNI result has no address")
+}

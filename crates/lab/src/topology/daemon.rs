@@ -1,0 +1,89 @@
+//! A DockNet daemon of the lab's own: a private run directory and socket on tmpfs, ended by pid
+//! and removed on drop. Its control socket is spoken with the daemon's typed client.
+
+use crate::plan::DaemonSetup;
+use crate::proc::{terminate, unique};
+use anyhow::{bail, Context, Result};
+use docknet_daemon::proto::Client;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running daemon.
+#[derive(Debug)]
+pub struct Daemon {
+    proc: Option<Child>,
+    /// Run directory.
+    pub run_dir: PathBuf,
+    /// Control socket.
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `EXE daemon` (the `docknet` binary) as `setup` says and waits until it answers.
+    pub fn start(exe: &Path, setup: &DaemonSetup) -> Result<Daemon> {
+        let base = if Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        };
+        let run_dir = PathBuf::from(base).join(format!("docknet-{}", unique("run")));
+        let socket = run_dir.join("ctl.sock");
+        let mut cmd = Command::new(exe);
+        cmd.args(["--log", "warn", "daemon", "--run-dir"])
+            .arg(&run_dir)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--idle", setup.idle]);
+        if let Some(c) = setup.master_core {
+            cmd.args(["--master-core", &c.to_string()]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting docknet daemon")?;
+        let mut d = Daemon {
+            proc: Some(child),
+            run_dir,
+            socket,
+        };
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
+            if let Some(Ok(Some(st))) = d.proc.as_mut().map(|c| c.try_wait()) {
+                bail!("docknet daemon exited during start-up ({st})");
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                bail!("docknet daemon did not open its socket within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(d)
+    }
+
+    /// A client of this daemon's control socket.
+    pub fn client(&self) -> Result<Client> {
+        Ok(Client::connect(&self.socket)?)
+    }
+
+    /// `EXE --socket S` as a command (for `docknet run` in this daemon's pipes).
+    pub fn cmd(&self, exe: &Path) -> Command {
+        let mut c = Command::new(exe);
+        c.arg("--socket").arg(&self.socket);
+        c
+    }
+
+    /// Stops the daemon (SIGTERM, then SIGKILL) and removes its run directory.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.proc.take() {
+            terminate(&mut c);
+        }
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

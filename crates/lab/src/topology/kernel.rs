@@ -1,0 +1,331 @@
+//! Kernel network modes, one function each, built only inside namespaces this process creates
+//! and removed on drop (deleting a namespace removes its links).
+//!
+//! The container-facing parts of `bridge`, `bridge-nat`, `container`, `macvlan` and `ipvlan`
+//! are built the way a container runtime builds them: by the reference CNI plugins
+//! ([`super::cni`]). `loopback` and the direct `veth` pair have no plugin that fits (`ptp`
+//! routes through the host) and are built with `ip`; `ovs` with `ovs-vsctl`
+//! ([`super::ovs`]).
+
+use super::cni::{first_address, Cni, GATEWAY};
+use super::ovs::Ovs;
+use crate::mode::{Builder, Mode, LO_MTU};
+use crate::proc::{checked, ip, unique};
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+use std::process::Command;
+
+/// First TCP port of the pairs: pair `i` serves on `PORT_BASE + i` (also the mapped host port
+/// in `bridge-nat`).
+pub const PORT_BASE: u16 = 20000;
+
+/// One client/server pair of a topology.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    /// Namespace of the client.
+    pub client_ns: String,
+    /// Namespace of the server (the client's in `loopback` and `container`).
+    pub server_ns: String,
+    /// Address the client connects to (the server's, or the host's mapped port for NAT).
+    pub target: String,
+    /// Address the server binds.
+    pub bind: String,
+    /// TCP port of this pair.
+    pub port: u16,
+}
+
+/// A kernel container network between client and server namespaces.
+#[derive(Debug)]
+pub struct KernelLab {
+    /// The mode built.
+    pub mode: Mode,
+    /// All namespaces created, in creation order.
+    pub namespaces: Vec<String>,
+    /// The pairs (at least one).
+    pub pairs: Vec<Pair>,
+    /// MTU of the links, or of `lo` where traffic crosses only `lo`.
+    pub mtu: u32,
+    cni: Option<Cni>,
+    ovs: Option<Ovs>,
+}
+
+/// Address of A in the direct `veth` topology.
+pub const VETH_A: &str = "10.66.0.1";
+/// Address of B in the direct `veth` topology.
+pub const VETH_B: &str = "10.66.0.2";
+
+fn port(i: usize) -> u16 {
+    PORT_BASE + i as u16
+}
+
+impl KernelLab {
+    /// Builds `mode` with `pairs` client/server pairs at `mtu`; on error, removes whatever was
+    /// built.
+    pub fn build(mode: Mode, pairs: usize, mtu: u32) -> Result<KernelLab> {
+        if !mode.is_kernel() {
+            bail!("{mode} is not a kernel mode the lab can build");
+        }
+        if pairs == 0 || pairs > 1000 {
+            bail!("pairs must be 1 ..= 1000");
+        }
+        let base = unique("");
+        let mut lab = KernelLab {
+            mode,
+            namespaces: Vec::new(),
+            pairs: Vec::new(),
+            mtu,
+            cni: None,
+            ovs: None,
+        };
+        match mode {
+            Mode::Loopback => lab.loopback(&base, pairs)?,
+            Mode::Veth => lab.veth(&base, pairs)?,
+            Mode::Ovs => lab.ovs(&base, pairs)?,
+            Mode::Container => lab.container(&base, pairs)?,
+            Mode::Bridge | Mode::BridgeNat => lab.bridge(&base, pairs, mode == Mode::BridgeNat)?,
+            Mode::Macvlan | Mode::Ipvlan => lab.vlan(&base, pairs)?,
+            _ => unreachable!("checked above"),
+        }
+        Ok(lab)
+    }
+
+    /// How the container links were built.
+    pub fn builder(&self) -> Builder {
+        self.mode.builder()
+    }
+
+    fn addns(&mut self, ns: &str) -> Result<()> {
+        ip(&["netns", "add", ns])?;
+        self.namespaces.push(ns.to_string());
+        ip(&["-n", ns, "link", "set", "lo", "up"])
+    }
+
+    /// `loopback`: one namespace, every pair on its `lo`.
+    fn loopback(&mut self, base: &str, pairs: usize) -> Result<()> {
+        let ns = format!("{base}a");
+        self.addns(&ns)?;
+        self.mtu = LO_MTU;
+        for i in 0..pairs {
+            self.pairs.push(Pair {
+                client_ns: ns.clone(),
+                server_ns: ns.clone(),
+                target: "127.0.0.1".into(),
+                bind: "127.0.0.1".into(),
+                port: port(i),
+            });
+        }
+        Ok(())
+    }
+
+    /// `veth`: a veth pair straight between client and server.
+    fn veth(&mut self, base: &str, pairs: usize) -> Result<()> {
+        let mtu = self.mtu.to_string();
+        for i in 0..pairs {
+            let (a, b) = (format!("{base}a{i}"), format!("{base}b{i}"));
+            self.addns(&a)?;
+            self.addns(&b)?;
+            ip(&[
+                "-n", &a, "link", "add", "eth0", "mtu", &mtu, "type", "veth", "peer", "name",
+                "eth0", "mtu", &mtu, "netns", &b,
+            ])?;
+            for (ns, ip4) in [(&a, VETH_A), (&b, VETH_B)] {
+                ip(&["-n", ns, "addr", "add", &format!("{ip4}/24"), "dev", "eth0"])?;
+                ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+            }
+            self.pairs.push(Pair {
+                client_ns: a,
+                server_ns: b,
+                target: VETH_B.into(),
+                bind: VETH_B.into(),
+                port: port(i),
+            });
+        }
+        Ok(())
+    }
+
+    /// `ovs`: veth pairs from each container to an Open vSwitch bridge with the userspace
+    /// datapath (`datapath_type=netdev`), run by an OVS of the lab's own in its host namespace.
+    fn ovs(&mut self, base: &str, pairs: usize) -> Result<()> {
+        let host = format!("{base}h");
+        self.addns(&host)?;
+        let mtu = self.mtu.to_string();
+        // on error, dropping `ovs` ends its daemons before the namespaces go
+        let ovs = Ovs::start(&host, base)?;
+        ovs.vsctl(&[
+            "add-br",
+            "br0",
+            "--",
+            "set",
+            "bridge",
+            "br0",
+            "datapath_type=netdev",
+        ])?;
+        for i in 0..pairs {
+            let (a, b) = (format!("{base}a{i}"), format!("{base}b{i}"));
+            let (ia, ib) = (
+                format!("10.66.{}.{}", 1 + i / 250, 1 + i % 250),
+                format!("10.66.{}.{}", 101 + i / 250, 1 + i % 250),
+            );
+            for (ns, portname, ip4) in [(&a, format!("pa{i}"), &ia), (&b, format!("pb{i}"), &ib)] {
+                self.addns(ns)?;
+                ip(&[
+                    "-n", &host, "link", "add", &portname, "mtu", &mtu, "type", "veth", "peer",
+                    "name", "eth0", "mtu", &mtu, "netns", ns,
+                ])?;
+                ip(&["-n", &host, "link", "set", &portname, "up"])?;
+                ip(&["-n", ns, "addr", "add", &format!("{ip4}/16"), "dev", "eth0"])?;
+                ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+                // the userspace datapath forwards through AF_PACKET and does not finish
+                // checksums a veth left to "hardware": compute them in the container (as OVS's
+                // documentation advises for veth ports)
+                checked(
+                    Command::new("ip")
+                        .args(["netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"]),
+                    "ethtool -K eth0 tx off (apt-get install ethtool)",
+                )?;
+                ovs.vsctl(&["add-port", "br0", &portname])?;
+            }
+            self.pairs.push(Pair {
+                client_ns: a,
+                server_ns: b,
+                target: ib.clone(),
+                bind: ib,
+                port: port(i),
+            });
+        }
+        self.ovs = Some(ovs);
+        Ok(())
+    }
+
+    /// The lab's host namespace with a CNI runtime in it; the runtime is kept (for DEL on drop)
+    /// even when `attach` fails.
+    fn with_cni(
+        &mut self,
+        base: &str,
+        attach: impl FnOnce(&mut KernelLab, &mut Cni) -> Result<()>,
+    ) -> Result<()> {
+        let host = format!("{base}h");
+        self.addns(&host)?;
+        let mut cni = Cni::new(&host, base)?;
+        let r = attach(self, &mut cni);
+        self.cni = Some(cni);
+        r
+    }
+
+    /// The CNI `bridge` plugin's configuration: Docker's default network.
+    fn bridge_conf(&self, cni: &Cni) -> Value {
+        json!({"type": "bridge", "bridge": "dnbr0", "isGateway": true, "ipMasq": false,
+            "hairpinMode": true, "mtu": self.mtu, "ipam": cni.ipam()})
+    }
+
+    /// Client in a namespace attached with `client`, server with `server`; the server's
+    /// address comes from its CNI result, the client connects to `target` (or that address).
+    fn cni_pair(
+        &mut self,
+        cni: &mut Cni,
+        base: &str,
+        i: usize,
+        client: &[Value],
+        server: &[Value],
+        target: Option<&str>,
+    ) -> Result<()> {
+        let (a, b) = (format!("{base}a{i}"), format!("{base}b{i}"));
+        self.addns(&a)?;
+        cni.add(&a, client)?;
+        self.addns(&b)?;
+        let server_ip = first_address(&cni.add(&b, server)?)?;
+        self.pairs.push(Pair {
+            client_ns: a,
+            server_ns: b,
+            target: target.map_or_else(|| server_ip.clone(), String::from),
+            bind: server_ip,
+            port: port(i),
+        });
+        Ok(())
+    }
+
+    /// `bridge`: every container attached by the CNI `bridge` plugin to one Linux bridge in the
+    /// lab's host namespace. With `nat` (`bridge-nat`), Docker's `-p` too: the CNI `portmap`
+    /// plugin maps the host's port to each server, the client connects to the host's address
+    /// and port, and the hairpin is masqueraded.
+    fn bridge(&mut self, base: &str, pairs: usize, nat: bool) -> Result<()> {
+        self.with_cni(base, |lab, cni| {
+            let link = lab.bridge_conf(cni);
+            for i in 0..pairs {
+                let mut chain = vec![link.clone()];
+                if nat {
+                    chain.push(json!({"type": "portmap", "snat": true,
+                        "capabilities": {"portMappings": true},
+                        "runtimeConfig": {"portMappings": [
+                            {"hostPort": port(i), "containerPort": port(i), "protocol": "tcp"}]}}));
+                }
+                let target = nat.then_some(GATEWAY);
+                lab.cni_pair(cni, base, i, std::slice::from_ref(&link), &chain, target)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `container`: Docker's container mode. Client and server share one container's namespace
+    /// (attached to a bridge with CNI, as Docker would) and talk over its `lo`.
+    fn container(&mut self, base: &str, pairs: usize) -> Result<()> {
+        self.with_cni(base, |lab, cni| {
+            let link = lab.bridge_conf(cni);
+            lab.mtu = LO_MTU;
+            for i in 0..pairs {
+                let ns = format!("{base}c{i}");
+                lab.addns(&ns)?;
+                cni.add(&ns, std::slice::from_ref(&link))?;
+                lab.pairs.push(Pair {
+                    client_ns: ns.clone(),
+                    server_ns: ns,
+                    target: "127.0.0.1".into(),
+                    bind: "127.0.0.1".into(),
+                    port: port(i),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// `macvlan` (bridge mode) or `ipvlan` (L2) links by the CNI plugin of that name, on a
+    /// lab-owned parent: one end of a veth pair in the lab's host namespace.
+    fn vlan(&mut self, base: &str, pairs: usize) -> Result<()> {
+        let mode = self.mode;
+        self.with_cni(base, |lab, cni| {
+            let host = format!("{base}h");
+            let mtu = lab.mtu.to_string();
+            ip(&[
+                "-n", &host, "link", "add", "parent0", "mtu", &mtu, "type", "veth", "peer", "name",
+                "parent1", "mtu", &mtu,
+            ])?;
+            ip(&["-n", &host, "link", "set", "parent0", "up"])?;
+            ip(&["-n", &host, "link", "set", "parent1", "up"])?;
+            let link = json!({"type": mode.name(), "master": "parent0", "mtu": lab.mtu,
+                "mode": if mode == Mode::Macvlan { "bridge" } else { "l2" },
+                "ipam": cni.ipam()});
+            let chain = std::slice::from_ref(&link);
+            for i in 0..pairs {
+                lab.cni_pair(cni, base, i, chain, chain, None)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Drop for KernelLab {
+    fn drop(&mut self) {
+        drop(self.ovs.take());
+        if let Some(cni) = self.cni.as_mut() {
+            cni.del_all();
+        }
+        for ns in self.namespaces.iter().rev() {
+            if let Err(e) = ip(&["netns", "del", ns]) {
+                eprintln!("docknet: warning: removing namespace {ns}: {e:#}");
+            }
+        }
+        if let Some(cni) = self.cni.take() {
+            let _ = std::fs::remove_dir_all(&cni.dir);
+        }
+    }
+}

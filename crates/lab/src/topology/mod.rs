@@ -1,0 +1,20 @@
+//! Topologies: what connects a client and a server in each mode, built fresh in namespaces
+//! (or on a daemon) of the lab's own and removed on drop, also on failure or Ctrl-C.
+//!
+//! - [`kernel`]: one function per kernel mode (`ip`, the CNI plugins, OVS);
+//! - [`cni`]: a small CNI 1.0 runtime over the reference plugins;
+//! - [`ovs`]: an Open vSwitch of the lab's own;
+//! - [`daemon`]: a DockNet daemon of the lab's own;
+//! - [`docknet`]: pipes (and fast channels) on that daemon;
+//! - [`probe`]: whether this machine can have a mode at all.
+
+pub mod cni;
+pub mod daemon;
+pub mod docknet;
+pub mod kernel;
+pub mod ovs;
+pub mod probe;
+
+pub use daemon::Daemon;
+pub use docknet::DocknetLab;
+pub use kernel::{KernelLab, Pair};

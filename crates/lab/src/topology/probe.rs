@@ -1,0 +1,68 @@
+//! Whether this machine can have a mode at all: checked, not assumed. A mode it cannot have is
+//! reported as "not available here" with the reason, never as a number.
+
+use super::cni::plugin_dir;
+use crate::mode::Mode;
+use crate::proc::{ip, unique};
+use std::process::Command;
+
+/// Why `mode` cannot be measured on this machine, or `None` when it can.
+pub fn unavailable(mode: Mode) -> Option<String> {
+    match mode {
+        Mode::Bridge | Mode::BridgeNat | Mode::Container | Mode::Macvlan => cni(mode),
+        Mode::Ipvlan => cni(mode).or_else(ipvlan),
+        Mode::Ovs => [
+            "ovsdb-server",
+            "ovs-vswitchd",
+            "ovs-vsctl",
+            "ovsdb-tool",
+            "ethtool",
+        ]
+        .iter()
+        .find(|p| {
+            Command::new(p)
+                .arg("--version")
+                .output()
+                .map_or(true, |o| !o.status.success())
+        })
+        .map(|p| format!("{p} is missing (apt-get install openvswitch-switch ethtool)")),
+        Mode::Sriov => {
+            let vfs = std::fs::read_dir("/sys/class/net")
+                .map(|rd| {
+                    rd.flatten()
+                        .any(|e| e.path().join("device/sriov_totalvfs").exists())
+                })
+                .unwrap_or(false);
+            (!vfs).then(|| "no SR-IOV capable NIC on this machine".to_string())
+        }
+        Mode::Loopback | Mode::Veth | Mode::Docknet | Mode::DocknetFc => None,
+    }
+}
+
+/// The CNI plugins, and iptables for `bridge-nat`'s port mapping.
+fn cni(mode: Mode) -> Option<String> {
+    if let Err(e) = plugin_dir() {
+        return Some(format!("{e:#}"));
+    }
+    if mode == Mode::BridgeNat && Command::new("iptables").arg("-V").output().is_err() {
+        return Some("the CNI portmap plugin needs iptables (apt-get install iptables)".into());
+    }
+    None
+}
+
+/// Whether the kernel can make ipvlan links, tried in a namespace of our own.
+fn ipvlan() -> Option<String> {
+    let ns = unique("p");
+    let probe = ip(&["netns", "add", &ns]).and_then(|_| {
+        ip(&[
+            "-n", &ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1",
+        ])?;
+        ip(&[
+            "-n", &ns, "link", "add", "iv0", "link", "p0", "type", "ipvlan", "mode", "l2",
+        ])
+    });
+    let _ = ip(&["netns", "del", &ns]);
+    probe
+        .err()
+        .map(|e| format!("the kernel cannot create ipvlan links ({e:#}): no ipvlan module"))
+}

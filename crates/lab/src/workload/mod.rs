@@ -1,0 +1,253 @@
+//! Running a plan: each [`ModeRun`] builds its topology, runs its points in order and turns
+//! what the measuring programs print (typed) into [`Row`]s.
+//!
+//! - [`dnperf`]: dnperf's arguments, and its typed result turned into a row;
+//! - [`pairs`]: N pairs at once;
+//! - [`crosscheck`]: sockperf and iperf3 beside dnperf, with pure parsers of their output;
+//! - [`raw`]: the raw-frame bench (`docknet raw bench`).
+
+pub mod crosscheck;
+pub mod dnperf;
+pub mod pairs;
+pub mod raw;
+
+use crate::mode::Builder;
+use crate::plan::{Measure, ModeRun, Placement, Point};
+use crate::proc::{in_ns, Proc, Stop};
+use crate::progress::Progress;
+use crate::row::{NotAvailable, Row, Workload};
+use crate::topology::{DocknetLab, KernelLab};
+use anyhow::{bail, Context, Result};
+use dnperf::Side;
+use docknet_perf::report::ClientReport;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Time given to a DockNet server to attach (and drain stale frames) before its client starts.
+pub const SERVER_START: Duration = Duration::from_millis(200);
+
+/// Measured and warm-up seconds of every point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// Measured seconds.
+    pub duration: f64,
+    /// Warm-up seconds (excluded).
+    pub warmup: f64,
+}
+
+/// The pairs of a topology, however it was built.
+#[derive(Debug)]
+pub enum Fleet<'a> {
+    /// Kernel namespaces.
+    Kernel(&'a KernelLab),
+    /// Pipes on a daemon.
+    Docknet(&'a DocknetLab),
+}
+
+impl Fleet<'_> {
+    /// MTU of the links or pipes.
+    pub fn mtu(&self) -> u32 {
+        match self {
+            Fleet::Kernel(l) => l.mtu,
+            Fleet::Docknet(l) => l.mtu,
+        }
+    }
+
+    /// Who built it.
+    pub fn builder(&self) -> Builder {
+        match self {
+            Fleet::Kernel(l) => l.builder(),
+            Fleet::Docknet(_) => Builder::Docknet,
+        }
+    }
+}
+
+/// Executes plans; collects rows and what was skipped.
+#[derive(Debug)]
+pub struct Runner {
+    /// The `docknet` binary (runs daemons and containers).
+    pub exe: PathBuf,
+    /// The `dnperf` binary next to it.
+    pub dnperf: PathBuf,
+    /// The workload of the run.
+    pub workload: Workload,
+    /// Seconds per point.
+    pub timing: Timing,
+    /// Ctrl-C.
+    pub stop: Stop,
+    /// Progress over the plan.
+    pub progress: Progress,
+    /// Every measured run of every point.
+    pub rows: Vec<Row>,
+    /// Modes and tools without figures, and why.
+    pub skipped: Vec<NotAvailable>,
+    port: u16,
+}
+
+/// dnperf next to `exe`.
+pub fn dnperf_path(exe: &Path) -> Result<PathBuf> {
+    let p = exe.with_file_name("dnperf");
+    if p.exists() {
+        Ok(p)
+    } else {
+        bail!(
+            "dnperf not found next to {} (cargo build --release builds both)",
+            exe.display()
+        )
+    }
+}
+
+impl Runner {
+    /// A runner for `workload` using the binaries next to `exe`.
+    pub fn new(
+        exe: PathBuf,
+        workload: Workload,
+        timing: Timing,
+        stop: Stop,
+        total: usize,
+    ) -> Result<Runner> {
+        Ok(Runner {
+            dnperf: dnperf_path(&exe)?,
+            exe,
+            workload,
+            timing,
+            stop,
+            progress: Progress::new(total as u64),
+            rows: Vec::new(),
+            skipped: Vec::new(),
+            port: 21000,
+        })
+    }
+
+    /// How long a point with `n` pairs may take.
+    fn timeout(&self, n: usize) -> Duration {
+        Duration::from_secs_f64(self.timing.duration + self.timing.warmup + 30.0 + n as f64 * 0.2)
+    }
+
+    /// A fresh port for DockNet servers (their pipes outlive one point; kernel pairs reuse
+    /// their own port).
+    fn next_port(&mut self) -> u16 {
+        self.port += 1;
+        self.port
+    }
+
+    /// Builds the topology of `run` and runs its points.
+    pub fn run_mode(&mut self, run: &ModeRun) -> Result<()> {
+        // the topology's own memory counts only for pairs
+        let mem0 = (self.workload == Workload::Pairs)
+            .then(pairs::mem_available_kib)
+            .flatten();
+        if let Some(setup) = &run.daemon {
+            let lab = DocknetLab::build(&self.exe, run.mode, setup, run.pairs, run.mtu)?;
+            let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
+            self.points(run, &Fleet::Docknet(&lab), topo_kib)
+        } else {
+            let lab = KernelLab::build(run.mode, run.pairs, run.mtu)
+                .with_context(|| format!("building the {} topology", run.mode))?;
+            let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
+            self.points(run, &Fleet::Kernel(&lab), topo_kib)
+        }
+    }
+
+    /// Runs the points of `run` on its topology; `topo_kib` is the topology's own memory per
+    /// pair (pairs).
+    fn points(&mut self, run: &ModeRun, fleet: &Fleet, topo_kib: f64) -> Result<()> {
+        for p in &run.points {
+            self.stop.check()?;
+            match &p.measure {
+                Measure::Dnperf(pl) => self.single(run, fleet, p, pl)?,
+                Measure::Crosscheck(tool, pl) => self.crosscheck(run, fleet, p, *tool, pl)?,
+                Measure::Pairs(n, pl) => self.pairs(run, fleet, p, *n, pl, topo_kib)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A dnperf process of pair `i`: its server, or its client.
+    fn spawn(
+        &self,
+        fleet: &Fleet,
+        i: usize,
+        port: u16,
+        core: Option<usize>,
+        idle: &str,
+        side: Side,
+    ) -> Result<Proc> {
+        let what = side.what();
+        match fleet {
+            Fleet::Kernel(l) => {
+                let p = &l.pairs[i];
+                let (ns, addr) = match side {
+                    Side::Server => (&p.server_ns, format!("{}:{}", p.bind, p.port)),
+                    Side::Client(..) => (&p.client_ns, format!("{}:{}", p.target, p.port)),
+                };
+                let args = dnperf::args("kernel", &addr, core, idle, side, self.timing);
+                Proc::spawn(in_ns(ns, &self.dnperf, args), what)
+            }
+            Fleet::Docknet(l) => {
+                let addr = format!("{}:{port}", DocknetLab::server_ip(i));
+                let pipe = match side {
+                    Side::Server => DocknetLab::server_pipe(i),
+                    Side::Client(..) => DocknetLab::client_pipe(i),
+                };
+                let args = dnperf::args("docknet", &addr, core, idle, side, self.timing);
+                Proc::spawn(l.run_in(&self.exe, &pipe, core, &self.dnperf, args), what)
+            }
+        }
+    }
+
+    /// One dnperf measurement on pair 0: its server, then its client; the client's report.
+    fn measure(&mut self, fleet: &Fleet, pl: &Placement, size: usize) -> Result<ClientReport> {
+        let port = match fleet {
+            Fleet::Docknet(_) => self.next_port(),
+            Fleet::Kernel(_) => 0,
+        };
+        let server = self.spawn(fleet, 0, port, pl.server, pl.idle, Side::Server)?;
+        if let Fleet::Docknet(_) = fleet {
+            std::thread::sleep(SERVER_START);
+        }
+        let side = Side::Client(self.workload, size);
+        let report = self
+            .spawn(fleet, 0, port, pl.client, pl.idle, side)?
+            .result(self.timeout(1), &self.stop)?;
+        server.finish(&self.stop);
+        Ok(report)
+    }
+
+    /// A single-pair dnperf point.
+    fn single(&mut self, run: &ModeRun, fleet: &Fleet, p: &Point, pl: &Placement) -> Result<()> {
+        self.progress
+            .start(&format!("{} {} {} B", run.mode, pl.cores(), p.size));
+        let report = self.measure(fleet, pl, p.size)?;
+        let mut row = dnperf::row(&report, run.mode, self.workload, p, fleet.builder());
+        if let Fleet::Docknet(l) = fleet {
+            row.mtu = Some(l.mtu);
+        }
+        self.push(row);
+        Ok(())
+    }
+
+    /// Records a row and says so on the progress.
+    pub fn push(&mut self, row: Row) {
+        let what = match (row.pairs, row.p50_us, row.gbps) {
+            (Some(n), p, g) => format!(
+                "{n} pairs: {:.2} Gbps total, p50 {:.2} us, {:.0} KiB/pair",
+                g.unwrap_or(0.0),
+                p.unwrap_or(0.0),
+                row.mem_kib_per_pair.unwrap_or(0.0)
+            ),
+            (None, Some(p), _) => format!("p50 {p:.2} us"),
+            (None, None, g) => format!("{:.2} Gbps", g.unwrap_or(0.0)),
+        };
+        self.progress.done(&format!(
+            "  {:<11} {:<8} {:<8} {} {:>6} B mtu {}: {what}",
+            row.mode.name(),
+            row.cores,
+            row.tool.name(),
+            row.workload,
+            row.size,
+            row.mtu.map_or("-".into(), |m| m.to_string())
+        ));
+        self.rows.push(row);
+    }
+}

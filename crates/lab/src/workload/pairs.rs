@@ -1,0 +1,126 @@
+//! N pairs at once: first all ping-pong (per-pair latency from the N clients' merged
+//! histograms), then all stream (aggregate goodput); memory per pair from MemAvailable.
+
+use super::dnperf::Side;
+use super::{Fleet, Runner, SERVER_START};
+use crate::plan::{ModeRun, Placement, Point};
+use crate::row::{Row, Tool, Workload};
+use anyhow::{Context, Result};
+use docknet_perf::report::ClientReport;
+use docknet_perf::stats::{buckets, histogram, merge_buckets, Summary};
+use std::time::Duration;
+
+/// MemAvailable from /proc/meminfo, KiB.
+pub fn mem_available_kib() -> Option<f64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The fall in MemAvailable since `before` (KiB), per `n`; never negative.
+pub fn fall_per(before: Option<f64>, n: usize) -> Option<f64> {
+    Some(((before? - mem_available_kib()?) / n as f64).max(0.0))
+}
+
+/// The pairs row from the N clients' reports of both phases.
+pub fn pairs_row(rr: &[ClientReport], st: &[ClientReport], n: usize) -> Row {
+    let mut h = histogram();
+    for r in rr {
+        merge_buckets(&mut h, r.result.one_way_hist.as_deref().unwrap_or(&[]));
+    }
+    let s = Summary::of(&h);
+    let lat = |ns: f64| (!h.is_empty()).then_some(ns / 1e3);
+    let sum = |f: fn(&ClientReport) -> Option<f64>, rs: &[ClientReport]| {
+        rs.iter().filter_map(f).sum::<f64>()
+    };
+    Row {
+        pairs: Some(n),
+        p50_us: lat(s.p50 as f64),
+        p99_us: lat(s.p99 as f64),
+        p999_us: lat(s.p999 as f64),
+        mean_us: lat(s.mean),
+        tps: Some(sum(|r| Some(r.result.tps), rr)),
+        gbps: Some(sum(|r| r.result.gbps, st)),
+        msgs_per_s: Some(sum(|r| r.result.msgs_per_s, st)),
+        cpu_s_per_op: Some(sum(|r| Some(r.result.cpu_s_per_op), rr) / rr.len().max(1) as f64),
+        one_way_hist: Some(buckets(&h)),
+        ..Row::new(crate::mode::Mode::Bridge, Tool::Dnperf, Workload::Pairs, 0)
+    }
+}
+
+impl Runner {
+    /// One point of a pairs sweep: N pairs rr together, then stream together.
+    pub(super) fn pairs(
+        &mut self,
+        run: &ModeRun,
+        fleet: &Fleet,
+        p: &Point,
+        n: usize,
+        pl: &Placement,
+        topo_kib: f64,
+    ) -> Result<()> {
+        self.progress
+            .start(&format!("{} {n} pairs {} B", run.mode, p.size));
+        let (rr, _) = self.fleet_run(fleet, n, Workload::Rr, p.size, pl.idle)?;
+        let (st, mem) = self.fleet_run(fleet, n, Workload::Stream, p.size, pl.idle)?;
+        let row = Row {
+            mode: run.mode,
+            size: p.size,
+            repeat: p.repeat,
+            placement: pl.description.clone(),
+            cores: pl.cores(),
+            mtu: Some(fleet.mtu()),
+            mem_kib_per_pair: mem.map(|m| m + topo_kib),
+            builder: Some(fleet.builder().name().into()),
+            ..pairs_row(&rr, &st, n)
+        };
+        self.push(row);
+        Ok(())
+    }
+
+    /// Runs `w` on the first `n` pairs at once; the clients' reports and the memory per pair
+    /// (the fall in MemAvailable, sampled mid-run, over n).
+    fn fleet_run(
+        &mut self,
+        fleet: &Fleet,
+        n: usize,
+        w: Workload,
+        size: usize,
+        idle: &str,
+    ) -> Result<(Vec<ClientReport>, Option<f64>)> {
+        let mem0 = mem_available_kib();
+        let port = match fleet {
+            Fleet::Docknet(_) => self.next_port(),
+            Fleet::Kernel(_) => 0,
+        };
+        let mut servers = Vec::with_capacity(n);
+        for i in 0..n {
+            servers.push(self.spawn(fleet, i, port, None, idle, Side::Server)?);
+        }
+        std::thread::sleep(SERVER_START + Duration::from_millis(5 * n as u64));
+        let mut clients = Vec::with_capacity(n);
+        for i in 0..n {
+            clients.push(self.spawn(fleet, i, port, None, idle, Side::Client(w, size))?);
+        }
+        std::thread::sleep(Duration::from_secs_f64(
+            self.timing.warmup + self.timing.duration / 2.0,
+        ));
+        let mem = fall_per(mem0, n);
+        let mut out = Vec::with_capacity(n);
+        for (i, c) in clients.into_iter().enumerate() {
+            out.push(
+                c.result(self.timeout(n), &self.stop)
+                    .with_context(|| format!("pair {i} of {n}"))?,
+            );
+        }
+        for s in servers {
+            s.finish(&self.stop);
+        }
+        Ok((out, mem))
+    }
+}
