@@ -10,9 +10,15 @@
 #   FULL=1 ./scripts/bench.sh    the full lab (every mode, MTU 1500 and 9000, the size sweeps,
 #                                1..128 pairs, sockperf/iperf3 cross-check): about 25 minutes
 #
-# Extra arguments go to every `docknet bench` run (see `docknet bench rr --help`).
+# Extra arguments go to every `docknet bench` run (see `docknet bench rr --help`). Runs as
+# root; a normal user is re-run under sudo.
+#
+#   ./scripts/bench.sh [--help] [DOCKNET BENCH OPTIONS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/common.sh
+docknet_usage "$@"
+docknet_root "$@"
 ./scripts/setup.sh
 D=target/release/docknet
 OUT=${OUT:-results}

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Installs what DockNet needs on a Debian machine (as root) and builds it in release mode.
-# Safe to run again: installs only what is missing.
+# Installs what DockNet needs on a Debian machine and builds it in release mode.
+# Safe to run again: installs only what is missing. Runs as root; a normal user is re-run
+# under sudo.
+#
+#   ./scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-if [ "$(id -u)" -ne 0 ]; then
-    echo "docknet setup: needs root (namespaces, mounts, apt-get): re-run with sudo" >&2
-    exit 1
-fi
+. scripts/common.sh
+docknet_usage "$@"
+docknet_root "$@"
 
 # command -> Debian package
 declare -A NEED=(

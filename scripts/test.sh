@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # All the checks: formatting, lints, docs, and every test (unit, property, and integration tests
-# with real processes in real namespaces, which need root).
+# with real processes in real namespaces, which need root). Installs what is missing first.
+# Runs as root; a normal user is re-run under sudo.
+#
+#   ./scripts/test.sh [--help]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/common.sh
+docknet_usage "$@"
+docknet_root "$@"
 # the report test loads index.html in headless Chromium
 command -v chromium >/dev/null 2>&1 || export DOCKNET_EXTRA_PACKAGES=chromium
 ./scripts/setup.sh

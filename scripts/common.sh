@@ -1,0 +1,35 @@
+# Sourced by setup.sh, bench.sh and test.sh.
+#
+# docknet_root "$@": carries on as root; a normal user is re-run under sudo (keeping PATH and the
+# Rust toolchain's homes, so a rustup install in ~/.cargo still works), and what the run creates
+# in the checkout (target/, results/) is handed back to that user at the end. Without sudo it
+# says what to do and exits 1.
+docknet_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        if [ -n "${DOCKNET_OWNER:-}" ]; then
+            trap 'chown -R "$DOCKNET_OWNER" target "${OUT:-results}" 2>/dev/null || true' EXIT
+        fi
+        return 0
+    fi
+    local me
+    me=$(basename "$0")
+    if command -v sudo >/dev/null 2>&1; then
+        echo "$me: needs root (network namespaces, mounts, apt-get): re-running under sudo" >&2
+        exec sudo env "PATH=$PATH" \
+            "CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}" "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" \
+            "DOCKNET_OWNER=$(id -u):$(id -g)" "FULL=${FULL:-0}" "OUT=${OUT:-results}" \
+            "$0" "$@"
+    fi
+    echo "$me: needs root (network namespaces, mounts, apt-get): run it as root, or install sudo and run it again" >&2
+    exit 1
+}
+
+# docknet_usage "$@": prints the script's header comment and exits 0 when asked for --help.
+docknet_usage() {
+    case "${1:-}" in
+    -h | --help)
+        sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"
+        exit 0
+        ;;
+    esac
+}
