@@ -1,135 +1,130 @@
-//! `docknet run`: starts a command as a container in the kernel sense (new mount, network, PID,
-//! UTS and IPC namespaces) that sees exactly one DockPipe.
+//! `docknet run`: a command as a container that reaches the network only through its pipe.
 //!
-//! Inside, the daemon's run directory and `/run/docknet` are covered by empty tmpfs mounts, the
-//! control socket is covered too, and only the pipe's own directory is bind-mounted at
-//! `/run/docknet/pipe` (its fast-channel files are hard links inside it, so a channel is visible
-//! to exactly its two partners). The network namespace has only `lo`: the pipe is the only way
-//! out. A small init (pid 1) mounts a fresh `/proc` and `/sys`, drops the capabilities that could undo the
-//! mounts from the bounding set, runs the command, forwards signals and reaps orphans.
+//! The supervisor (`docknet run`, in the host's mount namespace) makes new network, PID, UTS
+//! and IPC namespaces, asks the daemon to hand the pipe out in that network namespace
+//! (`pipe_attach`: an abstract socket `@docknet/pipe` the container connects to, so no host path
+//! is shared), starts the container's init, forwards signals, and detaches the pipe when the
+//! command ends. The init (pid 1 of the new PID namespace) builds the container's walls
+//! ([`crate::sandbox`]): its own root, `/dev`, `/proc`; no capabilities; `no_new_privs`; a
+//! seccomp filter; a new session without a controlling terminal. Then it runs the command,
+//! forwards signals, reaps orphans, and exits with the command's status.
 
+use crate::sandbox::{self, Walls};
 use anyhow::{bail, Context, Result};
-use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use std::fs::{self, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// Where the pipe appears inside the container.
-pub const PIPE_MOUNT: &str = "/run/docknet/pipe";
-
-/// Capabilities removed from the container's bounding set: the ones that could unmount the
-/// covering tmpfs, reach raw devices or other processes, or load kernel code.
-const DROPPED: &[caps::Capability] = &[
-    caps::Capability::CAP_SYS_ADMIN,
-    caps::Capability::CAP_SYS_PTRACE,
-    caps::Capability::CAP_SYS_MODULE,
-    caps::Capability::CAP_SYS_RAWIO,
-    caps::Capability::CAP_MKNOD,
-    caps::Capability::CAP_SYS_BOOT,
-    caps::Capability::CAP_SYS_TIME,
-    caps::Capability::CAP_DAC_READ_SEARCH,
-];
-
-fn tmpfs(at: &Path) -> Result<()> {
-    mount(
-        Some("tmpfs"),
-        at,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some("mode=0755,size=1m"),
-    )
-    .with_context(|| format!("mounting tmpfs over {}", at.display()))
+/// What `docknet run` was asked for.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Pipe to attach.
+    #[arg(long)]
+    pub pipe: String,
+    /// Pin the container to this core.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Abstract socket name the pipe is handed out at inside the container (without `@`).
+    #[arg(long, default_value = docknet_pipe::delivery::DEFAULT_SOCKET)]
+    pub socket_name: String,
+    /// Use this directory as the container's root (read-only) instead of the host's system
+    /// directories.
+    #[arg(long)]
+    pub rootfs: Option<PathBuf>,
+    /// Also show this host directory, read-only, at the same path (repeatable).
+    #[arg(long = "bind")]
+    pub binds: Vec<PathBuf>,
+    /// The command and its arguments (after --).
+    #[arg(last = true, required = true)]
+    pub cmd: Vec<String>,
 }
 
-/// Runs `cmd` in a new container attached to pipe `pipe`. Returns the command's exit status.
-pub fn run(socket: &Path, pipe: &str, cpu: Option<usize>, cmd: &[String]) -> Result<ExitCode> {
-    if cmd.is_empty() {
-        bail!("no command given: docknet run --pipe NAME -- CMD [ARGS...]");
+/// The command's program on the host's PATH (its directory is shown in the container).
+fn resolve(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return std::fs::canonicalize(cmd).ok();
     }
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(cmd))
+        .find(|p| p.is_file())
+        .and_then(|p| std::fs::canonicalize(p).ok())
+}
+
+/// Whether `p` lies under one of the directories the root shows anyway.
+fn under_system(p: &Path) -> bool {
+    ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"]
+        .iter()
+        .any(|s| p.starts_with(s))
+}
+
+/// Runs `a.cmd` in a new container attached to pipe `a.pipe`; returns the command's status.
+pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     let mut client = crate::ctl::client(socket)?;
-    let dir = PathBuf::from(client.pipe_show(pipe)?.dir);
-    let run_dir = PathBuf::from(client.status()?.run_dir);
-    let exe = std::env::current_exe().context("locating the docknet binary")?;
-    if let Some(c) = cpu {
+    client.pipe_show(&a.pipe)?;
+    if let Some(c) = a.cpu {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         if c >= n {
             bail!("--cpu {c}: this machine has cores 0..{}", n - 1);
         }
     }
-
+    let exe = std::env::current_exe().context("locating the docknet binary")?;
+    let mut binds = a.binds.clone();
+    if a.rootfs.is_none() {
+        for prog in [resolve(&a.cmd[0]), Some(exe.clone())]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(d) = prog.parent().filter(|d| !under_system(d)) {
+                if !binds.iter().any(|b| b == d) {
+                    binds.push(d.to_path_buf());
+                }
+            }
+        }
+    }
     // Must happen while this process has a single thread.
     unshare(
-        CloneFlags::CLONE_NEWNS
-            | CloneFlags::CLONE_NEWNET
+        CloneFlags::CLONE_NEWNET
             | CloneFlags::CLONE_NEWPID
             | CloneFlags::CLONE_NEWUTS
             | CloneFlags::CLONE_NEWIPC,
     )
     .context("creating namespaces (docknet run needs root)")?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .context("making mounts private")?;
-    // Keep a handle on the pipe directory before it is hidden. Opened after unshare so that
-    // it refers to a mount of the new namespace (a bind mount across namespaces is refused).
-    let dir_fd = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(&dir)
-        .with_context(|| format!("opening pipe directory {}", dir.display()))?;
-
-    tmpfs(&run_dir)?;
-    let pub_dir = Path::new("/run/docknet");
-    fs::create_dir_all(pub_dir).context("creating /run/docknet")?;
-    if run_dir != pub_dir {
-        tmpfs(pub_dir)?;
-    }
-    if fs::symlink_metadata(socket).is_ok() {
-        // the socket lives outside both covered directories: cover the socket itself
-        mount(
-            Some("/dev/null"),
-            socket,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .with_context(|| format!("covering the control socket {}", socket.display()))?;
-    }
-    let target = Path::new(PIPE_MOUNT);
-    fs::create_dir_all(target).context("creating the pipe mount point")?;
-    let src = format!("/proc/self/fd/{}", dir_fd.as_raw_fd());
-    mount(
-        Some(src.as_str()),
-        target,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .context("bind-mounting the pipe")?;
-    drop(dir_fd);
-    let _ = nix::unistd::sethostname(pipe);
+    let netns = format!("/proc/{}/ns/net", std::process::id());
+    let attached = client
+        .pipe_attach(&a.pipe, &netns, Some(&a.socket_name))
+        .context("handing the pipe to the container")?;
+    drop(client);
+    let _ = nix::unistd::sethostname(&a.pipe);
 
     // The first child of this process becomes pid 1 of the new PID namespace; when it exits
     // the namespace dies, so nothing but the container's init may be spawned from here on.
-    let mut init = Command::new(exe);
+    let mut init = Command::new(&exe);
     init.arg("__init");
-    if let Some(c) = cpu {
+    if let Some(c) = a.cpu {
         init.arg("--cpu").arg(c.to_string());
     }
-    init.arg("--").args(cmd).env("DOCKNET_PIPE", PIPE_MOUNT);
+    if let Some(r) = &a.rootfs {
+        init.arg("--rootfs").arg(r);
+    }
+    for b in &binds {
+        init.arg("--bind").arg(b);
+    }
+    init.arg("--")
+        .args(&a.cmd)
+        .env("DOCKNET_PIPE", &attached.socket);
     let child = init.spawn().context("starting the container's init")?;
     block_signals()?;
-    supervise(Pid::from_raw(child.id() as i32))
+    let code = supervise(Pid::from_raw(child.id() as i32));
+    // the container is gone: close the pipe's socket in its (dead) namespace
+    if let Ok(mut c) = crate::ctl::client(socket) {
+        let _ = c.pipe_detach(&a.pipe);
+    }
+    code
 }
 
 /// Signals forwarded to the container; SIGCHLD tells us a child exited.
@@ -182,31 +177,14 @@ fn supervise(pid: Pid) -> Result<ExitCode> {
     }
 }
 
-/// The container's pid 1 (`docknet __init`).
-pub fn init(cpu: Option<usize>, cmd: &[String]) -> Result<ExitCode> {
+/// The container's pid 1 (`docknet __init`): builds the walls, then runs the command.
+pub fn init(cpu: Option<usize>, walls: &Walls, cmd: &[String]) -> Result<ExitCode> {
     if cmd.is_empty() {
         bail!("__init: no command");
     }
     // If the supervisor dies (even by SIGKILL), so does the container: killing pid 1 ends
     // every process of its PID namespace.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;
-    mount(
-        Some("proc"),
-        "/proc",
-        Some("proc"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        None::<&str>,
-    )
-    .context("mounting /proc for the container")?;
-    // sysfs shows the network namespace of whoever mounted it: mount the container's own
-    mount(
-        Some("sysfs"),
-        "/sys",
-        Some("sysfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
-        None::<&str>,
-    )
-    .context("mounting /sys for the container")?;
     match Command::new("ip")
         .args(["link", "set", "lo", "up"])
         .status()
@@ -216,20 +194,15 @@ pub fn init(cpu: Option<usize>, cmd: &[String]) -> Result<ExitCode> {
             "docknet: warning: could not bring up lo in the container (is iproute2 installed?)"
         ),
     }
+    sandbox::build_root(walls)?;
     if let Some(c) = cpu {
         let mut set = nix::sched::CpuSet::new();
         set.set(c)?;
         nix::sched::sched_setaffinity(Pid::from_raw(0), &set).context("pinning the container")?;
     }
-    // A root command's permitted set after exec is its inheritable set plus the bounding set,
-    // so both lose the dropped capabilities, and the ambient set is cleared.
-    for cap in DROPPED {
-        caps::drop(None, caps::CapSet::Bounding, *cap)
-            .with_context(|| format!("dropping {cap} from the bounding set"))?;
-        caps::drop(None, caps::CapSet::Inheritable, *cap)
-            .with_context(|| format!("dropping {cap} from the inheritable set"))?;
-    }
-    let _ = caps::clear(None, caps::CapSet::Ambient);
+    // a new session: no controlling terminal to inject keystrokes into
+    let _ = nix::unistd::setsid();
+    sandbox::drop_privileges()?;
     // The kernel discards signals sent to a PID namespace's init from outside unless the init
     // has a handler for them (blocking is not enough), so install handlers; `supervise` then
     // takes the signals from the pending set with sigwait and forwards them.
@@ -243,6 +216,7 @@ pub fn init(cpu: Option<usize>, cmd: &[String]) -> Result<ExitCode> {
         signal_hook::flag::register(sig as i32, flag.clone())
             .context("installing signal handlers")?;
     }
+    sandbox::install_seccomp()?;
     let child = Command::new(&cmd[0])
         .args(&cmd[1..])
         .spawn()

@@ -46,7 +46,7 @@ pub fn print_pipes(list: &Vec<PipeInfo>) {
 
 /// One pipe with its counters.
 pub fn print_pipe(p: &PipeInfo) {
-    let fields: [(&str, String); 9] = [
+    let fields: [(&str, String); 10] = [
         ("name", p.name.clone()),
         ("ip", p.ip.clone()),
         ("mac", p.mac.clone()),
@@ -54,7 +54,8 @@ pub fn print_pipe(p: &PipeInfo) {
         ("ring_depth", p.ring_depth.to_string()),
         ("frame_size", p.frame_size.to_string()),
         ("region_bytes", p.region_bytes.to_string()),
-        ("map", p.map.clone()),
+        ("socket", p.socket.clone().unwrap_or_else(|| "-".into())),
+        ("connections", p.connections.to_string()),
         ("fast_channels", format!("{:?}", p.fast_channels)),
     ];
     for (k, v) in fields {

@@ -4,6 +4,7 @@
 
 mod container;
 mod ctl;
+mod sandbox;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -56,7 +57,8 @@ struct Cli {
 enum Cmd {
     /// Run the daemon (DockDaemon) in the foreground until SIGINT/SIGTERM.
     Daemon {
-        /// Directory for pipes, state and the lock (tmpfs recommended).
+        /// The daemon's own directory: state, lock, the fd holder's socket (never shown to a
+        /// container).
         #[arg(long, default_value = "/run/docknet")]
         run_dir: PathBuf,
         /// Core to pin the master (forwarding) thread to.
@@ -67,6 +69,10 @@ enum Cmd {
         /// idle), block.
         #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
+        /// Remove every pipe when stopping (SIGINT/SIGTERM). Without it, pipes stay with the
+        /// daemon's fd holder for the next daemon on this run directory to adopt.
+        #[arg(long)]
+        ephemeral: bool,
     },
     /// Show the daemon's status.
     Status {
@@ -80,19 +86,11 @@ enum Cmd {
     /// Build and remove fast channels between partner pipes.
     #[command(subcommand)]
     Fc(FcCmd),
-    /// Run a command as a container attached to a pipe (new mount, net, pid, uts, ipc
-    /// namespaces; the pipe appears at /run/docknet/pipe and nothing else of DockNet's does).
-    Run {
-        /// Pipe to attach.
-        #[arg(long)]
-        pipe: String,
-        /// Pin the container to this core.
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// The command and its arguments (after --).
-        #[arg(last = true, required = true)]
-        cmd: Vec<String>,
-    },
+    /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
+    /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
+    /// /dev, /proc and /tmp, no capabilities, no_new_privs and a seccomp filter. The pipe is
+    /// handed out on @docknet/pipe inside the container ($DOCKNET_PIPE).
+    Run(container::RunArgs),
     /// TCP side by side over network modes, measured by dnperf (needs root).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -106,8 +104,18 @@ enum Cmd {
     Init {
         #[arg(long)]
         cpu: Option<usize>,
+        #[arg(long)]
+        rootfs: Option<PathBuf>,
+        #[arg(long = "bind")]
+        binds: Vec<PathBuf>,
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
+    },
+    /// Internal: the daemon's fd holder.
+    #[command(name = "__holder", hide = true)]
+    Holder {
+        #[arg(long)]
+        socket: PathBuf,
     },
 }
 
@@ -140,6 +148,27 @@ enum PipeCmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Hand a pipe to the container whose network namespace is NETNS: the daemon binds an
+    /// abstract Unix socket there (default @docknet/pipe) and gives the pipe to whoever in that
+    /// namespace connects (`docknet run` does this itself).
+    Attach {
+        /// Name.
+        name: String,
+        /// The container's network namespace: /proc/PID/ns/net or /var/run/netns/NAME.
+        #[arg(long)]
+        netns: String,
+        /// Abstract socket name (without @).
+        #[arg(long)]
+        socket_name: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Close a pipe's socket in its container.
+    Detach {
+        /// Name.
+        name: String,
     },
     /// Show one pipe with its counters.
     Show {
@@ -210,6 +239,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             run_dir,
             master_core,
             idle,
+            ephemeral,
         } => {
             init_logging(&cli.log);
             docknet_daemon::run(docknet_daemon::Config {
@@ -217,6 +247,8 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                 socket: cli.socket.clone(),
                 master_core,
                 idle,
+                holder: Some(std::env::current_exe().context("locating the docknet binary")?),
+                ephemeral,
             })
             .context("docknet daemon")?;
         }
@@ -241,6 +273,21 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Pipe(PipeCmd::Show { name, json }) => {
             ctl::print(&ctl::client(sock)?.pipe_show(&name)?, json, ctl::print_pipe)?
         }
+        Cmd::Pipe(PipeCmd::Attach {
+            name,
+            netns,
+            socket_name,
+            json,
+        }) => {
+            let r = ctl::client(sock)?.pipe_attach(&name, &netns, socket_name.as_deref())?;
+            ctl::print(&r, json, |r| {
+                println!("pipe {} handed out at {} in {netns}", r.pipe, r.socket)
+            })?;
+        }
+        Cmd::Pipe(PipeCmd::Detach { name }) => {
+            ctl::client(sock)?.pipe_detach(&name)?;
+            println!("detached pipe {name}");
+        }
         Cmd::Fc(FcCmd::Connect { a, b, mtu, json }) => {
             let f = ctl::client(sock)?.fc_connect(&a, &b, mtu)?;
             ctl::print(&f, json, ctl::print_fc)?;
@@ -249,8 +296,15 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             ctl::client(sock)?.fc_rm(&a, &b)?;
             println!("removed fast channel {a} <-> {b}");
         }
-        Cmd::Run { pipe, cpu, cmd } => return container::run(sock, &pipe, cpu, &cmd),
-        Cmd::Init { cpu, cmd } => return container::init(cpu, &cmd),
+        Cmd::Run(a) => return container::run(sock, &a),
+        Cmd::Init {
+            cpu,
+            rootfs,
+            binds,
+            cmd,
+        } => return container::init(cpu, &sandbox::Walls { rootfs, binds }, &cmd),
+        Cmd::Holder { socket } => docknet_daemon::holder::serve(&socket)
+            .with_context(|| format!("fd holder on {}", socket.display()))?,
         Cmd::Bench(BenchCmd::Rr(a)) => docknet_lab::bench::run(Workload::Rr, a)?,
         Cmd::Bench(BenchCmd::Stream(a)) => docknet_lab::bench::run(Workload::Stream, a)?,
         Cmd::Bench(BenchCmd::Pairs(a)) => docknet_lab::bench::run(Workload::Pairs, a)?,

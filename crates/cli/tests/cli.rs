@@ -52,6 +52,15 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
         (&["fc", "connect", "a", "a"], "two different pipes"),
         (&["fc", "rm", "a", "a"], "no fast channel"),
         (&["run", "--pipe", "nope", "--", "true"], "no pipe named"),
+        (
+            &["pipe", "attach", "a", "--netns", "/etc/passwd"],
+            "not a namespace file",
+        ),
+        (
+            &["pipe", "attach", "nope", "--netns", "/proc/self/ns/net"],
+            "no pipe named",
+        ),
+        (&["pipe", "detach", "a"], "not attached"),
     ];
     for (args, want) in cases {
         let line = err_line(&lab.run(args));
@@ -63,7 +72,28 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
         before,
         "nothing changed"
     );
-    assert!(!lab.dir.join("pipes/b").exists());
+    assert_eq!(
+        files(&lab.dir),
+        [
+            "ctl.sock",
+            "holder.pid",
+            "holder.sock",
+            "lock",
+            "state.json"
+        ],
+        "a refused request leaves no file behind"
+    );
+}
+
+/// The names in a directory, sorted.
+fn files(d: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
 }
 
 #[test]
@@ -116,13 +146,31 @@ fn pipes_list_show_and_remove_with_json_and_permissions() {
     );
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&lab.socket), 0o600);
-    assert_eq!(mode(&lab.dir.join("pipes/a/dp.map")), 0o600);
-    assert_eq!(mode(&lab.dir.join("pipes/a/fc/b.map")), 0o600);
-    assert_eq!(mode(&lab.dir.join("pipes/a")), 0o700);
+    assert_eq!(
+        mode(&lab.dir),
+        0o700,
+        "the run directory is the daemon's only"
+    );
+    // regions are sealed memfds: no file a container could open exists anywhere
+    assert_eq!(
+        files(&lab.dir),
+        [
+            "ctl.sock",
+            "holder.pid",
+            "holder.sock",
+            "lock",
+            "state.json"
+        ]
+    );
+    // two rings of 1024 frames of 1536 bytes, allocated whole
+    assert!(show["region_bytes"].as_u64().unwrap() > 2 * 1024 * 1536);
+    assert!(show["socket"].is_null() && show["connections"] == 0);
     lab.ok(&["fc", "rm", "b", "a"]);
-    assert!(!lab.dir.join("pipes/a/fc/b.map").exists());
+    assert!(lab.json(&["pipe", "show", "a", "--json"])["fast_channels"]
+        .as_array()
+        .unwrap()
+        .is_empty());
     lab.ok(&["pipe", "rm", "a"]);
-    assert!(!lab.dir.join("pipes/a").exists());
     assert_eq!(
         lab.json(&["pipe", "ls", "--json"])
             .as_array()
@@ -200,4 +248,64 @@ fn a_second_daemon_on_the_same_run_dir_or_socket_is_refused() {
         .output()
         .unwrap();
     assert!(err_line(&o).contains("already listening"));
+}
+
+#[test]
+fn the_control_socket_bounds_its_clients_and_sigterm_still_stops_the_daemon() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+    if !root_or_skip("control_bounds") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    // the harness's readiness probe holds a place until the daemon sees it close
+    std::thread::sleep(Duration::from_millis(300));
+    let busy_reply = |s: UnixStream| {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        line
+    };
+    // 63 idle clients and one that sends requests but never reads the replies
+    let mut held: Vec<UnixStream> = (0..63)
+        .map(|_| UnixStream::connect(&lab.socket).unwrap())
+        .collect();
+    let mut deaf = UnixStream::connect(&lab.socket).unwrap();
+    deaf.set_write_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // every place is taken: one more gets `busy` at once, and nothing waits for it
+    let t = Instant::now();
+    let line = busy_reply(UnixStream::connect(&lab.socket).unwrap());
+    assert!(line.contains("\"busy\""), "{line}");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    // the deaf client's replies fill its socket; the daemon gives up on it within the write
+    // deadline and its place is free again
+    let req = b"{\"v\":1,\"op\":\"status\"}\n";
+    let t = Instant::now();
+    while deaf.write_all(req).is_ok() && t.elapsed() < Duration::from_secs(20) {}
+    let t = Instant::now();
+    loop {
+        let s = UnixStream::connect(&lab.socket).unwrap();
+        let mut w = s.try_clone().unwrap();
+        w.write_all(req).unwrap();
+        let line = busy_reply(s);
+        if line.contains("\"ok\":true") {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "no place came free: {line}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // fill every place again, then SIGTERM: the daemon stops anyway
+    held.extend((0..4).map(|_| UnixStream::connect(&lab.socket).unwrap()));
+    std::thread::sleep(Duration::from_millis(200));
+    let st = lab
+        .signal_daemon(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5))
+        .expect("the daemon stopped on SIGTERM with every place held");
+    assert!(st.success(), "{st}");
+    drop(held);
 }

@@ -3,6 +3,9 @@
 
 mod common;
 use common::*;
+
+const ATTACK: &str = env!("CARGO_BIN_EXE_dnattack");
+const DNPERF: &str = env!("CARGO_BIN_EXE_dnperf");
 use std::time::{Duration, Instant};
 
 const RR: &[&str] = &[
@@ -93,6 +96,24 @@ fn a_container_sees_only_its_own_pipe_and_a_channel_only_its_partners() {
     pair(&lab, "a", "b", 41);
     lab.ok(&["pipe", "create", "c", "--ip", "10.41.0.3/24"]);
     lab.ok(&["fc", "connect", "a", "b"]);
+    let inspect = |pipe: &str| {
+        let o = lab.in_container(pipe, &[ATTACK, "inspect"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        peer_json(&o)
+    };
+    // each container is handed its own pipe, and a channel only if it is a partner
+    assert_eq!(
+        inspect("a"),
+        serde_json::json!({"pipe": "a", "channels": ["b"]})
+    );
+    assert_eq!(
+        inspect("b"),
+        serde_json::json!({"pipe": "b", "channels": ["a"]})
+    );
+    assert_eq!(
+        inspect("c"),
+        serde_json::json!({"pipe": "c", "channels": []})
+    );
     let dir = path_of(&lab.dir).to_string();
     let sh = |pipe: &str, script: &str| {
         let o = lab.in_container(pipe, &["sh", "-c", script]);
@@ -101,80 +122,209 @@ fn a_container_sees_only_its_own_pipe_and_a_channel_only_its_partners() {
             String::from_utf8_lossy(&o.stdout).into_owned(),
         )
     };
-    // own pipe visible, nothing else of DockNet's
+    // nothing of DockNet's on the filesystem: no run directory, no socket, no region file
     let (code, out) = sh(
         "c",
-        "ls -A /run/docknet; ls -A /run/docknet/pipe; ls -A /run/docknet/pipe/fc; echo end",
+        &format!(
+            "ls -A /run; ls {dir} 2>/dev/null && echo LEAK; test -e {} && echo LEAK; echo $DOCKNET_PIPE; echo end",
+            path_of(&lab.socket)
+        ),
     );
     assert_eq!(code, Some(0));
     assert_eq!(
         out.split_whitespace().collect::<Vec<_>>(),
-        ["pipe", "dp.map", "fc", "end"],
+        ["@docknet/pipe", "end"],
         "{out}"
     );
+    // mounts cannot be changed, the host's processes are not visible, and the network
+    // namespace holds only lo
     let (_, out) = sh(
         "c",
-        &format!("ls -A {dir}; cat {dir}/pipes/a/dp.map >/dev/null 2>&1 && echo LEAK; echo end"),
+        "umount /proc 2>/dev/null && echo UNMOUNTED; mount -t tmpfs x /tmp 2>/dev/null && echo MOUNTED; ls /proc | grep -c '^[0-9]'",
     );
-    assert_eq!(out.trim(), "end", "the run directory is covered: {out}");
-    let (_, out) = sh(
-        "c",
-        &format!("test -e {} && echo LEAK; echo end", path_of(&lab.socket)),
-    );
-    assert!(!out.contains("LEAK"), "the control socket is covered");
-    // a channel is visible to exactly its two partners
-    let (_, out) = sh("a", "ls /run/docknet/pipe/fc");
-    assert_eq!(out.trim(), "b.map");
-    let (_, out) = sh("b", "ls /run/docknet/pipe/fc");
-    assert_eq!(out.trim(), "a.map");
-    // the covering mounts cannot be undone, and the host's processes are not visible
-    let (_, out) = sh("c", &format!("umount {dir} 2>/dev/null && echo UNMOUNTED; umount /run/docknet/pipe 2>/dev/null && echo UNMOUNTED; ls /proc | grep -c '^[0-9]'"));
-    assert!(!out.contains("UNMOUNTED"), "{out}");
+    assert!(!out.contains("MOUNTED"), "{out}");
     assert!(
         out.trim().parse::<u32>().unwrap() < 10,
         "own PID namespace: {out}"
     );
-    // and the network namespace holds only lo
     let (_, out) = sh("c", "ls /sys/class/net");
     assert_eq!(out.split_whitespace().collect::<Vec<_>>(), ["lo"]);
+    // after the containers are gone, their sockets are too
+    assert!(lab.json(&["pipe", "show", "c", "--json"])["socket"].is_null());
 }
 
 #[test]
-fn a_container_scribbling_over_its_whole_region_hurts_only_itself() {
+fn the_sandbox_holds_from_inside() {
+    if !root_or_skip("sandbox") {
+        return;
+    }
+    let lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "x", "--ip", "10.45.0.1/24"]);
+    // a host Unix socket outside the container's view, and the control socket
+    let host = tempfile::tempdir().unwrap();
+    let host_sock = host.path().join("host.sock");
+    let _l = std::os::unix::net::UnixListener::bind(&host_sock).unwrap();
+    let o = lab.in_container(
+        "x",
+        &[
+            ATTACK,
+            "escape",
+            "--socket",
+            path_of(&host_sock),
+            "--socket",
+            path_of(&lab.socket),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = peer_json(&o);
+    for hole in [
+        "write_etc",
+        "write_usr",
+        "write_root",
+        "write_proc_sys",
+        "write_sysrq",
+        "read_kcore",
+        "read_shadow",
+        "block_device",
+        "mount",
+        "unshare_user",
+        "ptrace_init",
+        "tty",
+    ] {
+        assert_eq!(v[hole], false, "{hole}: {v}");
+    }
+    assert_eq!(v["cap_eff"], "0000000000000000", "no capabilities: {v}");
+    for s in v["host_sockets"].as_array().unwrap() {
+        assert_eq!(s["connected"], false, "{s}");
+    }
+    // and the things an application needs still work: /tmp, /dev/null, /dev/urandom
+    let o = lab.in_container(
+        "x",
+        &["sh", "-c", "echo ok > /tmp/f && cat /tmp/f && head -c 8 /dev/urandom | wc -c && echo x > /dev/null && echo fine"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["ok", "8", "fine"],
+        "{out}"
+    );
+}
+
+/// Starts a checked stream (dnperf --workload check) from `client` to `server_ip` and returns
+/// the indices of (server, client).
+fn checked(lab: &mut Lab, client: &str, server: &str, server_ip: &str, mb: u64) -> (usize, usize) {
+    let addr = format!("{server_ip}:7000");
+    let srv = lab.spawn_in(
+        server,
+        None,
+        &[
+            DNPERF, "server", "--stack", "docknet", "--idle", "adaptive", "--bind", &addr,
+            "--conns", "1",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let bytes = (mb * 1_000_000).to_string();
+    let cli = lab.spawn_in(
+        client,
+        None,
+        &[
+            DNPERF,
+            "client",
+            "--stack",
+            "docknet",
+            "--idle",
+            "adaptive",
+            "--connect",
+            &addr,
+            "--workload",
+            "check",
+            "--bytes",
+            &bytes,
+            "--size",
+            "16384",
+            "--json",
+        ],
+    );
+    (srv, cli)
+}
+
+/// Waits for a checked stream; asserts every byte arrived intact.
+fn intact(lab: &mut Lab, (srv, cli): (usize, usize), what: &str) {
+    let out = lab.wait(cli, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = peer_json(&out);
+    assert_eq!(v["result"]["corrupt_bytes"], 0, "{what}: {v}");
+    let _ = lab.wait(srv, Duration::from_secs(20));
+}
+
+#[test]
+fn a_hostile_container_hurts_only_itself() {
     if !root_or_skip("hostile") {
         return;
     }
     let mut lab = Lab::start("adaptive");
     let (_, ib) = pair(&lab, "a", "b", 42);
+    pair(&lab, "c", "d", 46);
+    lab.ok(&["fc", "connect", "c", "d"]);
     lab.ok(&["pipe", "create", "evil", "--ip", "10.42.0.66/24"]);
-    let size = std::fs::metadata(lab.dir.join("pipes/evil/dp.map"))
-        .unwrap()
-        .len();
-    let mib = size.div_ceil(1 << 20).to_string();
-    // random bytes over the whole region, again and again, plus a flood of bursts
+    lab.ok(&["pipe", "create", "flood", "--ip", "10.42.0.67/24"]);
+    // the region cannot be taken away
+    for attack in ["truncate", "grow"] {
+        let o = lab.in_container("evil", &[ATTACK, attack]);
+        let v = peer_json(&o);
+        assert_eq!(v["refused"], true, "{attack}: {v}");
+    }
+    let o = lab.in_container("evil", &[ATTACK, "punch"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // two checked streams, through the daemon and over a fast channel, while the offender
+    // scribbles, floods broadcasts, storms its wake-up word and its socket, all at once
+    let through = checked(&mut lab, "a", "b", &ib, 200);
+    let channel = checked(&mut lab, "c", "d", "10.46.0.2", 400);
+    // the connection storm starts last: it uses up the pipe's own connections; the flood comes
+    // from a second container (the scribbler wrecks its own rings, so its frames never leave)
     let script = format!(
-        "end=$(( $(date +%s) + 4 )); while [ $(date +%s) -lt $end ]; do \
-         dd if=/dev/urandom of=/run/docknet/pipe/dp.map bs=1M count={mib} conv=notrunc status=none; \
-         done"
+        "{ATTACK} scribble --seconds 4 & {ATTACK} wake-storm --seconds 4 & \
+         sleep 0.5; {ATTACK} connect-storm --seconds 3 & wait"
     );
     let evil = lab.spawn_in("evil", None, &["sh", "-c", &script]);
-    std::thread::sleep(Duration::from_millis(300));
-    let v = rr(&mut lab, "a", "b", &ib, "2");
+    let flood = lab.spawn_in("flood", None, &[ATTACK, "flood", "--seconds", "4"]);
+    intact(&mut lab, through, "through the daemon");
+    intact(&mut lab, channel, "over the fast channel");
     let out = lab.wait(evil, Duration::from_secs(30));
-    assert!(out.status.success());
-    let n = v["transactions"].as_u64().unwrap();
-    assert!(n > 1000, "the others kept working: {v}");
-    assert_eq!(v["lost"], 0, "{v}");
-    let bad = lab.counter("evil", "bad_desc")
-        + lab.counter("evil", "oversize")
-        + lab.counter("evil", "ring_overrun");
-    assert!(bad > 0, "the corruption was seen and counted");
-    // the daemon is alive and still correct for everyone
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let flooded = lab.wait(flood, Duration::from_secs(30));
+    assert!(flooded.status.success());
+    assert_eq!(
+        stdout.lines().count(),
+        3,
+        "every attack ran: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // the daemon lives and the offender's counters show what it did
     assert!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(lab.daemon_pid() as i32), None).is_ok()
     );
-    assert_eq!(lab.counter("a", "bad_desc"), 0);
-    assert_eq!(lab.counter("b", "bad_desc"), 0);
+    let counters = |p: &str| lab.json(&["pipe", "show", p, "--json"])["counters"].clone();
+    let (c, f) = (counters("evil"), counters("flood"));
+    let n = |c: &serde_json::Value, k: &str| c[k].as_u64().unwrap_or_else(|| panic!("no {k}"));
+    let bad = n(&c, "bad_desc") + n(&c, "oversize") + n(&c, "ring_overrun");
+    assert!(bad > 0, "scribbling counted: {c}");
+    assert!(n(&c, "spurious_wakes") > 0, "wake storm damped: {c}");
+    assert!(n(&c, "attach_refused") > 0, "connection storm refused: {c}");
+    let limited = n(&f, "drop_flood_limited");
+    assert!(limited > 0 && n(&f, "flooded") > 0, "flooding limited: {f}");
+    for p in ["a", "b", "c", "d"] {
+        assert_eq!(lab.counter(p, "bad_desc"), 0, "{p}");
+        assert_eq!(
+            lab.counter(p, "drop_rx_full"),
+            0,
+            "floods are charged to the sender: {p}"
+        );
+    }
     let v = rr(&mut lab, "a", "b", &ib, "0.3");
     assert!(v["transactions"].as_u64().unwrap() > 100);
 }

@@ -1,10 +1,14 @@
 //! The control socket: a tokio task per connection, one JSON request and reply per line.
-//! All state changes go through one mutex-guarded [`Registry`]; each change publishes a new
-//! snapshot to the master thread.
+//!
+//! Bounds: at most [`MAX_CONNECTIONS`] clients at once (one more gets a `busy` error and is
+//! closed, so the accept loop, and with it SIGTERM, is never held up); a client waits at most
+//! [`IDLE`] between requests, [`LINE`] to finish a request it started, and [`WRITE`] for its
+//! reply to be taken. All state changes go through one mutex-guarded [`Registry`]; each change
+//! publishes a new snapshot to the master thread.
 
 use crate::master::MasterShared;
 use crate::proto::{
-    parse_request, ApiError, ErrorCode, Removed, Reply, Request, Status, MAX_LINE, PROTOCOL_VERSION,
+    parse_request, ApiError, Attached, ErrorCode, Removed, Reply, Request, Status, MAX_LINE,
 };
 use crate::registry::Registry;
 use std::sync::atomic::Ordering;
@@ -14,10 +18,14 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
-/// Most connections served at once; more wait for a free place.
-const MAX_CONNECTIONS: usize = 64;
-/// A connection idle this long is closed.
-const IDLE: Duration = Duration::from_secs(60);
+/// Most clients served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client idle this long between requests is closed.
+pub const IDLE: Duration = Duration::from_secs(60);
+/// A request line must be complete this long after its first byte.
+pub const LINE: Duration = Duration::from_secs(5);
+/// A reply must be taken by the client within this long.
+pub const WRITE: Duration = Duration::from_secs(5);
 
 /// Everything a request handler needs.
 #[derive(Debug)]
@@ -28,6 +36,8 @@ pub struct Ctx {
     pub master: Arc<MasterShared>,
     /// Static facts reported by `status` (its totals are filled in per request).
     pub info: Status,
+    /// Wakes the accept thread when attachments change.
+    pub attach: std::sync::OnceLock<crate::attach::Waker>,
 }
 
 fn to_json(v: impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
@@ -60,24 +70,21 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             mtu,
             ring_depth,
         } => {
-            let p = reg.create_pipe(&name, &ip, mtu, ring_depth)?;
+            reg.create_pipe(&name, &ip, mtu, ring_depth)?;
             tracing::info!(pipe = %name, ip = %ip, "pipe created");
-            to_json(reg.pipe_info(&p, false))
+            to_json(reg.pipe_info(&name, false)?)
         }
         Request::PipeRm { name } => {
             reg.remove_pipe(&name)?;
             tracing::info!(pipe = %name, "pipe removed");
             to_json(Removed::Pipe { removed: name })
         }
-        Request::PipeLs {} => to_json(
-            reg.pipes()
-                .map(|p| reg.pipe_info(p, false))
-                .collect::<Vec<_>>(),
-        ),
-        Request::PipeShow { name } => {
-            let p = reg.get(&name)?.clone();
-            to_json(reg.pipe_info(&p, true))
+        Request::PipeLs {} => {
+            let names: Vec<String> = reg.pipes().map(|p| p.name.clone()).collect();
+            let list: Result<Vec<_>, _> = names.iter().map(|n| reg.pipe_info(n, false)).collect();
+            to_json(list?)
         }
+        Request::PipeShow { name } => to_json(reg.pipe_info(&name, true)?),
         Request::FcConnect { a, b, mtu } => {
             let f = reg.connect_fc(&a, &b, mtu)?;
             tracing::info!(a = %a, b = %b, "fast channel connected");
@@ -88,6 +95,30 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             tracing::info!(a = %a, b = %b, "fast channel removed");
             to_json(Removed::Channel { removed: [a, b] })
         }
+        Request::PipeAttach {
+            name,
+            netns,
+            socket,
+        } => {
+            reg.attach(&name, &netns, socket.as_deref())?;
+            let socket = socket.unwrap_or_else(|| docknet_pipe::delivery::DEFAULT_SOCKET.into());
+            tracing::info!(pipe = %name, netns = %netns, socket = %socket, "pipe attached");
+            if let Some(w) = ctx.attach.get() {
+                w.wake();
+            }
+            to_json(Attached {
+                pipe: name,
+                socket: format!("@{socket}"),
+            })
+        }
+        Request::PipeDetach { name } => {
+            reg.detach(&name)?;
+            tracing::info!(pipe = %name, "pipe detached");
+            if let Some(w) = ctx.attach.get() {
+                w.wake();
+            }
+            to_json(Removed::Pipe { removed: name })
+        }
     };
     if changed && out.is_ok() {
         ctx.master.publish(reg.snapshot());
@@ -95,56 +126,61 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
     out
 }
 
+fn reply_bytes(r: Result<serde_json::Value, ApiError>) -> Vec<u8> {
+    let mut out = serde_json::to_vec(&Reply::from_result(r)).unwrap_or_else(|_| {
+        format!("{{\"v\":{},\"ok\":false}}", crate::proto::PROTOCOL_VERSION).into_bytes()
+    });
+    out.push(b'\n');
+    out
+}
+
 async fn serve_conn(ctx: Arc<Ctx>, stream: UnixStream) {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     loop {
-        let mut line = Vec::new();
-        let n = match tokio::time::timeout(
-            IDLE,
-            (&mut rd)
-                .take(MAX_LINE as u64 + 1)
-                .read_until(b'\n', &mut line),
-        )
-        .await
-        {
-            Ok(Ok(n)) => n,
+        // wait for a request to start, then give it a deadline to finish
+        match tokio::time::timeout(IDLE, rd.fill_buf()).await {
+            Ok(Ok(b)) if !b.is_empty() => {}
             _ => return,
-        };
-        if n == 0 {
-            return;
+        }
+        let mut line = Vec::new();
+        let mut limited = (&mut rd).take(MAX_LINE as u64 + 1);
+        match tokio::time::timeout(LINE, limited.read_until(b'\n', &mut line)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
         }
         let too_long = line.len() > MAX_LINE;
         let reply = if too_long {
-            Reply::from_result(Err(ApiError::new(
+            Err(ApiError::new(
                 ErrorCode::BadRequest,
                 format!("request longer than {MAX_LINE} bytes"),
-            )))
+            ))
         } else {
             let text = String::from_utf8_lossy(&line);
             let text = text.trim();
             if text.is_empty() {
                 continue;
             }
-            let ctx2 = ctx.clone();
-            let r = match parse_request(text) {
-                Ok(req) => tokio::task::spawn_blocking(move || handle(&ctx2, req))
-                    .await
-                    .unwrap_or_else(|e| Err(ApiError::new(ErrorCode::Internal, e.to_string()))),
+            match parse_request(text) {
+                Ok(req) => {
+                    let ctx2 = ctx.clone();
+                    tokio::task::spawn_blocking(move || handle(&ctx2, req))
+                        .await
+                        .unwrap_or_else(|e| Err(ApiError::new(ErrorCode::Internal, e.to_string())))
+                }
                 Err(e) => Err(e),
-            };
-            Reply::from_result(r)
+            }
         };
-        let mut out = serde_json::to_vec(&reply)
-            .unwrap_or_else(|_| format!("{{\"v\":{PROTOCOL_VERSION},\"ok\":false}}").into_bytes());
-        out.push(b'\n');
-        if wr.write_all(&out).await.is_err() || too_long {
-            return;
+        let out = reply_bytes(reply);
+        match tokio::time::timeout(WRITE, wr.write_all(&out)).await {
+            Ok(Ok(())) if !too_long => {}
+            _ => return,
         }
     }
 }
 
-/// Accepts connections until `stop` resolves.
+/// Accepts clients until `stop` resolves. Never waits for a free place: a client beyond
+/// [`MAX_CONNECTIONS`] gets a `busy` error at once.
 pub async fn serve(
     ctx: Arc<Ctx>,
     listener: UnixListener,
@@ -156,13 +192,25 @@ pub async fn serve(
         tokio::select! {
             _ = &mut stop => return,
             acc = listener.accept() => {
-                let Ok((s, _)) = acc else { continue };
-                let Ok(permit) = slots.clone().acquire_owned().await else { return };
-                let ctx = ctx.clone();
-                tokio::spawn(async move {
-                    serve_conn(ctx, s).await;
-                    drop(permit);
-                });
+                let Ok((mut s, _)) = acc else { continue };
+                match slots.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let ctx = ctx.clone();
+                        tokio::spawn(async move {
+                            serve_conn(ctx, s).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        tokio::spawn(async move {
+                            let busy = reply_bytes(Err(ApiError::new(
+                                ErrorCode::Busy,
+                                format!("the daemon serves {MAX_CONNECTIONS} clients at once; try again"),
+                            )));
+                            let _ = tokio::time::timeout(Duration::from_secs(1), s.write_all(&busy)).await;
+                        });
+                    }
+                }
             }
         }
     }

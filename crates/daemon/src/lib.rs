@@ -7,7 +7,9 @@
 
 #![deny(unsafe_code)]
 
+pub mod attach;
 pub mod control;
+pub mod holder;
 pub mod master;
 pub mod proto;
 pub mod registry;
@@ -17,7 +19,7 @@ use docknet_pipe::layout;
 use docknet_pipe::IdlePolicy;
 use nix::fcntl::{Flock, FlockArg};
 use std::fs::{self, OpenOptions};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -59,9 +61,34 @@ pub struct Config {
     pub master_core: Option<usize>,
     /// Idle policy of the master thread.
     pub idle: IdlePolicy,
+    /// The program that runs the fd holder as `PROGRAM __holder --socket PATH` (the `docknet`
+    /// binary); `None`: no holder, so nothing survives the daemon.
+    pub holder: Option<PathBuf>,
+    /// Remove every pipe when stopping (SIGINT/SIGTERM), leaving nothing behind; otherwise the
+    /// pipes stay (in the fd holder) for the next daemon to adopt.
+    pub ephemeral: bool,
 }
 
-/// Runs the daemon until SIGINT or SIGTERM. Pipes stay on disk for the next start to adopt.
+/// Binds the control socket at `path` with mode 0600 from the start: bound inside a private
+/// (0700) directory beside it, then renamed into place, so no other user ever finds it open.
+fn bind_private(path: &std::path::Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    let parent = path.parent().unwrap_or(std::path::Path::new("."));
+    let tmp_dir = parent.join(format!(".docknet-sock-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp_dir);
+    fs::DirBuilder::new().mode(0o700).create(&tmp_dir)?;
+    let tmp = tmp_dir.join("s");
+    let r = (|| {
+        let l = std::os::unix::net::UnixListener::bind(&tmp)?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600))?;
+        fs::rename(&tmp, path)?;
+        Ok(l)
+    })();
+    let _ = fs::remove_dir_all(&tmp_dir);
+    r
+}
+
+/// Runs the daemon until SIGINT or SIGTERM. Unless `ephemeral`, pipes stay (in the fd holder)
+/// for the next start to adopt.
 pub fn run(cfg: Config) -> Result<(), Error> {
     fs::create_dir_all(&cfg.run_dir).map_err(io(format!("creating {}", cfg.run_dir.display())))?;
     let lock_file = OpenOptions::new()
@@ -74,8 +101,15 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
         .map_err(|_| Error::Locked(cfg.run_dir.display().to_string()))?;
 
+    let holder = match &cfg.holder {
+        Some(exe) => Some(
+            holder::Holder::connect_or_start(&cfg.run_dir, exe)
+                .map_err(io("starting the fd holder"))?,
+        ),
+        None => None,
+    };
     let (registry, warnings) =
-        registry::Registry::open(&cfg.run_dir).map_err(io("opening the run directory"))?;
+        registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     for w in &warnings {
         tracing::warn!("{w}");
     }
@@ -98,11 +132,15 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         .map_err(io("starting the control runtime"))?;
     let listener = {
         let _g = rt.enter();
-        tokio::net::UnixListener::bind(&cfg.socket)
+        let l = bind_private(&cfg.socket)
+            .and_then(|l| {
+                l.set_nonblocking(true)?;
+                Ok(l)
+            })
+            .map_err(io(format!("binding {}", cfg.socket.display())))?;
+        tokio::net::UnixListener::from_std(l)
             .map_err(io(format!("binding {}", cfg.socket.display())))?
     };
-    fs::set_permissions(&cfg.socket, fs::Permissions::from_mode(0o600))
-        .map_err(io("setting socket permissions"))?;
 
     let m = shared.clone();
     let policy = cfg.idle;
@@ -139,7 +177,10 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             forwarded: 0,
             master_sleeps: 0,
         },
+        attach: std::sync::OnceLock::new(),
     });
+    let waker = attach::start(ctx.clone()).map_err(io("starting the accept thread"))?;
+    let _ = ctx.attach.set(waker);
     tracing::info!(
         socket = %cfg.socket.display(),
         run_dir = %cfg.run_dir.display(),
@@ -183,6 +224,11 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     shared.shutdown.store(true, Ordering::Release);
     shared.poke();
     let _ = master.join();
+    if cfg.ephemeral {
+        if let Ok(mut reg) = ctx.registry.lock() {
+            reg.remove_all();
+        }
+    }
     let _ = fs::remove_file(&cfg.socket);
     Ok(())
 }

@@ -8,17 +8,24 @@ use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
 use crate::switch::{decide, Decision, DropReason, HEADER_PEEK};
 use arc_swap::ArcSwap;
 use docknet_pipe::region::copy_between;
-use docknet_pipe::wake::{self, MAX_WAITERS};
+use docknet_pipe::wake::{self, Woke, MAX_WAITERS};
 use docknet_pipe::{Consumer, Frame, IdlePolicy, Idler, Producer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Frames taken from one tx ring before moving to the next pipe (fairness between pipes).
 pub const BATCH: usize = 32;
 /// Longest sleep when idle; bounds how stale anything time-driven can get.
 const IDLE_TIMEOUT: Duration = Duration::from_millis(250);
+/// Broadcast and multicast frames a pipe may flood per second (each costs a copy per pipe).
+pub const FLOOD_RATE: f64 = 1000.0;
+/// Floods a pipe may send in a burst.
+pub const FLOOD_BURST: f64 = 64.0;
+/// First and longest mute of a pipe whose wake-ups found no work.
+const MUTE_MIN: Duration = Duration::from_millis(1);
+const MUTE_MAX: Duration = Duration::from_millis(128);
 
 /// State shared between the control plane and the master thread.
 #[derive(Debug)]
@@ -62,6 +69,35 @@ impl MasterShared {
     }
 }
 
+/// A token bucket over a coarse clock (the flood budget).
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    tokens: f64,
+    last: Instant,
+}
+
+impl Budget {
+    fn full() -> Budget {
+        Budget {
+            tokens: FLOOD_BURST,
+            last: Instant::now(),
+        }
+    }
+
+    /// Spends one token if there is one.
+    fn take(&mut self, now: Instant) -> bool {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + dt * FLOOD_RATE).min(FLOOD_BURST);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// Master-private state of one pipe.
 #[derive(Debug)]
 struct Local {
@@ -70,6 +106,13 @@ struct Local {
     rx: Producer,
     c: [u64; NCOUNTERS],
     dirty_counters: bool,
+    /// Frames went into the rx ring this batch: publish it.
+    rx_dirty: bool,
+    flood: Budget,
+    /// While set, this pipe's sleep word is left out of the master's wait (it woke the master
+    /// for nothing); `pause` doubles on every repeat.
+    muted_until: Option<Instant>,
+    pause: Duration,
 }
 
 impl Local {
@@ -92,7 +135,22 @@ impl Local {
             rx,
             c,
             dirty_counters: false,
+            rx_dirty: false,
+            flood: Budget::full(),
+            muted_until: None,
+            pause: Duration::ZERO,
         }
+    }
+
+    fn muted(&self, now: Instant) -> bool {
+        self.muted_until.is_some_and(|t| t > now)
+    }
+
+    /// It woke the master with no work: leave it out of the wait for longer each time.
+    fn mute(&mut self, now: Instant) {
+        self.pause = (self.pause * 2).clamp(MUTE_MIN, MUTE_MAX);
+        self.muted_until = Some(now + self.pause);
+        self.count(Counter::SpuriousWakes, 1);
     }
 
     fn count(&mut self, k: Counter, n: u64) {
@@ -125,7 +183,9 @@ fn rebuild(snap: &Snapshot, old: Vec<Local>) -> Vec<Local> {
 }
 
 /// Copies `frame` from pipe `src` into pipe `dst`'s rx ring, with `hdr` (the bytes the decision
-/// was made on) written over the start, so what arrives is what was checked.
+/// was made on) written over the start, so what arrives is what was checked. A flood copy that
+/// finds the receiver full is charged to the sender (`flood_rx_full`), not the receiver.
+#[allow(clippy::too_many_arguments)]
 fn deliver(
     snap: &Snapshot,
     local: &mut [Local],
@@ -134,6 +194,7 @@ fn deliver(
     frame: Frame,
     hdr: &[u8],
     dirty: &mut Vec<usize>,
+    flood: bool,
 ) -> bool {
     let dp = &snap.pipes[dst];
     let dl = &mut local[dst];
@@ -142,7 +203,11 @@ fn deliver(
         return false;
     }
     let Some(slot) = dl.rx.reserve(&dp.region) else {
-        dl.count(Counter::DropRxFull, 1);
+        if flood {
+            local[src].count(Counter::FloodRxFull, 1);
+        } else {
+            dl.count(Counter::DropRxFull, 1);
+        }
         return false;
     };
     let sp = &snap.pipes[src];
@@ -154,10 +219,16 @@ fn deliver(
     }
     dl.count(Counter::RxPackets, 1);
     dl.count(Counter::RxBytes, frame.len as u64);
-    if !dirty.contains(&dst) {
-        dirty.push(dst);
-    }
+    mark(dl, dst, dirty);
     true
+}
+
+/// Notes that pipe `idx`'s rx ring has frames to publish (once per batch).
+fn mark(l: &mut Local, idx: usize, dirty: &mut Vec<usize>) {
+    if !l.rx_dirty {
+        l.rx_dirty = true;
+        dirty.push(idx);
+    }
 }
 
 fn deliver_bytes(
@@ -171,9 +242,7 @@ fn deliver_bytes(
         Ok(()) => {
             l.count(Counter::RxPackets, 1);
             l.count(Counter::RxBytes, bytes.len() as u64);
-            if !dirty.contains(&idx) {
-                dirty.push(idx);
-            }
+            mark(l, idx, dirty);
             true
         }
         Err(_) => {
@@ -185,7 +254,13 @@ fn deliver_bytes(
 
 /// Moves up to [`BATCH`] frames from pipe `i`'s tx ring. Returns (frames taken, frames
 /// delivered into rx rings).
-fn pump(snap: &Snapshot, local: &mut [Local], i: usize, dirty: &mut Vec<usize>) -> (usize, u64) {
+fn pump(
+    snap: &Snapshot,
+    local: &mut [Local],
+    i: usize,
+    dirty: &mut Vec<usize>,
+    now: Instant,
+) -> (usize, u64) {
     let sp = &snap.pipes[i];
     let stats_before = (local[i].tx.stats, local[i].rx.stats);
     let mut taken = 0;
@@ -207,12 +282,15 @@ fn pump(snap: &Snapshot, local: &mut [Local], i: usize, dirty: &mut Vec<usize>) 
         }
         match decide(hdr, i, &snap.table) {
             Decision::Unicast(d) => {
-                forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty));
+                forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty, false));
+            }
+            Decision::Flood if !local[i].flood.take(now) => {
+                local[i].count(Counter::DropFloodLimited, 1);
             }
             Decision::Flood => {
                 local[i].count(Counter::Flooded, 1);
                 for d in (0..snap.pipes.len()).filter(|&d| d != i) {
-                    forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty));
+                    forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty, true));
                 }
             }
             Decision::Reply(bytes) => {
@@ -239,9 +317,65 @@ fn pump(snap: &Snapshot, local: &mut [Local], i: usize, dirty: &mut Vec<usize>) 
     }
     for &d in dirty.iter() {
         local[d].rx.publish(&snap.pipes[d].region);
+        local[d].rx_dirty = false;
     }
     dirty.clear();
     (taken, forwarded)
+}
+
+/// Arms every unmuted pipe's tx sleep word, re-checks, and sleeps on them and the control
+/// word. Returns the pipes that may have woken it (the woken word's pipe, or every pipe whose
+/// word changed), for [`run`] to mute if the next round finds no work.
+fn sleep(shared: &MasterShared, snap: &Snapshot, local: &mut [Local], seen: u32) -> Vec<usize> {
+    let now = Instant::now();
+    let mut pending = false;
+    for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
+        if !l.muted(now) {
+            pending |= l.tx.arm(&p.region);
+        }
+    }
+    let mut suspects = Vec::new();
+    if !pending && shared.version.load(Ordering::Acquire) == seen {
+        // word 0 is the control word; word k is pipe index[k]
+        let mut words = Vec::with_capacity(snap.pipes.len() + 1);
+        let mut index = vec![usize::MAX];
+        words.push((&shared.version, seen));
+        let mut timeout = IDLE_TIMEOUT;
+        for (i, (l, p)) in local.iter().zip(snap.pipes.iter()).enumerate() {
+            if let Some(t) = l.muted_until.filter(|t| *t > now) {
+                // a muted pipe is polled when its mute ends
+                timeout = timeout.min(t - now);
+            } else if let Some(w) = l.tx.sleep_word(&p.region) {
+                words.push((w, 1));
+                index.push(i);
+            }
+        }
+        // futex_waitv takes 128 words; beyond that the rest are polled every millisecond.
+        if words.len() > MAX_WAITERS {
+            timeout = timeout.min(Duration::from_millis(1));
+        }
+        shared.sleeps.fetch_add(1, Ordering::Relaxed);
+        match wake::wait_any(&words, Some(timeout)) {
+            Ok(Woke::Woken(k)) => suspects.extend(index.get(k).filter(|i| **i != usize::MAX)),
+            Ok(Woke::Changed) => suspects.extend(
+                words
+                    .iter()
+                    .zip(&index)
+                    .skip(1)
+                    .filter(|((w, v), _)| w.load(Ordering::Relaxed) != *v)
+                    .map(|(_, i)| *i),
+            ),
+            Ok(Woke::TimedOut) => {}
+            Err(e) => {
+                tracing::warn!("futex_waitv failed: {e}; polling");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    for (l, p) in local.iter().zip(snap.pipes.iter()) {
+        l.tx.disarm(&p.region);
+    }
+    suspects
 }
 
 /// Runs the master loop until `shared.shutdown` is set.
@@ -251,6 +385,7 @@ pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
     let mut local = rebuild(&snap, Vec::new());
     let mut idler = Idler::new(policy);
     let mut dirty = Vec::with_capacity(8);
+    let mut suspects: Vec<usize> = Vec::new();
     loop {
         // SYNC: Acquire pairs with the Release increment in `MasterShared::poke`.
         let v = shared.version.load(Ordering::Acquire);
@@ -264,13 +399,27 @@ pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
             }
             snap = shared.snap.load_full();
             local = rebuild(&snap, local);
+            suspects.clear();
         }
+        let now = Instant::now();
         let (mut work, mut delivered) = (0, 0);
         for i in 0..snap.pipes.len() {
-            let (t, d) = pump(&snap, &mut local, i, &mut dirty);
+            let (t, d) = pump(&snap, &mut local, i, &mut dirty, now);
             work += t;
             delivered += d;
+            if t > 0 {
+                // it had work: a wake-up from it was real
+                local[i].pause = Duration::ZERO;
+                local[i].muted_until = None;
+            }
         }
+        if work == 0 {
+            // woken for nothing: whoever woke us waits longer next time
+            for &i in &suspects {
+                local[i].mute(now);
+            }
+        }
+        suspects.clear();
         for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
             l.flush(p); // no-op unless something was counted
         }
@@ -282,35 +431,7 @@ pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
         if !idler.step() {
             continue;
         }
-        // Sleep: arm every tx ring's sleep word, re-check, then wait on all of them plus the
-        // control word. A container that kicks wakes us; so does any control change.
-        let mut pending = false;
-        for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
-            pending |= l.tx.arm(&p.region);
-        }
-        if !pending && shared.version.load(Ordering::Acquire) == seen {
-            let mut words = Vec::with_capacity(snap.pipes.len() + 1);
-            words.push((&shared.version, seen));
-            for (l, p) in local.iter().zip(snap.pipes.iter()) {
-                if let Some(w) = l.tx.sleep_word(&p.region) {
-                    words.push((w, 1));
-                }
-            }
-            // futex_waitv takes 128 words; beyond that the rest are polled every millisecond.
-            let timeout = if words.len() > MAX_WAITERS {
-                Duration::from_millis(1)
-            } else {
-                IDLE_TIMEOUT
-            };
-            shared.sleeps.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = wake::wait_any(&words, Some(timeout)) {
-                tracing::warn!("futex_waitv failed: {e}; polling");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        for (l, p) in local.iter().zip(snap.pipes.iter()) {
-            l.tx.disarm(&p.region);
-        }
+        suspects = sleep(&shared, &snap, &mut local, seen);
         // No `idler.busy()` here: a timeout with no work goes straight back to sleep; work
         // found in the next round resets the idler.
     }

@@ -68,6 +68,24 @@ pub enum Request {
         /// The other partner.
         b: String,
     },
+    /// Hand a pipe to the container whose network namespace is `netns`: the daemon binds an
+    /// abstract Unix socket there, and a container process that connects to it gets the pipe
+    /// (and its fast channels) as file descriptors.
+    PipeAttach {
+        /// Pipe name.
+        name: String,
+        /// Path of the container's network namespace (`/proc/PID/ns/net`,
+        /// `/var/run/netns/NAME`).
+        netns: String,
+        /// Abstract socket name, without `@` (default `docknet/pipe`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        socket: Option<String>,
+    },
+    /// Close a pipe's socket in its container.
+    PipeDetach {
+        /// Pipe name.
+        name: String,
+    },
 }
 
 /// Machine-readable error codes.
@@ -92,6 +110,8 @@ pub enum ErrorCode {
     BadParams,
     /// The daemon failed (I/O); nothing was changed.
     Internal,
+    /// Too many connections or requests at once; try again later.
+    Busy,
 }
 
 /// An error reply.
@@ -202,10 +222,12 @@ pub struct PipeInfo {
     pub frame_size: u32,
     /// Size of the shared region.
     pub region_bytes: usize,
-    /// The pipe's directory on the host (bind-mounted into its container).
-    pub dir: String,
-    /// The region file.
-    pub map: String,
+    /// The abstract socket its container finds it at (`@docknet/pipe`), once attached.
+    #[serde(default)]
+    pub socket: Option<String>,
+    /// Live connections of container processes to it.
+    #[serde(default)]
+    pub connections: usize,
     /// Names of the pipes it has fast channels with.
     pub fast_channels: Vec<String>,
     /// Counters by name (`pipe show` only).
@@ -253,7 +275,16 @@ pub struct Status {
     pub master_sleeps: u64,
 }
 
-/// What `pipe rm` and `fc rm` answer: the name(s) removed.
+/// What `pipe attach` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attached {
+    /// The pipe.
+    pub pipe: String,
+    /// The abstract socket bound in its container, with `@`.
+    pub socket: String,
+}
+
+/// What `pipe rm`, `pipe detach` and `fc rm` answer: the name(s) removed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Removed {
@@ -381,6 +412,25 @@ impl Client {
             b: b.into(),
             mtu,
         })
+    }
+
+    /// `pipe attach`: binds the pipe's socket in the network namespace at `netns`.
+    pub fn pipe_attach(
+        &mut self,
+        name: &str,
+        netns: &str,
+        socket: Option<&str>,
+    ) -> Result<Attached, ClientError> {
+        self.call_as(&Request::PipeAttach {
+            name: name.into(),
+            netns: netns.into(),
+            socket: socket.map(String::from),
+        })
+    }
+
+    /// `pipe detach`.
+    pub fn pipe_detach(&mut self, name: &str) -> Result<Removed, ClientError> {
+        self.call_as(&Request::PipeDetach { name: name.into() })
     }
 
     /// `fc rm`.

@@ -1,27 +1,37 @@
-//! The daemon's control-plane state: pipes, fast channels, their files, and `state.json`.
+//! The daemon's control-plane state: pipes, fast channels, attachments, container connections,
+//! and `state.json`.
 //!
-//! Run directory:
+//! Regions are sealed memfds ([`Region::create_sealed`]): no file a container could open,
+//! truncate, grow or replace exists anywhere. The daemon keeps every memfd (and every socket it
+//! bound in a container's namespace) in its fd holder ([`crate::holder`]), so a restarted daemon
+//! gets them back without asking a container; `state.json` says what they are and is checked
+//! again, field by field, when it is read.
+//!
 //! ```text
-//! <run-dir>/            0700
-//!   lock                flock held by the running daemon
-//!   state.json          pipes and channels, rewritten atomically after every change
-//!   pipes/<name>/       0700, bind-mounted into the container at /run/docknet/pipe
-//!     dp.map            0600, the pipe region
-//!     fc/<peer>.map     0600, a fast-channel region, hard-linked into both partners' dirs
+//! <run-dir>/      0700, the daemon's only (never mounted into a container)
+//!   lock          flock held by the running daemon
+//!   state.json    pipes, channels, attachments; rewritten atomically before every change
+//!   holder.sock   the fd holder's socket; holder.pid its pid
 //! ```
-//! Every operation checks all its inputs before it touches a file, so a refused request
-//! changes nothing.
+//!
+//! Every change is all-or-nothing: inputs are checked first, then the new state is written
+//! (write-ahead), and only then is memory changed; if a step fails, the steps before it are
+//! undone and the request changes nothing.
 
+use crate::holder::Holder;
 use crate::proto::{ApiError, ErrorCode, FcInfo, PipeInfo};
 use crate::switch::{fmt_mac, mac_for, FlowTable, Port};
-use docknet_pipe::layout::{self, Identity, Kind, RegionInfo, RingParams};
+use docknet_pipe::delivery::{self, ChannelDesc, Msg, PipeDesc, Side};
+use docknet_pipe::fdpass;
+use docknet_pipe::layout::{self, Identity, Kind, RegionInfo};
 use docknet_pipe::Region;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::net::Ipv4Addr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -54,6 +64,9 @@ counters! {
     ArpReplies => "arp_replies": "ARP requests answered by the daemon.",
     Flooded => "flooded": "Broadcast or multicast frames from this pipe copied to others.",
     Kicks => "kicks": "Futex wake-ups sent to the container's sleeping consumer.",
+    DropFloodLimited => "drop_flood_limited": "Broadcast or multicast frames from this pipe over its flood budget.",
+    FloodRxFull => "flood_rx_full": "Copies of this pipe's floods a full receiver could not take (charged to the sender).",
+    SpuriousWakes => "spurious_wakes": "Times this pipe woke the daemon with no work (each one mutes its wake-ups for longer).",
 }
 
 /// Number of counters.
@@ -91,14 +104,16 @@ pub struct Pipe {
     pub mac: [u8; 6],
     /// MTU.
     pub mtu: u32,
-    /// Directory holding dp.map (and fc/).
-    pub dir: PathBuf,
+    /// The region's sealed memfd.
+    pub memfd: OwnedFd,
     /// The mapped region.
     pub region: Region,
-    /// Its checked layout.
+    /// Its layout, as planned by the daemon (never read back from the region).
     pub info: RegionInfo,
     /// Counters published by the master thread.
     pub counters: Counters,
+    /// Connections to its socket refused (too many at once).
+    pub attach_refused: AtomicU64,
 }
 
 /// What the master thread works from: an immutable view, swapped whole on every change.
@@ -110,7 +125,23 @@ pub struct Snapshot {
     pub table: FlowTable,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A fast channel.
+#[derive(Debug)]
+struct Channel {
+    rec: FcRec,
+    memfd: OwnedFd,
+}
+
+/// A socket bound in a container's network namespace, where its pipe is handed out.
+#[derive(Debug)]
+pub struct Attachment {
+    /// The abstract name (without `@`).
+    pub socket: String,
+    /// The listening socket.
+    pub listener: Arc<OwnedFd>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct PipeRec {
     name: String,
     ip: Ipv4Addr,
@@ -119,29 +150,48 @@ struct PipeRec {
     ring_depth: u32,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct FcRec {
+    #[serde(default)]
+    id: u64,
     a: String,
     b: String,
     mtu: u32,
     ring_depth: u32,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct AttachRec {
+    pipe: String,
+    socket: String,
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct StateFile {
     version: u32,
     pipes: Vec<PipeRec>,
     fcs: Vec<FcRec>,
+    #[serde(default)]
+    attached: Vec<AttachRec>,
+    #[serde(default)]
+    next_channel: u64,
 }
 
-/// Pipes and channels of one daemon, with their files.
+/// Most connections a pipe's socket keeps at once (a container has one per attached process).
+pub const MAX_CONNS: usize = 16;
+
+/// Pipes, channels and attachments of one daemon.
 #[derive(Debug)]
 pub struct Registry {
     run_dir: PathBuf,
+    holder: Option<Holder>,
     pipes: BTreeMap<String, Arc<Pipe>>,
     depth: BTreeMap<String, u32>,
-    fcs: BTreeMap<(String, String), FcRec>,
+    fcs: BTreeMap<(String, String), Channel>,
+    attached: BTreeMap<String, Attachment>,
+    conns: BTreeMap<String, Vec<OwnedFd>>,
     next_id: u64,
+    next_channel: u64,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
@@ -194,48 +244,143 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
     Ok((ip, len))
 }
 
-fn mkdir_private(p: &Path) -> io::Result<()> {
-    match fs::DirBuilder::new().mode(0o700).create(p) {
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        r => r,
+/// Checks an abstract socket name for an attachment: 1-64 of `[A-Za-z0-9/_.-]`.
+pub fn validate_socket(name: &str) -> Result<(), ApiError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(err(
+            ErrorCode::BadParams,
+            format!("invalid socket name {name:?}: use 1-64 of A-Z a-z 0-9 / _ . -"),
+        ))
     }
 }
 
-/// Creates a zeroed region file of `size` at `path` (0600, via a temporary name and rename).
-fn create_region(path: &Path, size: usize) -> io::Result<(File, Region)> {
-    let tmp = path.with_extension("tmp");
-    let _ = fs::remove_file(&tmp);
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.set_len(size as u64)?;
-    let r = Region::map_file(&f)?;
-    fs::rename(&tmp, path)?;
-    Ok((f, r))
+fn fc_key(a: &str, b: &str) -> (String, String) {
+    if a <= b {
+        (a.into(), b.into())
+    } else {
+        (b.into(), a.into())
+    }
 }
 
-fn open_region(path: &Path) -> io::Result<Region> {
-    let f = OpenOptions::new().read(true).write(true).open(path)?;
-    Region::map_file(&f)
+fn pipe_key(name: &str) -> String {
+    format!("pipe/{name}")
+}
+fn fc_holder_key(id: u64) -> String {
+    format!("fc/{id}")
+}
+fn sock_key(pipe: &str) -> String {
+    format!("sock/{pipe}")
+}
+
+/// The planned layout of a pipe region.
+fn pipe_layout(
+    ip: Ipv4Addr,
+    prefix: u8,
+    mtu: u32,
+    depth: Option<u32>,
+) -> Result<RegionInfo, ApiError> {
+    let id = Identity {
+        ip_a: ip,
+        ip_b_or_prefix: u32::from(prefix),
+        mac_a: mac_for(ip),
+        mac_b: [0; 6],
+        mtu,
+    };
+    let depth = match depth {
+        Some(d) => d,
+        None => {
+            layout::RingParams::for_mtu(mtu, None)
+                .map_err(|e| err(ErrorCode::BadParams, e.to_string()))?
+                .depth
+        }
+    };
+    RegionInfo::planned(Kind::Pipe, id, depth).map_err(|e| err(ErrorCode::BadParams, e.to_string()))
+}
+
+/// Checks a pipe record from `state.json` as strictly as a request.
+fn check_pipe_rec(p: &PipeRec) -> Result<RegionInfo, String> {
+    validate_name(&p.name).map_err(|e| e.message)?;
+    parse_cidr(&format!("{}/{}", p.ip, p.prefix)).map_err(|e| e.message)?;
+    pipe_layout(p.ip, p.prefix, p.mtu, Some(p.ring_depth)).map_err(|e| e.message)
+}
+
+/// Opens a network namespace file given by a trusted client (the control socket is root's) and
+/// checks that it is one. `/proc/PID/ns/net` is a magic link, so links are followed; what is
+/// opened must be a namespace (nsfs), whatever the path was.
+fn open_netns(path: &str) -> Result<OwnedFd, ApiError> {
+    let bad = |why: String| {
+        err(
+            ErrorCode::BadParams,
+            format!("network namespace {path:?}: {why}"),
+        )
+    };
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| bad(e.to_string()))?;
+    let st = nix::sys::statfs::fstatfs(&f).map_err(|e| bad(e.to_string()))?;
+    if st.filesystem_type() != nix::sys::statfs::NSFS_MAGIC {
+        return Err(bad("not a namespace file".into()));
+    }
+    Ok(OwnedFd::from(f))
+}
+
+/// A listening socket bound to the abstract name `socket` inside the network namespace `ns`:
+/// a short-lived thread enters the namespace, binds, and ends.
+fn bind_in_netns(ns: &OwnedFd, socket: &str) -> io::Result<OwnedFd> {
+    let ns = ns.try_clone()?;
+    let socket = socket.to_string();
+    std::thread::spawn(move || -> io::Result<OwnedFd> {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+        fdpass::listen_abstract(&socket)
+    })
+    .join()
+    .map_err(|_| io::Error::other("the binding thread panicked"))?
+}
+
+/// Whether a container connection is still open (no hang-up or error pending).
+fn alive(fd: &OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // hang-up and errors are always reported; a peer that closed leaves a SEQPACKET socket
+    // hung up
+    let mut p = [PollFd::new(fd.as_fd(), PollFlags::empty())];
+    match poll(&mut p, PollTimeout::ZERO) {
+        Ok(0) => true,
+        Ok(_) => !p[0].revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+        }),
+        Err(_) => false,
+    }
 }
 
 impl Registry {
-    /// Opens (creating if needed) the run directory and adopts the pipes and channels recorded
-    /// in `state.json` whose files are still there and valid. Returns the registry and
-    /// warnings about anything that could not be adopted.
-    pub fn open(run_dir: &Path) -> io::Result<(Registry, Vec<String>)> {
+    /// Opens (creating if needed) the run directory and adopts what `state.json` records and the
+    /// holder still keeps, each record checked again. Returns the registry and warnings about
+    /// anything not adopted. Without a holder (tests, in-process use) nothing can be adopted.
+    pub fn open(run_dir: &Path, holder: Option<Holder>) -> io::Result<(Registry, Vec<String>)> {
         fs::create_dir_all(run_dir)?;
         fs::set_permissions(run_dir, fs::Permissions::from_mode(0o700))?;
-        mkdir_private(&run_dir.join("pipes"))?;
+        let mut kept = match &holder {
+            Some(h) => h.list()?,
+            None => BTreeMap::new(),
+        };
         let mut reg = Registry {
             run_dir: run_dir.to_path_buf(),
+            holder,
             pipes: BTreeMap::new(),
             depth: BTreeMap::new(),
             fcs: BTreeMap::new(),
+            attached: BTreeMap::new(),
+            conns: BTreeMap::new(),
             next_id: 1,
+            next_channel: 1,
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -246,75 +391,140 @@ impl Registry {
             Err(e) if e.kind() == io::ErrorKind::NotFound => StateFile::default(),
             Err(e) => return Err(e),
         };
-        for p in state.pipes {
-            match reg.adopt_pipe(&p) {
-                Ok(pipe) => {
-                    reg.depth.insert(p.name.clone(), p.ring_depth);
-                    reg.pipes.insert(p.name.clone(), pipe);
-                }
-                Err(e) => warnings.push(format!("pipe {} not adopted: {e}", p.name)),
+        reg.next_channel = state.next_channel.max(1);
+        for p in &state.pipes {
+            if let Err(e) = reg.adopt_pipe(p, &mut kept) {
+                warnings.push(format!("pipe {:?} not adopted: {e}", p.name));
             }
         }
-        for f in state.fcs {
-            let ok = reg.pipes.contains_key(&f.a)
-                && reg.pipes.contains_key(&f.b)
-                && reg.fc_path(&f.a, &f.b).exists()
-                && reg.fc_path(&f.b, &f.a).exists();
-            if ok {
-                reg.fcs.insert(fc_key(&f.a, &f.b), f);
-            } else {
-                warnings.push(format!("fast channel {}<->{} not adopted", f.a, f.b));
+        for f in &state.fcs {
+            if let Err(e) = reg.adopt_fc(f, &mut kept) {
+                warnings.push(format!(
+                    "fast channel {:?}<->{:?} not adopted: {e}",
+                    f.a, f.b
+                ));
+            }
+        }
+        for a in &state.attached {
+            if let Err(e) = reg.adopt_attachment(a, &mut kept) {
+                warnings.push(format!("attachment of {:?} not adopted: {e}", a.pipe));
+            }
+        }
+        // whatever the holder keeps that the state does not name is stale
+        if let Some(h) = &reg.holder {
+            for k in kept.keys() {
+                let _ = h.drop_key(k);
             }
         }
         reg.save()?;
+        // endpoints that were connected to the last daemon reconnect on this
+        for p in reg.pipes.values() {
+            layout::bump_generation(&p.region);
+        }
         Ok((reg, warnings))
+    }
+
+    fn adopt_pipe(
+        &mut self,
+        p: &PipeRec,
+        kept: &mut BTreeMap<String, OwnedFd>,
+    ) -> Result<(), String> {
+        let info = check_pipe_rec(p)?;
+        if self.pipes.contains_key(&p.name) || self.pipes.values().any(|x| x.ip == p.ip) {
+            return Err("duplicate name or address".into());
+        }
+        let fd = kept
+            .remove(&pipe_key(&p.name))
+            .ok_or("its region is gone (no fd holder kept it)")?;
+        let region = Region::map_sealed(fd.as_fd(), info.size).map_err(|e| e.to_string())?;
+        self.insert_pipe(p, fd, region, info);
+        Ok(())
+    }
+
+    fn adopt_fc(&mut self, f: &FcRec, kept: &mut BTreeMap<String, OwnedFd>) -> Result<(), String> {
+        let (pa, pb) = (self.get(&f.a), self.get(&f.b));
+        if pa.is_err() || pb.is_err() || f.a == f.b || self.fcs.contains_key(&fc_key(&f.a, &f.b)) {
+            return Err("its pipes are not both there, or it is a duplicate".into());
+        }
+        let p =
+            layout::RingParams::for_mtu(f.mtu, Some(f.ring_depth)).map_err(|e| e.to_string())?;
+        let (_, size) = layout::plan([p, p]).map_err(|e| e.to_string())?;
+        let fd = kept
+            .remove(&fc_holder_key(f.id))
+            .ok_or("its region is gone")?;
+        Region::map_sealed(fd.as_fd(), size).map_err(|e| e.to_string())?;
+        self.next_channel = self.next_channel.max(f.id + 1);
+        self.fcs.insert(
+            fc_key(&f.a, &f.b),
+            Channel {
+                rec: f.clone(),
+                memfd: fd,
+            },
+        );
+        Ok(())
+    }
+
+    fn adopt_attachment(
+        &mut self,
+        a: &AttachRec,
+        kept: &mut BTreeMap<String, OwnedFd>,
+    ) -> Result<(), String> {
+        self.get(&a.pipe).map_err(|e| e.message)?;
+        validate_socket(&a.socket).map_err(|e| e.message)?;
+        let fd = kept
+            .remove(&sock_key(&a.pipe))
+            .ok_or("its socket is gone")?;
+        let listening = nix::sys::socket::getsockopt(&fd, nix::sys::socket::sockopt::AcceptConn)
+            .unwrap_or(false);
+        if !listening {
+            return Err("the kept socket is not listening".into());
+        }
+        fdpass::set_nonblocking(fd.as_fd(), true).map_err(|e| e.to_string())?;
+        self.attached.insert(
+            a.pipe.clone(),
+            Attachment {
+                socket: a.socket.clone(),
+                listener: Arc::new(fd),
+            },
+        );
+        Ok(())
     }
 
     fn state_path(&self) -> PathBuf {
         self.run_dir.join("state.json")
     }
 
-    /// Directory of pipe `name`.
-    pub fn pipe_dir(&self, name: &str) -> PathBuf {
-        self.run_dir.join("pipes").join(name)
-    }
-
-    fn fc_path(&self, owner: &str, peer: &str) -> PathBuf {
-        self.pipe_dir(owner).join("fc").join(format!("{peer}.map"))
-    }
-
-    fn adopt_pipe(&mut self, rec: &PipeRec) -> Result<Arc<Pipe>, String> {
-        validate_name(&rec.name).map_err(|e| e.message)?;
-        let dir = self.pipe_dir(&rec.name);
-        let region = open_region(&dir.join("dp.map")).map_err(|e| e.to_string())?;
-        let info = RegionInfo::parse(&region, Kind::Pipe).map_err(|e| e.to_string())?;
-        if info.id.ip_a != rec.ip || info.id.mtu != rec.mtu {
-            return Err("region does not match the recorded address or MTU".into());
-        }
-        Ok(self.wrap(rec, dir, region, info))
-    }
-
-    fn wrap(&mut self, rec: &PipeRec, dir: PathBuf, region: Region, info: RegionInfo) -> Arc<Pipe> {
+    fn insert_pipe(
+        &mut self,
+        rec: &PipeRec,
+        memfd: OwnedFd,
+        region: Region,
+        info: RegionInfo,
+    ) -> Arc<Pipe> {
         let id = self.next_id;
         self.next_id += 1;
-        Arc::new(Pipe {
+        let pipe = Arc::new(Pipe {
             id,
             name: rec.name.clone(),
             ip: rec.ip,
             prefix: rec.prefix,
             mac: mac_for(rec.ip),
             mtu: rec.mtu,
-            dir,
+            memfd,
             region,
             info,
             counters: Counters::default(),
-        })
+            attach_refused: AtomicU64::new(0),
+        });
+        self.pipes.insert(rec.name.clone(), pipe.clone());
+        self.depth.insert(rec.name.clone(), rec.ring_depth);
+        pipe
     }
 
-    /// Writes `state.json` atomically.
-    pub fn save(&self) -> io::Result<()> {
-        let st = StateFile {
-            version: 1,
+    /// The state as it stands.
+    fn state(&self) -> StateFile {
+        StateFile {
+            version: 2,
             pipes: self
                 .pipes
                 .values()
@@ -326,18 +536,54 @@ impl Registry {
                     ring_depth: self.depth.get(&p.name).copied().unwrap_or(0),
                 })
                 .collect(),
-            fcs: self.fcs.values().cloned().collect(),
-        };
+            fcs: self.fcs.values().map(|c| c.rec.clone()).collect(),
+            attached: self
+                .attached
+                .iter()
+                .map(|(p, a)| AttachRec {
+                    pipe: p.clone(),
+                    socket: a.socket.clone(),
+                })
+                .collect(),
+            next_channel: self.next_channel,
+        }
+    }
+
+    /// Writes `st` as `state.json`, atomically (temporary file, fsync, rename).
+    fn write(&self, st: &StateFile) -> io::Result<()> {
         let tmp = self.run_dir.join("state.json.tmp");
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(&st).map_err(io::Error::other)?)?;
+        f.write_all(&serde_json::to_vec_pretty(st).map_err(io::Error::other)?)?;
         f.sync_all()?;
         fs::rename(tmp, self.state_path())
+    }
+
+    /// Writes the current state.
+    pub fn save(&self) -> io::Result<()> {
+        self.write(&self.state())
+    }
+
+    fn hold(&self, key: &str, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), ApiError> {
+        match &self.holder {
+            Some(h) => h
+                .put(key, fd)
+                .map_err(|e| internal("keeping the region in the fd holder", e)),
+            None => Ok(()),
+        }
+    }
+
+    fn unhold(&self, key: &str) {
+        if let Some(h) = &self.holder {
+            if let Err(e) = h.drop_key(key) {
+                tracing::warn!("fd holder: dropping {key}: {e}");
+            }
+        }
     }
 
     /// The pipe called `name`.
@@ -347,7 +593,8 @@ impl Registry {
             .ok_or_else(|| err(ErrorCode::NotFound, format!("no pipe named {name:?}")))
     }
 
-    /// Creates a pipe: checks everything, then creates its directory and region.
+    /// Creates a pipe: checks everything, creates its sealed region, keeps it in the holder,
+    /// records it, and only then makes it live.
     pub fn create_pipe(
         &mut self,
         name: &str,
@@ -370,73 +617,55 @@ impl Registry {
             ));
         }
         let mtu = mtu.unwrap_or(1500);
-        let params = RingParams::for_mtu(mtu, ring_depth)
-            .map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
-        let (rings, size) =
-            layout::plan([params, params]).map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
-        let dir = self.pipe_dir(name);
-        let made = (|| -> io::Result<(Region, RegionInfo)> {
-            let _ = fs::remove_dir_all(&dir); // leftovers of a pipe not in the state
-            mkdir_private(&dir)?;
-            mkdir_private(&dir.join("fc"))?;
-            let (_f, region) = create_region(&dir.join("dp.map"), size)?;
-            let id = Identity {
-                ip_a: ip,
-                ip_b_or_prefix: u32::from(prefix),
-                mac_a: mac_for(ip),
-                mac_b: [0; 6],
-                mtu,
-            };
-            layout::init(&region, Kind::Pipe, id, rings, size).map_err(io::Error::other)?;
-            let info = RegionInfo::parse(&region, Kind::Pipe).map_err(io::Error::other)?;
-            Ok((region, info))
-        })();
-        let (region, info) = match made {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&dir);
-                return Err(internal("creating the pipe region", e));
-            }
-        };
+        let info = pipe_layout(ip, prefix, mtu, ring_depth)?;
+        let (fd, region) = Region::create_sealed(&format!("docknet-pipe-{name}"), info.size)
+            .map_err(|e| internal("creating the pipe region", e))?;
+        layout::init(&region, Kind::Pipe, info.id, info.rings, info.size)
+            .map_err(|e| internal("writing the region header", e))?;
+        self.hold(&pipe_key(name), fd.as_fd())?;
         let rec = PipeRec {
             name: name.into(),
             ip,
             prefix,
             mtu,
-            ring_depth: params.depth,
+            ring_depth: info.rings[0].depth,
         };
-        let pipe = self.wrap(&rec, dir.clone(), region, info);
-        self.pipes.insert(name.into(), pipe.clone());
-        self.depth.insert(name.into(), params.depth);
-        if let Err(e) = self.save() {
-            self.pipes.remove(name);
-            self.depth.remove(name);
-            let _ = fs::remove_dir_all(&dir);
+        let mut st = self.state();
+        st.pipes.push(rec.clone());
+        if let Err(e) = self.write(&st) {
+            self.unhold(&pipe_key(name));
             return Err(internal("saving state", e));
         }
-        Ok(pipe)
+        Ok(self.insert_pipe(&rec, fd, region, info))
     }
 
-    /// Deletes a pipe and its fast channels; its files are marked closed and removed.
+    /// Deletes a pipe with its fast channels and attachment.
     pub fn remove_pipe(&mut self, name: &str) -> Result<(), ApiError> {
         self.get(name)?;
-        let peers: Vec<(String, String)> = self
+        let mut st = self.state();
+        st.pipes.retain(|p| p.name != name);
+        st.fcs.retain(|f| f.a != name && f.b != name);
+        st.attached.retain(|a| a.pipe != name);
+        self.write(&st).map_err(|e| internal("saving state", e))?;
+        let chans: Vec<(String, String)> = self
             .fcs
             .keys()
             .filter(|(a, b)| a == name || b == name)
             .cloned()
             .collect();
-        for (a, b) in peers {
-            self.remove_fc(&a, &b)?;
+        for key in chans {
+            self.drop_channel(&key);
         }
-        let pipe = self
-            .pipes
-            .remove(name)
-            .ok_or_else(|| internal("remove", name))?;
+        if self.attached.remove(name).is_some() {
+            self.unhold(&sock_key(name));
+        }
+        self.conns.remove(name);
         self.depth.remove(name);
-        layout::set_flags(&pipe.region, layout::FLAG_CLOSED);
-        let _ = fs::remove_dir_all(&pipe.dir);
-        self.save().map_err(|e| internal("saving state", e))
+        if let Some(pipe) = self.pipes.remove(name) {
+            layout::set_flags(&pipe.region, layout::FLAG_CLOSED);
+        }
+        self.unhold(&pipe_key(name));
+        Ok(())
     }
 
     /// Builds a fast channel between `a` and `b`.
@@ -456,8 +685,8 @@ impl Registry {
             ));
         }
         let mtu = mtu.unwrap_or(65535);
-        let params =
-            RingParams::for_mtu(mtu, None).map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
+        let params = layout::RingParams::for_mtu(mtu, None)
+            .map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
         let (rings, size) =
             layout::plan([params, params]).map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
         // Endpoint A is the lower address: ring 0 carries A -> B.
@@ -466,38 +695,38 @@ impl Registry {
         } else {
             (&pb, &pa)
         };
-        let path_a = self.fc_path(a, b);
-        let path_b = self.fc_path(b, a);
-        let made = (|| -> io::Result<()> {
-            let (_f, region) = create_region(&path_a, size)?;
-            let id = Identity {
-                ip_a: lo.ip,
-                ip_b_or_prefix: u32::from(hi.ip),
-                mac_a: lo.mac,
-                mac_b: hi.mac,
-                mtu,
-            };
-            layout::init(&region, Kind::FastChannel, id, rings, size).map_err(io::Error::other)?;
-            let _ = fs::remove_file(&path_b);
-            fs::hard_link(&path_a, &path_b)
-        })();
-        if let Err(e) = made {
-            let _ = fs::remove_file(&path_a);
-            let _ = fs::remove_file(&path_b);
-            return Err(internal("creating the fast channel", e));
-        }
+        let id = self.next_channel;
+        let (fd, region) = Region::create_sealed(&format!("docknet-fc-{id}"), size)
+            .map_err(|e| internal("creating the fast channel", e))?;
+        let ident = Identity {
+            ip_a: lo.ip,
+            ip_b_or_prefix: u32::from(hi.ip),
+            mac_a: lo.mac,
+            mac_b: hi.mac,
+            mtu,
+        };
+        layout::init(&region, Kind::FastChannel, ident, rings, size)
+            .map_err(|e| internal("writing the channel header", e))?;
+        drop(region);
+        self.hold(&fc_holder_key(id), fd.as_fd())?;
         let rec = FcRec {
+            id,
             a: a.into(),
             b: b.into(),
             mtu,
             ring_depth: params.depth,
         };
-        self.fcs.insert(fc_key(a, b), rec);
-        if let Err(e) = self.save() {
-            self.fcs.remove(&fc_key(a, b));
-            let _ = fs::remove_file(&path_a);
-            let _ = fs::remove_file(&path_b);
+        let mut st = self.state();
+        st.fcs.push(rec.clone());
+        st.next_channel = id + 1;
+        if let Err(e) = self.write(&st) {
+            self.unhold(&fc_holder_key(id));
             return Err(internal("saving state", e));
+        }
+        self.next_channel = id + 1;
+        self.fcs.insert(fc_key(a, b), Channel { rec, memfd: fd });
+        for p in [a, b] {
+            self.announce(p, &fc_key(a, b));
         }
         layout::bump_generation(&pa.region);
         layout::bump_generation(&pb.region);
@@ -512,8 +741,8 @@ impl Registry {
 
     /// Removes the fast channel between `a` and `b`.
     pub fn remove_fc(&mut self, a: &str, b: &str) -> Result<(), ApiError> {
-        let pa = self.get(a)?.clone();
-        let pb = self.get(b)?.clone();
+        self.get(a)?;
+        self.get(b)?;
         let key = fc_key(a, b);
         if !self.fcs.contains_key(&key) {
             return Err(err(
@@ -521,27 +750,200 @@ impl Registry {
                 format!("no fast channel {a}<->{b}"),
             ));
         }
-        let path_a = self.fc_path(a, b);
-        if let Ok(r) = open_region(&path_a) {
-            layout::set_flags(&r, layout::FLAG_CLOSED);
+        let mut st = self.state();
+        st.fcs.retain(|f| fc_key(&f.a, &f.b) != key);
+        self.write(&st).map_err(|e| internal("saving state", e))?;
+        self.drop_channel(&key);
+        Ok(())
+    }
+
+    /// Forgets a channel (already gone from the state): tells both partners, drops it from
+    /// the holder.
+    fn drop_channel(&mut self, key: &(String, String)) {
+        let Some(c) = self.fcs.remove(key) else {
+            return;
+        };
+        let msg = Msg::Closed { id: c.rec.id }.encode();
+        for p in [&c.rec.a, &c.rec.b] {
+            self.send_all(p, &msg, None);
+            if let Some(pipe) = self.pipes.get(p) {
+                layout::bump_generation(&pipe.region);
+            }
         }
-        let _ = fs::remove_file(&path_a);
-        let _ = fs::remove_file(self.fc_path(b, a));
-        self.fcs.remove(&key);
-        layout::bump_generation(&pa.region);
-        layout::bump_generation(&pb.region);
-        self.save().map_err(|e| internal("saving state", e))
+        self.unhold(&fc_holder_key(c.rec.id));
+    }
+
+    /// Binds pipe `name`'s socket (abstract name `socket`) inside the network namespace at
+    /// `netns` (a path from a trusted client: `/proc/PID/ns/net`, `/var/run/netns/NAME`).
+    /// Returns the listening socket, for the caller to accept on.
+    pub fn attach(
+        &mut self,
+        name: &str,
+        netns: &str,
+        socket: Option<&str>,
+    ) -> Result<Arc<OwnedFd>, ApiError> {
+        self.get(name)?;
+        let socket = socket.unwrap_or(delivery::DEFAULT_SOCKET);
+        validate_socket(socket)?;
+        if self.attached.contains_key(name) {
+            return Err(err(
+                ErrorCode::Exists,
+                format!("pipe {name:?} is already attached"),
+            ));
+        }
+        let ns = open_netns(netns)?;
+        let listener = bind_in_netns(&ns, socket).map_err(|e| {
+            let code = if e.kind() == io::ErrorKind::AddrInUse {
+                ErrorCode::Exists
+            } else {
+                ErrorCode::Internal
+            };
+            err(code, format!("binding @{socket} in {netns}: {e}"))
+        })?;
+        self.hold(&sock_key(name), listener.as_fd())?;
+        let mut st = self.state();
+        st.attached.push(AttachRec {
+            pipe: name.into(),
+            socket: socket.into(),
+        });
+        if let Err(e) = self.write(&st) {
+            self.unhold(&sock_key(name));
+            return Err(internal("saving state", e));
+        }
+        let listener = Arc::new(listener);
+        self.attached.insert(
+            name.into(),
+            Attachment {
+                socket: socket.into(),
+                listener: listener.clone(),
+            },
+        );
+        Ok(listener)
+    }
+
+    /// Closes pipe `name`'s socket in its container (connections already made stay).
+    pub fn detach(&mut self, name: &str) -> Result<(), ApiError> {
+        self.get(name)?;
+        if !self.attached.contains_key(name) {
+            return Err(err(
+                ErrorCode::NotFound,
+                format!("pipe {name:?} is not attached"),
+            ));
+        }
+        let mut st = self.state();
+        st.attached.retain(|a| a.pipe != name);
+        self.write(&st).map_err(|e| internal("saving state", e))?;
+        self.attached.remove(name);
+        self.unhold(&sock_key(name));
+        Ok(())
+    }
+
+    /// The attachments (pipe, listening socket), e.g. to accept on after a restart.
+    pub fn attachments(&self) -> Vec<(String, Arc<OwnedFd>)> {
+        self.attached
+            .iter()
+            .map(|(p, a)| (p.clone(), a.listener.clone()))
+            .collect()
+    }
+
+    /// Whether `listener` is still pipe `name`'s socket.
+    pub fn is_attached(&self, name: &str, listener: &Arc<OwnedFd>) -> bool {
+        self.attached
+            .get(name)
+            .is_some_and(|a| Arc::ptr_eq(&a.listener, listener))
+    }
+
+    /// Hands pipe `name` to a new connection: its region, its channels, then `Synced`; the
+    /// connection then gets every change of its channels. Refused (and counted) beyond
+    /// [`MAX_CONNS`] live connections.
+    pub fn add_conn(&mut self, name: &str, conn: OwnedFd) -> Result<(), ApiError> {
+        let pipe = self.get(name)?.clone();
+        let conns = self.conns.entry(name.into()).or_default();
+        conns.retain(alive);
+        if conns.len() >= MAX_CONNS {
+            pipe.attach_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(err(
+                ErrorCode::Busy,
+                format!("pipe {name:?} has {MAX_CONNS} connections"),
+            ));
+        }
+        let hello = Msg::Hello(PipeDesc {
+            name: pipe.name.clone(),
+            ip: pipe.ip,
+            prefix: pipe.prefix,
+            mac: pipe.mac,
+            mtu: pipe.mtu,
+            depth: pipe.info.rings[0].depth,
+        });
+        let mut msgs: Vec<(Vec<u8>, Option<&OwnedFd>)> = vec![(hello.encode(), Some(&pipe.memfd))];
+        for c in self
+            .fcs
+            .values()
+            .filter(|c| c.rec.a == name || c.rec.b == name)
+        {
+            msgs.push((self.channel_msg(name, &c.rec).encode(), Some(&c.memfd)));
+        }
+        msgs.push((Msg::Synced.encode(), None));
+        for (m, fd) in &msgs {
+            fdpass::send(conn.as_fd(), m, fd.map(|f| f.as_fd()))
+                .map_err(|e| internal("handing out the pipe", e))?;
+        }
+        self.conns.entry(name.into()).or_default().push(conn);
+        Ok(())
+    }
+
+    /// A channel as partner `me` is told about it.
+    fn channel_msg(&self, me: &str, c: &FcRec) -> Msg {
+        let peer_name = if c.a == me { &c.b } else { &c.a };
+        let (mine, peer) = (self.pipes.get(me), self.pipes.get(peer_name));
+        let (my_ip, peer_ip, peer_mac) = match (mine, peer) {
+            (Some(m), Some(p)) => (m.ip, p.ip, p.mac),
+            _ => (Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, [0; 6]),
+        };
+        Msg::Channel(ChannelDesc {
+            id: c.id,
+            side: if my_ip < peer_ip { Side::A } else { Side::B },
+            mtu: c.mtu,
+            depth: c.ring_depth,
+            peer: peer_name.clone(),
+            peer_ip,
+            peer_mac,
+        })
+    }
+
+    /// Tells pipe `me`'s connections about the channel at `key`.
+    fn announce(&mut self, me: &str, key: &(String, String)) {
+        let Some(c) = self.fcs.get(key) else { return };
+        let msg = self.channel_msg(me, &c.rec).encode();
+        let fd = c.memfd.try_clone().ok();
+        self.send_all(me, &msg, fd.as_ref());
+    }
+
+    /// Sends a message to every connection of `pipe`, dropping those that do not take it (gone,
+    /// or not reading: a container's own loss).
+    fn send_all(&mut self, pipe: &str, msg: &[u8], fd: Option<&OwnedFd>) {
+        if let Some(conns) = self.conns.get_mut(pipe) {
+            conns.retain(|c| fdpass::send(c.as_fd(), msg, fd.map(|f| f.as_fd())).is_ok());
+        }
+    }
+
+    /// Live connections of a pipe.
+    pub fn connections(&mut self, name: &str) -> usize {
+        self.conns.get_mut(name).map_or(0, |c| {
+            c.retain(alive);
+            c.len()
+        })
     }
 
     /// Peers pipe `name` has a fast channel with.
     pub fn fc_peers(&self, name: &str) -> Vec<String> {
         self.fcs
             .values()
-            .filter_map(|f| {
-                if f.a == name {
-                    Some(f.b.clone())
-                } else if f.b == name {
-                    Some(f.a.clone())
+            .filter_map(|c| {
+                if c.rec.a == name {
+                    Some(c.rec.b.clone())
+                } else if c.rec.b == name {
+                    Some(c.rec.a.clone())
                 } else {
                     None
                 }
@@ -570,9 +972,30 @@ impl Registry {
         Snapshot { pipes, table }
     }
 
+    /// An in-process connection to pipe `name` (tests, and programs that run the daemon's
+    /// registry themselves): the other end of a socket pair handed to [`Registry::add_conn`].
+    pub fn connect_local(&mut self, name: &str) -> Result<OwnedFd, ApiError> {
+        let (mine, theirs) = fdpass::pair().map_err(|e| internal("socketpair", e))?;
+        fdpass::set_nonblocking(mine.as_fd(), true).map_err(|e| internal("socketpair", e))?;
+        self.add_conn(name, mine)?;
+        Ok(theirs)
+    }
+
+    /// Removes every pipe (a daemon that leaves nothing behind when it stops).
+    pub fn remove_all(&mut self) {
+        let names: Vec<String> = self.pipes.keys().cloned().collect();
+        for n in names {
+            if let Err(e) = self.remove_pipe(&n) {
+                tracing::warn!("removing pipe {n}: {e}");
+            }
+        }
+    }
+
     /// How a pipe is reported to clients (with counters when `counters` is set).
-    pub fn pipe_info(&self, p: &Pipe, counters: bool) -> PipeInfo {
-        PipeInfo {
+    pub fn pipe_info(&mut self, name: &str, counters: bool) -> Result<PipeInfo, ApiError> {
+        let p = self.get(name)?.clone();
+        let connections = self.connections(name);
+        Ok(PipeInfo {
             name: p.name.clone(),
             ip: format!("{}/{}", p.ip, p.prefix),
             mac: fmt_mac(p.mac),
@@ -580,25 +1003,22 @@ impl Registry {
             ring_depth: p.info.rings[0].depth,
             frame_size: p.info.rings[0].frame_size,
             region_bytes: p.info.size,
-            dir: p.dir.display().to_string(),
-            map: p.dir.join("dp.map").display().to_string(),
+            socket: self.attached.get(name).map(|a| format!("@{}", a.socket)),
+            connections,
             fast_channels: self.fc_peers(&p.name),
             counters: counters.then(|| {
-                COUNTER_NAMES
+                let mut m: BTreeMap<String, u64> = COUNTER_NAMES
                     .iter()
                     .zip(p.counters.load_all())
                     .map(|(n, x)| ((*n).to_string(), x))
-                    .collect()
+                    .collect();
+                m.insert(
+                    "attach_refused".into(),
+                    p.attach_refused.load(Ordering::Relaxed),
+                );
+                m
             }),
-        }
-    }
-}
-
-fn fc_key(a: &str, b: &str) -> (String, String) {
-    if a <= b {
-        (a.into(), b.into())
-    } else {
-        (b.into(), a.into())
+        })
     }
 }
 
@@ -636,13 +1056,14 @@ mod tests {
     }
 
     #[test]
-    fn create_refusals_change_nothing_and_state_survives_reopen() {
+    fn create_refusals_change_nothing_and_the_state_records_what_lives() {
         let d = tempfile::tempdir().unwrap();
-        let (mut r, w) = Registry::open(d.path()).unwrap();
+        let (mut r, w) = Registry::open(d.path(), None).unwrap();
         assert!(w.is_empty());
         r.create_pipe("a", "10.9.0.1/24", None, None).unwrap();
         r.create_pipe("b", "10.9.0.2/24", Some(9000), None).unwrap();
         let code = |e: ApiError| e.code;
+        let before = fs::read(d.path().join("state.json")).unwrap();
         assert_eq!(
             code(r.create_pipe("a", "10.9.0.3/24", None, None).unwrap_err()),
             ErrorCode::Exists
@@ -665,12 +1086,6 @@ mod tests {
             ),
             ErrorCode::BadParams
         );
-        assert!(!r.pipe_dir("c").exists());
-        r.connect_fc("a", "b", Some(9000)).unwrap();
-        assert_eq!(
-            code(r.connect_fc("b", "a", None).unwrap_err()),
-            ErrorCode::Exists
-        );
         assert_eq!(
             code(r.connect_fc("a", "a", None).unwrap_err()),
             ErrorCode::BadParams
@@ -679,22 +1094,115 @@ mod tests {
             code(r.connect_fc("a", "zz", None).unwrap_err()),
             ErrorCode::NotFound
         );
-        let fa = r.pipe_dir("a").join("fc/b.map");
-        let fb = r.pipe_dir("b").join("fc/a.map");
-        assert!(fa.exists() && fb.exists());
-        let mode = fs::metadata(r.pipe_dir("a").join("dp.map"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-        drop(r);
-        let (mut r, w) = Registry::open(d.path()).unwrap();
-        assert!(w.is_empty(), "{w:?}");
-        assert_eq!(r.pipes().count(), 2);
-        assert_eq!(r.fc_peers("a"), vec!["b".to_string()]);
+        assert_eq!(
+            code(r.remove_fc("a", "b").unwrap_err()),
+            ErrorCode::NotFound
+        );
+        assert_eq!(
+            code(r.attach("a", "/proc/self/status", None).unwrap_err()),
+            ErrorCode::BadParams
+        );
+        assert_eq!(
+            fs::read(d.path().join("state.json")).unwrap(),
+            before,
+            "refusals write nothing"
+        );
+        r.connect_fc("a", "b", Some(9000)).unwrap();
+        assert_eq!(
+            code(r.connect_fc("b", "a", None).unwrap_err()),
+            ErrorCode::Exists
+        );
+        let st: StateFile =
+            serde_json::from_slice(&fs::read(d.path().join("state.json")).unwrap()).unwrap();
+        assert_eq!(st.pipes.len(), 2);
+        assert_eq!((st.fcs.len(), st.fcs[0].id, st.next_channel), (1, 1, 2));
+        let mode = fs::metadata(d.path()).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o700,
+            "the run directory is the daemon's only"
+        );
         r.remove_pipe("b").unwrap();
-        assert!(!fa.exists() && !fb.exists());
         assert!(r.fc_peers("a").is_empty());
         assert_eq!(code(r.remove_pipe("b").unwrap_err()), ErrorCode::NotFound);
+        let st: StateFile =
+            serde_json::from_slice(&fs::read(d.path().join("state.json")).unwrap()).unwrap();
+        assert_eq!((st.pipes.len(), st.fcs.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_failed_save_changes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut r, _) = Registry::open(d.path(), None).unwrap();
+        r.create_pipe("a", "10.9.0.1/24", None, None).unwrap();
+        r.create_pipe("b", "10.9.0.2/24", None, None).unwrap();
+        // state.json.tmp cannot be created: every change must fail whole
+        fs::create_dir(d.path().join("state.json.tmp")).unwrap();
+        assert!(r.create_pipe("c", "10.9.0.3/24", None, None).is_err());
+        assert!(r.get("c").is_err());
+        assert!(r.connect_fc("a", "b", None).is_err());
+        assert!(r.fc_peers("a").is_empty());
+        assert!(r.remove_pipe("a").is_err());
+        assert!(r.get("a").is_ok(), "a refused removal keeps the pipe");
+        fs::remove_dir(d.path().join("state.json.tmp")).unwrap();
+        r.connect_fc("a", "b", None).unwrap();
+    }
+
+    #[test]
+    fn state_records_are_checked_again_on_load() {
+        let d = tempfile::tempdir().unwrap();
+        let bad = r#"{"version": 2, "pipes": [
+            {"name": "../x", "ip": "10.0.0.1", "prefix": 24, "mtu": 1500, "ring_depth": 1024},
+            {"name": "p0", "ip": "10.0.0.2", "prefix": 0, "mtu": 1500, "ring_depth": 1024},
+            {"name": "huge", "ip": "10.0.0.3", "prefix": 24, "mtu": 65535, "ring_depth": 65536},
+            {"name": "mtu", "ip": "10.0.0.4", "prefix": 24, "mtu": 5, "ring_depth": 1024}],
+            "fcs": [{"id": 1, "a": "x", "b": "x", "mtu": 1500, "ring_depth": 2}],
+            "attached": [{"pipe": "p0", "socket": "@@"}]}"#;
+        fs::write(d.path().join("state.json"), bad).unwrap();
+        let (r, w) = Registry::open(d.path(), None).unwrap();
+        assert_eq!(r.pipes().count(), 0);
+        assert_eq!(w.len(), 6, "{w:?}");
+        assert!(w[1].contains("prefix"), "{w:?}");
+    }
+
+    #[test]
+    fn a_connection_gets_its_pipe_and_channels_and_every_change() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut r, _) = Registry::open(d.path(), None).unwrap();
+        r.create_pipe("a", "10.9.0.1/24", None, None).unwrap();
+        r.create_pipe("b", "10.9.0.2/24", None, None).unwrap();
+        r.connect_fc("a", "b", None).unwrap();
+        let c = r.connect_local("b").unwrap();
+        let mut buf = [0u8; delivery::MAX_MSG];
+        let mut next = || {
+            let (n, fd) = fdpass::recv(c.as_fd(), &mut buf).unwrap().unwrap();
+            (Msg::decode(&buf[..n]).unwrap(), fd.is_some())
+        };
+        let (hello, fd) = next();
+        assert!(fd && matches!(hello, Msg::Hello(ref p) if p.name == "b" && p.depth == 1024));
+        let (ch, fd) = next();
+        let Msg::Channel(ch) = ch else {
+            panic!("{ch:?}")
+        };
+        assert!(fd);
+        assert_eq!(
+            (ch.side, ch.peer.as_str(), ch.peer_ip),
+            (Side::B, "a", Ipv4Addr::new(10, 9, 0, 1))
+        );
+        assert_eq!(ch.peer_mac, mac_for(Ipv4Addr::new(10, 9, 0, 1)));
+        assert_eq!(next(), (Msg::Synced, false));
+        r.remove_fc("a", "b").unwrap();
+        assert_eq!(next(), (Msg::Closed { id: ch.id }, false));
+        assert_eq!(r.connections("b"), 1);
+        drop(c);
+        assert_eq!(r.connections("b"), 0, "a closed connection is pruned");
+        for _ in 0..MAX_CONNS {
+            std::mem::forget(r.connect_local("a").unwrap());
+        }
+        assert_eq!(r.connect_local("a").unwrap_err().code, ErrorCode::Busy);
+        assert_eq!(
+            r.pipe_info("a", true).unwrap().counters.unwrap()["attach_refused"],
+            1
+        );
     }
 }

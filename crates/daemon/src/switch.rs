@@ -112,10 +112,10 @@ fn is_broadcast_for(dst: Ipv4Addr, p: &Port) -> bool {
     if dst.is_broadcast() || dst.is_multicast() {
         return true;
     }
-    if p.prefix >= 31 {
+    if p.prefix >= 31 || p.prefix == 0 {
         return false;
     }
-    let mask = u32::MAX << (32 - p.prefix as u32);
+    let mask = u32::MAX.checked_shl(32 - u32::from(p.prefix)).unwrap_or(0);
     u32::from(dst) == (u32::from(p.ip) & mask) | !mask
 }
 
@@ -307,6 +307,18 @@ mod tests {
             decide(&req[..30], 0, &t),
             Decision::Drop(DropReason::Malformed)
         );
+    }
+
+    #[test]
+    fn any_prefix_is_safe() {
+        for prefix in [0u8, 1, 30, 31, 32, 33, 255] {
+            let t = FlowTable::new(vec![Port {
+                ip: A,
+                prefix,
+                mac: mac_for(A),
+            }]);
+            let _ = decide(&ipv4(A, Ipv4Addr::new(10, 1, 255, 255)), 0, &t);
+        }
     }
 
     #[test]

@@ -60,11 +60,17 @@ pub struct DeviceStats {
     pub injected: u64,
 }
 
+/// Frames one poll of the interface takes at most: a producer that keeps a ring full cannot
+/// hold a poll (and the stack's lock) forever; the next poll takes the rest.
+pub const RX_BUDGET: u32 = 256;
+
 /// A smoltcp [`phy::Device`] over a DockPipe endpoint.
 #[derive(Debug)]
 pub struct PipeDevice {
     /// The endpoint.
     pub ep: Endpoint,
+    /// Frames this poll may still take ([`RX_BUDGET`] at the start of every poll).
+    pub rx_left: u32,
     rx_buf: Vec<u8>,
     tx_buf: Vec<u8>,
     mtu: usize,
@@ -83,6 +89,7 @@ impl PipeDevice {
             .frame_size()
             .max(ep.fc_peers().iter().map(|(_, f)| *f).max().unwrap_or(0));
         PipeDevice {
+            rx_left: RX_BUDGET,
             mtu: ep.mtu() as usize,
             rx_buf: vec![0; frame.max(2048)],
             tx_buf: vec![0; frame.max(2048)],
@@ -202,7 +209,11 @@ impl phy::Device for PipeDevice {
     type TxToken<'a> = PipeTxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(PipeRxToken<'_>, PipeTxToken<'_>)> {
+        if self.rx_left == 0 {
+            return None;
+        }
         let n = self.next_frame()?;
+        self.rx_left -= 1;
         self.stats.rx += 1;
         Some((
             PipeRxToken(&self.rx_buf[..n]),

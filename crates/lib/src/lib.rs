@@ -1,7 +1,7 @@
 //! DockLib: what runs inside a container to use its DockPipe.
 //!
-//! [`raw::Endpoint`] is the packet engine's raw-frame layer: it attaches to the pipe mounted at
-//! `/run/docknet/pipe` (or `$DOCKNET_PIPE`), sends each Ethernet frame through a fast channel
+//! [`raw::Endpoint`] is the packet engine's raw-frame layer: it attaches to the pipe the daemon
+//! hands out on `@docknet/pipe` (or `$DOCKNET_PIPE`) in the container's network namespace, sends each Ethernet frame through a fast channel
 //! when its destination IP belongs to a partner and through the pipe's tx ring otherwise, and
 //! receives from the fast channels first, then from the rx ring (paper §3.3).
 //!

@@ -1,53 +1,64 @@
 //! The raw-frame endpoint: a container's view of its DockPipe and fast channels.
 //!
-//! Call order: [`Endpoint::attach`] once; then any mix of [`Endpoint::send`] (queues, returns
+//! Call order: [`Endpoint::attach_default`] (or [`Endpoint::connect`], or
+//! [`Endpoint::from_connection`]) once; then any mix of [`Endpoint::send`] (queues, returns
 //! which path it took) and [`Endpoint::flush`] (publishes queued frames, kicks sleepers), and
 //! [`Endpoint::recv`] (fast channels first, then the rx ring). [`Endpoint::idle`] applies the
 //! idle policy between empty polls; with `adaptive` or `block` it ends in a futex sleep on every
 //! ring this endpoint reads plus the pipe's channel generation, so a new fast channel or any
 //! frame wakes it.
+//!
+//! **How the pipe arrives.** The daemon binds an abstract Unix socket in the container's network
+//! namespace (`@docknet/pipe`, or `$DOCKNET_PIPE`); connecting to it yields the pipe's region
+//! and then every fast channel, as sealed memfds with their descriptions
+//! ([`docknet_pipe::delivery`]). The connection stays open: channel changes arrive on it (the
+//! daemon bumps the pipe's generation word to say so), and after a daemon restart the endpoint
+//! reconnects. The ring layout is computed from what the daemon says, never read from a region's
+//! header, and a channel's partner is who the daemon says it is: frames arriving on a channel
+//! must carry the partner's MAC and IPv4 source address, or they are dropped and counted.
 
 use crate::frame;
-use docknet_pipe::layout::{self, Kind, RegionInfo};
+use docknet_pipe::delivery::{self, ChannelDesc, Msg, PipeDesc, Side};
+use docknet_pipe::fdpass;
+use docknet_pipe::layout::{self, Identity, Kind, RegionInfo};
 use docknet_pipe::ring::RingStats;
 use docknet_pipe::wake;
 use docknet_pipe::{Consumer, IdlePolicy, Idler, Producer, PushError, Region};
-use std::fs::{self, OpenOptions};
 use std::io;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where a pipe is mounted inside a container started by `docknet run`.
-pub const DEFAULT_PIPE_DIR: &str = "/run/docknet/pipe";
-/// Environment variable that overrides [`DEFAULT_PIPE_DIR`].
+/// Environment variable naming the pipe's socket (`@NAME` or `NAME`, abstract); default
+/// [`delivery::DEFAULT_SOCKET`].
 pub const PIPE_ENV: &str = "DOCKNET_PIPE";
 /// Release the rx ring to the producer at least every this many frames.
 const RELEASE_EVERY: u32 = 32;
+/// How long the daemon may take to hand out a pipe.
+const HANDSHAKE: Duration = Duration::from_secs(5);
+/// Least time between two reconnection attempts.
+const RECONNECT_EVERY: Duration = Duration::from_millis(100);
 
 /// Why attaching failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    /// No pipe at the path: not started by `docknet run`, or the pipe was removed.
-    #[error("no DockPipe attached at {path} (run the program with `docknet run --pipe NAME`, or set {PIPE_ENV}): {source}")]
+    /// Nothing answers at the socket: not started by `docknet run`, or the pipe was removed.
+    #[error("no DockPipe at @{socket} (run the program with `docknet run --pipe NAME`, or set {PIPE_ENV}=@SOCKET): {source}")]
     NotAttached {
         /// Where we looked.
-        path: PathBuf,
+        socket: String,
         /// Cause.
         #[source]
         source: io::Error,
     },
-    /// The file is there but is not a usable region.
-    #[error("{path} is not a usable DockPipe: {source}")]
-    BadRegion {
-        /// Region file.
-        path: PathBuf,
-        /// What is wrong.
-        #[source]
-        source: layout::LayoutError,
-    },
+    /// The daemon's hand-over was not what the protocol says.
+    #[error("the DockNet daemon's hand-over of the pipe failed: {0}")]
+    Handshake(String),
+    /// The region that came is not usable.
+    #[error("the pipe's region is not usable: {0}")]
+    BadRegion(#[source] io::Error),
 }
 
 /// Why a send failed.
@@ -75,7 +86,7 @@ pub enum Via {
 
 #[derive(Debug)]
 struct FcLink {
-    path: PathBuf,
+    id: u64,
     peer_ip: Ipv4Addr,
     peer_mac: [u8; 6],
     region: Arc<Region>,
@@ -97,16 +108,25 @@ pub struct EndpointStats {
     pub tx_fc: u64,
     /// Refused descriptors and impossible indices seen on the rings this endpoint reads.
     pub bad_desc: u64,
-    /// Fast-channel files that could not be used.
+    /// Fast channels the daemon announced that could not be used.
     pub bad_fc: u64,
+    /// Frames from a fast channel that did not come from the partner (dropped).
+    pub fc_spoofed: u64,
     /// Futex sleeps.
     pub sleeps: u64,
+    /// Connections to the daemon made again (after it restarted).
+    pub reconnects: u64,
 }
 
 /// A container's attachment to its DockPipe.
 #[derive(Debug)]
 pub struct Endpoint {
-    dir: PathBuf,
+    conn: Option<OwnedFd>,
+    socket: Option<String>,
+    last_try: Option<Instant>,
+    /// After a reconnect: the channels announced so far, until `Synced`.
+    resync: Option<Vec<u64>>,
+    name: String,
     region: Arc<Region>,
     info: RegionInfo,
     tx: Producer,
@@ -116,26 +136,6 @@ pub struct Endpoint {
     generation: u32,
     idler: Idler,
     stats: EndpointStats,
-}
-
-fn map(path: &Path, kind: Kind) -> Result<(Arc<Region>, RegionInfo), AttachError> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(|source| AttachError::NotAttached {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let region = Region::map_file(&f).map_err(|source| AttachError::NotAttached {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let info = RegionInfo::parse(&region, kind).map_err(|source| AttachError::BadRegion {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok((Arc::new(region), info))
 }
 
 /// The futex words an endpoint sleeps on, armed by [`Endpoint::arm_sleep`]. Holds its regions
@@ -162,35 +162,78 @@ impl SleepSet {
 }
 
 impl Endpoint {
-    /// Attaches to the pipe at `$DOCKNET_PIPE`, or `/run/docknet/pipe`.
+    /// Attaches to the pipe whose socket `$DOCKNET_PIPE` names, or `@docknet/pipe`.
     pub fn attach_default(policy: IdlePolicy) -> Result<Endpoint, AttachError> {
-        let dir = std::env::var_os(PIPE_ENV)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_PIPE_DIR));
-        Endpoint::attach(&dir, policy)
+        let name = std::env::var(PIPE_ENV)
+            .ok()
+            .map(|s| s.trim_start_matches('@').to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| delivery::DEFAULT_SOCKET.into());
+        Endpoint::connect(&name, policy)
     }
 
-    /// Attaches to the pipe whose directory is `dir` (holding `dp.map` and `fc/`).
-    pub fn attach(dir: &Path, policy: IdlePolicy) -> Result<Endpoint, AttachError> {
-        let (region, info) = map(&dir.join("dp.map"), Kind::Pipe)?;
-        let tx = Producer::adopt(&region, info.rings[0]);
-        let rx = Consumer::adopt(&region, info.rings[1]);
+    /// Attaches to the pipe handed out at the abstract socket `name` (without `@`).
+    pub fn connect(name: &str, policy: IdlePolicy) -> Result<Endpoint, AttachError> {
+        let conn = fdpass::connect_abstract(name).map_err(|source| AttachError::NotAttached {
+            socket: name.into(),
+            source,
+        })?;
+        Endpoint::from_connection(conn, policy, Some(name.into()))
+    }
+
+    /// Attaches over a connection the daemon hands pipes out on (the other end of
+    /// [`docknet_pipe::fdpass::pair`] in-process). With `socket`, the endpoint reconnects there
+    /// after the daemon restarts.
+    pub fn from_connection(
+        conn: OwnedFd,
+        policy: IdlePolicy,
+        socket: Option<String>,
+    ) -> Result<Endpoint, AttachError> {
+        let hs = |e: String| AttachError::Handshake(e);
+        nix::sys::socket::setsockopt(
+            &conn,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(HANDSHAKE.as_secs() as i64, 0),
+        )
+        .map_err(|e| hs(e.to_string()))?;
+        let (first, fd) = recv_msg(&conn).map_err(|e| hs(e.to_string()))?;
+        let (Msg::Hello(p), Some(fd)) = (first, fd) else {
+            return Err(hs("the first message is not the pipe".into()));
+        };
+        let info = pipe_info(&p).map_err(|e| hs(e.to_string()))?;
+        let region = Region::map_sealed(fd.as_fd(), info.size).map_err(AttachError::BadRegion)?;
+        let region = Arc::new(region);
         let mut ep = Endpoint {
-            dir: dir.to_path_buf(),
+            conn: None,
+            socket,
+            last_try: None,
+            resync: None,
+            name: p.name.clone(),
             generation: layout::generation(&region),
+            tx: Producer::adopt(&region, info.rings[0]),
+            rx: Consumer::adopt(&region, info.rings[1]),
             region,
             info,
-            tx,
-            rx,
             rx_unreleased: 0,
             fcs: Vec::new(),
             idler: Idler::new(policy),
             stats: EndpointStats::default(),
         };
-        ep.rescan_fcs();
+        loop {
+            match recv_msg(&conn).map_err(|e| hs(e.to_string()))? {
+                (Msg::Synced, _) => break,
+                (m, fd) => ep.handle(m, fd),
+            }
+        }
+        fdpass::set_nonblocking(conn.as_fd(), true).map_err(|e| hs(e.to_string()))?;
+        ep.conn = Some(conn);
         Ok(ep)
     }
 
+    /// The pipe's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
     /// This pipe's address.
     pub fn ip(&self) -> Ipv4Addr {
         self.info.id.ip_a
@@ -211,7 +254,7 @@ impl Endpoint {
     pub fn frame_size(&self) -> usize {
         self.info.rings[0].frame_size as usize
     }
-    /// Addresses of current fast-channel partners, with their MTU.
+    /// Addresses of current fast-channel partners, with their largest frame.
     pub fn fc_peers(&self) -> Vec<(Ipv4Addr, usize)> {
         self.fcs
             .iter()
@@ -254,64 +297,79 @@ impl Endpoint {
         layout::flags(&self.region) & layout::FLAG_CLOSED != 0
     }
 
-    /// Re-reads the fast-channel directory if the daemon changed it. Cheap: one load of the
-    /// generation word when nothing changed. Called by `recv` and `idle`.
+    /// Takes in what the daemon said about channels if it said anything (the generation word
+    /// changed). Cheap otherwise: one load. Called by `recv` and `idle`.
     pub fn refresh(&mut self) {
         let g = layout::generation(&self.region);
         if g != self.generation {
             self.generation = g;
-            self.rescan_fcs();
+            self.sync();
         }
     }
 
-    fn rescan_fcs(&mut self) {
-        let fc_dir = self.dir.join("fc");
-        let mut present: Vec<PathBuf> = fs::read_dir(&fc_dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "map"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        present.sort();
-        self.fcs.retain(|f| {
-            present.contains(&f.path) && layout::flags(&f.region) & layout::FLAG_CLOSED == 0
-        });
-        for p in present {
-            if self.fcs.iter().any(|f| f.path == p) {
-                continue;
+    /// Reads every message waiting on the daemon connection; reconnects if it closed.
+    fn sync(&mut self) {
+        for _ in 0..2 {
+            if self.conn.is_none() && !self.reconnect() {
+                return;
             }
-            match self.open_fc(&p) {
-                Some(l) => self.fcs.push(l),
-                None => self.stats.bad_fc += 1,
+            // a hostile daemon is not in the threat model, but the loop is bounded anyway
+            for _ in 0..4096 {
+                let Some(conn) = &self.conn else { break };
+                match recv_msg(conn) {
+                    Ok((m, fd)) => self.handle(m, fd),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                    Err(_) => self.conn = None,
+                }
             }
         }
     }
 
-    fn open_fc(&self, path: &Path) -> Option<FcLink> {
-        let (region, info) = map(path, Kind::FastChannel).ok()?;
-        if layout::flags(&region) & layout::FLAG_CLOSED != 0 {
-            return None;
-        }
-        let me = self.ip();
-        let (a, b) = (info.id.ip_a, Ipv4Addr::from(info.id.ip_b_or_prefix));
-        // ring 0 carries A -> B
-        let (tx, rx, peer_ip, peer_mac) = if a == me {
-            (info.rings[0], info.rings[1], b, info.id.mac_b)
-        } else if b == me {
-            (info.rings[1], info.rings[0], a, info.id.mac_a)
-        } else {
-            return None;
+    /// Connects to the pipe's socket again (at most every [`RECONNECT_EVERY`]).
+    fn reconnect(&mut self) -> bool {
+        let Some(name) = &self.socket else {
+            return false;
         };
-        Some(FcLink {
-            path: path.to_path_buf(),
-            peer_ip,
-            peer_mac,
-            tx: Producer::adopt(&region, tx),
-            rx: Consumer::adopt(&region, rx),
-            region,
-            rx_unreleased: 0,
-        })
+        if self.last_try.is_some_and(|t| t.elapsed() < RECONNECT_EVERY) {
+            return false;
+        }
+        self.last_try = Some(Instant::now());
+        let Ok(conn) = fdpass::connect_abstract(name) else {
+            return false;
+        };
+        if fdpass::set_nonblocking(conn.as_fd(), true).is_err() {
+            return false;
+        }
+        self.conn = Some(conn);
+        self.resync = Some(Vec::new());
+        self.stats.reconnects += 1;
+        true
+    }
+
+    /// Acts on one message from the daemon.
+    fn handle(&mut self, m: Msg, fd: Option<OwnedFd>) {
+        match m {
+            Msg::Channel(c) => {
+                if let Some(r) = self.resync.as_mut() {
+                    r.push(c.id);
+                }
+                if self.fcs.iter().any(|f| f.id == c.id) {
+                    return;
+                }
+                match fd.and_then(|fd| open_fc(&c, fd).ok()) {
+                    Some(l) => self.fcs.push(l),
+                    None => self.stats.bad_fc += 1,
+                }
+            }
+            Msg::Closed { id } => self.fcs.retain(|f| f.id != id),
+            Msg::Synced => {
+                if let Some(ids) = self.resync.take() {
+                    self.fcs.retain(|f| ids.contains(&f.id));
+                }
+            }
+            // the pipe again, after a reconnect: the region we have is the one
+            Msg::Hello(_) => {}
+        }
     }
 
     /// Queues one Ethernet frame: through the fast channel to its destination IP if there is
@@ -383,13 +441,21 @@ impl Endpoint {
 
     /// Copies the next received frame into `buf` (fast channels first, then the rx ring) and
     /// returns its length and path, or `None` when nothing is waiting. Frames longer than
-    /// `buf` are truncated to it.
+    /// `buf` are truncated to it. A frame from a channel that does not carry the partner's MAC
+    /// and IPv4 source is dropped and counted (`fc_spoofed`).
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, Via)> {
         self.refresh();
         for l in &mut self.fcs {
-            if let Some(n) = take(&l.region, &mut l.rx, &mut l.rx_unreleased, buf) {
-                self.stats.rx_fc += 1;
-                return Some((n, Via::FastChannel));
+            // bounded: at most a ring's worth of refused frames per call
+            for _ in 0..l.rx.layout().depth {
+                let Some(n) = take(&l.region, &mut l.rx, &mut l.rx_unreleased, buf) else {
+                    break;
+                };
+                if from_partner(&buf[..n], l.peer_ip, l.peer_mac) {
+                    self.stats.rx_fc += 1;
+                    return Some((n, Via::FastChannel));
+                }
+                self.stats.fc_spoofed += 1;
             }
         }
         let n = take(&self.region, &mut self.rx, &mut self.rx_unreleased, buf)?;
@@ -398,11 +464,18 @@ impl Endpoint {
     }
 
     /// Discards every frame queued for this endpoint and returns how many there were. A server
-    /// calls it once on start so that frames left by an earlier run are not taken as new.
+    /// calls it once on start so that frames left by an earlier run are not taken as new. At
+    /// most one ring's worth per ring: a producer that keeps refilling cannot hold it here.
     pub fn drain(&mut self) -> u64 {
         let mut buf = vec![0u8; 64];
+        let most = u64::from(self.rx.layout().depth)
+            + self
+                .fcs
+                .iter()
+                .map(|f| u64::from(f.rx.layout().depth))
+                .sum::<u64>();
         let mut n = 0;
-        while self.recv(&mut buf).is_some() {
+        while n < most && self.recv(&mut buf).is_some() {
             n += 1;
         }
         n
@@ -505,8 +578,73 @@ impl Drop for Endpoint {
     }
 }
 
+/// Whether a frame from a fast channel comes from the partner: its MAC, and for IPv4 its
+/// source address. (ARP is never sent over a channel: partners know each other's MAC.)
+fn from_partner(f: &[u8], ip: Ipv4Addr, mac: [u8; 6]) -> bool {
+    f.len() >= frame::ETH + frame::IPV4
+        && f[6..12] == mac
+        && f[12..14] == frame::ETHERTYPE_IPV4.to_be_bytes()
+        && f[frame::ETH + 12..frame::ETH + 16] == ip.octets()
+}
+
+/// One message from the daemon (with its fd, if one came).
+fn recv_msg(conn: &OwnedFd) -> io::Result<(Msg, Option<OwnedFd>)> {
+    let mut buf = [0u8; delivery::MAX_MSG];
+    match fdpass::recv(conn.as_fd(), &mut buf)? {
+        Some((n, fd)) => Msg::decode(&buf[..n])
+            .map(|m| (m, fd))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        None => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the daemon hung up",
+        )),
+    }
+}
+
+/// The planned layout of a pipe as the daemon describes it.
+fn pipe_info(p: &PipeDesc) -> Result<RegionInfo, layout::LayoutError> {
+    let id = Identity {
+        ip_a: p.ip,
+        ip_b_or_prefix: u32::from(p.prefix),
+        mac_a: p.mac,
+        mac_b: [0; 6],
+        mtu: p.mtu,
+    };
+    RegionInfo::planned(Kind::Pipe, id, p.depth)
+}
+
+/// Maps a fast channel the daemon announced, with the rings of our side.
+fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
+    let id = Identity {
+        ip_a: Ipv4Addr::UNSPECIFIED,
+        ip_b_or_prefix: 0,
+        mac_a: [0; 6],
+        mac_b: [0; 6],
+        mtu: c.mtu,
+    };
+    let info = RegionInfo::planned(Kind::FastChannel, id, c.depth)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let region = Arc::new(Region::map_sealed(fd.as_fd(), info.size)?);
+    // ring 0 carries A -> B
+    let (tx, rx) = match c.side {
+        Side::A => (info.rings[0], info.rings[1]),
+        Side::B => (info.rings[1], info.rings[0]),
+    };
+    Ok(FcLink {
+        id: c.id,
+        peer_ip: c.peer_ip,
+        peer_mac: c.peer_mac,
+        tx: Producer::adopt(&region, tx),
+        rx: Consumer::adopt(&region, rx),
+        region,
+        rx_unreleased: 0,
+    })
+}
+
+/// The next valid frame of a ring into `buf`: at most a ring's worth of refused descriptors
+/// are skipped per call.
 fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8]) -> Option<usize> {
-    loop {
+    for _ in 0..=c.layout().depth {
         let r = c.pop(region)?;
         *unreleased += 1;
         let out = r.ok().map(|f| {
@@ -523,4 +661,5 @@ fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8])
         }
         // a refused descriptor (counted by the ring): try the next one
     }
+    None
 }

@@ -89,6 +89,7 @@ impl Inner {
     pub(crate) fn poll(&mut self) -> bool {
         let now = self.now();
         let before = self.dev.stats;
+        self.dev.rx_left = crate::device::RX_BUDGET;
         let changed = self.iface.poll(now, &mut self.dev, &mut self.sockets)
             == PollResult::SocketStateChanged;
         self.dev.ep.flush();

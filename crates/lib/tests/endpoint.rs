@@ -41,7 +41,7 @@ fn recv_within(ep: &mut Endpoint, buf: &mut [u8], t: Duration) -> Option<(usize,
 
 fn setup() -> (tempfile::TempDir, Registry) {
     let d = tempfile::tempdir().unwrap();
-    let (mut r, _) = Registry::open(d.path()).unwrap();
+    let (mut r, _) = Registry::open(d.path(), None).unwrap();
     r.create_pipe("a", "10.3.0.1/24", None, None).unwrap();
     r.create_pipe("b", "10.3.0.2/24", None, None).unwrap();
     (d, r)
@@ -51,8 +51,10 @@ fn setup() -> (tempfile::TempDir, Registry) {
 fn fast_channel_carries_frames_both_ways_in_order() {
     let (_d, mut r) = setup();
     r.connect_fc("a", "b", None).unwrap();
-    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Spin).unwrap();
-    let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::Spin).unwrap();
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
     assert_eq!(a.fc_peers().len(), 1);
     assert_eq!(b.fc_peers()[0].0, A);
     let mut buf = vec![0u8; 70000];
@@ -72,7 +74,8 @@ fn fast_channel_carries_frames_both_ways_in_order() {
     }
     // a fresh attachment resumes where the last one stopped
     drop(a);
-    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Spin).unwrap();
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
     b.send(&frame(&b, A, a.mac(), 100, 7)).unwrap();
     b.flush();
     assert_eq!(a.recv(&mut buf).map(|x| x.0), Some(100));
@@ -83,10 +86,13 @@ fn fast_channel_carries_frames_both_ways_in_order() {
 fn frames_read_before_detaching_are_not_delivered_again() {
     let (_d, mut r) = setup();
     r.connect_fc("a", "b", None).unwrap();
-    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Spin).unwrap();
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
     let mut buf = vec![0u8; 2048];
     {
-        let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::Spin).unwrap();
+        let mut b =
+            Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None)
+                .unwrap();
         for tag in 1..=5u8 {
             a.send(&frame(&a, B, b.mac(), 64, tag)).unwrap();
         }
@@ -97,7 +103,8 @@ fn frames_read_before_detaching_are_not_delivered_again() {
             assert_eq!(buf[40], tag);
         }
     }
-    let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::Spin).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
     for tag in 3..=5u8 {
         b.recv(&mut buf).unwrap();
         assert_eq!(
@@ -111,8 +118,10 @@ fn frames_read_before_detaching_are_not_delivered_again() {
 #[test]
 fn channels_appear_and_disappear_while_attached() {
     let (_d, mut r) = setup();
-    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Spin).unwrap();
-    let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::Spin).unwrap();
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
     assert!(a.fc_peers().is_empty());
     let f = frame(&a, B, b.mac(), 64, 1);
     assert_eq!(a.send(&f), Ok(Via::Daemon));
@@ -131,12 +140,14 @@ fn channels_appear_and_disappear_while_attached() {
 
 #[test]
 fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
-    let (_d, r) = setup();
+    let (_d, mut r) = setup();
     let shared = Arc::new(MasterShared::new(r.snapshot()));
     let m = shared.clone();
     let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
-    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Block).unwrap();
-    let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::Block).unwrap();
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Block, None).unwrap();
     let mac_b = a
         .resolve(B, Duration::from_secs(2))
         .expect("ARP answered by the daemon");
@@ -188,4 +199,94 @@ fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
     shared.shutdown.store(true, Ordering::Release);
     shared.poke();
     master.join().unwrap();
+}
+
+/// What a hostile partner holds: the channel region as the daemon handed it to pipe `me`, and
+/// its producer ring towards the victim.
+fn steal_channel(r: &mut Registry, me: &str) -> (docknet_pipe::Region, docknet_pipe::Producer) {
+    use docknet_pipe::delivery::{Msg, Side};
+    use docknet_pipe::layout::{plan, RingParams};
+    use std::os::fd::AsFd;
+    let conn = r.connect_local(me).unwrap();
+    let mut buf = [0u8; docknet_pipe::delivery::MAX_MSG];
+    loop {
+        let (n, fd) = docknet_pipe::fdpass::recv(conn.as_fd(), &mut buf)
+            .unwrap()
+            .unwrap();
+        if let Msg::Channel(c) = Msg::decode(&buf[..n]).unwrap() {
+            let p = RingParams::for_mtu(c.mtu, Some(c.depth)).unwrap();
+            let (rings, size) = plan([p, p]).unwrap();
+            let region = docknet_pipe::Region::map_sealed(fd.unwrap().as_fd(), size).unwrap();
+            let ring = if c.side == Side::A {
+                rings[0]
+            } else {
+                rings[1]
+            };
+            let prod = docknet_pipe::Producer::adopt(&region, ring);
+            return (region, prod);
+        }
+    }
+}
+
+#[test]
+fn a_channel_partner_cannot_redirect_spoof_or_starve_its_partner() {
+    let (_d, mut r) = setup();
+    r.create_pipe("c", "10.3.0.3/24", None, None).unwrap();
+    r.connect_fc("a", "b", None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let (region, mut evil) = steal_channel(&mut r, "a");
+    // redirect: rewrite the shared header's addresses so that "A" is pipe c's address
+    for off in (0..4096).step_by(8) {
+        region.store_u64(
+            off,
+            0x0a03_0003_0a03_0003,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    let to_c = frame(&b, Ipv4Addr::new(10, 3, 0, 3), [0xff; 6], 64, 1);
+    assert_eq!(
+        b.send(&to_c),
+        Ok(Via::Daemon),
+        "traffic for c still goes through the daemon"
+    );
+    // spoof: frames claiming to come from c, or from a's address with another MAC
+    let mut buf = vec![0u8; 2048];
+    let c_ep =
+        Endpoint::from_connection(r.connect_local("c").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let forged_c = frame(&c_ep, B, b.mac(), 64, 2);
+    let mut forged_mac = frame(&b, B, b.mac(), 64, 3);
+    forged_mac[26..30].copy_from_slice(&A.octets());
+    for f in [&forged_c, &forged_mac] {
+        evil.push(&region, f, 0).unwrap();
+    }
+    evil.publish(&region);
+    assert!(
+        b.recv(&mut buf).is_none(),
+        "forged frames are not delivered"
+    );
+    assert_eq!(b.stats().fc_spoofed, 2);
+    // starve: a producer that keeps the ring full does not hold the victim's receive
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let flood = std::thread::spawn(move || {
+        while !s2.load(Ordering::Relaxed) {
+            let _ = evil.push(&region, &forged_c, 0);
+            evil.publish(&region);
+        }
+    });
+    let t0 = Instant::now();
+    while b.stats().fc_spoofed < 1000 {
+        let t = Instant::now();
+        assert!(b.recv(&mut buf).is_none(), "nothing forged is delivered");
+        assert!(t.elapsed() < Duration::from_millis(200), "recv returned");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the flood never came"
+        );
+    }
+    assert_eq!(b.drain(), 0, "drain is bounded and delivers nothing forged");
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    assert_eq!(b.stats().rx_fc, 0, "{:?}", b.stats());
 }

@@ -121,14 +121,17 @@ fn udp_datagrams_both_ways() {
 #[test]
 fn a_gone_daemon_or_a_removed_pipe_is_named_in_the_error() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut r, _) = Registry::open(dir.path()).unwrap();
+    let (mut r, _) = Registry::open(dir.path(), None).unwrap();
     r.create_pipe("a", "10.8.1.1/24", None, None).unwrap();
     // no master thread: nothing forwards, like a dead daemon
     let cfg = StackConfig {
         connect_timeout: Duration::from_millis(300),
         ..StackConfig::default()
     };
-    let a = Stack::new(Endpoint::attach(&r.pipe_dir("a"), cfg.idle).unwrap(), cfg);
+    let a = Stack::new(
+        Endpoint::from_connection(r.connect_local("a").unwrap(), cfg.idle, None).unwrap(),
+        cfg,
+    );
     let region = &r.get("a").unwrap().region;
     let to = SocketAddrV4::new(Ipv4Addr::new(10, 8, 1, 2), 80);
     let now_ms = docknet_pipe::wake::monotonic_ns() / 1_000_000;
@@ -208,12 +211,15 @@ fn stack_rx_callback_sees_every_frame() {
     use docknet_lib::frame::{write_ipv4_headers, PROTO_EXPERIMENT};
     use std::sync::atomic::{AtomicBool, AtomicU64};
     let dir = tempfile::tempdir().unwrap();
-    let (mut r, _) = Registry::open(dir.path()).unwrap();
+    let (mut r, _) = Registry::open(dir.path(), None).unwrap();
     r.create_pipe("a", "10.8.2.1/24", None, None).unwrap();
     r.create_pipe("b", "10.8.2.2/24", None, None).unwrap();
     r.connect_fc("a", "b", None).unwrap();
-    let mut a = Endpoint::attach(&r.pipe_dir("a"), IdlePolicy::Spin).unwrap();
-    let mut b = Endpoint::attach(&r.pipe_dir("b"), IdlePolicy::ADAPTIVE).unwrap();
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::ADAPTIVE, None)
+            .unwrap();
     let (stop, seen) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),

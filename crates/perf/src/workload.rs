@@ -19,6 +19,8 @@ pub enum Workload {
     Rr,
     /// One-way stream of fixed-size writes.
     Stream,
+    /// A checked stream: `--bytes` of a known pattern, every byte verified by the receiver.
+    Check,
 }
 
 /// Result of a client run.
@@ -43,6 +45,9 @@ pub struct Outcome {
     pub msgs_per_s: Option<f64>,
     /// stream: bytes the receiver got.
     pub bytes: Option<u64>,
+    /// checked stream: bytes the receiver found wrong or missing (0 when all arrived intact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrupt_bytes: Option<u64>,
     /// CPU seconds of this process per operation (transaction or message).
     pub cpu_s_per_op: f64,
 }
@@ -143,8 +148,108 @@ fn serve_one<N: Net>(_net: &N, mut s: N::Stream) -> Result<u64> {
             s.write_all(&rep)?;
             Ok(bytes)
         }
+        b'v' => {
+            // a checked stream: every byte against the pattern, in order
+            let mut buf = vec![0u8; size.max(64 * 1024)];
+            let (mut at, mut bad) = (0u64, 0u64);
+            let t0 = now_ns();
+            loop {
+                let k = s.read(&mut buf)?;
+                if k == 0 {
+                    break;
+                }
+                bad += mismatches(&buf[..k], at);
+                at += k as u64;
+            }
+            let mut rep = [0u8; 24];
+            rep[..8].copy_from_slice(&at.to_le_bytes());
+            rep[8..16].copy_from_slice(&now_ns().saturating_sub(t0).to_le_bytes());
+            rep[16..].copy_from_slice(&bad.to_le_bytes());
+            s.write_all(&rep)?;
+            Ok(at)
+        }
         m => bail!("unknown mode byte {m:#x}"),
     }
+}
+
+/// Period of the checked stream's byte pattern (a prime, so it never lines up with a write
+/// size).
+const PATTERN: usize = 65521;
+
+/// The checked stream's pattern, one period.
+fn pattern() -> &'static [u8] {
+    static P: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        (0..PATTERN)
+            .map(|i| ((i as u64).wrapping_mul(2654435761) >> 13) as u8)
+            .collect()
+    })
+}
+
+/// Fills `m` with the pattern from stream offset `at`.
+fn fill_pattern(m: &mut [u8], at: u64) {
+    let p = pattern();
+    let mut o = (at % PATTERN as u64) as usize;
+    let mut i = 0;
+    while i < m.len() {
+        let n = (m.len() - i).min(PATTERN - o);
+        m[i..i + n].copy_from_slice(&p[o..o + n]);
+        (i, o) = (i + n, 0);
+    }
+}
+
+/// Bytes of `b` (at stream offset `at`) that differ from the pattern.
+fn mismatches(b: &[u8], at: u64) -> u64 {
+    let p = pattern();
+    let mut o = (at % PATTERN as u64) as usize;
+    let (mut i, mut bad) = (0, 0u64);
+    while i < b.len() {
+        let n = (b.len() - i).min(PATTERN - o);
+        if b[i..i + n] != p[o..o + n] {
+            bad += b[i..i + n]
+                .iter()
+                .zip(&p[o..o + n])
+                .filter(|(x, y)| x != y)
+                .count() as u64;
+        }
+        (i, o) = (i + n, 0);
+    }
+    bad
+}
+
+/// A checked stream: `total` bytes of the pattern in writes of `size`; returns the bytes and
+/// mismatches the receiver counted.
+pub fn checked<N: Net>(net: &N, addr: SocketAddrV4, size: usize, total: u64) -> Result<Outcome> {
+    let mut s = net
+        .connect(addr, false)
+        .with_context(|| format!("connecting to {addr}"))?;
+    let mut head = [0u8; 9];
+    head[0] = b'v';
+    head[1..5].copy_from_slice(&(size.max(RR_HDR) as u32).to_le_bytes());
+    s.write_all(&head)?;
+    let mut m = vec![0u8; size.max(1)];
+    let cpu0 = cpu_seconds();
+    let mut sent = 0u64;
+    while sent < total {
+        let k = m.len().min((total - sent) as usize);
+        fill_pattern(&mut m[..k], sent);
+        s.write_all(&m[..k])?;
+        sent += k as u64;
+    }
+    net.shutdown_write(&mut s)?;
+    let mut rep = [0u8; 24];
+    s.read_exact(&mut rep)
+        .context("reading the receiver's report")?;
+    let got = u64::from_le_bytes(rep[..8].try_into().unwrap_or([0; 8]));
+    let ns = u64::from_le_bytes(rep[8..16].try_into().unwrap_or([0; 8])).max(1);
+    let bad = u64::from_le_bytes(rep[16..].try_into().unwrap_or([0; 8]));
+    Ok(Outcome {
+        gbps: Some(got as f64 * 8.0 / ns as f64),
+        bytes: Some(got),
+        corrupt_bytes: Some(bad + sent.abs_diff(got)),
+        cpu_s_per_op: (cpu_seconds() - cpu0) / (sent / size.max(1) as u64).max(1) as f64,
+        ..Outcome::default()
+    })
 }
 
 /// Runs a client.
@@ -159,6 +264,9 @@ pub fn client<N: Net>(
     if size < RR_HDR && workload == Workload::Rr {
         bail!("--size must be at least {RR_HDR} for rr");
     }
+    if workload == Workload::Check {
+        bail!("a checked stream is run by workload::checked");
+    }
     let mut s = net
         .connect(addr, workload == Workload::Rr)
         .with_context(|| format!("connecting to {addr}"))?;
@@ -170,6 +278,7 @@ pub fn client<N: Net>(
     match workload {
         Workload::Rr => rr(&mut s, size, duration, warmup),
         Workload::Stream => stream(net, s, size, duration, warmup),
+        Workload::Check => bail!("a checked stream is run by workload::checked"),
     }
 }
 
@@ -339,6 +448,7 @@ pub fn client_udp<N: Net>(
     let warm_end = Instant::now() + warmup;
     let end = warm_end + duration;
     match workload {
+        Workload::Check => bail!("the checked stream runs over TCP"),
         Workload::Rr => {
             let (mut one_way, mut half) = (histogram(), histogram());
             let (mut seq, mut lost) = (0u32, 0u64);

@@ -183,11 +183,13 @@ impl RingLayout {
     }
     /// Descriptor for free-running index `idx`.
     pub fn desc_off(&self, idx: u32) -> usize {
-        self.descs + (idx & (self.depth - 1)) as usize * DESC_SIZE
+        self.descs + (idx & self.depth.wrapping_sub(1)) as usize * DESC_SIZE
     }
     /// Offset of slot `idx` relative to the area (the value a producer puts in a descriptor).
+    /// Never overflows for a layout that passed [`RingParams::check`] (depth x frame size at
+    /// most [`MAX_REGION`]); a corrupt one saturates instead of wrapping.
     pub fn slot_rel(&self, idx: u32) -> u32 {
-        (idx & (self.depth - 1)) * self.frame_size
+        (idx & self.depth.wrapping_sub(1)).saturating_mul(self.frame_size)
     }
     /// Bytes of the frame area.
     pub fn area_len(&self) -> usize {
@@ -220,7 +222,8 @@ impl RingParams {
         Ok(p)
     }
 
-    fn check(&self) -> Result<(), LayoutError> {
+    /// Checks the parameters (depth, frame size, and that the ring fits a region).
+    pub fn check(&self) -> Result<(), LayoutError> {
         if !self.depth.is_power_of_two() || !(MIN_DEPTH..=MAX_DEPTH).contains(&self.depth) {
             return Err(LayoutError::BadParams(
                 "ring depth must be a power of two within 2..=65536",
@@ -232,6 +235,11 @@ impl RingParams {
             return Err(LayoutError::BadParams(
                 "frame size must be a multiple of 64 within 128..=65600",
             ));
+        }
+        // A ring's area fits a region, so every slot offset fits the descriptor's u32 and
+        // `slot_rel` cannot overflow.
+        if self.depth as usize * self.frame_size as usize > MAX_REGION {
+            return Err(LayoutError::BadParams("ring larger than a region"));
         }
         Ok(())
     }
@@ -362,6 +370,20 @@ pub fn init(
 }
 
 impl RegionInfo {
+    /// The layout a region of `kind` with this identity and ring depth has: computed, never
+    /// read from a region (whose header the other side can write). Returns it with the
+    /// region's size.
+    pub fn planned(kind: Kind, id: Identity, depth: u32) -> Result<RegionInfo, LayoutError> {
+        let p = RingParams::for_mtu(id.mtu, Some(depth))?;
+        let (rings, size) = plan([p, p])?;
+        Ok(RegionInfo {
+            kind,
+            size,
+            id,
+            rings,
+        })
+    }
+
     /// Reads and checks the header of `region`, expecting `kind`.
     pub fn parse(region: &Region, kind: Kind) -> Result<RegionInfo, LayoutError> {
         let len = region.len();
@@ -524,6 +546,32 @@ mod tests {
         let (_r, big) = pipe_region(65535);
         assert_eq!(big.rings[0].frame_size, 65600);
         assert_eq!(big.rings[0].depth, 256);
+    }
+
+    #[test]
+    fn the_largest_legal_geometry_stays_in_range() {
+        // the deepest ring of the largest frames that fits a region
+        let big = RingParams {
+            depth: 1 << 13,
+            frame_size: MAX_FRAME,
+        };
+        assert!(big.check().is_ok());
+        let l = RingLayout {
+            ctrl: 0,
+            descs: 0,
+            area: 0,
+            depth: big.depth,
+            frame_size: big.frame_size,
+        };
+        assert_eq!(
+            l.slot_rel(u32::MAX) as usize + MAX_FRAME as usize,
+            l.area_len()
+        );
+        let too_big = RingParams {
+            depth: MAX_DEPTH,
+            frame_size: MAX_FRAME,
+        };
+        assert!(too_big.check().is_err(), "65536 x 65600 overflows u32");
     }
 
     #[test]

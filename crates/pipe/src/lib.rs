@@ -11,6 +11,8 @@
 
 #![deny(unsafe_code)]
 
+pub mod delivery;
+pub mod fdpass;
 pub mod layout;
 #[allow(unsafe_code)]
 pub mod region;
@@ -21,4 +23,4 @@ pub mod wake;
 pub use layout::{Identity, Kind, LayoutError, RegionInfo, RingLayout, RingParams, ETH_HDR};
 pub use region::Region;
 pub use ring::{BadDescriptor, Consumer, Descriptor, Frame, Producer, PushError, RingStats, Slot};
-pub use wake::{IdlePolicy, Idler};
+pub use wake::{IdlePolicy, Idler, Woke};

@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -37,6 +37,43 @@ impl Region {
         let len = usize::try_from(file.metadata()?.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "region too large"))?;
         Self::map(len, libc::MAP_SHARED, file.as_raw_fd())
+    }
+
+    /// A region in a new memfd of `len` bytes, every page allocated now (so a full tmpfs or a
+    /// memory limit cannot fail a later touch), sealed against shrinking, growing and further
+    /// seals: whoever receives the fd can scribble on the bytes but never take them away
+    /// (no SIGBUS for anyone mapping it). Returns the fd (to hand out) and the mapping.
+    pub fn create_sealed(name: &str, len: usize) -> io::Result<(OwnedFd, Region)> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
+        }
+        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+        let size = libc::off_t::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
+        nix::unistd::ftruncate(&fd, size)?;
+        nix::fcntl::fallocate(&fd, nix::fcntl::FallocateFlags::empty(), 0, size)?;
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals))?;
+        let r = Self::map(len, libc::MAP_SHARED, fd.as_raw_fd())?;
+        Ok((fd, r))
+    }
+
+    /// Maps a region received as an fd, after checking that it is `len` bytes and sealed
+    /// against shrinking and growing (so nobody holding it can make the mapping fault).
+    pub fn map_sealed(fd: BorrowedFd<'_>, len: usize) -> io::Result<Region> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+        let seals = SealFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GET_SEALS)?);
+        if !seals.contains(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW) {
+            return Err(bad("region is not sealed against shrinking and growing"));
+        }
+        let st = nix::sys::stat::fstat(fd)?;
+        if usize::try_from(st.st_size).ok() != Some(len) {
+            return Err(bad("region size differs from the one announced"));
+        }
+        Self::map(len, libc::MAP_SHARED, fd.as_fd().as_raw_fd())
     }
 
     /// Anonymous shared memory of `len` bytes, zeroed; shared with children after `fork`.
@@ -205,6 +242,33 @@ mod tests {
         assert!(!r.read(4081, &mut b));
         assert!(!r.write(usize::MAX, &b));
         assert!(!r.fill(4000, 97, 0));
+    }
+
+    #[test]
+    fn sealed_regions_cannot_shrink_or_grow_and_unsealed_ones_are_refused() {
+        let (fd, r) = Region::create_sealed("test", 8192).unwrap();
+        assert_eq!(r.len(), 8192);
+        let f = File::from(fd.try_clone().unwrap());
+        assert!(f.set_len(0).is_err(), "shrinking is sealed");
+        assert!(f.set_len(1 << 20).is_err(), "growing is sealed");
+        assert!(
+            nix::fcntl::fcntl(
+                &fd,
+                nix::fcntl::FcntlArg::F_ADD_SEALS(nix::fcntl::SealFlag::F_SEAL_WRITE)
+            )
+            .is_err(),
+            "and no seal can be added (the other side could not be locked out of writing)"
+        );
+        let r2 = Region::map_sealed(fd.as_fd(), 8192).unwrap();
+        r.u32_at(0).unwrap().store(5, Ordering::Release);
+        assert_eq!(r2.u32_at(0).unwrap().load(Ordering::Acquire), 5);
+        assert!(Region::map_sealed(fd.as_fd(), 4096).is_err(), "wrong size");
+        let plain = tempfile::tempfile().unwrap();
+        plain.set_len(8192).unwrap();
+        assert!(
+            Region::map_sealed(plain.as_fd(), 8192).is_err(),
+            "not sealed"
+        );
     }
 
     #[test]

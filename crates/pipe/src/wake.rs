@@ -52,15 +52,26 @@ pub fn wake(word: &AtomicU32) {
     }
 }
 
+/// Why [`wait_any`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// Word `i` was woken (`FUTEX_WAKE`).
+    Woken(usize),
+    /// A word did not hold its expected value (at the call, or it changed).
+    Changed,
+    /// The timeout passed (or a signal interrupted the wait).
+    TimedOut,
+}
+
 /// Sleeps until any of `words` (each with the value it is expected to hold) is woken or no
-/// longer holds its value, or `timeout` passes. Returns at once if any word already differs. Takes at most
-/// [`MAX_WAITERS`] words; with more, it sleeps on the first ones only, so callers with more
-/// rings than that must pass a short timeout.
-pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<()> {
+/// longer holds its value, or `timeout` passes. Returns at once if any word already differs.
+/// Takes at most [`MAX_WAITERS`] words; with more, it sleeps on the first ones only, so callers
+/// with more rings than that must pass a short timeout.
+pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
     let n = words.len().min(MAX_WAITERS);
     if n == 0 {
         std::thread::sleep(timeout.unwrap_or(Duration::from_millis(100)));
-        return Ok(());
+        return Ok(Woke::TimedOut);
     }
     let w: Vec<FutexWaitv> = words[..n]
         .iter()
@@ -94,11 +105,12 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::R
         )
     };
     if rc >= 0 {
-        return Ok(());
+        return Ok(Woke::Woken(rc as usize));
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::ETIMEDOUT) | Some(libc::EINTR) => Ok(()),
+        Some(libc::EAGAIN) => Ok(Woke::Changed),
+        Some(libc::ETIMEDOUT) | Some(libc::EINTR) => Ok(Woke::TimedOut),
         _ => Err(e),
     }
 }
@@ -267,11 +279,17 @@ mod tests {
         let b = AtomicU32::new(0);
         // b != expected: immediate return
         let t = Instant::now();
-        wait_any(&[(&a, 1), (&b, 1)], Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(
+            wait_any(&[(&a, 1), (&b, 1)], Some(Duration::from_secs(5))).unwrap(),
+            Woke::Changed
+        );
         assert!(t.elapsed() < Duration::from_secs(1));
         // timeout
         let t = Instant::now();
-        wait_any(&[(&a, 1)], Some(Duration::from_millis(20))).unwrap();
+        assert_eq!(
+            wait_any(&[(&a, 1)], Some(Duration::from_millis(20))).unwrap(),
+            Woke::TimedOut
+        );
         assert!(t.elapsed() >= Duration::from_millis(19));
         // wake from another thread
         let a2 = a.clone();
@@ -280,7 +298,10 @@ mod tests {
             a2.store(0, Ordering::SeqCst);
             wake(&a2);
         });
-        wait_any(&[(&a, 1)], Some(Duration::from_secs(10))).unwrap();
+        let c = AtomicU32::new(5);
+        // woken (index 1), or the store seen first (changed): either way, the wait ends
+        let w = wait_any(&[(&c, 5), (&a, 1)], Some(Duration::from_secs(10))).unwrap();
+        assert!(matches!(w, Woke::Woken(1) | Woke::Changed), "{w:?}");
         assert_eq!(a.load(Ordering::SeqCst), 0);
         h.join().unwrap();
     }

@@ -1,7 +1,7 @@
 //! Model-based tests of the rings: random operation sequences checked against a `VecDeque`,
 //! and a hostile peer writing arbitrary indices and descriptors.
 
-use docknet_pipe::layout::{plan, RingParams};
+use docknet_pipe::layout::{plan, RingParams, DESC_SEQ};
 use docknet_pipe::{Consumer, Producer, PushError, Region, RingLayout};
 use proptest::prelude::*;
 use std::collections::VecDeque;
@@ -95,7 +95,7 @@ proptest! {
 
     #[test]
     fn hostile_producer_cannot_push_the_consumer_out_of_bounds(
-        writes in proptest::collection::vec((0u8..4, any::<u32>(), any::<u32>(), any::<u32>()), 1..300)
+        writes in proptest::collection::vec((0u8..6, any::<u32>(), any::<u32>(), any::<u32>()), 1..300)
     ) {
         let (r, l) = ring(16);
         let mut c = Consumer::new(l);
@@ -107,6 +107,19 @@ proptest! {
                     let d = l.desc_off(a);
                     r.u32_at(d).unwrap().store(b, Ordering::Relaxed);
                     r.u32_at(d + 4).unwrap().store(v % 300, Ordering::Relaxed);
+                }
+                4 => {
+                    // any sequence word at any descriptor
+                    r.u32_at(l.desc_off(a) + DESC_SEQ).unwrap().store(v, Ordering::Release);
+                }
+                5 => {
+                    // the right sequence word for the consumer's next slot, with an arbitrary
+                    // offset and length: the frame is announced, and must be checked
+                    let idx = c.index().wrapping_add(a % 3);
+                    let d = l.desc_off(idx);
+                    r.u32_at(d).unwrap().store(b % 4096, Ordering::Relaxed);
+                    r.u32_at(d + 4).unwrap().store(v % 300, Ordering::Relaxed);
+                    r.u32_at(d + DESC_SEQ).unwrap().store(idx.wrapping_add(1), Ordering::Release);
                 }
                 2 => {
                     // a plausible producer index near the consumer's
@@ -162,4 +175,41 @@ proptest! {
             prop_assert!(p.space(&r) <= really_free, "space {} > free {}", p.space(&r), really_free);
         }
     }
+}
+
+/// The accepted-frame branch of a hostile producer: plausible descriptors with sequence words
+/// are taken, implausible ones refused, and every taken frame lies inside the area.
+#[test]
+fn announced_frames_of_a_hostile_producer_are_accepted_only_in_bounds() {
+    let (r, l) = ring(16);
+    let mut c = Consumer::new(l);
+    let (mut ok, mut refused) = (0, 0);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for i in 0..10_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let d = l.desc_off(i);
+        let (off, len) = ((x as u32) % 2500, ((x >> 32) as u32) % 200);
+        r.u32_at(d).unwrap().store(off, Ordering::Relaxed);
+        r.u32_at(d + 4).unwrap().store(len, Ordering::Relaxed);
+        r.u32_at(d + DESC_SEQ)
+            .unwrap()
+            .store(i + 1, Ordering::Release);
+        match c.pop(&r) {
+            Some(Ok(f)) => {
+                ok += 1;
+                assert!(f.off >= l.area && f.off + f.len <= l.area + l.area_len());
+                assert!((1..=128).contains(&f.len));
+            }
+            Some(Err(_)) => refused += 1,
+            None => panic!("an announced frame was not seen"),
+        }
+        c.release(&r);
+    }
+    assert!(
+        ok > 1000 && refused > 1000,
+        "{ok} accepted, {refused} refused"
+    );
+    assert_eq!(c.stats.frames, ok);
 }

@@ -79,9 +79,13 @@ enum Cmd {
         /// Server address.
         #[arg(long)]
         connect: SocketAddrV4,
-        /// rr (ping-pong) or stream.
+        /// rr (ping-pong), stream, or check (a stream of --bytes whose every byte the server
+        /// verifies; exits 1 if any arrives wrong or missing).
         #[arg(long, value_enum)]
         workload: Workload,
+        /// check: bytes to send.
+        #[arg(long, default_value_t = 100_000_000)]
+        bytes: u64,
         /// Message size in bytes.
         #[arg(long, default_value_t = 64)]
         size: usize,
@@ -167,19 +171,23 @@ fn run_client<N: Net>(
     size: usize,
     duration: f64,
     warmup: f64,
+    bytes: u64,
     as_json: bool,
 ) -> Result<()> {
     let (d, w) = (
         Duration::from_secs_f64(duration),
         Duration::from_secs_f64(warmup),
     );
-    let out = match c.proto {
-        Proto::Tcp => workload::client(&net, addr, wl, size, d, w)?,
-        Proto::Udp => workload::client_udp(&net, addr, wl, size, d, w)?,
+    let out = match (c.proto, wl) {
+        (Proto::Tcp, Workload::Check) => workload::checked(&net, addr, size, bytes)?,
+        (Proto::Udp, Workload::Check) => anyhow::bail!("the checked stream runs over TCP"),
+        (Proto::Tcp, _) => workload::client(&net, addr, wl, size, d, w)?,
+        (Proto::Udp, _) => workload::client_udp(&net, addr, wl, size, d, w)?,
     };
     let mtu = net
         .mtu()
         .or_else(|| docknet_perf::net::kernel_mtu(local_ip_towards(addr)));
+    let corrupt = out.corrupt_bytes.unwrap_or(0);
     if as_json {
         let report = ClientReport {
             env: env(c, mtu),
@@ -209,6 +217,9 @@ fn run_client<N: Net>(
             out.msgs_per_s.unwrap_or(0.0)
         );
     }
+    if corrupt > 0 {
+        anyhow::bail!("checked stream: {corrupt} bytes arrived wrong or not at all");
+    }
     Ok(())
 }
 
@@ -231,10 +242,11 @@ fn main_inner(cli: Cli) -> Result<()> {
             size,
             duration,
             warmup,
+            bytes,
             json,
         } => match c.stack {
             StackKind::Kernel => run_client(
-                KernelNet, c, *connect, *workload, *size, *duration, *warmup, *json,
+                KernelNet, c, *connect, *workload, *size, *duration, *warmup, *bytes, *json,
             ),
             StackKind::Docknet => run_client(
                 docknet(c)?,
@@ -244,6 +256,7 @@ fn main_inner(cli: Cli) -> Result<()> {
                 *size,
                 *duration,
                 *warmup,
+                *bytes,
                 *json,
             ),
         },

@@ -72,8 +72,36 @@ impl Lab {
         }
     }
 
+    /// The pid of the daemon's fd holder.
+    pub fn holder_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join("holder.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     pub fn daemon_pid(&self) -> u32 {
         self.daemon.as_ref().expect("daemon running").id()
+    }
+
+    /// Sends `sig` to the daemon and waits (at most `within`) for it to exit; its status.
+    pub fn signal_daemon(
+        &mut self,
+        sig: nix::sys::signal::Signal,
+        within: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let d = self.daemon.as_mut()?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.id() as i32), sig).unwrap();
+        let t = Instant::now();
+        while t.elapsed() < within {
+            if let Some(st) = d.try_wait().unwrap() {
+                self.daemon = None;
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// SIGKILL the daemon (no clean shutdown).
@@ -171,6 +199,13 @@ impl Drop for Lab {
             let _ = c.wait();
         }
         self.kill_daemon();
+        // the daemon's fd holder outlives a killed daemon on purpose; end it by its pid
+        if let Some(pid) = self.holder_pid() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

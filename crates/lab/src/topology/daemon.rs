@@ -34,7 +34,7 @@ impl Daemon {
             .arg(&run_dir)
             .arg("--socket")
             .arg(&socket)
-            .args(["--idle", setup.idle]);
+            .args(["--idle", setup.idle, "--ephemeral"]);
         if let Some(c) = setup.master_core {
             cmd.args(["--master-core", &c.to_string()]);
         }
@@ -73,10 +73,26 @@ impl Daemon {
         c
     }
 
-    /// Stops the daemon (SIGTERM, then SIGKILL) and removes its run directory.
+    /// Stops the daemon (SIGTERM, then SIGKILL; an ephemeral daemon removes its pipes), waits
+    /// for its fd holder to leave (it does once it keeps nothing; it is ended by its pid after
+    /// 3 s), and removes the run directory.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.proc.take() {
             terminate(&mut c);
+        }
+        let holder = std::fs::read_to_string(docknet_daemon::holder::pid_path(&self.run_dir))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .map(nix::unistd::Pid::from_raw);
+        if let Some(pid) = holder {
+            let t = Instant::now();
+            while nix::sys::signal::kill(pid, None).is_ok() {
+                if t.elapsed() > Duration::from_secs(3) {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         let _ = std::fs::remove_dir_all(&self.run_dir);
     }

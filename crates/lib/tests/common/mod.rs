@@ -54,7 +54,7 @@ pub fn faulty(seed: u64, drop_pct: u8) -> StackConfig {
 
 pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
     let dir = tempfile::tempdir().unwrap();
-    let (mut r, _) = Registry::open(dir.path()).unwrap();
+    let (mut r, _) = Registry::open(dir.path(), None).unwrap();
     r.create_pipe("a", "10.8.0.1/24", Some(mtu), None).unwrap();
     r.create_pipe("b", "10.8.0.2/24", Some(mtu), None).unwrap();
     if fc {
@@ -64,10 +64,13 @@ pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
     let m = master.clone();
     let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
     let a = Stack::new(
-        Endpoint::attach(&r.pipe_dir("a"), cfg.idle).unwrap(),
+        Endpoint::from_connection(r.connect_local("a").unwrap(), cfg.idle, None).unwrap(),
         cfg.clone(),
     );
-    let b = Stack::new(Endpoint::attach(&r.pipe_dir("b"), cfg.idle).unwrap(), cfg);
+    let b = Stack::new(
+        Endpoint::from_connection(r.connect_local("b").unwrap(), cfg.idle, None).unwrap(),
+        cfg,
+    );
     Net {
         _dir: dir,
         master,

@@ -1,0 +1,308 @@
+//! dnattack: attacks DockNet from inside a container, to check that a hostile container can
+//! hurt only itself. The tests and `scripts/soak.sh` run it under `docknet run`; each attack
+//! prints one JSON line saying what it tried and what the kernel or the daemon answered.
+//!
+//!   dnattack truncate | grow | punch    try to take the pipe's memory away (sealed: refused)
+//!   dnattack scribble --seconds S       random bytes over the whole region, continuously
+//!   dnattack flood --seconds S          broadcast frames as fast as the ring takes them
+//!   dnattack wake-storm --seconds S     toggle and FUTEX_WAKE the daemon's sleep word
+//!   dnattack connect-storm --seconds S  connect to the pipe's socket over and over
+//!   dnattack escape [--socket PATH]...  try to leave the sandbox (host files, devices,
+//!                                       /proc/sys, mount, ptrace, host Unix sockets)
+//!   dnattack inspect                    what the daemon hands this container: its pipe and
+//!                                       the fast channels it sees
+
+#![deny(unsafe_code)]
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use docknet_pipe::delivery::{Msg, DEFAULT_SOCKET, MAX_MSG};
+use docknet_pipe::{fdpass, layout, Region, RegionInfo};
+use serde_json::json;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Attacks DockNet from inside a container (run it under `docknet run`) and reports, as one
+/// JSON line per attack, what it tried and what happened.
+#[derive(Debug, Parser)]
+#[command(name = "dnattack", version)]
+struct Cli {
+    /// The pipe's abstract socket (default: $DOCKNET_PIPE or @docknet/pipe).
+    #[arg(long)]
+    pipe: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// ftruncate the region to 0 (sealed against shrinking: must fail).
+    Truncate,
+    /// Grow the region (sealed against growing: must fail).
+    Grow,
+    /// Punch a hole in the region (reads zeros afterwards: the container's own loss).
+    Punch,
+    /// Random bytes over the whole region, continuously.
+    Scribble {
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Broadcast frames as fast as the tx ring takes them.
+    Flood {
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Toggle the daemon's sleep word on our tx ring and FUTEX_WAKE it, continuously.
+    WakeStorm {
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Connect to the pipe's socket over and over.
+    ConnectStorm {
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Print what the daemon hands this container: the pipe and the channels.
+    Inspect,
+    /// Try to leave the sandbox.
+    Escape {
+        /// Host Unix sockets to try to connect to.
+        #[arg(long = "socket")]
+        sockets: Vec<PathBuf>,
+    },
+}
+
+fn socket_name(cli: &Cli) -> String {
+    cli.pipe
+        .clone()
+        .or_else(|| std::env::var("DOCKNET_PIPE").ok())
+        .map(|s| s.trim_start_matches('@').to_string())
+        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// The pipe's memfd and its planned layout, as the daemon hands them out.
+fn grab(name: &str) -> Result<(OwnedFd, RegionInfo, OwnedFd)> {
+    let conn = fdpass::connect_abstract(name).with_context(|| format!("connecting to @{name}"))?;
+    let mut buf = [0u8; MAX_MSG];
+    let (n, fd) = fdpass::recv(conn.as_fd(), &mut buf)?.context("the daemon hung up")?;
+    let Msg::Hello(p) = Msg::decode(&buf[..n])? else {
+        bail!("no pipe in the first message");
+    };
+    let id = layout::Identity {
+        ip_a: p.ip,
+        ip_b_or_prefix: u32::from(p.prefix),
+        mac_a: p.mac,
+        mac_b: [0; 6],
+        mtu: p.mtu,
+    };
+    let info = RegionInfo::planned(layout::Kind::Pipe, id, p.depth)?;
+    Ok((fd.context("no region fd")?, info, conn))
+}
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+fn main_inner(cli: Cli) -> Result<serde_json::Value> {
+    let name = socket_name(&cli);
+    let until = |s: f64| Instant::now() + Duration::from_secs_f64(s);
+    Ok(match cli.cmd {
+        Cmd::Truncate | Cmd::Grow => {
+            let (fd, info, _c) = grab(&name)?;
+            let f = std::fs::File::from(fd);
+            let to = if matches!(cli.cmd, Cmd::Truncate) {
+                0
+            } else {
+                info.size as u64 * 2
+            };
+            let r = f.set_len(to);
+            json!({"attack": "resize", "to": to, "refused": r.is_err(),
+                   "error": r.err().map(|e| e.to_string())})
+        }
+        Cmd::Punch => {
+            let (fd, info, _c) = grab(&name)?;
+            let flags = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+            let r = nix::fcntl::fallocate(&fd, flags, 0, info.size as i64);
+            json!({"attack": "punch", "refused": r.is_err(), "error": r.err().map(|e| e.to_string())})
+        }
+        Cmd::Scribble { seconds } => {
+            let (fd, info, _c) = grab(&name)?;
+            let r = Region::map_sealed(fd.as_fd(), info.size)?;
+            let (end, mut x, mut rounds) = (until(seconds), 0x9e37_79b9_7f4a_7c15u64, 0u64);
+            while Instant::now() < end {
+                for off in (0..r.len()).step_by(8) {
+                    r.store_u64(off, xorshift(&mut x), Ordering::Relaxed);
+                }
+                rounds += 1;
+            }
+            json!({"attack": "scribble", "bytes": r.len(), "rounds": rounds})
+        }
+        Cmd::Flood { seconds } => {
+            let mut ep = docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?;
+            let mut f = vec![0u8; 60];
+            docknet_lib::frame::write_ipv4_headers(
+                &mut f,
+                ep.mac(),
+                [0xff; 6],
+                ep.ip(),
+                std::net::Ipv4Addr::BROADCAST,
+                docknet_lib::frame::PROTO_EXPERIMENT,
+                60,
+            );
+            let (end, mut sent) = (until(seconds), 0u64);
+            while Instant::now() < end {
+                for _ in 0..64 {
+                    if ep.send(&f).is_ok() {
+                        sent += 1;
+                    }
+                }
+                ep.flush();
+                let mut b = [0u8; 64];
+                while ep.recv(&mut b).is_some() {}
+            }
+            json!({"attack": "flood", "sent": sent})
+        }
+        Cmd::WakeStorm { seconds } => {
+            let (fd, info, _c) = grab(&name)?;
+            let r = Region::map_sealed(fd.as_fd(), info.size)?;
+            let word = r
+                .u32_at(info.rings[0].sleep_off())
+                .context("sleep word out of range")?;
+            let (end, mut wakes) = (until(seconds), 0u64);
+            while Instant::now() < end {
+                word.store(0, Ordering::Relaxed);
+                docknet_pipe::wake::wake(word);
+                word.store(1, Ordering::Relaxed);
+                wakes += 1;
+            }
+            json!({"attack": "wake-storm", "wakes": wakes})
+        }
+        Cmd::ConnectStorm { seconds } => {
+            let (end, mut ok, mut refused) = (until(seconds), 0u64, 0u64);
+            let mut held = Vec::new();
+            while Instant::now() < end {
+                match fdpass::connect_abstract(&name) {
+                    Ok(c) => {
+                        ok += 1;
+                        if held.len() < 64 {
+                            held.push(c);
+                        }
+                    }
+                    Err(_) => refused += 1,
+                }
+            }
+            json!({"attack": "connect-storm", "connected": ok, "refused": refused})
+        }
+        Cmd::Escape { sockets } => escape(&sockets),
+        Cmd::Inspect => {
+            let conn = fdpass::connect_abstract(&name)
+                .with_context(|| format!("connecting to @{name}"))?;
+            let (mut pipe, mut channels) = (None, Vec::new());
+            let mut buf = [0u8; MAX_MSG];
+            loop {
+                let (n, _fd) = fdpass::recv(conn.as_fd(), &mut buf)?.context("hung up")?;
+                match Msg::decode(&buf[..n])? {
+                    Msg::Hello(p) => pipe = Some(p.name),
+                    Msg::Channel(c) => channels.push(c.peer),
+                    Msg::Synced => break,
+                    Msg::Closed { .. } => {}
+                }
+            }
+            json!({"pipe": pipe, "channels": channels})
+        }
+    })
+}
+
+/// Each way out, tried; `true` means it worked (a hole).
+fn escape(sockets: &[PathBuf]) -> serde_json::Value {
+    let ok = |r: bool| serde_json::Value::Bool(r);
+    let write = |p: &str| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(p)
+            .is_ok()
+    };
+    let block_dev = std::fs::read_dir("/dev").ok().is_some_and(|d| {
+        d.flatten().any(|e| {
+            use std::os::unix::fs::FileTypeExt;
+            e.file_type().is_ok_and(|t| t.is_block_device())
+        })
+    }) || [
+        "/dev/vda",
+        "/dev/sda",
+        "/dev/nvme0n1",
+        "/dev/mem",
+        "/dev/kmsg",
+    ]
+    .iter()
+    .any(|p| std::fs::File::open(p).is_ok());
+    let mount = nix::mount::mount(
+        Some("tmpfs"),
+        "/tmp",
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    )
+    .is_ok();
+    let unshare = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
+    let ptrace_init = nix::sys::ptrace::attach(nix::unistd::Pid::from_raw(1)).is_ok();
+    let host_sockets: Vec<serde_json::Value> = sockets
+        .iter()
+        .map(|p| {
+            let stream = std::os::unix::net::UnixStream::connect(p).is_ok();
+            let seq = fdpass::connect_path(p).is_ok();
+            json!({"path": p, "connected": stream || seq})
+        })
+        .collect();
+    let shadow = std::fs::read("/etc/shadow").is_ok_and(|b| !b.is_empty());
+    let caps = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("CapEff:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+        });
+    json!({
+        "attack": "escape",
+        "write_etc": ok(write("/etc/dnattack")),
+        "write_usr": ok(write("/usr/dnattack")),
+        "write_root": ok(write("/dnattack")),
+        "write_proc_sys": ok(std::fs::write("/proc/sys/kernel/domainname", "x").is_ok()),
+        "write_sysrq": ok(std::fs::write("/proc/sysrq-trigger", "h").is_ok()),
+        "read_kcore": ok(std::fs::File::open("/proc/kcore").and_then(|f| {
+            use std::io::Read;
+            let mut b = [0u8; 16];
+            (&f).read(&mut b)
+        }).is_ok_and(|n| n > 0)),
+        "read_shadow": ok(shadow),
+        "block_device": ok(block_dev),
+        "mount": ok(mount),
+        "unshare_user": ok(unshare),
+        "ptrace_init": ok(ptrace_init),
+        "host_sockets": host_sockets,
+        "cap_eff": caps,
+        "tty": ok(std::fs::File::open("/dev/tty").is_ok()),
+    })
+}
+
+fn main() -> ExitCode {
+    match main_inner(Cli::parse()) {
+        Ok(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dnattack: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

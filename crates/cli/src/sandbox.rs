@@ -1,0 +1,388 @@
+//! The container's walls, built by its init before the command starts: a root of its own, a
+//! private `/dev`, masked `/proc`, no capabilities, `no_new_privs`, a seccomp filter.
+//!
+//! The root is a fresh tmpfs holding read-only binds of the host's system directories (or of
+//! `--rootfs DIR`), the command's own directory, and `--bind` directories; nothing else of the
+//! host is reachable: no run directory, no control socket, no host Unix socket outside those
+//! directories, no host device. Secrets that live in `/etc` are covered. `/proc` is the
+//! container's own (its PID namespace), with the kernel's knobs read-only and the rest masked
+//! the way OCI runtimes mask them; `/sys` is read-only and shows the container's network
+//! namespace; `/tmp` and `/run` are private and writable.
+
+use anyhow::{bail, Context, Result};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Host directories the root shows read-only (those that exist; symlinks are recreated).
+const SYSTEM: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+/// Host files under `/etc` that must not be readable by root in a container.
+const SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+];
+/// Host directories under `/etc` covered by an empty tmpfs (private keys).
+const SECRET_DIRS: &[&str] = &["/etc/ssh", "/etc/ssl/private", "/etc/sudoers.d"];
+/// Device nodes a container gets (bound from the host's).
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+/// `/proc` entries masked with `/dev/null` (files) as OCI runtimes do.
+const PROC_MASKED: &[&str] = &[
+    "kcore",
+    "keys",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
+];
+/// `/proc` directories hidden under an empty read-only tmpfs.
+const PROC_HIDDEN: &[&str] = &["acpi", "scsi"];
+/// `/proc` entries made read-only.
+const PROC_READONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
+
+/// What the container's root is made of.
+#[derive(Debug, Clone, Default)]
+pub struct Walls {
+    /// A root filesystem to use instead of the host's system directories.
+    pub rootfs: Option<PathBuf>,
+    /// More host directories to show read-only (at the same path).
+    pub binds: Vec<PathBuf>,
+}
+
+fn mnt(
+    src: Option<&str>,
+    at: &Path,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<()> {
+    mount(src, at, fstype, flags, data).with_context(|| {
+        format!(
+            "mounting {} on {}",
+            src.or(fstype).unwrap_or("?"),
+            at.display()
+        )
+    })
+}
+
+/// Binds `src` (an open file or directory, by fd) onto `at`, read-only unless `rw`.
+fn bind_fd(src: &File, at: &Path, rw: bool) -> Result<()> {
+    let s = format!("/proc/self/fd/{}", src.as_raw_fd());
+    mnt(Some(&s), at, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
+    if !rw {
+        let ro = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
+        mnt(None, at, None, ro, None)?;
+    }
+    Ok(())
+}
+
+fn open_path(p: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(p)
+        .with_context(|| format!("opening {}", p.display()))
+}
+
+/// A mount point for `src` under `root`: a directory, or an empty file for a file.
+fn mountpoint(root: &Path, path: &Path, dir: bool) -> Result<PathBuf> {
+    let at = root.join(path.strip_prefix("/").unwrap_or(path));
+    if dir {
+        fs::create_dir_all(&at)?;
+    } else {
+        if let Some(p) = at.parent() {
+            fs::create_dir_all(p)?;
+        }
+        File::create(&at)?;
+    }
+    Ok(at)
+}
+
+/// Builds the container's root and moves into it. Runs in the container's init, in a mount
+/// namespace of its own, before anything of the command runs.
+pub fn build_root(w: &Walls) -> Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+        .context("a mount namespace for the root")?;
+    mnt(
+        None,
+        Path::new("/"),
+        None,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None,
+    )?;
+    // what the root shows, opened now: the staging tmpfs below may hide its paths
+    let mut sources: Vec<(PathBuf, File)> = Vec::new();
+    let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let system: Vec<PathBuf> = match &w.rootfs {
+        Some(r) => vec![r.clone()],
+        None => SYSTEM.iter().map(PathBuf::from).collect(),
+    };
+    for p in system.iter().chain(w.binds.iter()) {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.file_type().is_symlink() && w.rootfs.is_none() => {
+                links.push((p.clone(), fs::read_link(p)?));
+            }
+            Ok(_) => sources.push((p.clone(), open_path(p)?)),
+            Err(_) if w.binds.contains(p) => bail!("--bind {}: no such directory", p.display()),
+            Err(_) => {}
+        }
+    }
+    let devnull = open_path(Path::new("/dev/null"))?;
+    let devices: Vec<(&str, File)> = DEVICES
+        .iter()
+        .filter_map(|d| Some((*d, open_path(&Path::new("/dev").join(d)).ok()?)))
+        .collect();
+
+    let stage = Path::new("/run");
+    let tmpfs = |at: &Path, opts: &str, extra: MsFlags| {
+        mnt(
+            Some("tmpfs"),
+            at,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | extra,
+            Some(opts),
+        )
+    };
+    tmpfs(stage, "mode=0755,size=64k", MsFlags::empty())?;
+    let root = stage.join("root");
+    fs::create_dir(&root)?;
+    tmpfs(&root, "mode=0755,size=4m", MsFlags::empty())?;
+
+    for (p, f) in &sources {
+        let target = if w.rootfs.as_ref() == Some(p) {
+            PathBuf::from("/")
+        } else {
+            p.clone()
+        };
+        let dir = fs::metadata(p).map(|m| m.is_dir()).unwrap_or(true);
+        let at = mountpoint(&root, &target, dir)?;
+        bind_fd(f, &at, false)?;
+    }
+    for (p, to) in &links {
+        let at = root.join(p.strip_prefix("/").unwrap_or(p));
+        std::os::unix::fs::symlink(to, at)?;
+    }
+    if w.rootfs.is_none() {
+        for s in SECRETS.iter().map(Path::new).filter(|s| s.exists()) {
+            let at = root.join(s.strip_prefix("/")?);
+            bind_fd(&devnull, &at, false)?;
+        }
+        for d in SECRET_DIRS.iter().map(Path::new).filter(|d| d.is_dir()) {
+            tmpfs(
+                &root.join(d.strip_prefix("/")?),
+                "mode=0700,size=4k",
+                MsFlags::MS_RDONLY,
+            )?;
+        }
+    }
+    make_dev(&root, &devices, &tmpfs)?;
+    make_proc(&root, &devnull, &tmpfs)?;
+    let sys = mountpoint(&root, Path::new("/sys"), true)?;
+    let ro = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
+    mnt(Some("sysfs"), &sys, Some("sysfs"), ro, None)?;
+    for (d, opts) in [
+        ("/tmp", "mode=1777,size=256m"),
+        ("/run", "mode=0755,size=16m"),
+    ] {
+        tmpfs(
+            &mountpoint(&root, Path::new(d), true)?,
+            opts,
+            MsFlags::empty(),
+        )?;
+    }
+    let old = root.join(".old");
+    fs::create_dir(&old)?;
+    nix::unistd::pivot_root(&root, &old).context("pivot_root into the container's root")?;
+    std::env::set_current_dir("/")?;
+    umount2("/.old", MntFlags::MNT_DETACH).context("detaching the host's root")?;
+    fs::remove_dir("/.old")?;
+    let ro_root = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
+    mnt(None, Path::new("/"), None, ro_root, None)
+}
+
+/// A private `/dev`: a tmpfs with the usual nodes bound from the host's, the standard
+/// symlinks, and a private `/dev/shm`.
+fn make_dev(
+    root: &Path,
+    devices: &[(&str, File)],
+    tmpfs: &dyn Fn(&Path, &str, MsFlags) -> Result<()>,
+) -> Result<()> {
+    let dev = mountpoint(root, Path::new("/dev"), true)?;
+    tmpfs(&dev, "mode=0755,size=64k", MsFlags::MS_NOEXEC)?;
+    for (name, f) in devices {
+        let at = dev.join(name);
+        File::create(&at)?;
+        bind_fd(f, &at, true)?;
+    }
+    for (l, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(to, dev.join(l))?;
+    }
+    let shm = dev.join("shm");
+    fs::create_dir(&shm)?;
+    tmpfs(&shm, "mode=1777,size=64m", MsFlags::MS_NOEXEC)
+}
+
+/// The container's own `/proc`, with knobs read-only and kernel internals masked.
+fn make_proc(
+    root: &Path,
+    devnull: &File,
+    tmpfs: &dyn Fn(&Path, &str, MsFlags) -> Result<()>,
+) -> Result<()> {
+    let proc_ = mountpoint(root, Path::new("/proc"), true)?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mnt(Some("proc"), &proc_, Some("proc"), flags, None)?;
+    for m in PROC_MASKED
+        .iter()
+        .map(|m| proc_.join(m))
+        .filter(|m| m.exists())
+    {
+        bind_fd(devnull, &m, false)?;
+    }
+    for h in PROC_HIDDEN
+        .iter()
+        .map(|h| proc_.join(h))
+        .filter(|h| h.is_dir())
+    {
+        tmpfs(&h, "mode=0555,size=4k", MsFlags::MS_RDONLY)?;
+    }
+    for r in PROC_READONLY
+        .iter()
+        .map(|r| proc_.join(r))
+        .filter(|r| r.exists())
+    {
+        let f = open_path(&r)?;
+        bind_fd(&f, &r, false)?;
+    }
+    Ok(())
+}
+
+/// Drops every capability from the bounding, inheritable and ambient sets (the command, run
+/// as root, then starts with none), and sets `no_new_privs`.
+pub fn drop_privileges() -> Result<()> {
+    for cap in caps::all() {
+        caps::drop(None, caps::CapSet::Bounding, cap)
+            .with_context(|| format!("dropping {cap} from the bounding set"))?;
+    }
+    caps::clear(None, caps::CapSet::Inheritable).context("clearing inheritable capabilities")?;
+    caps::clear(None, caps::CapSet::Ambient).context("clearing ambient capabilities")?;
+    nix::sys::prctl::set_no_new_privs().context("setting no_new_privs")?;
+    Ok(())
+}
+
+/// System calls a network application in a container has no business making: they fail
+/// with EPERM (or ENOSYS for clone3, so C libraries fall back to clone, whose namespace flags
+/// are refused).
+const DENIED: &[i64] = &[
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_kcmp,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_syslog,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_userfaultfd,
+    libc::SYS_fanotify_init,
+    libc::SYS_vhangup,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_iopl,
+    libc::SYS_ioperm,
+];
+
+/// Namespace flags `clone` may not carry.
+const CLONE_NS: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWCGROUP) as u64;
+
+fn sc<T, E: std::fmt::Debug>(r: std::result::Result<T, E>) -> Result<T> {
+    r.map_err(|e| anyhow::anyhow!("building the seccomp filter: {e:?}"))
+}
+
+/// The default seccomp filters, as BPF programs: the denied calls, `clone` with a namespace
+/// flag, and `clone3` (whose flags live in memory a filter cannot read: ENOSYS, so C libraries
+/// fall back to `clone`).
+pub fn seccomp_programs() -> Result<Vec<seccompiler::BpfProgram>> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    let arch: seccompiler::TargetArch = sc(std::env::consts::ARCH.try_into())?;
+    let mut rules: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|s| (*s, Vec::new())).collect();
+    // clone matches (is refused) when any namespace flag is set: one rule per flag
+    let mut clone_rules = Vec::new();
+    for f in (0..64).map(|b| 1u64 << b).filter(|f| CLONE_NS & f != 0) {
+        let c = sc(SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(f),
+            f,
+        ))?;
+        clone_rules.push(sc(SeccompRule::new(vec![c]))?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    let denied = sc(SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch))?;
+    let clone3 = sc(SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    ))?;
+    Ok(vec![sc(denied.try_into())?, sc(clone3.try_into())?])
+}
+
+/// Installs the default seccomp filters on this thread (inherited by everything it starts).
+pub fn install_seccomp() -> Result<()> {
+    for p in seccomp_programs()? {
+        seccompiler::apply_filter(&p).context("installing the seccomp filter")?;
+    }
+    Ok(())
+}
