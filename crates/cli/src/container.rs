@@ -221,6 +221,9 @@ pub fn init(cpu: Option<usize>, walls: &Walls, cmd: &[String]) -> Result<ExitCod
         .args(&cmd[1..])
         .spawn()
         .with_context(|| format!("starting {:?}", cmd[0]))?;
+    // the init only waits from here: it keeps no capability either
+    let _ = caps::clear(None, caps::CapSet::Effective);
+    let _ = caps::clear(None, caps::CapSet::Permitted);
     block_signals()?;
     supervise(Pid::from_raw(child.id() as i32))
 }

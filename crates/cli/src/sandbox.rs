@@ -7,7 +7,8 @@
 //! directories, no host device. Secrets that live in `/etc` are covered. `/proc` is the
 //! container's own (its PID namespace), with the kernel's knobs read-only and the rest masked
 //! the way OCI runtimes mask them; `/sys` is read-only and shows the container's network
-//! namespace; `/tmp` and `/run` are private and writable.
+//! namespace; `/tmp` and `/run` are private and writable. Binds are not recursive, so no mount
+//! under a shown directory comes along (and none can stay writable under a read-only bind).
 
 use anyhow::{bail, Context, Result};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -37,12 +38,16 @@ const PROC_MASKED: &[&str] = &[
     "kcore",
     "keys",
     "timer_list",
+    "timer_stats",
     "sched_debug",
     "latency_stats",
     "kallsyms",
+    "interrupts",
 ];
 /// `/proc` directories hidden under an empty read-only tmpfs.
-const PROC_HIDDEN: &[&str] = &["acpi", "scsi"];
+const PROC_HIDDEN: &[&str] = &["acpi", "asound", "scsi"];
+/// `/sys` directories hidden under an empty read-only tmpfs (firmware tables, power limits).
+const SYS_HIDDEN: &[&str] = &["firmware", "devices/virtual/powercap"];
 /// `/proc` entries made read-only.
 const PROC_READONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 
@@ -71,10 +76,12 @@ fn mnt(
     })
 }
 
-/// Binds `src` (an open file or directory, by fd) onto `at`, read-only unless `rw`.
+/// Binds `src` (an open file or directory, by fd) onto `at`, read-only unless `rw`. Not
+/// recursive: mounts under `src` are not carried over, so none of them can stay writable under
+/// a read-only bind.
 fn bind_fd(src: &File, at: &Path, rw: bool) -> Result<()> {
     let s = format!("/proc/self/fd/{}", src.as_raw_fd());
-    mnt(Some(&s), at, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)?;
+    mnt(Some(&s), at, None, MsFlags::MS_BIND, None)?;
     if !rw {
         let ro = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
         mnt(None, at, None, ro, None)?;
@@ -186,6 +193,13 @@ pub fn build_root(w: &Walls) -> Result<()> {
     let sys = mountpoint(&root, Path::new("/sys"), true)?;
     let ro = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
     mnt(Some("sysfs"), &sys, Some("sysfs"), ro, None)?;
+    for h in SYS_HIDDEN
+        .iter()
+        .map(|h| sys.join(h))
+        .filter(|h| h.is_dir())
+    {
+        tmpfs(&h, "mode=0555,size=4k", MsFlags::MS_RDONLY)?;
+    }
     for (d, opts) in [
         ("/tmp", "mode=1777,size=256m"),
         ("/run", "mode=0755,size=16m"),
@@ -270,7 +284,9 @@ fn make_proc(
 /// Drops every capability from the bounding, inheritable and ambient sets (the command, run
 /// as root, then starts with none), and sets `no_new_privs`.
 pub fn drop_privileges() -> Result<()> {
-    for cap in caps::all() {
+    // capabilities this kernel does not know cannot be in any set: skip them
+    let known = caps::runtime::procfs_all_supported(None).unwrap_or_else(|_| caps::all());
+    for cap in known {
         caps::drop(None, caps::CapSet::Bounding, cap)
             .with_context(|| format!("dropping {cap} from the bounding set"))?;
     }
@@ -379,9 +395,45 @@ pub fn seccomp_programs() -> Result<Vec<seccompiler::BpfProgram>> {
     Ok(vec![sc(denied.try_into())?, sc(clone3.try_into())?])
 }
 
+/// On x86_64, a filter that refuses (ENOSYS) every system call made through the x32 ABI:
+/// their numbers carry bit 30 and would slip past the exact-number rules above on a kernel
+/// built with x32. seccompiler has no rule for a bit test, so this one is four instructions.
+fn x32_program() -> Option<seccompiler::BpfProgram> {
+    use seccompiler::sock_filter;
+    if std::env::consts::ARCH != "x86_64" {
+        return None;
+    }
+    let ins = |code: u32, jt: u8, jf: u8, k: u32| sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    Some(vec![
+        // A = seccomp_data.nr
+        ins(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+        // if (A & __X32_SYSCALL_BIT) goto refuse
+        ins(
+            libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+            0,
+            1,
+            0x4000_0000,
+        ),
+        ins(
+            libc::BPF_RET | libc::BPF_K,
+            0,
+            0,
+            SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
+        ins(libc::BPF_RET | libc::BPF_K, 0, 0, SECCOMP_RET_ALLOW),
+    ])
+}
+
 /// Installs the default seccomp filters on this thread (inherited by everything it starts).
 pub fn install_seccomp() -> Result<()> {
-    for p in seccomp_programs()? {
+    for p in seccomp_programs()?.into_iter().chain(x32_program()) {
         seccompiler::apply_filter(&p).context("installing the seccomp filter")?;
     }
     Ok(())

@@ -102,6 +102,48 @@ fn session(conn: &OwnedFd, kept: &mut BTreeMap<String, OwnedFd>) {
     }
 }
 
+/// Where the registry keeps its fds so a later registry can have them back: the holder process
+/// ([`Holder`]), or this process ([`MemoryKeeper`], for tests and fuzzing).
+pub trait Keeper: std::fmt::Debug + Send {
+    /// Keeps `fd` under `key` (replacing what was kept there).
+    fn put(&self, key: &str, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()>;
+    /// Drops what is kept under `key`.
+    fn drop_key(&self, key: &str) -> io::Result<()>;
+    /// Everything kept, by key (duplicates: the keeper still holds its own).
+    fn list(&self) -> io::Result<BTreeMap<String, OwnedFd>>;
+}
+
+/// A keeper inside this process: what the holder does, without the process. Clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryKeeper(std::sync::Arc<std::sync::Mutex<BTreeMap<String, OwnedFd>>>);
+
+impl Keeper for MemoryKeeper {
+    fn put(&self, key: &str, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+        let fd = fd.try_clone_to_owned()?;
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("keeper poisoned"))?
+            .insert(key.into(), fd);
+        Ok(())
+    }
+    fn drop_key(&self, key: &str) -> io::Result<()> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("keeper poisoned"))?
+            .remove(key);
+        Ok(())
+    }
+    fn list(&self) -> io::Result<BTreeMap<String, OwnedFd>> {
+        let kept = self
+            .0
+            .lock()
+            .map_err(|_| io::Error::other("keeper poisoned"))?;
+        kept.iter()
+            .map(|(k, f)| Ok((k.clone(), f.try_clone()?)))
+            .collect()
+    }
+}
+
 /// The daemon's connection to its holder.
 #[derive(Debug)]
 pub struct Holder {
@@ -156,21 +198,20 @@ impl Holder {
         }
         Ok(())
     }
+}
 
-    /// Keeps `fd` under `key`.
-    pub fn put(&self, key: &str, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+impl Keeper for Holder {
+    fn put(&self, key: &str, fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
         Self::check_key(key)?;
         self.call(&[b"P", key.as_bytes()].concat(), Some(fd))
     }
 
-    /// Drops what is kept under `key`.
-    pub fn drop_key(&self, key: &str) -> io::Result<()> {
+    fn drop_key(&self, key: &str) -> io::Result<()> {
         Self::check_key(key)?;
         self.call(&[b"D", key.as_bytes()].concat(), None)
     }
 
-    /// Everything kept, by key.
-    pub fn list(&self) -> io::Result<BTreeMap<String, OwnedFd>> {
+    fn list(&self) -> io::Result<BTreeMap<String, OwnedFd>> {
         fdpass::send(self.conn.as_fd(), b"L", None)?;
         let mut out = BTreeMap::new();
         let mut buf = [0u8; MAX_KEY + 1];

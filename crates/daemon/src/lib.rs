@@ -101,11 +101,11 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
         .map_err(|_| Error::Locked(cfg.run_dir.display().to_string()))?;
 
-    let holder = match &cfg.holder {
-        Some(exe) => Some(
+    let holder: Option<Box<dyn holder::Keeper>> = match &cfg.holder {
+        Some(exe) => Some(Box::new(
             holder::Holder::connect_or_start(&cfg.run_dir, exe)
                 .map_err(io("starting the fd holder"))?,
-        ),
+        )),
         None => None,
     };
     let (registry, warnings) =

@@ -378,65 +378,107 @@ fn sleep(shared: &MasterShared, snap: &Snapshot, local: &mut [Local], seen: u32)
     suspects
 }
 
-/// Runs the master loop until `shared.shutdown` is set.
-pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
-    let mut seen = shared.version.load(Ordering::Acquire);
-    let mut snap = shared.snap.load_full();
-    let mut local = rebuild(&snap, Vec::new());
-    let mut idler = Idler::new(policy);
-    let mut dirty = Vec::with_capacity(8);
-    let mut suspects: Vec<usize> = Vec::new();
-    loop {
-        // SYNC: Acquire pairs with the Release increment in `MasterShared::poke`.
-        let v = shared.version.load(Ordering::Acquire);
-        if v != seen {
-            seen = v;
-            if shared.shutdown.load(Ordering::Acquire) {
-                break;
-            }
-            for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
-                l.flush(p);
-            }
-            snap = shared.snap.load_full();
-            local = rebuild(&snap, local);
-            suspects.clear();
+/// The master's state between rounds. [`run`] drives it; tests and the fuzz targets drive it
+/// a round at a time.
+#[derive(Debug)]
+pub struct Master {
+    shared: Arc<MasterShared>,
+    seen: u32,
+    snap: Arc<Snapshot>,
+    local: Vec<Local>,
+    dirty: Vec<usize>,
+    /// Pipes that may have woken the last sleep.
+    suspects: Vec<usize>,
+}
+
+impl Master {
+    /// A master working from `shared`'s current snapshot.
+    pub fn new(shared: Arc<MasterShared>) -> Master {
+        let snap = shared.snap.load_full();
+        Master {
+            seen: shared.version.load(Ordering::Acquire),
+            local: rebuild(&snap, Vec::new()),
+            snap,
+            shared,
+            dirty: Vec::with_capacity(8),
+            suspects: Vec::new(),
         }
+    }
+
+    /// Picks up a snapshot the control plane published; false once shutdown is asked.
+    pub fn refresh(&mut self) -> bool {
+        // SYNC: Acquire pairs with the Release increment in `MasterShared::poke`.
+        let v = self.shared.version.load(Ordering::Acquire);
+        if v == self.seen {
+            return true;
+        }
+        self.seen = v;
+        if self.shared.shutdown.load(Ordering::Acquire) {
+            return false;
+        }
+        self.flush_all(false);
+        self.snap = self.shared.snap.load_full();
+        self.local = rebuild(&self.snap, std::mem::take(&mut self.local));
+        self.suspects.clear();
+        true
+    }
+
+    /// One round: up to [`BATCH`] frames from every pipe's tx ring. Returns the frames taken.
+    pub fn round(&mut self) -> usize {
         let now = Instant::now();
         let (mut work, mut delivered) = (0, 0);
-        for i in 0..snap.pipes.len() {
-            let (t, d) = pump(&snap, &mut local, i, &mut dirty, now);
+        for i in 0..self.snap.pipes.len() {
+            let (t, d) = pump(&self.snap, &mut self.local, i, &mut self.dirty, now);
             work += t;
             delivered += d;
             if t > 0 {
                 // it had work: a wake-up from it was real
-                local[i].pause = Duration::ZERO;
-                local[i].muted_until = None;
+                self.local[i].pause = Duration::ZERO;
+                self.local[i].muted_until = None;
             }
         }
         if work == 0 {
             // woken for nothing: whoever woke us waits longer next time
-            for &i in &suspects {
-                local[i].mute(now);
+            for &i in &self.suspects {
+                self.local[i].mute(now);
             }
         }
-        suspects.clear();
-        for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
-            l.flush(p); // no-op unless something was counted
+        self.suspects.clear();
+        self.flush_all(false);
+        self.shared
+            .forwarded
+            .fetch_add(delivered, Ordering::Relaxed);
+        work
+    }
+
+    /// Sleeps until a pipe or the control plane wakes it (see [`sleep`]).
+    pub fn sleep(&mut self) {
+        self.suspects = sleep(&self.shared, &self.snap, &mut self.local, self.seen);
+    }
+
+    /// Publishes the counters (all of them with `force`, else those that changed).
+    pub fn flush_all(&mut self, force: bool) {
+        for (l, p) in self.local.iter_mut().zip(self.snap.pipes.iter()) {
+            l.dirty_counters |= force;
+            l.flush(p);
         }
-        if work > 0 {
-            shared.forwarded.fetch_add(delivered, Ordering::Relaxed);
+    }
+}
+
+/// Runs the master loop until `shared.shutdown` is set.
+pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
+    let mut m = Master::new(shared);
+    let mut idler = Idler::new(policy);
+    while m.refresh() {
+        if m.round() > 0 {
             idler.busy();
             continue;
         }
-        if !idler.step() {
-            continue;
+        if idler.step() {
+            // No `idler.busy()` after it: a timeout with no work goes straight back to sleep;
+            // work found in the next round resets the idler.
+            m.sleep();
         }
-        suspects = sleep(&shared, &snap, &mut local, seen);
-        // No `idler.busy()` here: a timeout with no work goes straight back to sleep; work
-        // found in the next round resets the idler.
     }
-    for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
-        l.dirty_counters = true;
-        l.flush(p);
-    }
+    m.flush_all(true);
 }

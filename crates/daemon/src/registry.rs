@@ -18,7 +18,7 @@
 //! (write-ahead), and only then is memory changed; if a step fails, the steps before it are
 //! undone and the request changes nothing.
 
-use crate::holder::Holder;
+use crate::holder::Keeper;
 use crate::proto::{ApiError, ErrorCode, FcInfo, PipeInfo};
 use crate::switch::{fmt_mac, mac_for, FlowTable, Port};
 use docknet_pipe::delivery::{self, ChannelDesc, Msg, PipeDesc, Side};
@@ -184,7 +184,7 @@ pub const MAX_CONNS: usize = 16;
 #[derive(Debug)]
 pub struct Registry {
     run_dir: PathBuf,
-    holder: Option<Holder>,
+    holder: Option<Box<dyn Keeper>>,
     pipes: BTreeMap<String, Arc<Pipe>>,
     depth: BTreeMap<String, u32>,
     fcs: BTreeMap<(String, String), Channel>,
@@ -364,7 +364,10 @@ impl Registry {
     /// Opens (creating if needed) the run directory and adopts what `state.json` records and the
     /// holder still keeps, each record checked again. Returns the registry and warnings about
     /// anything not adopted. Without a holder (tests, in-process use) nothing can be adopted.
-    pub fn open(run_dir: &Path, holder: Option<Holder>) -> io::Result<(Registry, Vec<String>)> {
+    pub fn open(
+        run_dir: &Path,
+        holder: Option<Box<dyn Keeper>>,
+    ) -> io::Result<(Registry, Vec<String>)> {
         fs::create_dir_all(run_dir)?;
         fs::set_permissions(run_dir, fs::Permissions::from_mode(0o700))?;
         let mut kept = match &holder {
@@ -1146,6 +1149,43 @@ mod tests {
         assert!(r.get("a").is_ok(), "a refused removal keeps the pipe");
         fs::remove_dir(d.path().join("state.json.tmp")).unwrap();
         r.connect_fc("a", "b", None).unwrap();
+    }
+
+    #[test]
+    fn a_reopened_registry_adopts_what_its_keeper_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let keeper = crate::holder::MemoryKeeper::default();
+        let (mut r, _) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).unwrap();
+        r.create_pipe("a", "10.9.0.1/24", None, None).unwrap();
+        r.create_pipe("b", "10.9.0.2/24", Some(9000), Some(64))
+            .unwrap();
+        r.connect_fc("a", "b", None).unwrap();
+        let ns = format!("/proc/{}/ns/net", std::process::id());
+        r.attach(
+            "a",
+            &ns,
+            Some(&format!("docknet-test/{}", std::process::id())),
+        )
+        .unwrap();
+        let before = fs::read(d.path().join("state.json")).unwrap();
+        let mem = r.pipe_info("b", false).unwrap();
+        drop(r); // the daemon dies; the keeper keeps
+        let (mut r, w) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(fs::read(d.path().join("state.json")).unwrap(), before);
+        assert_eq!(r.pipe_info("b", false).unwrap(), mem);
+        assert_eq!(r.fc_peers("a"), ["b"]);
+        assert_eq!(r.attachments().len(), 1);
+        assert_eq!(
+            keeper.list().unwrap().len(),
+            4,
+            "pipe a, pipe b, channel, socket"
+        );
+        r.remove_pipe("a").unwrap();
+        assert_eq!(
+            keeper.list().unwrap().keys().collect::<Vec<_>>(),
+            ["pipe/b"]
+        );
     }
 
     #[test]

@@ -49,7 +49,10 @@ impl Region {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty region"));
         }
-        let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+        // never executable (and no kernel warning about it); kernels before 6.3 lack the flag
+        let noexec = MFdFlags::from_bits_retain(0x0008); // MFD_NOEXEC_SEAL
+        let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+        let fd = memfd_create(name, flags | noexec).or_else(|_| memfd_create(name, flags))?;
         let size = libc::off_t::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region too large"))?;
         nix::unistd::ftruncate(&fd, size)?;
@@ -66,8 +69,18 @@ impl Region {
         use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
         let seals = SealFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GET_SEALS)?);
-        if !seals.contains(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW) {
-            return Err(bad("region is not sealed against shrinking and growing"));
+        if !seals.contains(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL)
+        {
+            return Err(bad(
+                "region is not sealed against shrinking, growing and new seals",
+            ));
+        }
+        if seals.intersects(SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_FUTURE_WRITE) {
+            return Err(bad("region is sealed against writing"));
+        }
+        let fs = nix::sys::statfs::fstatfs(fd)?.filesystem_type();
+        if fs != nix::sys::statfs::TMPFS_MAGIC && fs != nix::sys::statfs::HUGETLBFS_MAGIC {
+            return Err(bad("region is not shared memory"));
         }
         let st = nix::sys::stat::fstat(fd)?;
         if usize::try_from(st.st_size).ok() != Some(len) {

@@ -1,0 +1,475 @@
+//! DockNet's fuzz targets, as functions of bytes: each feeds hostile input to one defence and
+//! asserts what must hold whatever the input. A panic or an abort is a finding.
+//!
+//! | target | what the input is | what must hold |
+//! |---|---|---|
+//! | `header` | a region's header, any size it claims | `RegionInfo::parse` never panics; an accepted layout lies inside the mapping |
+//! | `ring` | writes to every shared word of a ring pair, interleaved with the honest side's operations | frames handed out lie inside their area; a producer never believes in more room than there is |
+//! | `switch` | a flow table and a frame's first bytes | `decide` never panics and names only existing ports |
+//! | `master` | writes to one pipe's whole region between master rounds | the master never panics, and the other pipes change only in their rx rings |
+//! | `control` | request lines against a registry | a refused request changes nothing; a reopened registry has the same state |
+//! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
+//! | `delivery` | a delivery message | decoding never panics; what decodes re-encodes to itself |
+
+use docknet_daemon::control::{handle, Ctx};
+use docknet_daemon::holder::{Keeper, MemoryKeeper};
+use docknet_daemon::master::{Master, MasterShared};
+use docknet_daemon::proto::{parse_request, Request, Status};
+use docknet_daemon::registry::Registry;
+use docknet_daemon::switch::{decide, Decision, FlowTable, Port, ARP_FRAME_LEN, HEADER_PEEK};
+use docknet_lib::{Endpoint, Via};
+use docknet_pipe::delivery::{Msg, Side, MAX_MSG};
+use docknet_pipe::layout::{plan, Kind, RegionInfo, RingParams, DESC_SIZE};
+use docknet_pipe::{fdpass, Consumer, IdlePolicy, Producer, Region};
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+/// Every target by name (the corpus has a directory per name).
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("header", header),
+    ("ring", ring),
+    ("switch", switch),
+    ("master", master),
+    ("control", control),
+    ("channel", channel),
+    ("delivery", delivery),
+];
+
+/// The input as a stream of numbers (zeros once it runs out).
+struct In<'a>(&'a [u8]);
+
+impl In<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from(self.u16()) | u32::from(self.u16()) << 16
+    }
+    fn bytes(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+    fn done(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A scratch directory on tmpfs where there is one (state files are written per input).
+fn scratch() -> tempfile::TempDir {
+    if std::path::Path::new("/dev/shm").is_dir() {
+        tempfile::tempdir_in("/dev/shm").expect("a scratch directory")
+    } else {
+        tempfile::tempdir().expect("a scratch directory")
+    }
+}
+
+/// Region header: any bytes, any claimed size.
+pub fn header(data: &[u8]) {
+    let mut i = In(data);
+    let len = (4096 + usize::from(i.u16()) * 64).min(256 << 10);
+    let r = Region::anonymous(len).expect("anonymous memory");
+    r.write(0, &data[..data.len().min(len)]);
+    for kind in [Kind::Pipe, Kind::FastChannel] {
+        let Ok(info) = RegionInfo::parse(&r, kind) else {
+            continue;
+        };
+        assert!(info.size <= r.len());
+        for ring in info.rings {
+            assert!(ring.area + ring.area_len() <= info.size);
+            assert!(ring.descs + ring.depth as usize * DESC_SIZE <= info.size);
+            for idx in [0, 1, ring.depth - 1, ring.depth, u32::MAX, i.u32()] {
+                assert!(ring.slot_rel(idx) as usize + ring.frame_size as usize <= ring.area_len());
+                assert!(ring.desc_off(idx) + DESC_SIZE <= info.size);
+            }
+        }
+    }
+}
+
+/// Ring pair: the honest side consumes ring 0 and produces on ring 1, the hostile side writes
+/// any word of the region at any time.
+pub fn ring(data: &[u8]) {
+    let mut i = In(data);
+    let depth = 2u32 << (i.u8() % 6);
+    let p = RingParams {
+        depth,
+        frame_size: 128,
+    };
+    let (rings, size) = plan([p, p]).expect("a valid plan");
+    let r = Region::anonymous(size).expect("anonymous memory");
+    let (mut c, mut pr) = (Consumer::new(rings[0]), Producer::new(rings[1]));
+    let (area, end) = (rings[0].area, rings[0].area + rings[0].area_len());
+    while !i.done() {
+        match i.u8() % 6 {
+            0 => {
+                let off = (usize::from(i.u16()) * 4) % size;
+                r.store_u32(off, i.u32(), Ordering::Release);
+            }
+            1 => {
+                if let Some(Ok(f)) = c.pop(&r) {
+                    assert!(f.off >= area && f.off + f.len <= end && f.len >= 1);
+                }
+            }
+            2 => c.release(&r),
+            3 => {
+                let n = 1 + usize::from(i.u8()) % 128;
+                let _ = pr.push(&r, &vec![0x5a; n], 0);
+            }
+            4 => {
+                pr.publish(&r);
+            }
+            _ => {
+                c.arm(&r);
+                c.disarm(&r);
+            }
+        }
+        assert!(pr.space(&r) <= depth);
+    }
+}
+
+/// Forwarding decision: a table and a frame's first bytes.
+pub fn switch(data: &[u8]) {
+    let mut i = In(data);
+    let ports: Vec<Port> = (0..i.u8() % 5)
+        .map(|_| Port {
+            ip: Ipv4Addr::from(i.u32()),
+            prefix: i.u8(),
+            mac: [i.u8(), i.u8(), i.u8(), i.u8(), i.u8(), i.u8()],
+        })
+        .collect();
+    let n = ports.len();
+    let src = usize::from(i.u8());
+    let hdr = i.bytes(HEADER_PEEK).to_vec();
+    match decide(&hdr, src, &FlowTable::new(ports)) {
+        Decision::Unicast(d) => assert!(d < n && src < n),
+        Decision::Reply(f) => assert_eq!(f.len(), ARP_FRAME_LEN),
+        Decision::Flood | Decision::Drop(_) => {}
+    }
+}
+
+/// Three small pipes on a registry; the master runs rounds while the input writes anywhere in
+/// pipe 0's region. Pipes 1 and 2 may change only in their rx rings.
+pub fn master(data: &[u8]) {
+    let d = scratch();
+    let (mut r, _) = Registry::open(d.path(), None).expect("a registry");
+    for k in 0..3u8 {
+        r.create_pipe(
+            &format!("p{k}"),
+            &format!("10.0.0.{}/24", k + 1),
+            Some(576),
+            Some(8),
+        )
+        .expect("a pipe");
+    }
+    let snap = r.snapshot();
+    let pipes = snap.pipes.clone();
+    let mut m = Master::new(Arc::new(MasterShared::new(snap)));
+    let copy = |reg: &Region| {
+        let mut b = vec![0u8; reg.len()];
+        reg.read(0, &mut b);
+        b
+    };
+    let before: Vec<Vec<u8>> = pipes[1..].iter().map(|p| copy(&p.region)).collect();
+    let victim = &pipes[0].region;
+    let mut i = In(data);
+    let mut writes = 0;
+    while !i.done() {
+        let off = (usize::from(i.u16()) * 4) % victim.len();
+        victim.store_u32(off, i.u32(), Ordering::Release);
+        writes += 1;
+        if writes % 8 == 0 {
+            m.round();
+        }
+    }
+    for _ in 0..3 {
+        m.round();
+    }
+    for (p, b) in pipes[1..].iter().zip(before) {
+        let after = copy(&p.region);
+        let rx = p.info.rings[1];
+        let mine = |o: usize| {
+            (rx.ctrl..rx.descs + rx.depth as usize * DESC_SIZE).contains(&o)
+                || (rx.area..rx.area + rx.area_len()).contains(&o)
+        };
+        for (o, (x, y)) in b.iter().zip(&after).enumerate() {
+            assert!(
+                x == y || mine(o),
+                "pipe {} changed at {o} outside its rx ring",
+                p.name
+            );
+        }
+    }
+}
+
+/// A control context over `reg`, as the daemon builds one.
+fn ctx_of(reg: Registry) -> Ctx {
+    Ctx {
+        master: Arc::new(MasterShared::new(reg.snapshot())),
+        registry: Mutex::new(reg),
+        info: Status {
+            protocol: 1,
+            version: String::new(),
+            pid: 0,
+            run_dir: String::new(),
+            socket: String::new(),
+            idle: String::new(),
+            master_core: None,
+            pipes: 0,
+            forwarded: 0,
+            master_sleeps: 0,
+        },
+        attach: std::sync::OnceLock::new(),
+    }
+}
+
+/// Request lines against a registry (kept by an in-process keeper): a refused request changes
+/// nothing, and a registry reopened from the same directory and keeper has the same state.
+pub fn control(data: &[u8]) {
+    let d = scratch();
+    let keeper = MemoryKeeper::default();
+    let (reg, _) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).expect("a registry");
+    let ctx = ctx_of(reg);
+    let state = || std::fs::read(d.path().join("state.json")).unwrap_or_default();
+    let listing = |ctx: &Ctx| {
+        handle(ctx, Request::PipeLs {})
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    };
+    for line in data.split(|b| *b == b'\n').take(32) {
+        let Ok(mut req) = parse_request(&String::from_utf8_lossy(line)) else {
+            continue;
+        };
+        if let Request::PipeAttach { netns, socket, .. } = &mut req {
+            // only this process's own namespace, under a name of its own
+            *netns = "/proc/self/ns/net".into();
+            *socket = Some(format!("docknet-fuzz/{}", std::process::id()));
+        }
+        let (st, ls) = (state(), listing(&ctx));
+        if handle(&ctx, req).is_err() {
+            assert_eq!(st, state(), "a refused request changed state.json");
+            assert_eq!(ls, listing(&ctx), "a refused request changed the pipes");
+        }
+    }
+    let (st, ls) = (state(), listing(&ctx));
+    drop(ctx);
+    let (reg, warnings) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).expect("reopen");
+    assert!(warnings.is_empty(), "reopening: {warnings:?}");
+    assert_eq!(st, state(), "reopening changed state.json");
+    let ctx = ctx_of(reg);
+    assert_eq!(ls, listing(&ctx), "reopening changed the pipes");
+    if let Ok(mut r) = ctx.registry.lock() {
+        r.remove_all();
+    }
+    assert!(
+        keeper.list().map(|k| k.is_empty()).unwrap_or(false),
+        "everything dropped"
+    );
+}
+
+/// A fast channel whose partner is the input: its writes to the shared region and its frames.
+pub fn channel(data: &[u8]) {
+    let d = scratch();
+    let (mut r, _) = Registry::open(d.path(), None).expect("a registry");
+    r.create_pipe("a", "10.3.0.1/24", Some(576), Some(8))
+        .expect("pipe a");
+    r.create_pipe("b", "10.3.0.2/24", Some(576), Some(8))
+        .expect("pipe b");
+    r.connect_fc("a", "b", Some(1500)).expect("a channel");
+    let conn = r.connect_local("b").expect("b's connection");
+    let mut b = Endpoint::from_connection(conn, IdlePolicy::Spin, None).expect("b attaches");
+    // the partner's view: the channel as the daemon hands it to a
+    let evil = r.connect_local("a").expect("a's connection");
+    let mut buf = [0u8; MAX_MSG];
+    let (region, ring) = loop {
+        let (n, fd) = fdpass::recv(evil.as_fd(), &mut buf)
+            .expect("a message")
+            .expect("not hung up");
+        if let Ok(Msg::Channel(c)) = Msg::decode(&buf[..n]) {
+            let p = RingParams::for_mtu(c.mtu, Some(c.depth)).expect("params");
+            let (rings, size) = plan([p, p]).expect("plan");
+            let region = Region::map_sealed(fd.expect("an fd").as_fd(), size).expect("map");
+            break (
+                region,
+                if c.side == Side::A {
+                    rings[0]
+                } else {
+                    rings[1]
+                },
+            );
+        }
+    };
+    let mut prod = Producer::adopt(&region, ring);
+    let mut i = In(data);
+    let mut frame = vec![0u8; 1600];
+    while !i.done() {
+        match i.u8() % 4 {
+            0 => {
+                let off = (usize::from(i.u16()) * 4) % region.len();
+                region.store_u32(off, i.u32(), Ordering::Release);
+            }
+            1 => {
+                let n = 1 + usize::from(i.u16()) % 1514;
+                let src = i.bytes(n);
+                frame[..src.len()].copy_from_slice(src);
+                let _ = prod.push(&region, &frame[..n], 0);
+                prod.publish(&region);
+            }
+            2 => {
+                if let Some((n, via)) = b.recv(&mut frame) {
+                    if via == Via::FastChannel {
+                        let f = &frame[..n];
+                        assert_eq!(&f[6..12], &[2, 0xdc, 10, 3, 0, 1], "MAC of the partner");
+                        assert_eq!(&f[26..30], &[10, 3, 0, 1], "address of the partner");
+                    }
+                }
+            }
+            _ => {
+                b.drain();
+            }
+        }
+    }
+}
+
+/// Delivery messages: decode, and re-encode what decodes.
+pub fn delivery(data: &[u8]) {
+    if let Ok(m) = Msg::decode(data) {
+        let b = m.encode();
+        assert_eq!(Msg::decode(&b).as_ref(), Ok(&m));
+        assert!(b.len() <= MAX_MSG);
+    }
+}
+
+/// Seed inputs for each target: honest traffic of each kind, so the fuzzer starts inside the
+/// interesting states. `replay --write-seeds DIR` writes them.
+pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    use docknet_pipe::delivery::{ChannelDesc, PipeDesc};
+    use docknet_pipe::layout::{init, Identity};
+    let mut out = Vec::new();
+    // a real header of each kind
+    for (k, kind) in [("pipe", Kind::Pipe), ("fc", Kind::FastChannel)] {
+        let p = RingParams::for_mtu(1500, Some(8)).expect("params");
+        let (rings, size) = plan([p, p]).expect("plan");
+        let r = Region::anonymous(size).expect("memory");
+        let id = Identity {
+            ip_a: Ipv4Addr::new(10, 0, 0, 1),
+            ip_b_or_prefix: 24,
+            mac_a: [2, 0xdc, 10, 0, 0, 1],
+            mac_b: [0; 6],
+            mtu: 1500,
+        };
+        init(&r, kind, id, rings, size).expect("init");
+        let mut b = vec![0u8; 4096];
+        r.read(0, &mut b);
+        out.push(("header", format!("{k}-1500"), b));
+    }
+    // honest ring traffic: push, publish, pop, release
+    out.push((
+        "ring",
+        "honest".into(),
+        [3u8, 0, 40, 4, 1, 2, 3, 10, 4, 1, 1, 2, 5].to_vec(),
+    ));
+    // an IPv4 frame and an ARP request between two ports
+    let port = |last: u8| {
+        let mut v = vec![10, 0, 0, last];
+        v.reverse();
+        v.extend([24, 2, 0xdc, 10, 0, 0, last]);
+        v
+    };
+    let mut sw = vec![2];
+    sw.extend(port(1));
+    sw.extend(port(2));
+    sw.push(0);
+    let mut ip = vec![0u8; 34];
+    ip[12..14].copy_from_slice(&[8, 0]);
+    ip[14] = 0x45;
+    ip[26..30].copy_from_slice(&[10, 0, 0, 1]);
+    ip[30..34].copy_from_slice(&[10, 0, 0, 2]);
+    out.push(("switch", "ipv4".into(), [sw.clone(), ip].concat()));
+    let arp = docknet_daemon::switch::arp_frame(
+        1,
+        [2, 0xdc, 10, 0, 0, 1],
+        Ipv4Addr::new(10, 0, 0, 1),
+        [0; 6],
+        Ipv4Addr::new(10, 0, 0, 2),
+        [0xff; 6],
+    );
+    out.push(("switch", "arp".into(), [sw, arp.to_vec()].concat()));
+    // a descriptor and a sequence number written into pipe 0's tx ring
+    out.push(("master", "one-frame".into(), [0u8; 48].to_vec()));
+    // a day in the life of the control socket
+    let lines = [
+        r#"{"v":1,"op":"pipe_create","name":"a","ip":"10.1.0.1/24","mtu":576,"ring_depth":8}"#,
+        r#"{"v":1,"op":"pipe_create","name":"b","ip":"10.1.0.2/24","mtu":576,"ring_depth":8}"#,
+        r#"{"v":1,"op":"pipe_create","name":"a","ip":"10.1.0.3/24"}"#,
+        r#"{"v":1,"op":"fc_connect","a":"a","b":"b","mtu":1500}"#,
+        r#"{"v":1,"op":"pipe_attach","name":"a","netns":"x"}"#,
+        r#"{"v":1,"op":"fc_rm","a":"b","b":"a"}"#,
+        r#"{"v":1,"op":"pipe_rm","name":"zz"}"#,
+        r#"{"v":1,"op":"pipe_show","name":"a"}"#,
+    ];
+    out.push(("control", "session".into(), lines.join("\n").into_bytes()));
+    // a partner sending one honest frame, and one forged
+    let mut fr = vec![1u8, 60, 0];
+    let mut f = vec![0u8; 60];
+    f[6..12].copy_from_slice(&[2, 0xdc, 10, 3, 0, 1]);
+    f[12..14].copy_from_slice(&[8, 0]);
+    f[14] = 0x45;
+    f[26..30].copy_from_slice(&[10, 3, 0, 1]);
+    f[30..34].copy_from_slice(&[10, 3, 0, 2]);
+    fr.extend(&f);
+    fr.push(2);
+    out.push(("channel", "honest".into(), fr));
+    for (n, m) in [
+        (
+            "hello",
+            Msg::Hello(PipeDesc {
+                name: "web".into(),
+                ip: Ipv4Addr::new(10, 0, 0, 2),
+                prefix: 24,
+                mac: [2, 0xdc, 10, 0, 0, 2],
+                mtu: 1500,
+                depth: 1024,
+            }),
+        ),
+        (
+            "channel",
+            Msg::Channel(ChannelDesc {
+                id: 3,
+                side: Side::A,
+                mtu: 65535,
+                depth: 256,
+                peer: "db".into(),
+                peer_ip: Ipv4Addr::new(10, 0, 0, 3),
+                peer_mac: [2, 0xdc, 10, 0, 0, 3],
+            }),
+        ),
+        ("closed", Msg::Closed { id: 3 }),
+        ("synced", Msg::Synced),
+    ] {
+        out.push(("delivery", n.into(), m.encode()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_seed_passes_its_target() {
+        for (t, _, data) in super::seeds() {
+            let f = super::TARGETS.iter().find(|(n, _)| *n == t).unwrap().1;
+            f(&data);
+        }
+    }
+}
