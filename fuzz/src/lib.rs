@@ -26,8 +26,11 @@ use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+/// A fuzz target: a function of the input bytes.
+pub type Target = fn(&[u8]);
+
 /// Every target by name (the corpus has a directory per name).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("header", header),
     ("ring", ring),
     ("switch", switch),
