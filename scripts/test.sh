@@ -20,3 +20,8 @@ echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 echo "== cargo test"
 DOCKNET_REQUIRE_ROOT_TESTS=1 cargo test --workspace --locked
+echo "== fuzz targets: format, lints, the corpus replayed, then each target fuzzed for 5 s (AFL++)"
+cargo fmt --manifest-path fuzz/Cargo.toml --check
+(cd fuzz && cargo clippy --release --locked --bins --lib --tests -- -D warnings)
+(cd fuzz && cargo run --release --locked --bin replay)
+./scripts/fuzz.sh --seconds 5

@@ -120,9 +120,15 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     let child = init.spawn().context("starting the container's init")?;
     block_signals()?;
     let code = supervise(Pid::from_raw(child.id() as i32));
-    // the container is gone: close the pipe's socket in its (dead) namespace
-    if let Ok(mut c) = crate::ctl::client(socket) {
-        let _ = c.pipe_detach(&a.pipe);
+    // the container is gone: close the pipe's socket in its (dead) namespace. A daemon that is
+    // restarting gets 10 s; after that the attachment stays until the next `docknet run` of the
+    // pipe sees its namespace empty and replaces it.
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) {
+        match crate::ctl::client(socket).map(|mut c| c.pipe_detach(&a.pipe)) {
+            Ok(_) => break,
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
     }
     code
 }

@@ -309,3 +309,41 @@ fn the_control_socket_bounds_its_clients_and_sigterm_still_stops_the_daemon() {
     assert!(st.success(), "{st}");
     drop(held);
 }
+
+#[test]
+fn a_container_killed_without_detaching_does_not_keep_its_pipe() {
+    use std::time::{Duration, Instant};
+    if !root_or_skip("stale_attachment") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "a", "--ip", "10.62.0.1/24"]);
+    let c = lab.spawn_in("a", None, &["sleep", "30"]);
+    let t = Instant::now();
+    while lab.json(&["pipe", "show", "a", "--json"])["socket"].is_null() {
+        assert!(t.elapsed() < Duration::from_secs(10), "never attached");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // a second container for the same pipe is refused while the first lives
+    let e = err_line(&lab.run(&["run", "--pipe", "a", "--", "true"]));
+    assert!(e.contains("already attached to a running container"), "{e}");
+    // SIGKILL: the supervisor cannot detach (its init and command die with it)
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(lab.child_pid(c) as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = lab.wait(c, Duration::from_secs(10));
+    assert!(!lab.json(&["pipe", "show", "a", "--json"])["socket"].is_null());
+    // the next container finds the namespace empty and takes the pipe
+    let t = Instant::now();
+    loop {
+        let o = lab.run(&["run", "--pipe", "a", "--", "true"]);
+        if o.status.success() {
+            break;
+        }
+        // the killed container's processes may take a moment to leave its namespace
+        assert!(t.elapsed() < Duration::from_secs(10), "{}", err_line(&o));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -139,6 +139,8 @@ pub struct Attachment {
     pub socket: String,
     /// The listening socket.
     pub listener: Arc<OwnedFd>,
+    /// The namespace's inode (0: not known), to tell whether a container still lives in it.
+    pub netns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +166,8 @@ struct FcRec {
 struct AttachRec {
     pipe: String,
     socket: String,
+    #[serde(default)]
+    netns: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -332,6 +336,25 @@ fn open_netns(path: &str) -> Result<OwnedFd, ApiError> {
     Ok(OwnedFd::from(f))
 }
 
+/// Whether any process lives in the network namespace with inode `ino` (a scan of /proc: only
+/// when an attachment is contested).
+fn netns_in_use(ino: u64) -> bool {
+    let want = format!("net:[{ino}]");
+    fs::read_dir("/proc").is_ok_and(|rd| {
+        rd.flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .any(|e| {
+                fs::read_link(e.path().join("ns/net"))
+                    .is_ok_and(|l| l.as_os_str() == std::ffi::OsStr::new(&want))
+            })
+    })
+}
+
 /// A listening socket bound to the abstract name `socket` inside the network namespace `ns`:
 /// a short-lived thread enters the namespace, binds, and ends.
 fn bind_in_netns(ns: &OwnedFd, socket: &str) -> io::Result<OwnedFd> {
@@ -488,6 +511,7 @@ impl Registry {
             Attachment {
                 socket: a.socket.clone(),
                 listener: Arc::new(fd),
+                netns: a.netns,
             },
         );
         Ok(())
@@ -546,6 +570,7 @@ impl Registry {
                 .map(|(p, a)| AttachRec {
                     pipe: p.clone(),
                     socket: a.socket.clone(),
+                    netns: a.netns,
                 })
                 .collect(),
             next_channel: self.next_channel,
@@ -778,7 +803,9 @@ impl Registry {
 
     /// Binds pipe `name`'s socket (abstract name `socket`) inside the network namespace at
     /// `netns` (a path from a trusted client: `/proc/PID/ns/net`, `/var/run/netns/NAME`).
-    /// Returns the listening socket, for the caller to accept on.
+    /// Returns the listening socket, for the caller to accept on. A pipe is handed to one
+    /// container at a time; an attachment whose namespace no process lives in any more (its
+    /// container died without detaching) is replaced.
     pub fn attach(
         &mut self,
         name: &str,
@@ -788,13 +815,18 @@ impl Registry {
         self.get(name)?;
         let socket = socket.unwrap_or(delivery::DEFAULT_SOCKET);
         validate_socket(socket)?;
-        if self.attached.contains_key(name) {
-            return Err(err(
-                ErrorCode::Exists,
-                format!("pipe {name:?} is already attached"),
-            ));
-        }
         let ns = open_netns(netns)?;
+        let ino = nix::sys::stat::fstat(&ns).map(|st| st.st_ino).unwrap_or(0);
+        if let Some(old) = self.attached.get(name) {
+            if old.netns != ino && (old.netns == 0 || netns_in_use(old.netns)) {
+                return Err(err(
+                    ErrorCode::Exists,
+                    format!("pipe {name:?} is already attached to a running container (if it is gone: docknet pipe detach {name})"),
+                ));
+            }
+            // the same namespace again, or one no process lives in: replace it
+            self.detach(name)?;
+        }
         let listener = bind_in_netns(&ns, socket).map_err(|e| {
             let code = if e.kind() == io::ErrorKind::AddrInUse {
                 ErrorCode::Exists
@@ -808,6 +840,7 @@ impl Registry {
         st.attached.push(AttachRec {
             pipe: name.into(),
             socket: socket.into(),
+            netns: ino,
         });
         if let Err(e) = self.write(&st) {
             self.unhold(&sock_key(name));
@@ -819,6 +852,7 @@ impl Registry {
             Attachment {
                 socket: socket.into(),
                 listener: listener.clone(),
+                netns: ino,
             },
         );
         Ok(listener)
