@@ -3,12 +3,14 @@
 # over a fast channel) side by side with the kernel's container networks, all measured by
 # dnperf in one run: rr (latency) and stream (goodput) at 64 B, 1 KiB and 64 KiB over loopback,
 # bridge, bridge-nat, macvlan, ovs (ipvlan where the kernel has it), docknet and docknet-fc, plus a
-# short pairs sweep (1, 4, 16 concurrent pairs). Prints the tables and writes the report:
-# results/index.html (figures and tables), results/report.md, results/tcp-*.{json,md}.
-# About 4 minutes.
+# short pairs sweep (1, 4, 16 concurrent pairs); then two hosts joined by a wire: host, routed,
+# nat, vxlan against DockNet's daemons on the wire (docknet: AF_XDP, docknet-packet: AF_PACKET).
+# Prints the tables and writes the report: results/index.html (figures and tables),
+# results/report.md, results/tcp-*.{json,md}. About 4.5 minutes.
 #
 #   FULL=1 ./scripts/bench.sh    the full lab (every mode, MTU 1500 and 9000, the size sweeps,
-#                                1..128 pairs, sockperf/iperf3 cross-check): about 25 minutes
+#                                1..128 pairs, sockperf/iperf3 cross-check; two hosts with the
+#                                wire unshaped and shaped to 10 Gbit/s): about 35 minutes
 #
 # Extra arguments go to every `docknet bench` run (see `docknet bench rr --help`). Runs as
 # root; a normal user is re-run under sudo.
@@ -34,6 +36,16 @@ if [ "${FULL:-0}" = 1 ]; then
     # pairs at MTU 9000 too, written beside the MTU 1500 run (the report reads every tcp-*.json)
     $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
         --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --mtus 9000 --json "$OUT/tcp-pairs-mtu9000.json" "$@"
+    TWO=host,routed,nat,macvlan,vxlan,docknet,docknet-packet
+    TCOMMON=(--topology two-host --modes "$TWO" --repeat 2 --duration 1 --warmup 0.3)
+    $D bench rr "${TCOMMON[@]}" --sizes 64,1024,16384,65536 --report "$OUT" "$@"
+    $D bench stream "${TCOMMON[@]}" --sizes 64,1024,16384,65536 --report "$OUT" "$@"
+    $D bench pairs --topology two-host --modes host,routed,docknet,docknet-packet --pairs 1,4,16,64 \
+        --sizes 1024 --duration 1 --warmup 0.3 --report "$OUT" "$@"
+    # the wire shaped to the paper's 10 GbE: a report of its own (its rows are not comparable
+    # with the unshaped wire's)
+    $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 --wire-rate 10gbit \
+        --report "$OUT/wire-10gbit" "$@"
     $D report "$OUT"/tcp-*.json --out "$OUT"
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
@@ -42,5 +54,8 @@ else
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,docknet,docknet-fc --pairs 1,4,16 --sizes 1024 \
         --duration 0.6 --warmup 0.2 --report "$OUT" "$@"
+    TCOMMON=(--topology two-host --repeat 1 --duration 0.6 --warmup 0.2 --report "$OUT")
+    $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
+    $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
 fi
 echo "report: $OUT/index.html (also $OUT/report.md; per workload $OUT/tcp-*.md)"

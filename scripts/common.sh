@@ -33,3 +33,35 @@ docknet_usage() {
         ;;
     esac
 }
+
+# The pids of every process below $1 (children first, then theirs), read from /proc: a script's
+# background jobs are subshells whose own children outlive a kill of the subshell.
+descendants() {
+    local c
+    for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+        echo "$c"
+        descendants "$c"
+    done
+}
+
+# Ends every process this script started: SIGTERM to all of them, then SIGKILL to what is left
+# after GRACE seconds (default 2). Only descendants of this shell, by pid; KEEP (a pid) and its
+# own descendants are left alone.
+end_descendants() {
+    local pids p grace=${1:-2} keep=${2:-}
+    pids=$(descendants $$)
+    if [ -n "$keep" ]; then
+        local skip
+        skip=" $keep $(descendants "$keep" | tr '\n' ' ')"
+        pids=$(for p in $pids; do case "$skip " in *" $p "*) ;; *) echo "$p" ;; esac; done)
+    fi
+    [ -n "$pids" ] || return 0
+    for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+    for _ in $(seq $((grace * 10))); do
+        local alive=0
+        for p in $pids; do [ -d /proc/"$p" ] && alive=1; done
+        [ $alive = 1 ] || return 0
+        sleep 0.1
+    done
+    for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+}

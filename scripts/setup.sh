@@ -25,11 +25,15 @@ declare -A NEED=(
     [ethtool]=ethtool   # the ovs mode turns off tx checksum offload on its veths
     [ovs-vswitchd]=openvswitch-switch  # the ovs mode (userspace datapath; the lab runs its own)
     [taskset]=util-linux
+    [clang]=clang       # builds the XDP flow director (crates/daemon/bpf) in the daemon's build
+    [ping]=iputils-ping # the NIC tests check the hosts keep their own traffic
+    [tc]=iproute2       # shapes the two-host wire (--wire-rate)
 )
 # files -> Debian package
 declare -A NEED_FILES=(
     [/usr/lib/cni/bridge]=containernetworking-plugins  # kernel modes are built with CNI
     [/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf]=fonts-dejavu-core  # text in the figures
+    [/usr/include/bpf/bpf_helpers.h]=libbpf-dev  # headers of the XDP flow director
 )
 # extra packages from the caller (scripts/test.sh adds chromium for the report test)
 missing=(${DOCKNET_EXTRA_PACKAGES:-})

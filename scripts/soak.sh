@@ -36,11 +36,11 @@ rm -f "$OUT"/pair-*.jsonl "$OUT"/samples.csv "$OUT"/soak.json
 PIDS=()
 DPID=
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    [ -z "$DPID" ] || kill -TERM "$DPID" 2>/dev/null || true
-    sleep 1
-    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    [ -z "$DPID" ] || kill -9 "$DPID" 2>/dev/null || true
+    trap - EXIT INT TERM
+    # the containers first (each detaches its pipe), then the daemon and its fd holder; the
+    # supervisors give up detaching within 10 s once the daemon is gone
+    end_descendants 12 "$DPID"
+    end_descendants 3
     if [ -f "$RD/holder.pid" ]; then kill -9 "$(cat "$RD/holder.pid")" 2>/dev/null || true; fi
     rm -rf "$RD"
 }

@@ -10,6 +10,7 @@
 //! | `control` | request lines against a registry | a refused request changes nothing; a reopened registry has the same state |
 //! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
 //! | `delivery` | a delivery message | decoding never panics; what decodes re-encodes to itself |
+//! | `wire` | frames from the wire (and pipes' frames for it), ARP included | checking, readying and parsing never panic; what is accepted keeps its length bounds; the neighbour table stays bounded |
 
 use docknet_daemon::control::{handle, Ctx};
 use docknet_daemon::holder::{Keeper, MemoryKeeper};
@@ -38,6 +39,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("control", control),
     ("channel", channel),
     ("delivery", delivery),
+    ("wire", wire),
 ];
 
 /// The input as a stream of numbers (zeros once it runs out).
@@ -158,7 +160,55 @@ pub fn switch(data: &[u8]) {
     match decide(&hdr, src, &FlowTable::new(ports)) {
         Decision::Unicast(d) => assert!(d < n && src < n),
         Decision::Reply(f) => assert_eq!(f.len(), ARP_FRAME_LEN),
-        Decision::Flood | Decision::Drop(_) => {}
+        Decision::Wire(_) | Decision::Flood | Decision::Drop(_) => {}
+    }
+}
+
+/// The host's edge: frames arriving from the wire for a pipe, frames a pipe sends to it, ARP
+/// messages, and the neighbour table they feed, all from the input.
+pub fn wire(data: &[u8]) {
+    use docknet_daemon::nic::neigh::{Neighbours, MAX_ENTRIES, MAX_HELD};
+    use docknet_daemon::nic::wire::{arp, arp_frame, fill_checksums, from_wire, to_wire, ETH};
+    let mut i = In(data);
+    let mut n = Neighbours::new();
+    let t0 = std::time::Instant::now();
+    while !i.done() {
+        let op = i.u8();
+        let len = usize::from(i.u16() % 2048);
+        let mtu = 68 + u32::from(i.u16());
+        let mut f = i.bytes(len).to_vec();
+        let now = t0 + std::time::Duration::from_millis(u64::from(i.u16()));
+        match op % 4 {
+            0 => {
+                if let Ok((_, l)) = from_wire(&mut f, [2; 6], [4; 6], mtu) {
+                    assert!(l <= f.len() && l >= ETH + 20 && (l - ETH) as u32 <= mtu);
+                }
+            }
+            1 => {
+                if let Ok(l) = to_wire(&mut f, [2; 6], [4; 6], mtu) {
+                    assert!(l <= f.len() && (l - ETH) as u32 <= mtu);
+                }
+                let _ = fill_checksums(&mut f, mtu);
+            }
+            2 => {
+                if let Some(a) = arp(&f) {
+                    // what parses re-emits to the same message (a request's target MAC is zero)
+                    let mut want = a;
+                    if a.request {
+                        want.tha = [0; 6];
+                    }
+                    assert_eq!(arp(&arp_frame(&a)), Some(want));
+                    let _ = n.learn(a.spa, a.sha, now);
+                }
+            }
+            _ => {
+                let ip = Ipv4Addr::from(u32::from(i.u8()) << 24 | u32::from(i.u16()));
+                let _ = n.route(ip, Ipv4Addr::new(10, 0, 0, 1), now, || f.clone());
+                let (_, dropped) = n.tick(now);
+                assert!(dropped <= MAX_HELD * MAX_ENTRIES);
+            }
+        }
+        assert!(n.len() <= MAX_ENTRIES);
     }
 }
 
@@ -232,6 +282,7 @@ fn ctx_of(reg: Registry) -> Ctx {
             pipes: 0,
             forwarded: 0,
             master_sleeps: 0,
+            nic: None,
         },
         attach: std::sync::OnceLock::new(),
     }
@@ -409,6 +460,30 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         [0xff; 6],
     );
     out.push(("switch", "arp".into(), [sw, arp.to_vec()].concat()));
+    // the wire: an ARP request for a pipe, then a frame for it
+    let req = docknet_daemon::nic::wire::arp_frame(&docknet_daemon::nic::wire::Arp {
+        request: true,
+        sha: [2, 0, 0, 0, 0, 9],
+        spa: Ipv4Addr::new(10, 0, 0, 9),
+        tha: [0; 6],
+        tpa: Ipv4Addr::new(10, 0, 0, 1),
+    });
+    let mut w = vec![2u8, ARP_FRAME_LEN as u8, 0, 0xdc, 5, 0, 0];
+    w.extend(req);
+    let mut ipf = vec![0u8; 54];
+    ipf[12..14].copy_from_slice(&[8, 0]);
+    ipf[14] = 0x45;
+    ipf[16..18].copy_from_slice(&40u16.to_be_bytes());
+    ipf[22] = 64;
+    ipf[23] = 6;
+    ipf[26..30].copy_from_slice(&[10, 0, 0, 9]);
+    ipf[30..34].copy_from_slice(&[10, 0, 0, 1]);
+    ipf[46] = 0x50;
+    for op in [1u8, 0] {
+        w.extend([op, 54, 0, 0xdc, 5, 0, 0]);
+        w.extend(&ipf);
+    }
+    out.push(("wire", "arp-then-frames".into(), w));
     // a descriptor and a sequence number written into pipe 0's tx ring
     out.push(("master", "one-frame".into(), [0u8; 48].to_vec()));
     // a day in the life of the control socket

@@ -105,4 +105,35 @@ pub fn print_status(s: &Status) {
     for (k, v) in fields {
         println!("{k:<14} {v}");
     }
+    if let Some(n) = &s.nic {
+        println!(
+            "{:<14} {} ({}, {} queue{}, XDP {}, {}), mac {}, mtu {}, {} neighbour{}",
+            "nic",
+            n.iface,
+            n.mode,
+            n.queues,
+            if n.queues == 1 { "" } else { "s" },
+            n.attach,
+            n.copy,
+            n.mac,
+            n.mtu,
+            n.neighbours,
+            if n.neighbours == 1 { "" } else { "s" }
+        );
+        let c = &n.counters;
+        println!(
+            "{:<14} delivered {} sent {} not-for-us {} arp-requests {} arp-replies {}",
+            "", c.delivered, c.sent, c.not_for_us, c.arp_requests, c.arp_replies
+        );
+        let drops = [
+            ("malformed", c.drop_malformed),
+            ("bad-checksum", c.drop_bad_checksum),
+            ("too-big", c.drop_too_big),
+            ("rx-full", c.drop_rx_full),
+            ("unresolved", c.drop_unresolved),
+            ("tx-full", c.drop_tx_full + n.port.tx_ring_full),
+        ];
+        let d: Vec<String> = drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("{:<14} drops: {}", "", d.join(" "));
+    }
 }

@@ -73,6 +73,19 @@ enum Cmd {
         /// daemon's fd holder for the next daemon on this run directory to adopt.
         #[arg(long)]
         ephemeral: bool,
+        /// Drive this link (in the daemon's network namespace) as the pipes' way to the wire:
+        /// frames for addresses no pipe owns leave through it, and frames arriving on it for a
+        /// pipe's address are delivered (the daemon answers ARP for the pipes and resolves
+        /// neighbours itself). The rest of the link's traffic stays the host's.
+        #[arg(long, value_name = "IFACE")]
+        nic: Option<String>,
+        /// How to drive --nic: xdp (AF_XDP sockets behind an XDP flow director; frames up to
+        /// about 3.5 KiB) or packet (AF_PACKET; any link, any MTU, slower).
+        #[arg(long, default_value = "xdp", requires = "nic")]
+        nic_mode: docknet_daemon::nic::NicMode,
+        /// AF_XDP sockets to bind, for queues 0..N [default: every receive queue of the link].
+        #[arg(long, value_name = "N", requires = "nic", value_parser = clap::value_parser!(u32).range(1..=64))]
+        nic_queues: Option<u32>,
     },
     /// Show the daemon's status.
     Status {
@@ -240,6 +253,9 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             master_core,
             idle,
             ephemeral,
+            nic,
+            nic_mode,
+            nic_queues,
         } => {
             init_logging(&cli.log);
             docknet_daemon::run(docknet_daemon::Config {
@@ -249,6 +265,11 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                 idle,
                 holder: Some(std::env::current_exe().context("locating the docknet binary")?),
                 ephemeral,
+                nic: nic.map(|iface| docknet_daemon::nic::NicConfig {
+                    iface,
+                    mode: nic_mode,
+                    queues: nic_queues,
+                }),
             })
             .context("docknet daemon")?;
         }

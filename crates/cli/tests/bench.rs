@@ -646,3 +646,179 @@ fn ctrl_c_stops_the_bench_and_removes_everything() {
     assert_eq!(leftovers(pid), (vec![], vec![]), "{err}");
     assert!(!dir.path().join("never.json").exists());
 }
+
+#[test]
+fn two_host_bench_measures_every_mode_and_cleans_up() {
+    if !root_or_skip("two-host bench") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "rr",
+            "--topology",
+            "two-host",
+            "--modes",
+            "host,routed,nat,macvlan,vxlan,docknet,docknet-packet",
+            "--sizes",
+            "64",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--json",
+        ],
+        &json,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(leftovers(pid), (vec![], vec![]), "{err}");
+    let v = valid(&json);
+    assert_eq!(v["env"]["topology"], "two-host");
+    let rows = v["results"].as_array().unwrap();
+    let mut modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    modes.dedup();
+    assert_eq!(
+        modes,
+        [
+            "host",
+            "routed",
+            "nat",
+            "macvlan",
+            "vxlan",
+            "docknet",
+            "docknet-packet"
+        ],
+        "every mode measured: {err}"
+    );
+    for r in rows {
+        assert_eq!(r["topology"], "two-host", "{r}");
+        assert_eq!(r["mtu"], 1500, "rows carry the wire's MTU: {r}");
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // DockNet in both of its placements, each daemon on its host's core or both on core 0
+    let cores: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["mode"] == "docknet")
+        .map(|r| r["cores"].as_str().unwrap())
+        .collect();
+    assert_eq!(cores, ["c0 s1 m0 m1", "c1 s1 m0 m0"]);
+    // every mode's ratio to host, and the two-host targets
+    let ratios: Vec<&str> = v["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert!(
+        ratios
+            .iter()
+            .any(|l| l.contains("vxlan") && l.contains("vs host")),
+        "{ratios:?}"
+    );
+    assert!(v["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t.as_str().unwrap().contains("than routed")));
+
+    // a mode that fails to build (AF_XDP cannot take a 9000-byte MTU) is skipped and
+    // leaves nothing behind either
+    let (o, pid) = run(
+        &[
+            "bench",
+            "rr",
+            "--topology",
+            "two-host",
+            "--modes",
+            "docknet,docknet-packet",
+            "--mtus",
+            "9000",
+            "--sizes",
+            "64",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0.1",
+            "--json",
+        ],
+        &json,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(leftovers(pid), (vec![], vec![]), "{err}");
+    let v = valid(&json);
+    let skipped = v["not_available"].as_array().unwrap();
+    assert!(
+        skipped.iter().any(|s| s["mode"] == "docknet"
+            && s["reason"].as_str().unwrap().contains("--nic-mode packet")),
+        "{skipped:?}"
+    );
+    assert!(v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["mode"] == "docknet-packet" && r["mtu"] == 9000));
+}
+
+#[test]
+fn ctrl_c_removes_both_hosts_and_the_wire() {
+    if !root_or_skip("two-host interrupt") || !dnperf_built() {
+        return;
+    }
+    let mut child = Command::new(EXE)
+        .args([
+            "bench",
+            "stream",
+            "--topology",
+            "two-host",
+            "--modes",
+            "docknet",
+            "--wire-rate",
+            "1gbit",
+            "--sizes",
+            "1024",
+            "--duration",
+            "3",
+            "--repeat",
+            "5",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t = std::time::Instant::now();
+    // the wire's switch and both hosts exist, and a daemon runs in each host
+    while leftovers(pid).0.len() < 3 || leftovers(pid).1.len() < 2 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "no topology appeared: {:?}",
+            leftovers(pid)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "did not stop on SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert_eq!(leftovers(pid), (vec![], vec![]), "{err}");
+}

@@ -62,6 +62,19 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             pipes: reg.pipes().count(),
             forwarded: ctx.master.forwarded.load(Ordering::Relaxed),
             master_sleeps: ctx.master.sleeps.load(Ordering::Relaxed),
+            nic: ctx.master.edge.get().map(|e| crate::proto::NicStatus {
+                iface: e.link.name.clone(),
+                mode: e.port.mode.into(),
+                queues: e.port.queues,
+                attach: e.port.attach.clone(),
+                copy: e.port.copy.clone(),
+                mac: crate::switch::fmt_mac(e.link.mac),
+                mtu: e.link.mtu,
+                max_frame: e.port.max_frame,
+                neighbours: e.neighbours.load(Ordering::Relaxed),
+                counters: e.counters.load(),
+                port: e.port_counters.lock().map(|p| *p).unwrap_or_default(),
+            }),
             ..ctx.info.clone()
         }),
         Request::PipeCreate {

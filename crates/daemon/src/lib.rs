@@ -11,6 +11,7 @@ pub mod attach;
 pub mod control;
 pub mod holder;
 pub mod master;
+pub mod nic;
 pub mod proto;
 pub mod registry;
 pub mod switch;
@@ -28,6 +29,9 @@ use std::time::Duration;
 /// Why the daemon could not start, or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The link to the wire cannot be driven.
+    #[error("{0}")]
+    Nic(#[from] nic::NicError),
     /// Another daemon holds the run directory.
     #[error("run directory {0} is in use by another docknet daemon")]
     Locked(String),
@@ -67,6 +71,9 @@ pub struct Config {
     /// Remove every pipe when stopping (SIGINT/SIGTERM), leaving nothing behind; otherwise the
     /// pipes stay (in the fd holder) for the next daemon to adopt.
     pub ephemeral: bool,
+    /// A link to drive: frames for addresses no pipe owns leave through it, frames arriving on
+    /// it for a pipe are delivered.
+    pub nic: Option<nic::NicConfig>,
 }
 
 /// Binds the control socket at `path` with mode 0600 from the start: bound inside a private
@@ -108,13 +115,32 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         )),
         None => None,
     };
-    let (registry, warnings) =
+    // the link first: a daemon asked to drive one that it cannot starts not at all
+    let edge = match &cfg.nic {
+        Some(n) => {
+            let (link, port) = nic::open(n)?;
+            Some(nic::Edge::new(link, port))
+        }
+        None => None,
+    };
+    let (mut registry, warnings) =
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
+    registry.set_gateway(edge.as_ref().map(|e| e.mac()));
     for w in &warnings {
         tracing::warn!("{w}");
     }
     let adopted = registry.pipes().count();
     let shared = Arc::new(master::MasterShared::new(registry.snapshot()));
+    if let Some(e) = &edge {
+        let _ = shared.edge.set(e.shared.clone());
+        tracing::info!(
+            link = %e.shared.link.name,
+            mode = e.shared.port.mode,
+            queues = e.shared.port.queues,
+            attach = %e.shared.port.attach,
+            "driving the link"
+        );
+    }
 
     if cfg.socket.exists() {
         if std::os::unix::net::UnixStream::connect(&cfg.socket).is_ok() {
@@ -158,7 +184,7 @@ pub fn run(cfg: Config) -> Result<(), Error> {
                     }
                 }
             }
-            master::run(m, policy)
+            master::run(m, policy, edge)
         })
         .map_err(io("starting the master thread"))?;
 
@@ -176,6 +202,7 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             pipes: 0,
             forwarded: 0,
             master_sleeps: 0,
+            nic: None,
         },
         attach: std::sync::OnceLock::new(),
     });

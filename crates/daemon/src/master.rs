@@ -3,7 +3,13 @@
 //! rings (one copy, shared memory to shared memory). A container therefore never writes into
 //! memory another container reads; it can only fill its own rings with garbage, which is
 //! refused and counted here.
+//!
+//! With a link to the wire ([`crate::nic::Edge`]), the master also moves frames between the
+//! pipes and the link: frames for addresses no pipe owns leave through it, and frames arriving
+//! for a pipe are checked and delivered like any other. While the master sleeps, a small waker
+//! thread waits on the link's descriptors and rings the master's futex when frames arrive.
 
+use crate::nic::{Edge, EdgeShared, Sent};
 use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
 use crate::switch::{decide, Decision, DropReason, HEADER_PEEK};
 use arc_swap::ArcSwap;
@@ -11,6 +17,7 @@ use docknet_pipe::region::copy_between;
 use docknet_pipe::wake::{self, Woke, MAX_WAITERS};
 use docknet_pipe::{Consumer, Frame, IdlePolicy, Idler, Producer};
 use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +47,13 @@ pub struct MasterShared {
     pub sleeps: AtomicU64,
     /// Frames forwarded in total.
     pub forwarded: AtomicU64,
+    /// Set by a master about to sleep while it drives a link: the waker thread watches the
+    /// link only then.
+    pub link_armed: AtomicU32,
+    /// Rung (and futex-woken) by the waker thread when frames arrive while the master sleeps.
+    pub link_bell: AtomicU32,
+    /// The link, as the control plane sees it.
+    pub edge: std::sync::OnceLock<Arc<EdgeShared>>,
 }
 
 impl MasterShared {
@@ -51,6 +65,9 @@ impl MasterShared {
             shutdown: AtomicBool::new(false),
             sleeps: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
+            link_armed: AtomicU32::new(0),
+            link_bell: AtomicU32::new(0),
+            edge: std::sync::OnceLock::new(),
         }
     }
 
@@ -66,6 +83,9 @@ impl MasterShared {
         // above happens before it.
         self.version.fetch_add(1, Ordering::Release);
         wake::wake(&self.version);
+        // and the waker thread, so it sees a shutdown
+        self.link_armed.store(1, Ordering::Release);
+        wake::wake(&self.link_armed);
     }
 }
 
@@ -253,14 +273,16 @@ fn deliver_bytes(
 }
 
 /// Moves up to [`BATCH`] frames from pipe `i`'s tx ring. Returns (frames taken, frames
-/// delivered into rx rings).
+/// delivered into rx rings or sent to the wire).
 fn pump(
     snap: &Snapshot,
     local: &mut [Local],
     i: usize,
     dirty: &mut Vec<usize>,
+    edge: Option<&mut Edge>,
     now: Instant,
 ) -> (usize, u64) {
+    let mut edge = edge;
     let sp = &snap.pipes[i];
     let stats_before = (local[i].tx.stats, local[i].rx.stats);
     let mut taken = 0;
@@ -297,6 +319,17 @@ fn pump(
                 local[i].count(Counter::ArpReplies, 1);
                 forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i));
             }
+            Decision::Wire(dst) => match edge.as_deref_mut() {
+                Some(e) => match e.send(&sp.region, frame.off, frame.len, hdr, dst, now) {
+                    Sent::Sent => {
+                        local[i].count(Counter::WireTx, 1);
+                        forwarded += 1;
+                    }
+                    Sent::Held => local[i].count(Counter::WireTx, 1),
+                    Sent::TooBig | Sent::Dropped => local[i].count(Counter::DropWire, 1),
+                },
+                None => local[i].count(Counter::DropNoRoute, 1),
+            },
             Decision::Drop(reason) => local[i].count(
                 match reason {
                     DropReason::Malformed => Counter::DropMalformed,
@@ -326,9 +359,24 @@ fn pump(
 /// Arms every unmuted pipe's tx sleep word, re-checks, and sleeps on them and the control
 /// word. Returns the pipes that may have woken it (the woken word's pipe, or every pipe whose
 /// word changed), for [`run`] to mute if the next round finds no work.
-fn sleep(shared: &MasterShared, snap: &Snapshot, local: &mut [Local], seen: u32) -> Vec<usize> {
+fn sleep(
+    shared: &MasterShared,
+    snap: &Snapshot,
+    local: &mut [Local],
+    seen: u32,
+    edge: Option<&Edge>,
+) -> Vec<usize> {
     let now = Instant::now();
     let mut pending = false;
+    let bell = shared.link_bell.load(Ordering::Acquire);
+    if let Some(e) = edge {
+        // SYNC: the waker reads `link_armed` before it polls; arming first and then checking
+        // the rx ring means a frame landing in between either is seen here or makes the
+        // waker's poll return and ring the bell.
+        shared.link_armed.store(1, Ordering::SeqCst);
+        wake::wake(&shared.link_armed);
+        pending |= e.rx_ready() || e.tx_backlog();
+    }
     for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
         if !l.muted(now) {
             pending |= l.tx.arm(&p.region);
@@ -340,6 +388,10 @@ fn sleep(shared: &MasterShared, snap: &Snapshot, local: &mut [Local], seen: u32)
         let mut words = Vec::with_capacity(snap.pipes.len() + 1);
         let mut index = vec![usize::MAX];
         words.push((&shared.version, seen));
+        if edge.is_some() {
+            words.push((&shared.link_bell, bell));
+            index.push(usize::MAX);
+        }
         let mut timeout = IDLE_TIMEOUT;
         for (i, (l, p)) in local.iter().zip(snap.pipes.iter()).enumerate() {
             if let Some(t) = l.muted_until.filter(|t| *t > now) {
@@ -375,7 +427,40 @@ fn sleep(shared: &MasterShared, snap: &Snapshot, local: &mut [Local], seen: u32)
     for (l, p) in local.iter().zip(snap.pipes.iter()) {
         l.tx.disarm(&p.region);
     }
+    if edge.is_some() {
+        shared.link_armed.store(0, Ordering::Release);
+    }
     suspects
+}
+
+/// The waker thread of a master that drives a link: while the master sleeps (`link_armed`),
+/// waits for the link's descriptors to become readable and rings `link_bell`. Ends on shutdown.
+fn waker(shared: Arc<MasterShared>, fds: Vec<OwnedFd>) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    while !shared.shutdown.load(Ordering::Acquire) {
+        if shared.link_armed.load(Ordering::Acquire) == 0 {
+            let _ = wake::wait_any(&[(&shared.link_armed, 0)], Some(IDLE_TIMEOUT));
+            continue;
+        }
+        let mut pfds: Vec<PollFd> = fds
+            .iter()
+            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+            .collect();
+        match poll(&mut pfds, PollTimeout::from(250u16)) {
+            Ok(n) if n > 0 => {
+                if shared.link_armed.swap(0, Ordering::AcqRel) == 1 {
+                    shared.link_bell.fetch_add(1, Ordering::Release);
+                    wake::wake(&shared.link_bell);
+                }
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                tracing::warn!("waiting on the link: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
 }
 
 /// The master's state between rounds. [`run`] drives it; tests and the fuzz targets drive it
@@ -389,19 +474,39 @@ pub struct Master {
     dirty: Vec<usize>,
     /// Pipes that may have woken the last sleep.
     suspects: Vec<usize>,
+    /// The link to the wire, if the daemon drives one.
+    edge: Option<Edge>,
+    last_tick: Instant,
 }
 
 impl Master {
     /// A master working from `shared`'s current snapshot.
     pub fn new(shared: Arc<MasterShared>) -> Master {
+        Master::with_edge(shared, None)
+    }
+
+    /// A master that also drives a link to the wire.
+    pub fn with_edge(shared: Arc<MasterShared>, edge: Option<Edge>) -> Master {
         let snap = shared.snap.load_full();
-        Master {
+        let mut m = Master {
             seen: shared.version.load(Ordering::Acquire),
             local: rebuild(&snap, Vec::new()),
             snap,
             shared,
             dirty: Vec::with_capacity(8),
             suspects: Vec::new(),
+            edge,
+            last_tick: Instant::now(),
+        };
+        m.sync_edge();
+        m
+    }
+
+    /// Tells the link's flow director the pipes' addresses.
+    fn sync_edge(&mut self) {
+        if let Some(e) = &mut self.edge {
+            let ips: Vec<_> = self.snap.pipes.iter().map(|p| p.ip).collect();
+            e.set_pipes(&ips);
         }
     }
 
@@ -420,6 +525,7 @@ impl Master {
         self.snap = self.shared.snap.load_full();
         self.local = rebuild(&self.snap, std::mem::take(&mut self.local));
         self.suspects.clear();
+        self.sync_edge();
         true
     }
 
@@ -428,7 +534,14 @@ impl Master {
         let now = Instant::now();
         let (mut work, mut delivered) = (0, 0);
         for i in 0..self.snap.pipes.len() {
-            let (t, d) = pump(&self.snap, &mut self.local, i, &mut self.dirty, now);
+            let (t, d) = pump(
+                &self.snap,
+                &mut self.local,
+                i,
+                &mut self.dirty,
+                self.edge.as_mut(),
+                now,
+            );
             work += t;
             delivered += d;
             if t > 0 {
@@ -436,6 +549,16 @@ impl Master {
                 self.local[i].pause = Duration::ZERO;
                 self.local[i].muted_until = None;
             }
+        }
+        if let Some(e) = &mut self.edge {
+            let (n, d) = link_round(e, &self.snap, &mut self.local, &mut self.dirty, now);
+            work += n;
+            delivered += d;
+            if now.saturating_duration_since(self.last_tick) >= Duration::from_millis(100) {
+                self.last_tick = now;
+                e.tick(now);
+            }
+            e.flush();
         }
         if work == 0 {
             // woken for nothing: whoever woke us waits longer next time
@@ -453,7 +576,17 @@ impl Master {
 
     /// Sleeps until a pipe or the control plane wakes it (see [`sleep`]).
     pub fn sleep(&mut self) {
-        self.suspects = sleep(&self.shared, &self.snap, &mut self.local, self.seen);
+        if let Some(e) = &mut self.edge {
+            // what the control plane reads while the master sleeps is current
+            e.publish(true);
+        }
+        self.suspects = sleep(
+            &self.shared,
+            &self.snap,
+            &mut self.local,
+            self.seen,
+            self.edge.as_ref(),
+        );
     }
 
     /// Publishes the counters (all of them with `force`, else those that changed).
@@ -462,12 +595,64 @@ impl Master {
             l.dirty_counters |= force;
             l.flush(p);
         }
+        if let Some(e) = &mut self.edge {
+            e.publish(force);
+        }
     }
 }
 
-/// Runs the master loop until `shared.shutdown` is set.
-pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
-    let mut m = Master::new(shared);
+/// Up to [`BATCH`] frames from the link into the pipes. Returns (frames received, frames
+/// delivered).
+fn link_round(
+    edge: &mut Edge,
+    snap: &Snapshot,
+    local: &mut [Local],
+    dirty: &mut Vec<usize>,
+    now: Instant,
+) -> (usize, u64) {
+    let mut delivered = 0u64;
+    let mtu_of = |d: usize| snap.pipes.get(d).map_or(0, |p| p.mtu);
+    let n = edge.recv(
+        BATCH,
+        &snap.table,
+        &mtu_of,
+        &mut |d, bytes| {
+            let (Some(p), Some(l)) = (snap.pipes.get(d), local.get_mut(d)) else {
+                return false;
+            };
+            if bytes.len() > l.rx.layout().frame_size as usize {
+                l.count(Counter::DropTooBig, 1);
+                return true;
+            }
+            let ok = deliver_bytes(p, l, bytes, dirty, d);
+            if ok {
+                l.count(Counter::WireRx, 1);
+                delivered += 1;
+            }
+            ok
+        },
+        now,
+    );
+    for &d in dirty.iter() {
+        local[d].rx.publish(&snap.pipes[d].region);
+        local[d].rx_dirty = false;
+    }
+    dirty.clear();
+    (n, delivered)
+}
+
+/// Runs the master loop until `shared.shutdown` is set (driving `edge`, if given; a waker
+/// thread watches it while the master sleeps).
+pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy, edge: Option<Edge>) {
+    // the waker polls copies of the link's descriptors: they stay valid while it runs
+    let fds: Vec<OwnedFd> = edge.iter().flat_map(|e| e.waker_fds()).collect();
+    let waker_thread = (!fds.is_empty()).then(|| {
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("docknet-link-waker".into())
+            .spawn(move || waker(s, fds))
+    });
+    let mut m = Master::with_edge(shared.clone(), edge);
     let mut idler = Idler::new(policy);
     while m.refresh() {
         if m.round() > 0 {
@@ -481,4 +666,10 @@ pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy) {
         }
     }
     m.flush_all(true);
+    drop(m);
+    if let Some(Ok(t)) = waker_thread {
+        shared.shutdown.store(true, Ordering::Release);
+        shared.poke();
+        let _ = t.join();
+    }
 }

@@ -273,6 +273,36 @@ pub struct Status {
     pub forwarded: u64,
     /// Times the master thread went to sleep.
     pub master_sleeps: u64,
+    /// The link to the wire, when the daemon drives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<NicStatus>,
+}
+
+/// The daemon's link to the wire (`status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicStatus {
+    /// Interface name.
+    pub iface: String,
+    /// `xdp` or `packet`.
+    pub mode: String,
+    /// Receive queues served.
+    pub queues: u32,
+    /// How the XDP program is attached (`native`, `generic`; `-` for packet).
+    pub attach: String,
+    /// `copy` or `zero-copy`.
+    pub copy: String,
+    /// The link's MAC (the pipes' next hop to the wire).
+    pub mac: String,
+    /// The link's MTU.
+    pub mtu: u32,
+    /// Longest frame the port moves.
+    pub max_frame: usize,
+    /// Neighbours resolved on the wire.
+    pub neighbours: u64,
+    /// What the edge counted.
+    pub counters: crate::nic::EdgeCounters,
+    /// What the port counted.
+    pub port: crate::nic::PortCounters,
 }
 
 /// What `pipe attach` answers.

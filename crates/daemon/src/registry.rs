@@ -67,6 +67,9 @@ counters! {
     DropFloodLimited => "drop_flood_limited": "Broadcast or multicast frames from this pipe over its flood budget.",
     FloodRxFull => "flood_rx_full": "Copies of this pipe's floods a full receiver could not take (charged to the sender).",
     SpuriousWakes => "spurious_wakes": "Times this pipe woke the daemon with no work (each one mutes its wake-ups for longer).",
+    WireTx => "wire_tx": "Frames from this pipe sent to the wire (the daemon's NIC).",
+    WireRx => "wire_rx": "Frames from the wire delivered into this pipe.",
+    DropWire => "drop_wire": "Frames from this pipe for the wire dropped: longer than the wire's MTU, next hop silent, or no room.",
 }
 
 /// Number of counters.
@@ -196,6 +199,8 @@ pub struct Registry {
     conns: BTreeMap<String, Vec<OwnedFd>>,
     next_id: u64,
     next_channel: u64,
+    /// The MAC of the daemon's link to the wire, when it drives one.
+    gateway: Option<[u8; 6]>,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
@@ -407,6 +412,7 @@ impl Registry {
             conns: BTreeMap::new(),
             next_id: 1,
             next_channel: 1,
+            gateway: None,
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -1005,8 +1011,14 @@ impl Registry {
                     mac: p.mac,
                 })
                 .collect(),
-        );
+        )
+        .with_gateway(self.gateway);
         Snapshot { pipes, table }
+    }
+
+    /// Sets the MAC of the daemon's link to the wire (addresses no pipe owns go through it).
+    pub fn set_gateway(&mut self, mac: Option<[u8; 6]>) {
+        self.gateway = mac;
     }
 
     /// An in-process connection to pipe `name` (tests, and programs that run the daemon's

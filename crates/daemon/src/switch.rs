@@ -5,7 +5,10 @@
 //! pipe's address are answered by the daemon itself (proxy ARP, built here), never flooded.
 //! IPv4 frames must carry the source pipe's own address as source (anti-spoofing); they go to
 //! the pipe that owns the destination address (the flow director), or to every other pipe when
-//! the destination is a broadcast or multicast address. Everything else is dropped with a reason.
+//! the destination is a broadcast or multicast address. With a link to the wire (the daemon
+//! drives a NIC), the daemon is every other address's next hop: ARP requests for any other
+//! address are answered with the link's MAC, and unicast IPv4 to any other address goes to the
+//! wire. Broadcasts stay among the pipes. Everything else is dropped with a reason.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -48,13 +51,28 @@ pub struct Port {
 pub struct FlowTable {
     ports: Vec<Port>,
     by_ip: HashMap<Ipv4Addr, usize>,
+    gateway: Option<[u8; 6]>,
 }
 
 impl FlowTable {
     /// Builds the table; port `i` is `ports[i]`.
     pub fn new(ports: Vec<Port>) -> FlowTable {
         let by_ip = ports.iter().enumerate().map(|(i, p)| (p.ip, i)).collect();
-        FlowTable { ports, by_ip }
+        FlowTable {
+            ports,
+            by_ip,
+            gateway: None,
+        }
+    }
+    /// The same table with a link to the wire whose MAC is `mac`: addresses no pipe owns are
+    /// reached through it.
+    pub fn with_gateway(mut self, mac: Option<[u8; 6]>) -> FlowTable {
+        self.gateway = mac;
+        self
+    }
+    /// The link's MAC, when there is a link to the wire.
+    pub fn gateway(&self) -> Option<[u8; 6]> {
+        self.gateway
     }
     /// Port index owning `ip`.
     pub fn lookup(&self, ip: Ipv4Addr) -> Option<usize> {
@@ -96,6 +114,8 @@ pub enum Decision {
     Flood,
     /// Send this frame back to the source (ARP reply built by the daemon).
     Reply([u8; ARP_FRAME_LEN]),
+    /// Send it to the wire, for this address.
+    Wire(Ipv4Addr),
     /// Drop and count.
     Drop(DropReason),
 }
@@ -141,6 +161,7 @@ pub fn decide(hdr: &[u8], src: usize, table: &FlowTable) -> Decision {
             match table.lookup(dst) {
                 Some(d) => Decision::Unicast(d),
                 None if is_broadcast_for(dst, me) => Decision::Flood,
+                None if table.gateway.is_some() => Decision::Wire(dst),
                 None => Decision::Drop(DropReason::NoRoute),
             }
         }
@@ -166,12 +187,24 @@ fn decide_arp(hdr: &[u8], me: &Port, table: &FlowTable) -> Decision {
         return Decision::Drop(DropReason::Unsupported);
     }
     let target_ip = ip_at(hdr, ETH + 24);
-    let Some(t) = table.lookup(target_ip).and_then(|i| table.port(i)) else {
-        return Decision::Drop(DropReason::NoRoute);
-    };
     let mut sender_mac = [0u8; 6];
     sender_mac.copy_from_slice(&hdr[ETH + 8..ETH + 14]);
-    Decision::Reply(arp_frame(2, t.mac, t.ip, sender_mac, sender_ip, sender_mac))
+    if target_ip == me.ip {
+        // a probe for its own address (duplicate address detection): nobody else has it
+        return Decision::Drop(DropReason::NoRoute);
+    }
+    let target_mac = match table.lookup(target_ip).and_then(|i| table.port(i)) {
+        Some(t) => t.mac,
+        // the daemon is the next hop to every address beyond the pipes
+        None if !target_ip.is_unspecified() => match table.gateway {
+            Some(g) => g,
+            None => return Decision::Drop(DropReason::NoRoute),
+        },
+        None => return Decision::Drop(DropReason::NoRoute),
+    };
+    Decision::Reply(arp_frame(
+        2, target_mac, target_ip, sender_mac, sender_ip, sender_mac,
+    ))
 }
 
 /// Builds an Ethernet + ARP frame. `op` 1 = request, 2 = reply.
@@ -307,6 +340,35 @@ mod tests {
             decide(&req[..30], 0, &t),
             Decision::Drop(DropReason::Malformed)
         );
+    }
+
+    #[test]
+    fn with_a_wire_other_addresses_go_to_it() {
+        let gw = [2, 0, 0, 0, 0, 0x77];
+        let t = table().with_gateway(Some(gw));
+        let far = Ipv4Addr::new(10, 2, 0, 9);
+        assert_eq!(decide(&ipv4(A, far), 0, &t), Decision::Wire(far));
+        // pipes and broadcasts are unchanged
+        assert_eq!(decide(&ipv4(A, B), 0, &t), Decision::Unicast(1));
+        assert_eq!(
+            decide(&ipv4(A, Ipv4Addr::BROADCAST), 0, &t),
+            Decision::Flood
+        );
+        assert_eq!(
+            decide(&ipv4(B, far), 0, &t),
+            Decision::Drop(DropReason::Spoofed)
+        );
+        // ARP for a far address is answered with the link's MAC
+        let req = arp_frame(1, mac_for(A), A, [0; 6], far, [0xff; 6]);
+        let Decision::Reply(rep) = decide(&req, 0, &t) else {
+            panic!("expected a reply")
+        };
+        assert_eq!(&rep[22..28], &gw);
+        assert_eq!(ip_at(&rep, 28), far);
+        // but not for the asker's own address (duplicate address detection)
+        let own = arp_frame(1, mac_for(A), A, [0; 6], A, [0xff; 6]);
+        assert_eq!(decide(&own, 0, &t), Decision::Drop(DropReason::NoRoute));
+        assert_eq!(t.gateway(), Some(gw));
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! summarised and judged ([`summarize`], [`crate::verdict`]); the results are printed, written
 //! as JSON and Markdown, and drawn into the report.
 
-use crate::mode::Mode;
+use crate::mode::{Mode, Topology};
 use crate::plan::{default_sizes, Plan, Request};
 use crate::proc::Stop;
 use crate::report::{self, markdown, table};
 use crate::row::{Env, NotAvailable, Results, Status, Workload};
 use crate::summary::summarize;
 use crate::topology::probe;
+use crate::topology::wire::Shape;
 use crate::verdict::{ratio_lines, raw_ratio_lines, raw_targets, targets, Verdict};
 use crate::workload::raw::RawArgs;
 use crate::workload::{Runner, Timing};
@@ -19,23 +20,34 @@ use std::path::PathBuf;
 /// Options of `docknet bench rr|stream|pairs`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Modes to compare. Kernel: loopback, container (shared netns), veth, bridge, bridge-nat
-    /// (port mapping), macvlan, ipvlan (where the kernel has it), ovs (Open vSwitch userspace
-    /// datapath, where installed). DockNet: docknet (through the daemon), docknet-fc (fast
-    /// channel). sriov is probed and reported as not available where it cannot run.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "bridge,docknet,docknet-fc"
-    )]
-    pub modes: Vec<String>,
+    /// Modes to compare. One host, kernel: loopback, container (shared netns), veth, bridge,
+    /// bridge-nat (port mapping), macvlan, ipvlan (where the kernel has it), ovs (Open vSwitch
+    /// userspace datapath, where installed); DockNet: docknet (through the daemon), docknet-fc
+    /// (fast channel); sriov is probed and reported as not available where it cannot run.
+    /// Two hosts, kernel: host, routed, nat, macvlan, vxlan; DockNet: docknet (daemons on the
+    /// wire with AF_XDP), docknet-packet (AF_PACKET) [default: one host
+    /// bridge,docknet,docknet-fc; two hosts host,routed,nat,vxlan,docknet,docknet-packet].
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Option<Vec<String>>,
+    /// one-host, or two-host: host A (clients) and host B (servers) in namespaces of their own
+    /// joined by a wire (a veth to a switch namespace), a DockNet daemon per host driving its
+    /// end of the wire.
+    #[arg(long, default_value = "one-host")]
+    pub topology: Topology,
+    /// Two hosts: shape the wire to this rate per direction (tc syntax: 10gbit).
+    #[arg(long, value_name = "RATE")]
+    pub wire_rate: Option<String>,
+    /// Two hosts: add this one-way delay on the wire (tc syntax: 10us).
+    #[arg(long, value_name = "TIME")]
+    pub wire_delay: Option<String>,
     /// Message sizes in bytes [default: rr 64,1024,65536; stream
     /// 64,256,1024,4096,16384,65536,409600; pairs 1024].
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<usize>>,
-    /// Numbers of concurrent pairs (pairs workload).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128")]
-    pub pairs: Vec<usize>,
+    /// Numbers of concurrent pairs (pairs workload) [default: 1,2,4,8,16,32,64,128; two hosts
+    /// up to 64].
+    #[arg(long, value_delimiter = ',')]
+    pub pairs: Option<Vec<usize>>,
     /// Measured seconds per point.
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
@@ -66,10 +78,23 @@ pub struct BenchArgs {
 impl BenchArgs {
     /// The plan's request (refuses unknown modes).
     pub fn request(&self, workload: Workload) -> Result<Request> {
+        let default = match self.topology {
+            Topology::OneHost => "bridge,docknet,docknet-fc",
+            Topology::TwoHost => "host,routed,nat,vxlan,docknet,docknet-packet",
+        };
+        let modes: Vec<String> = self
+            .modes
+            .clone()
+            .unwrap_or_else(|| default.split(',').map(String::from).collect());
+        if self.topology == Topology::OneHost
+            && (self.wire_rate.is_some() || self.wire_delay.is_some())
+        {
+            bail!("--wire-rate and --wire-delay shape the two-host wire: add --topology two-host");
+        }
+        self.shape().check()?;
         Ok(Request {
             workload,
-            modes: self
-                .modes
+            modes: modes
                 .iter()
                 .map(|m| m.parse::<Mode>())
                 .collect::<Result<_, _>>()?,
@@ -78,10 +103,22 @@ impl BenchArgs {
                 .clone()
                 .unwrap_or_else(|| default_sizes(workload)),
             mtus: self.mtus.clone(),
-            pairs: self.pairs.clone(),
+            pairs: self.pairs.clone().unwrap_or_else(|| match self.topology {
+                Topology::OneHost => vec![1, 2, 4, 8, 16, 32, 64, 128],
+                Topology::TwoHost => vec![1, 2, 4, 8, 16, 32, 64],
+            }),
             repeat: self.repeat,
             crosscheck: self.crosscheck,
+            topology: self.topology,
         })
+    }
+
+    /// The wire's shaping.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            rate: self.wire_rate.clone(),
+            delay: self.wire_delay.clone(),
+        }
     }
 }
 
@@ -128,6 +165,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         bail!("--duration must be positive, --warmup not negative");
     }
     need_root("docknet bench")?;
+    args.shape().probe()?;
     let stop = Stop::on_signals()?;
     let plan = Plan::new(&req, probe::unavailable);
     let timing = Timing {
@@ -136,12 +174,15 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
     };
     let exe = std::env::current_exe()?;
     let mut runner = Runner::new(exe, workload, timing, stop.clone(), plan.total_points())?;
+    runner.topology = req.topology;
+    runner.shape = args.shape();
     for (mode, reason) in &plan.unavailable {
         runner
             .progress
             .line(&format!("{mode}: not available here: {reason}"));
         runner.skipped.push(NotAvailable {
             mode: mode.name().into(),
+            topology: req.topology,
             mtu: None,
             status: Status::NotAvailable,
             reason: reason.clone(),
@@ -164,6 +205,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
                 .line(&format!("{} (MTU {}): skipped: {e:#}", run.mode, run.mtu));
             runner.skipped.push(NotAvailable {
                 mode: run.mode.name().into(),
+                topology: req.topology,
                 mtu: Some(run.mtu),
                 status: Status::Skipped,
                 reason: format!("failed: {e:#}"),
@@ -177,13 +219,16 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         println!("{:<18} {}: {}", s.mode, s.status.text(), s.reason);
     }
     let ratios = ratio_lines(&summary, workload);
-    let targets = lines(&targets(&summary));
+    let targets = lines(&targets(&summary, args.shape().gbps()));
     for r in ratios.iter().chain(targets.iter()) {
         println!("{r}");
     }
     let mut env = Env::here(args.duration, args.warmup, args.repeat);
     env.workload = Some(workload);
     env.mtus = Some(args.mtus.clone());
+    env.topology = Some(req.topology);
+    env.wire = args.shape().describe();
+    env.wire_gbps = args.shape().gbps();
     let res = Results {
         env,
         results: runner.rows,
@@ -192,14 +237,22 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         targets,
         not_available: runner.skipped,
     };
-    let title = match workload {
-        Workload::Rr => "TCP request/response latency side by side",
-        Workload::Stream => "TCP streaming goodput side by side",
-        Workload::Pairs => "TCP with N concurrent pairs side by side",
+    let title = match (workload, req.topology) {
+        (Workload::Rr, Topology::OneHost) => "TCP request/response latency side by side",
+        (Workload::Stream, Topology::OneHost) => "TCP streaming goodput side by side",
+        (Workload::Pairs, Topology::OneHost) => "TCP with N concurrent pairs side by side",
+        (Workload::Rr, Topology::TwoHost) => "Two hosts: TCP request/response latency side by side",
+        (Workload::Stream, Topology::TwoHost) => "Two hosts: TCP streaming goodput side by side",
+        (Workload::Pairs, Topology::TwoHost) => {
+            "Two hosts: TCP with N concurrent pairs side by side"
+        }
     };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";
-    let name = format!("tcp-{workload}");
+    let name = match req.topology {
+        Topology::OneHost => format!("tcp-{workload}"),
+        Topology::TwoHost => format!("tcp-{workload}-two-host"),
+    };
     write_outputs(
         &res,
         args.json.as_ref(),

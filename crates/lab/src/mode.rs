@@ -30,6 +30,85 @@ pub enum Mode {
     Docknet,
     /// DockLib over a fast channel (the daemon is not on the path).
     DocknetFc,
+    /// Two hosts: processes in the hosts' own namespaces (the inter-host baseline).
+    Host,
+    /// Two hosts: a bridge per host and routes between the hosts (Calico's routed mode
+    /// without BGP).
+    Routed,
+    /// Two hosts: private container networks behind each host's address, port mapping on the
+    /// server's host and masquerading on the client's (Docker's `-p`).
+    Nat,
+    /// Two hosts: a kernel VXLAN overlay between them, a bridge per host (Docker overlay,
+    /// Flannel).
+    Vxlan,
+    /// Two hosts: DockLib through daemons that drive the wire with AF_PACKET (the daemons'
+    /// AF_XDP path is `docknet`).
+    DocknetPacket,
+}
+
+/// How many hosts a topology spans.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Topology {
+    /// Client and server on one host.
+    #[default]
+    OneHost,
+    /// Client on host A, server on host B, the hosts joined by a wire.
+    TwoHost,
+}
+
+impl Topology {
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::OneHost => "one-host",
+            Topology::TwoHost => "two-host",
+        }
+    }
+
+    /// The mode every other is compared with: Docker's default bridge on one host, plain
+    /// processes on the hosts across two (Suo's relative figures).
+    pub fn baseline(self) -> Mode {
+        match self {
+            Topology::OneHost => Mode::Bridge,
+            Topology::TwoHost => Mode::Host,
+        }
+    }
+
+    /// In a few words (report headings).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Topology::OneHost => "one host",
+            Topology::TwoHost => "two hosts joined by a wire",
+        }
+    }
+
+    /// The modes of this topology, in the report's order.
+    pub fn modes(self) -> Vec<Mode> {
+        Mode::ALL
+            .into_iter()
+            .filter(|m| m.topologies().contains(&self))
+            .collect()
+    }
+}
+
+impl fmt::Display for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Topology {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Topology, String> {
+        match s {
+            "one-host" => Ok(Topology::OneHost),
+            "two-host" => Ok(Topology::TwoHost),
+            _ => Err(format!("unknown topology {s:?}: use one-host or two-host")),
+        }
+    }
 }
 
 /// What a mode's traffic crosses between the two ends.
@@ -53,6 +132,10 @@ pub enum Link {
     Pipe,
     /// A fast-channel region between two pipes.
     FastChannel,
+    /// The wire between two hosts, through the kernel's stack on each.
+    Wire,
+    /// The wire between two hosts, driven by DockNet daemons.
+    Nic,
 }
 
 /// Who builds a mode's topology.
@@ -86,7 +169,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 11] = [
+    pub const ALL: [Mode; 16] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -98,6 +181,11 @@ impl Mode {
         Mode::Container,
         Mode::Ipvlan,
         Mode::Sriov,
+        Mode::Host,
+        Mode::Routed,
+        Mode::Nat,
+        Mode::Vxlan,
+        Mode::DocknetPacket,
     ];
 
     /// The name used on the command line and in results.
@@ -114,6 +202,11 @@ impl Mode {
             Mode::Sriov => "sriov",
             Mode::Docknet => "docknet",
             Mode::DocknetFc => "docknet-fc",
+            Mode::Host => "host",
+            Mode::Routed => "routed",
+            Mode::Nat => "nat",
+            Mode::Vxlan => "vxlan",
+            Mode::DocknetPacket => "docknet-packet",
         }
     }
 
@@ -129,14 +222,30 @@ impl Mode {
             Mode::Ipvlan => "kernel ipvlan",
             Mode::Ovs => "Open vSwitch, userspace datapath",
             Mode::Sriov => "SR-IOV",
-            Mode::Docknet => "DockNet through the daemon",
+            Mode::Docknet => "DockNet through the daemon (two hosts: AF_XDP on the wire)",
             Mode::DocknetFc => "DockNet fast channel",
+            Mode::Host => "processes on the hosts (two hosts)",
+            Mode::Routed => "bridge per host, routed between hosts",
+            Mode::Nat => "private networks, port mapping + masquerade",
+            Mode::Vxlan => "kernel VXLAN overlay, bridge per host",
+            Mode::DocknetPacket => "DockNet daemons on the wire with AF_PACKET",
+        }
+    }
+
+    /// The topologies the mode exists in.
+    pub fn topologies(self) -> &'static [Topology] {
+        match self {
+            Mode::Macvlan | Mode::Docknet => &[Topology::OneHost, Topology::TwoHost],
+            Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan | Mode::DocknetPacket => {
+                &[Topology::TwoHost]
+            }
+            _ => &[Topology::OneHost],
         }
     }
 
     /// A DockNet mode (DockLib sockets over pipes)?
     pub fn is_docknet(self) -> bool {
-        matches!(self, Mode::Docknet | Mode::DocknetFc)
+        matches!(self, Mode::Docknet | Mode::DocknetFc | Mode::DocknetPacket)
     }
 
     /// A kernel mode the lab builds in namespaces?
@@ -156,6 +265,8 @@ impl Mode {
             Mode::Sriov => Link::Vf,
             Mode::Docknet => Link::Pipe,
             Mode::DocknetFc => Link::FastChannel,
+            Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan => Link::Wire,
+            Mode::DocknetPacket => Link::Nic,
         }
     }
 
@@ -167,12 +278,17 @@ impl Mode {
     /// Who builds the topology.
     pub fn builder(self) -> Builder {
         match self {
-            Mode::Loopback | Mode::Veth | Mode::Sriov => Builder::Ip,
-            Mode::Container | Mode::Bridge | Mode::BridgeNat | Mode::Macvlan | Mode::Ipvlan => {
-                Builder::Cni
-            }
+            Mode::Loopback | Mode::Veth | Mode::Sriov | Mode::Host => Builder::Ip,
+            Mode::Container
+            | Mode::Bridge
+            | Mode::BridgeNat
+            | Mode::Macvlan
+            | Mode::Ipvlan
+            | Mode::Routed
+            | Mode::Nat
+            | Mode::Vxlan => Builder::Cni,
             Mode::Ovs => Builder::OvsVsctl,
-            Mode::Docknet | Mode::DocknetFc => Builder::Docknet,
+            Mode::Docknet | Mode::DocknetFc | Mode::DocknetPacket => Builder::Docknet,
         }
     }
 
@@ -246,5 +362,32 @@ mod tests {
         let mut hues: Vec<usize> = Mode::ALL.iter().map(|m| m.hue()).collect();
         hues.dedup();
         assert_eq!(hues.len(), Mode::ALL.len(), "one hue per mode");
+    }
+
+    #[test]
+    fn topologies_have_their_modes_and_baselines() {
+        let two = Topology::TwoHost.modes();
+        for m in [
+            Mode::Host,
+            Mode::Routed,
+            Mode::Nat,
+            Mode::Macvlan,
+            Mode::Vxlan,
+            Mode::Docknet,
+            Mode::DocknetPacket,
+        ] {
+            assert!(two.contains(&m), "{m}");
+        }
+        assert!(!two.contains(&Mode::DocknetFc) && !two.contains(&Mode::Bridge));
+        assert!(!Topology::OneHost.modes().contains(&Mode::Host));
+        assert_eq!(Topology::TwoHost.baseline(), Mode::Host);
+        assert_eq!(Topology::OneHost.baseline(), Mode::Bridge);
+        for t in [Topology::OneHost, Topology::TwoHost] {
+            assert_eq!(t.name().parse::<Topology>(), Ok(t));
+            assert!(t.modes().contains(&t.baseline()));
+        }
+        assert!("three-host".parse::<Topology>().is_err());
+        assert!(Mode::DocknetPacket.is_docknet() && !Mode::Vxlan.is_docknet());
+        assert!(Mode::Vxlan.is_kernel());
     }
 }

@@ -2,7 +2,7 @@
 //! MTUs it runs at, the topology it needs, and its points in order (placement, size, repeat).
 //! Pure data, no I/O: the workload runners execute a plan; the tests check one without root.
 
-use crate::mode::{Mode, LO_MTU};
+use crate::mode::{Mode, Topology, LO_MTU};
 use crate::row::{Tool, Workload};
 
 /// Where the parties of one measurement run.
@@ -12,8 +12,11 @@ pub struct Placement {
     pub client: Option<usize>,
     /// Server's core.
     pub server: Option<usize>,
-    /// The daemon's master core, when the daemon is on the path and pinned.
+    /// The daemon's master core, when the daemon is on the path and pinned (host A's on two
+    /// hosts).
     pub master: Option<usize>,
+    /// Two hosts: host B's daemon's master core.
+    pub master_b: Option<usize>,
     /// The peers' idle policy (DockNet peers; kernel peers always block in the kernel).
     pub idle: &'static str,
     /// In words, for results and reports.
@@ -21,12 +24,14 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Short form: `c1 s1`, `c1 s1 m0`, or `-` when nothing is pinned.
+    /// Short form: `c1 s1`, `c1 s1 m0`, `c0 s1 m0 m1` (two daemons), or `-` when nothing is
+    /// pinned.
     pub fn cores(&self) -> String {
         match (self.client, self.server) {
-            (Some(c), Some(s)) => match self.master {
-                Some(m) => format!("c{c} s{s} m{m}"),
-                None => format!("c{c} s{s}"),
+            (Some(c), Some(s)) => match (self.master, self.master_b) {
+                (Some(m), Some(n)) => format!("c{c} s{s} m{m} m{n}"),
+                (Some(m), None) => format!("c{c} s{s} m{m}"),
+                _ => format!("c{c} s{s}"),
             },
             _ => "-".into(),
         }
@@ -41,8 +46,10 @@ pub const KERNEL_PLACEMENTS: [(usize, usize); 2] = [(1, 1), (0, 1)];
 pub struct DaemonSetup {
     /// `--idle` of the daemon.
     pub idle: &'static str,
-    /// `--master-core` of the daemon.
+    /// `--master-core` of the daemon (host A's on two hosts).
     pub master_core: Option<usize>,
+    /// Two hosts: `--master-core` of host B's daemon.
+    pub master_core_b: Option<usize>,
 }
 
 /// One measurement.
@@ -117,6 +124,8 @@ pub struct Request {
     pub repeat: usize,
     /// Cross-check kernel modes with sockperf / iperf3 (rr, stream).
     pub crosscheck: bool,
+    /// One host or two.
+    pub topology: Topology,
 }
 
 /// A bad request, said in one line.
@@ -152,6 +161,25 @@ impl Request {
         if self.repeat == 0 {
             return bad("--repeat must be at least 1".into());
         }
+        if let Some(m) = self
+            .modes
+            .iter()
+            .find(|m| !m.topologies().contains(&self.topology))
+        {
+            let names: Vec<&str> = self.topology.modes().iter().map(|m| m.name()).collect();
+            return bad(format!(
+                "{m} is not a {} mode; {} modes: {}",
+                self.topology,
+                self.topology,
+                names.join(", ")
+            ));
+        }
+        if self.topology == Topology::TwoHost
+            && self.workload == Workload::Pairs
+            && self.pairs.iter().any(|n| *n > 120)
+        {
+            return bad("two hosts: --pairs takes numbers from 1 to 120".into());
+        }
         Ok(())
     }
 }
@@ -165,14 +193,18 @@ pub struct Plan {
     pub unavailable: Vec<(Mode, String)>,
 }
 
-fn kernel_placement(mode: Mode, (c, s): (usize, usize)) -> Placement {
+fn kernel_placement(mode: Mode, (c, s): (usize, usize), topology: Topology) -> Placement {
+    let two = topology == Topology::TwoHost;
     Placement {
         client: Some(c),
         server: Some(s),
         master: None,
+        master_b: None,
         idle: "spin",
         description: format!(
-            "client core {c}, server core {s}, kernel TCP ({mode}, built with {})",
+            "client{} core {c}, server{} core {s}, kernel TCP ({mode}, built with {})",
+            if two { " (host A)" } else { "" },
+            if two { " (host B)" } else { "" },
             mode.builder().name()
         ),
     }
@@ -183,6 +215,7 @@ fn crosscheck_placement(mode: Mode, tool: Tool) -> Placement {
         client: Some(0),
         server: Some(1),
         master: None,
+        master_b: None,
         idle: "spin",
         description: format!(
             "client core 0, server core 1, kernel TCP ({mode}), measured by {tool}"
@@ -200,6 +233,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                 client: Some(0),
                 server: Some(1),
                 master: None,
+                master_b: None,
                 idle: "spin",
                 description:
                     "client core 0, server core 1, both spin; daemon idle (not on the path)".into(),
@@ -207,6 +241,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
             DaemonSetup {
                 idle: "adaptive",
                 master_core: None,
+                master_core_b: None,
             },
         )
     } else {
@@ -215,6 +250,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                 client: Some(1),
                 server: Some(1),
                 master: Some(0),
+                master_b: None,
                 idle: "adaptive:0",
                 description:
                     "client and server share core 1 (yield when idle), daemon master core 0 spin"
@@ -223,6 +259,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
             DaemonSetup {
                 idle: "spin",
                 master_core: Some(0),
+                master_core_b: None,
             },
         )
     }
@@ -247,6 +284,7 @@ fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
         client: None,
         server: None,
         master: None,
+        master_b: None,
         idle,
         description: format!(
             "{mode}: N client/server pairs, each in containers of their own, unpinned; {how}"
@@ -255,8 +293,38 @@ fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
     let daemon = mode.is_docknet().then_some(DaemonSetup {
         idle: "adaptive",
         master_core: None,
+        master_core_b: None,
     });
     (p, daemon)
+}
+
+/// Two hosts: DockNet's placements, each with its daemons' cores. "One core per host": host A's
+/// client and daemon share core 0, host B's server and daemon core 1 (the kernel's `c0 s1`
+/// gives each host one core the same way). "Daemons on core 0": both daemons share core 0,
+/// client and server core 1 (as the one-host daemon placement). Everything waits by yielding
+/// (`adaptive:0`): a spinning thread would starve the other on its core.
+fn two_host_docknet_placements(mode: Mode) -> Vec<(Placement, DaemonSetup)> {
+    [((0, 1), (0, 1), "one core per host: client and host A's daemon core 0, server and host B's daemon core 1"),
+     ((1, 1), (0, 0), "client and server core 1, both hosts' daemons core 0")]
+        .into_iter()
+        .map(|((c, s), (ma, mb), what)| {
+            (
+                Placement {
+                    client: Some(c),
+                    server: Some(s),
+                    master: Some(ma),
+                    master_b: Some(mb),
+                    idle: "adaptive:0",
+                    description: format!("{what}; all yield when idle ({mode})"),
+                },
+                DaemonSetup {
+                    idle: "adaptive:0",
+                    master_core: Some(ma),
+                    master_core_b: Some(mb),
+                },
+            )
+        })
+        .collect()
 }
 
 /// The cross-check tool of a workload, if it has one.
@@ -312,6 +380,9 @@ impl Plan {
                                     .push(point(Measure::Pairs(n, p.clone()), size, repeat));
                             }
                         }
+                    } else if mode.is_docknet() && req.topology == Topology::TwoHost {
+                        // one run per placement: each needs its own daemons
+                        continue;
                     } else if mode.is_docknet() {
                         let (p, daemon) = docknet_placement(mode);
                         run.daemon = Some(daemon);
@@ -321,7 +392,7 @@ impl Plan {
                         }
                     } else {
                         for cores in KERNEL_PLACEMENTS {
-                            let p = kernel_placement(mode, cores);
+                            let p = kernel_placement(mode, cores, req.topology);
                             for &size in &req.sizes {
                                 run.points
                                     .push(point(Measure::Dnperf(p.clone()), size, repeat));
@@ -337,7 +408,27 @@ impl Plan {
                         }
                     }
                 }
-                plan.runs.push(run);
+                if mode.is_docknet()
+                    && req.topology == Topology::TwoHost
+                    && req.workload != Workload::Pairs
+                {
+                    for (p, daemon) in two_host_docknet_placements(mode) {
+                        let mut run = ModeRun {
+                            daemon: Some(daemon),
+                            points: Vec::new(),
+                            ..run.clone()
+                        };
+                        for repeat in 0..req.repeat {
+                            for &size in &req.sizes {
+                                run.points
+                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
+                            }
+                        }
+                        plan.runs.push(run);
+                    }
+                } else {
+                    plan.runs.push(run);
+                }
             }
         }
         plan
@@ -371,6 +462,7 @@ mod tests {
             pairs: vec![4, 1, 16],
             repeat: 2,
             crosscheck: true,
+            topology: Topology::OneHost,
         }
     }
 
@@ -432,7 +524,8 @@ mod tests {
             d.daemon,
             Some(DaemonSetup {
                 idle: "spin",
-                master_core: Some(0)
+                master_core: Some(0),
+                master_core_b: None
             })
         );
         let fc = &p.runs[1];
@@ -462,6 +555,50 @@ mod tests {
         }
         assert_eq!(p.runs[1].points[0].placement().idle, "adaptive:0");
         assert_eq!(p.runs[1].daemon.as_ref().unwrap().master_core, None);
+    }
+
+    #[test]
+    fn two_hosts_get_their_placements_and_refuse_one_host_modes() {
+        let mut r = req(Workload::Rr, &[Mode::Routed, Mode::Docknet]);
+        r.topology = Topology::TwoHost;
+        r.mtus = vec![1500];
+        r.repeat = 1;
+        r.crosscheck = false;
+        assert!(r.check().is_ok());
+        let p = Plan::new(&r, |_| None);
+        let shape: Vec<(Mode, String, Option<DaemonSetup>)> = p
+            .runs
+            .iter()
+            .map(|x| (x.mode, x.points[0].placement().cores(), x.daemon.clone()))
+            .collect();
+        assert_eq!(shape.len(), 3, "routed, then docknet once per placement");
+        assert_eq!(shape[0].1, "c1 s1");
+        assert_eq!(p.runs[0].points.len(), 4);
+        assert_eq!(shape[1].1, "c0 s1 m0 m1");
+        assert_eq!(
+            shape[1].2,
+            Some(DaemonSetup {
+                idle: "adaptive:0",
+                master_core: Some(0),
+                master_core_b: Some(1)
+            })
+        );
+        assert_eq!(shape[2].1, "c1 s1 m0 m0");
+        assert!(p.runs[0].points[0]
+            .placement()
+            .description
+            .contains("host A"));
+        let mut bad = r.clone();
+        bad.modes = vec![Mode::Bridge];
+        let e = bad.check().unwrap_err().to_string();
+        assert!(
+            e.contains("bridge is not a two-host mode") && e.contains("vxlan"),
+            "{e}"
+        );
+        let mut bad = r.clone();
+        bad.topology = Topology::OneHost;
+        bad.modes = vec![Mode::Vxlan];
+        assert!(bad.check().is_err());
     }
 
     #[test]

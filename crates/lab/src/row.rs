@@ -5,7 +5,7 @@
 //! or size is dropped (not the file), and a figure that is missing, of the wrong type,
 //! negative or not finite reads as "not measured". The schema is `docs/results.schema.json`.
 
-use crate::mode::Mode;
+use crate::mode::{Mode, Topology};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -114,6 +114,9 @@ fn buckets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<[u64; 2]>>, D::
 pub struct Row {
     /// The network mode measured.
     pub mode: Mode,
+    /// One host, or two hosts joined by a wire (missing: one host).
+    #[serde(default)]
+    pub topology: Topology,
     /// The program that measured.
     #[serde(default = "default_tool")]
     pub tool: Tool,
@@ -203,6 +206,7 @@ impl Row {
     pub fn new(mode: Mode, tool: Tool, workload: Workload, size: usize) -> Row {
         Row {
             mode,
+            topology: Topology::OneHost,
             tool,
             placement: String::new(),
             cores: default_cores(),
@@ -288,6 +292,23 @@ pub struct Env {
     /// The MTUs of the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtus: Option<Vec<u32>>,
+    /// The topology of a `docknet bench` run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Topology>,
+    /// Two hosts: the wire's shaping (`tc`), in words; `None`: unshaped.
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wire: Option<String>,
+    /// Two hosts: the wire's shaped rate in Gbps, if it was shaped.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub wire_gbps: Option<f64>,
 }
 
 impl Env {
@@ -312,6 +333,9 @@ impl Env {
                 .map_or(0, |d| d.as_secs()),
             workload: None,
             mtus: None,
+            topology: None,
+            wire: None,
+            wire_gbps: None,
         }
     }
 }
@@ -342,6 +366,9 @@ impl Status {
 pub struct NotAvailable {
     /// The mode, or `mode (tool)` for a cross-check.
     pub mode: String,
+    /// Where the mode was to run.
+    #[serde(default)]
+    pub topology: Topology,
     /// The MTU it was to run at, if it got that far.
     #[serde(default)]
     pub mtu: Option<u32>,
@@ -352,11 +379,16 @@ pub struct NotAvailable {
 }
 
 impl NotAvailable {
-    /// "MODE (MTU m): status: reason".
+    /// "MODE (MTU m): status: reason" (with "two-host" for the two-host modes).
     pub fn line(&self) -> String {
         format!(
-            "{}{}: {}: {}",
+            "{}{}{}: {}: {}",
             self.mode,
+            if self.topology == Topology::TwoHost {
+                " (two-host)"
+            } else {
+                ""
+            },
             self.mtu.map_or(String::new(), |m| format!(" (MTU {m})")),
             self.status.text(),
             self.reason

@@ -2,7 +2,7 @@
 //! summary rows; `docknet bench` prints them, `docknet report` shows them, tests replay stored
 //! results through them.
 
-use crate::mode::{Mode, LO_MTU};
+use crate::mode::{Mode, Topology, LO_MTU};
 use crate::row::{Row, Tool, Workload};
 
 /// A target, what was measured against it, and whether it holds.
@@ -32,11 +32,13 @@ impl Verdict {
     }
 }
 
-/// The bridge row a mode's row is compared with: same workload, size, MTU and pairs, and the
-/// placement whose cores the row's start with ("c1 s1 m0" → bridge "c1 s1").
-pub fn bridge_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+/// The baseline row a mode's row is compared with (bridge on one host, host on two): same
+/// topology, workload, size, MTU and pairs, and the placement whose cores the row's start with
+/// ("c1 s1 m0" → bridge "c1 s1").
+pub fn baseline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     rows.iter().find(|b| {
-        b.mode == Mode::Bridge
+        b.mode == r.topology.baseline()
+            && b.topology == r.topology
             && b.tool == Tool::Dnperf
             && b.workload == r.workload
             && b.size == r.size
@@ -46,10 +48,10 @@ pub fn bridge_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     })
 }
 
-/// The ratio to bridge: how much lower the latency (rr: bridge p50 / p50), or how much more
-/// goodput (mode / bridge).
+/// The ratio to the baseline: how much lower the latency (rr: baseline p50 / p50), or how
+/// much more goodput (mode / baseline).
 pub fn ratio(rows: &[Row], r: &Row) -> Option<f64> {
-    let b = bridge_of(rows, r)?;
+    let b = baseline_of(rows, r)?;
     if r.workload == Workload::Rr {
         Some(b.p50_us? / r.p50_us?)
     } else {
@@ -58,7 +60,8 @@ pub fn ratio(rows: &[Row], r: &Row) -> Option<f64> {
 }
 
 /// Lines like "rr 64 B mtu 1500: docknet-fc [c0 s1] vs bridge [c0 s1]: 21.30x lower p50" for
-/// the DockNet rows of `workload` (the report's tables have every mode's ratio).
+/// the DockNet rows of `workload`, and on two hosts every mode's ratio to `host` (Suo's
+/// relative figures; the report's tables have every mode's ratio).
 pub fn ratio_lines(rows: &[Row], workload: Workload) -> Vec<String> {
     let what = if workload == Workload::Rr {
         "lower p50"
@@ -66,18 +69,29 @@ pub fn ratio_lines(rows: &[Row], workload: Workload) -> Vec<String> {
         "goodput"
     };
     rows.iter()
-        .filter(|r| r.mode.is_docknet() && r.workload == workload)
+        .filter(|r| {
+            r.workload == workload
+                && r.tool == Tool::Dnperf
+                && r.mode != r.topology.baseline()
+                && (r.mode.is_docknet() || r.topology == Topology::TwoHost)
+        })
         .filter_map(|r| {
-            let (x, b) = (ratio(rows, r)?, bridge_of(rows, r)?);
+            let (x, b) = (ratio(rows, r)?, baseline_of(rows, r)?);
             let at = match r.pairs {
                 Some(n) => format!("{n} pairs, {} B", r.size),
                 None => format!("{} B", r.size),
             };
+            let two = if r.topology == Topology::TwoHost {
+                "two hosts, "
+            } else {
+                ""
+            };
             Some(format!(
-                "{workload} {at} mtu {}: {} [{}] vs bridge [{}]: {x:.2}x {what}",
+                "{two}{workload} {at} mtu {}: {} [{}] vs {} [{}]: {x:.2}x {what}",
                 r.mtu.unwrap_or(0),
                 r.mode,
                 r.cores,
+                b.mode,
                 b.cores
             ))
         })
@@ -91,14 +105,121 @@ fn dnperf(rows: &[Row], mode: Mode, w: Workload, size: usize) -> impl Iterator<I
     })
 }
 
+/// The lab's targets, judged on a run's summary rows: [`one_host_targets`] on the one-host
+/// rows and [`two_host_targets`] on the two-host rows (`wire_gbps`: the wire's shaped rate).
+pub fn targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
+    let of =
+        |t: Topology| -> Vec<Row> { rows.iter().filter(|r| r.topology == t).cloned().collect() };
+    let mut out = one_host_targets(&of(Topology::OneHost));
+    out.extend(two_host_targets(&of(Topology::TwoHost), wire_gbps));
+    out
+}
+
+/// The kernel row of `mode` a DockNet row is compared with on two hosts: same workload, size,
+/// MTU and the placement its cores start with.
+fn same_placement<'a>(rows: &'a [Row], mode: Mode, d: &Row) -> Option<&'a Row> {
+    rows.iter().find(|k| k.mode == mode && comparable(k, d))
+}
+
+/// Whether kernel row `k` was measured like DockNet row `d` (workload, size, MTU, pairs, and
+/// the client and server cores).
+fn comparable(k: &Row, d: &Row) -> bool {
+    k.tool == Tool::Dnperf
+        && k.workload == d.workload
+        && k.size == d.size
+        && k.mtu == d.mtu
+        && k.pairs == d.pairs
+        && d.cores.starts_with(&k.cores)
+}
+
+/// The two-host targets (client on host A, server on host B, over the wire):
+/// - `docknet`'s 64 B rr one-way p50 at least 2x lower than `routed`'s in the same placement,
+///   and lower than every kernel inter-host mode's in that placement;
+/// - `docknet`'s goodput at 1 KiB at least `routed`'s; at 64 KiB at least half of `routed`'s
+///   on an unshaped wire, or 90% of the wire's rate on a shaped one.
+pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for d in dnperf(rows, Mode::Docknet, Workload::Rr, 64) {
+        let (Some(p), mtu) = (d.p50_us, d.mtu.unwrap_or(0)) else {
+            continue;
+        };
+        if let Some(r) = same_placement(rows, Mode::Routed, d) {
+            let rp = r.p50_us.unwrap_or(0.0);
+            out.push(Verdict {
+                target: format!(
+                    "two hosts: docknet 64 B rr p50 >= 2x lower than routed [{}] (mtu {mtu})",
+                    r.cores
+                ),
+                value: rp / p,
+                threshold: 2.0,
+                measured: format!("{:.2}x ({p:.2} vs {rp:.2} us)", rp / p),
+                met: rp / p >= 2.0,
+            });
+        }
+        let kernel = rows
+            .iter()
+            .filter(|k| k.mode.is_kernel() && comparable(k, d) && k.p50_us.is_some())
+            .min_by(|a, b| a.p50_us.unwrap_or(0.0).total_cmp(&b.p50_us.unwrap_or(0.0)));
+        if let Some(k) = kernel {
+            let kp = k.p50_us.unwrap_or(0.0);
+            out.push(Verdict {
+                target: format!(
+                    "two hosts: docknet 64 B rr p50 lower than every kernel mode [{}] (mtu {mtu})",
+                    k.cores
+                ),
+                value: p,
+                threshold: kp,
+                measured: format!("{p:.2} us vs best kernel {} {kp:.2} us", k.mode),
+                met: p < kp,
+            });
+        }
+    }
+    for (size, want) in [(1024usize, 1.0), (65536, 0.5)] {
+        for d in dnperf(rows, Mode::Docknet, Workload::Stream, size) {
+            let (Some(g), mtu) = (d.gbps, d.mtu.unwrap_or(0)) else {
+                continue;
+            };
+            match (size, wire_gbps) {
+                (65536, Some(w)) => out.push(Verdict {
+                    target: format!(
+                        "two hosts: docknet stream 64 KiB goodput >= 90% of the wire's {w} Gbps [{}] (mtu {mtu})",
+                        d.cores
+                    ),
+                    value: g / w,
+                    threshold: 0.9,
+                    measured: format!("{:.0}% ({g:.2} Gbps)", 100.0 * g / w),
+                    met: g / w >= 0.9,
+                }),
+                _ => {
+                    if let Some(r) = same_placement(rows, Mode::Routed, d) {
+                        let rg = r.gbps.unwrap_or(0.0);
+                        let x = if rg > 0.0 { g / rg } else { 0.0 };
+                        out.push(Verdict {
+                            target: format!(
+                                "two hosts: docknet stream {size} B goodput >= {want}x routed [{}] (mtu {mtu})",
+                                r.cores
+                            ),
+                            value: x,
+                            threshold: want,
+                            measured: format!("{x:.2}x ({g:.2} vs {rg:.2} Gbps)"),
+                            met: x >= want,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The lab's targets for DockNet on one host, judged on a run's summary rows:
 /// - the fast channel's 64 B rr p50 at least 15x lower than the bridge's in the same placement;
 /// - through the daemon, a rr p50 lower than every kernel mode's best at each size;
 /// - the fast channel's goodput at least the bridge's at 64 KiB and 3x at 1 KiB.
-pub fn targets(rows: &[Row]) -> Vec<Verdict> {
+pub fn one_host_targets(rows: &[Row]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for fc in dnperf(rows, Mode::DocknetFc, Workload::Rr, 64) {
-        if let (Some(x), Some(b)) = (ratio(rows, fc), bridge_of(rows, fc)) {
+        if let (Some(x), Some(b)) = (ratio(rows, fc), baseline_of(rows, fc)) {
             out.push(Verdict {
                 target: format!(
                     "docknet-fc 64 B rr p50 >= 15x lower than bridge [{}] (mtu {})",
@@ -156,7 +277,7 @@ pub fn targets(rows: &[Row]) -> Vec<Verdict> {
     }
     for (size, want) in [(65536, 1.0), (1024, 3.0)] {
         for fc in dnperf(rows, Mode::DocknetFc, Workload::Stream, size) {
-            if let (Some(x), Some(b)) = (ratio(rows, fc), bridge_of(rows, fc)) {
+            if let (Some(x), Some(b)) = (ratio(rows, fc), baseline_of(rows, fc)) {
                 out.push(Verdict {
                     target: format!(
                         "docknet-fc stream {size} B goodput >= {want}x bridge [{}] (mtu {})",
@@ -297,8 +418,9 @@ pub struct Headline {
 }
 
 /// The opening table for rows of one MTU (modes over `lo` included): each mode's best 64 B
-/// latency and its best goodput at 1 KiB and 64 KiB, best against best with bridge. dnperf
-/// rows only; modes in hue order.
+/// latency and its best goodput at 1 KiB and 64 KiB, best against best with the topology's
+/// baseline (bridge, or host on two hosts; the rows are of one topology). dnperf rows only;
+/// modes in hue order.
 pub fn headlines(rows: &[Row]) -> Vec<Headline> {
     let dn = |m, w, size| dnperf(rows, m, w, size).filter(|r| r.pairs.is_none());
     let best_p50 = |m| {
@@ -312,11 +434,9 @@ pub fn headlines(rows: &[Row]) -> Vec<Headline> {
             .max_by(|a, b| a.total_cmp(b))
     };
     let div = |a: Option<f64>, b: Option<f64>| Some(a? / b?).filter(|x| x.is_finite());
-    let b64 = best_p50(Mode::Bridge).map(|x| x.0);
-    let (b1k, b64k) = (
-        best_gbps(Mode::Bridge, 1024),
-        best_gbps(Mode::Bridge, 65536),
-    );
+    let base = rows.first().map_or(Mode::Bridge, |r| r.topology.baseline());
+    let b64 = best_p50(base).map(|x| x.0);
+    let (b1k, b64k) = (best_gbps(base, 1024), best_gbps(base, 65536));
     Mode::ALL
         .into_iter()
         .filter_map(|m| {
@@ -368,7 +488,7 @@ mod tests {
         ];
         assert_eq!(ratio(&rows, &rows[2]), Some(2.0), "docknet vs bridge c1 s1");
         assert_eq!(ratio(&rows, &rows[3]), Some(20.0), "fc vs bridge c0 s1");
-        let t: Vec<String> = targets(&rows).iter().map(Verdict::line).collect();
+        let t: Vec<String> = targets(&rows, None).iter().map(Verdict::line).collect();
         assert_eq!(
             t,
             [
@@ -397,7 +517,10 @@ mod tests {
             row(Mode::Bridge, "c0 s1", Workload::Rr, 64, 8.0, 0.0),
             row(Mode::DocknetFc, "c0 s1", Workload::Rr, 64, 1.0, 0.0),
         ];
-        let t: Vec<(bool, f64)> = targets(&rows).iter().map(|v| (v.met, v.value)).collect();
+        let t: Vec<(bool, f64)> = targets(&rows, None)
+            .iter()
+            .map(|v| (v.met, v.value))
+            .collect();
         // rr 8x (< 15), 64 KiB 0.9x (< 1), 1 KiB 2.5x (< 3)
         assert_eq!(t, [(false, 8.0), (false, 0.9), (false, 2.5)]);
         let h = headlines(&rows);
@@ -413,6 +536,61 @@ mod tests {
             (fc.p50_ratio, fc.gbps_1k_ratio, fc.gbps_64k_ratio),
             (Some(8.0), Some(2.5), Some(0.9))
         );
+    }
+
+    #[test]
+    fn two_host_targets_compare_in_the_same_placement() {
+        let two = |mode, cores: &str, w, size, p50, gbps| Row {
+            topology: Topology::TwoHost,
+            ..row(mode, cores, w, size, p50, gbps)
+        };
+        let rows = [
+            two(Mode::Host, "c0 s1", Workload::Rr, 64, 8.0, 0.0),
+            two(Mode::Routed, "c0 s1", Workload::Rr, 64, 12.0, 0.0),
+            two(Mode::Routed, "c1 s1", Workload::Rr, 64, 9.0, 0.0),
+            two(Mode::Docknet, "c0 s1 m0 m1", Workload::Rr, 64, 5.0, 0.0),
+            two(Mode::Routed, "c0 s1", Workload::Stream, 1024, 0.0, 2.0),
+            two(Mode::Routed, "c0 s1", Workload::Stream, 65536, 0.0, 10.0),
+            two(
+                Mode::Docknet,
+                "c0 s1 m0 m1",
+                Workload::Stream,
+                1024,
+                0.0,
+                3.0,
+            ),
+            two(
+                Mode::Docknet,
+                "c0 s1 m0 m1",
+                Workload::Stream,
+                65536,
+                0.0,
+                4.0,
+            ),
+            // a one-host bridge row never counts on two hosts
+            row(Mode::Bridge, "c0 s1", Workload::Rr, 64, 1.0, 0.0),
+        ];
+        let t: Vec<(bool, String)> = targets(&rows, None)
+            .iter()
+            .map(|v| (v.met, v.line()))
+            .collect();
+        assert_eq!(t.len(), 4, "{t:#?}");
+        // 12 / 5 = 2.4x routed; host (8) beats nothing: 5 < 8
+        assert!(t[0].0 && t[0].1.contains("2.40x"), "{t:?}");
+        assert!(t[1].0 && t[1].1.contains("best kernel host 8.00"), "{t:?}");
+        assert!(t[2].0 && t[2].1.contains("1.50x"), "{t:?}");
+        assert!(!t[3].0 && t[3].1.contains("0.40x"), "{t:?}");
+        // shaped: 64 KiB against the wire's rate
+        let t = two_host_targets(&rows[..8], Some(5.0));
+        assert_eq!((t[3].met, t[3].value), (false, 0.8));
+        // every two-host mode against host, the baseline
+        let l = ratio_lines(&rows, Workload::Rr);
+        assert!(
+            l.iter().any(|x| x
+                == "two hosts, rr 64 B mtu 1500: routed [c0 s1] vs host [c0 s1]: 0.67x lower p50"),
+            "{l:?}"
+        );
+        assert_eq!(ratio(&rows, &rows[3]), Some(1.6));
     }
 
     #[test]

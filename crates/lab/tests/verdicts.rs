@@ -11,7 +11,10 @@ fn replay(file: &str, w: Workload) -> Results {
     let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
     let r = Results::parse(&std::fs::read(&path).unwrap()).unwrap();
     assert!(!r.summary.is_empty(), "{path}: no rows read");
-    let lines: Vec<String> = targets(&r.summary).iter().map(Verdict::line).collect();
+    let lines: Vec<String> = targets(&r.summary, None)
+        .iter()
+        .map(Verdict::line)
+        .collect();
     assert_eq!(lines, r.targets, "{path}: targets");
     assert_eq!(ratio_lines(&r.summary, w), r.ratios, "{path}: ratios");
     r

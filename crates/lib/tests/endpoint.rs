@@ -143,7 +143,7 @@ fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
     let (_d, mut r) = setup();
     let shared = Arc::new(MasterShared::new(r.snapshot()));
     let m = shared.clone();
-    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
+    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
     let mut a =
         Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
     let mut b =

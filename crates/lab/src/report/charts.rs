@@ -474,26 +474,29 @@ fn pairs_charts(pairs: &[&Row], color: ColorOf) -> Vec<Chart> {
 /// Each mode's ratio to bridge, per workload (`rows`: where bridge is looked up).
 fn ratio_charts(rows: &[Row], color: ColorOf) -> Vec<Chart> {
     let mut out = Vec::new();
+    let base = rows
+        .first()
+        .map_or(crate::mode::Mode::Bridge, |r| r.topology.baseline());
     for (w, what, xname) in [
         (
             Workload::Rr,
-            "bridge p50 / mode p50 (higher is faster)",
+            format!("{base} p50 / mode p50 (higher is faster)"),
             "message size (bytes, log)",
         ),
         (
             Workload::Stream,
-            "mode goodput / bridge goodput",
+            format!("mode goodput / {base} goodput"),
             "message size (bytes, log)",
         ),
         (
             Workload::Pairs,
-            "mode goodput / bridge goodput",
+            format!("mode goodput / {base} goodput"),
             "pairs (log)",
         ),
     ] {
         let it: Vec<&Row> = rows
             .iter()
-            .filter(|r| r.workload == w && r.mode != crate::mode::Mode::Bridge)
+            .filter(|r| r.workload == w && r.mode != base)
             .collect();
         let x = if w == Workload::Pairs {
             by_pairs
@@ -503,10 +506,10 @@ fn ratio_charts(rows: &[Row], color: ColorOf) -> Vec<Chart> {
         let series = group(&it, color, &x, &|r| ratio(rows, r));
         if !series.is_empty() {
             out.push(chart(
-                format!("ratio-to-bridge-{w}"),
-                format!("Ratio to bridge, {w}: {what}"),
+                format!("ratio-to-{base}-{w}"),
+                format!("Ratio to {base}, {w}: {what}"),
                 xname,
-                "ratio to bridge (log)",
+                "ratio to baseline (log)",
                 true,
                 series,
             ));

@@ -1,7 +1,7 @@
 //! `index.html`: the environment, a one-screen summary, the targets, the figures and a table
 //! per workload. Every text from a results file is escaped.
 
-use super::table::{headline_cells, COLUMNS, HEADLINE_COLUMNS};
+use super::table::{headline_cells, headline_columns, COLUMNS};
 use super::Report;
 use std::fmt::Write as _;
 
@@ -13,10 +13,10 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn table_html(heads: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+fn table_html<S: AsRef<str>>(heads: &[S], rows: impl Iterator<Item = Vec<String>>) -> String {
     let mut h = String::from("<table>\n<tr>");
     for c in heads {
-        let _ = write!(h, "<th>{}</th>", esc(c));
+        let _ = write!(h, "<th>{}</th>", esc(c.as_ref()));
     }
     h += "</tr>\n";
     for r in rows {
@@ -53,45 +53,58 @@ pub fn page(r: &Report) -> String {
         env.warmup_s,
         env.repeat
     );
-    h +=
-        "<h2>Summary</h2>\n<p>Each mode's best figures over its placements (dnperf), best against \
-          bridge's best; the tables below have every placement.</p>\n";
-    for (mtu, lines) in &r.headlines {
-        if let Some(m) = mtu {
-            let _ = writeln!(h, "<h3>MTU {m}</h3>");
+    if let Some(w) = r.envs.iter().find_map(|e| e.wire.as_deref()) {
+        let _ = writeln!(h, "<p>Two hosts: the wire is shaped: {}.</p>", esc(w));
+    }
+    let many = r.sections.len() > 1;
+    for sec in &r.sections {
+        let base = sec.topology.baseline();
+        if many {
+            let _ = writeln!(h, "<h2>{}</h2>", esc(&sec.heading()));
         }
-        h += &table_html(
-            &HEADLINE_COLUMNS,
-            lines.iter().map(|l| headline_cells(l).to_vec()),
+        let _ = writeln!(
+            h,
+            "<h2>Summary{}</h2>\n<p>Each mode's best figures over its placements (dnperf), best against \
+             {base}'s best; the tables below have every placement.</p>",
+            if many { format!(" ({})", sec.topology.describe()) } else { String::new() }
         );
+        for (mtu, lines) in &sec.headlines {
+            if let Some(m) = mtu {
+                let _ = writeln!(h, "<h3>MTU {m}</h3>");
+            }
+            h += &table_html(
+                &headline_columns(base),
+                lines.iter().map(|l| headline_cells(l).to_vec()),
+            );
+        }
+        if !sec.targets.is_empty() {
+            h += "<h3>Targets</h3>\n<ul>\n";
+            for t in &sec.targets {
+                let class = if t.met { "met" } else { "notmet" };
+                let _ = writeln!(h, "<li class=\"{class}\">{}</li>", esc(&t.line()));
+            }
+            h += "</ul>\n";
+        }
+        h += "<h3>Figures</h3>\n";
+        for c in &sec.charts {
+            let _ = writeln!(
+                h,
+                "<figure><img class=\"figure\" src=\"figures/{f}.svg\" alt=\"{t}\" width=\"1200\" height=\"600\">\
+                 <figcaption>{t} (<a href=\"figures/{f}.png\">PNG</a>, <a href=\"figures/{f}.svg\">SVG</a>)</figcaption></figure>",
+                f = esc(&c.file),
+                t = esc(&c.title)
+            );
+        }
+        for (wl, rows) in sec.tables() {
+            let _ = writeln!(h, "<h3>Results: {wl} (ratio to {base})</h3>");
+            h += &table_html(&COLUMNS, rows.into_iter());
+        }
     }
     h += "<p>Commands:</p><ul>\n";
     for e in &r.envs {
         let _ = writeln!(h, "<li><code>{}</code></li>", esc(&e.command));
     }
     h += "</ul>\n";
-    if !r.targets.is_empty() {
-        h += "<h2>Targets</h2>\n<ul>\n";
-        for t in &r.targets {
-            let class = if t.met { "met" } else { "notmet" };
-            let _ = writeln!(h, "<li class=\"{class}\">{}</li>", esc(&t.line()));
-        }
-        h += "</ul>\n";
-    }
-    h += "<h2>Figures</h2>\n";
-    for c in &r.charts {
-        let _ = writeln!(
-            h,
-            "<figure><img class=\"figure\" src=\"figures/{f}.svg\" alt=\"{t}\" width=\"1200\" height=\"600\">\
-             <figcaption>{t} (<a href=\"figures/{f}.png\">PNG</a>, <a href=\"figures/{f}.svg\">SVG</a>)</figcaption></figure>",
-            f = esc(&c.file),
-            t = esc(&c.title)
-        );
-    }
-    for (wl, rows) in r.tables() {
-        let _ = writeln!(h, "<h2>Results: {wl}</h2>");
-        h += &table_html(&COLUMNS, rows.into_iter());
-    }
     if !r.missing.is_empty() {
         h += "<h2>Not available here, or skipped</h2>\n<ul>\n";
         for m in &r.missing {

@@ -1,12 +1,13 @@
 //! Markdown: the report (`report.md`), and the per-run summaries `docknet bench --report`
 //! writes (`tcp-WORKLOAD.md`, `raw-bench.md`).
 
-use super::table::{headline_cells, text, COLUMNS, HEADLINE_COLUMNS};
+use super::table::{headline_cells, headline_columns, text, COLUMNS};
 use super::Report;
 use crate::row::{Results, Row};
 use std::fmt::Write as _;
 
-fn md_table(heads: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
+fn md_table<S: AsRef<str>>(heads: &[S], rows: impl Iterator<Item = Vec<String>>) -> String {
+    let heads: Vec<&str> = heads.iter().map(|h| h.as_ref()).collect();
     let mut m = format!(
         "| {} |\n|{}\n",
         heads.join(" | "),
@@ -31,39 +32,53 @@ pub fn report(r: &Report) -> String {
         env.warmup_s,
         env.repeat
     );
-    m += "## Summary\n\nEach mode's best figures over its placements (dnperf), best against bridge's best.\n\n";
-    for (mtu, lines) in &r.headlines {
-        if let Some(x) = mtu {
-            let _ = writeln!(m, "MTU {x}:\n");
-        }
-        m += &md_table(
-            &HEADLINE_COLUMNS,
-            lines.iter().map(|l| headline_cells(l).to_vec()),
-        );
-        m += "\n";
+    if let Some(w) = r.envs.iter().find_map(|e| e.wire.as_deref()) {
+        let _ = writeln!(m, "Two hosts: the wire is shaped: {w}.\n");
     }
+    let many = r.sections.len() > 1;
+    for sec in &r.sections {
+        let base = sec.topology.baseline();
+        if many {
+            let _ = writeln!(m, "# {}\n", sec.heading());
+        }
+        let _ = writeln!(
+            m,
+            "## Summary\n\nEach mode's best figures over its placements (dnperf), best against {base}'s best.\n"
+        );
+        for (mtu, lines) in &sec.headlines {
+            if let Some(x) = mtu {
+                let _ = writeln!(m, "MTU {x}:\n");
+            }
+            m += &md_table(
+                &headline_columns(base),
+                lines.iter().map(|l| headline_cells(l).to_vec()),
+            );
+            m += "\n";
+        }
+        if !sec.targets.is_empty() {
+            m += "## Targets\n\n";
+            for t in &sec.targets {
+                let _ = writeln!(m, "- {}", t.line());
+            }
+        }
+        for (wl, rows) in sec.tables() {
+            let _ = writeln!(m, "\n## {wl} (ratio to {base})\n");
+            m += &md_table(&COLUMNS, rows.into_iter());
+        }
+        m += "\n## Figures\n\n";
+        for c in &sec.charts {
+            let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
+        }
+    }
+    m += "\nCommands:\n\n";
     for e in &r.envs {
         let _ = writeln!(m, "- `{}`", e.command);
-    }
-    if !r.targets.is_empty() {
-        m += "\n## Targets\n\n";
-        for t in &r.targets {
-            let _ = writeln!(m, "- {}", t.line());
-        }
-    }
-    for (wl, rows) in r.tables() {
-        let _ = writeln!(m, "\n## {wl}\n");
-        m += &md_table(&COLUMNS, rows.into_iter());
     }
     if !r.missing.is_empty() {
         m += "\n## Not available here, or skipped\n\n";
         for x in &r.missing {
             let _ = writeln!(m, "- {x}");
         }
-    }
-    m += "\n## Figures\n\n";
-    for c in &r.charts {
-        let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
     }
     m
 }

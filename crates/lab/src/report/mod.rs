@@ -10,6 +10,7 @@ pub mod html;
 pub mod markdown;
 pub mod table;
 
+use crate::mode::Topology;
 use crate::row::{Env, Results, Row, Workload};
 use crate::verdict::{headlines, targets, Headline, Verdict};
 use anyhow::{bail, Context, Result};
@@ -31,16 +32,14 @@ pub struct ReportArgs {
     pub font: PathBuf,
 }
 
-/// Everything a report shows, computed from the results before anything is written.
+/// What a report shows of one topology (one host, or two hosts).
 #[derive(Debug)]
-pub struct Report {
-    /// Summary rows of every file.
+pub struct Section {
+    /// The topology.
+    pub topology: Topology,
+    /// Its summary rows.
     pub rows: Vec<Row>,
-    /// The files' environments (the first is the report's).
-    pub envs: Vec<Env>,
-    /// Modes without figures, as lines (each once).
-    pub missing: Vec<String>,
-    /// The targets judged on all rows.
+    /// The targets judged on them.
     pub targets: Vec<Verdict>,
     /// The opening table, per link MTU (`None`: the run had one).
     pub headlines: Vec<(Option<u32>, Vec<Headline>)>,
@@ -48,20 +47,8 @@ pub struct Report {
     pub charts: Vec<Chart>,
 }
 
-impl Report {
-    /// The report of several results files.
-    pub fn of(files: &[Results]) -> Report {
-        let rows: Vec<Row> = files.iter().flat_map(|f| f.rows().to_vec()).collect();
-        let mut missing: Vec<String> = Vec::new();
-        for line in files
-            .iter()
-            .flat_map(|f| &f.not_available)
-            .map(|x| x.line())
-        {
-            if !missing.contains(&line) {
-                missing.push(line);
-            }
-        }
+impl Section {
+    fn of(topology: Topology, rows: Vec<Row>, wire_gbps: Option<f64>) -> Section {
         let mtus = link_mtus(&rows);
         let headlines = if mtus.len() <= 1 {
             vec![(None, headlines(&rows))]
@@ -70,12 +57,18 @@ impl Report {
                 .map(|m| (Some(*m), headlines(&at_mtu(&rows, *m))))
                 .collect()
         };
-        Report {
-            targets: targets(&rows),
-            charts: charts::charts(&rows),
-            envs: files.iter().map(|f| f.env.clone()).collect(),
+        let mut charts = charts::charts(&rows);
+        if topology == Topology::TwoHost {
+            for c in &mut charts {
+                c.file = format!("two-host-{}", c.file);
+                c.title = format!("Two hosts: {}", c.title);
+            }
+        }
+        Section {
+            topology,
+            targets: targets(&rows, wire_gbps),
+            charts,
             headlines,
-            missing,
             rows,
         }
     }
@@ -103,6 +96,65 @@ impl Report {
                 (wl, cells)
             })
             .collect()
+    }
+
+    /// The section's heading.
+    pub fn heading(&self) -> String {
+        match self.topology {
+            Topology::OneHost => "One host".into(),
+            Topology::TwoHost => "Two hosts".into(),
+        }
+    }
+}
+
+/// Everything a report shows, computed from the results before anything is written.
+#[derive(Debug)]
+pub struct Report {
+    /// One section per topology present (one host first).
+    pub sections: Vec<Section>,
+    /// The files' environments (the first is the report's).
+    pub envs: Vec<Env>,
+    /// Modes without figures, as lines (each once).
+    pub missing: Vec<String>,
+}
+
+impl Report {
+    /// The report of several results files.
+    pub fn of(files: &[Results]) -> Report {
+        let rows: Vec<Row> = files.iter().flat_map(|f| f.rows().to_vec()).collect();
+        let mut missing: Vec<String> = Vec::new();
+        for line in files
+            .iter()
+            .flat_map(|f| &f.not_available)
+            .map(|x| x.line())
+        {
+            if !missing.contains(&line) {
+                missing.push(line);
+            }
+        }
+        let wire_gbps = files.iter().find_map(|f| f.env.wire_gbps);
+        let sections = [Topology::OneHost, Topology::TwoHost]
+            .into_iter()
+            .filter_map(|t| {
+                let of: Vec<Row> = rows.iter().filter(|r| r.topology == t).cloned().collect();
+                (!of.is_empty()).then(|| Section::of(t, of, wire_gbps))
+            })
+            .collect();
+        Report {
+            sections,
+            envs: files.iter().map(|f| f.env.clone()).collect(),
+            missing,
+        }
+    }
+
+    /// Every section's figures.
+    pub fn charts(&self) -> impl Iterator<Item = &Chart> {
+        self.sections.iter().flat_map(|s| s.charts.iter())
+    }
+
+    /// Every section's targets.
+    pub fn targets(&self) -> impl Iterator<Item = &Verdict> {
+        self.sections.iter().flat_map(|s| s.targets.iter())
     }
 
     /// The report's environment: the first file's.
@@ -147,7 +199,7 @@ pub fn run(args: &ReportArgs) -> Result<PathBuf> {
     charts::register_font(&args.font)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    for c in &report.charts {
+    for c in report.charts() {
         charts::render(&args.out, c)?;
     }
     let index = args.out.join("index.html");
@@ -198,6 +250,37 @@ mod tests {
     }
 
     #[test]
+    fn two_host_rows_get_a_section_of_their_own_against_host() {
+        let mut h = row("host", "c0 s1", "rr", 64, 8.0);
+        h["topology"] = "two-host".into();
+        let mut d = row("docknet", "c0 s1 m0 m1", "rr", 64, 4.0);
+        d["topology"] = "two-host".into();
+        let b = row("bridge", "c0 s1", "rr", 64, 6.0);
+        let one = row("docknet", "c0 s1", "rr", 64, 2.0);
+        let doc = json!({"env": {}, "results": [], "summary": [h, d, b, one]});
+        let r = Report::of(&[Results::parse(doc.to_string().as_bytes()).unwrap()]);
+        let t: Vec<Topology> = r.sections.iter().map(|s| s.topology).collect();
+        assert_eq!(t, [Topology::OneHost, Topology::TwoHost]);
+        let two = &r.sections[1];
+        assert_eq!(two.rows.len(), 2);
+        let dh = two.headlines[0]
+            .1
+            .iter()
+            .find(|x| x.mode.name() == "docknet")
+            .unwrap();
+        assert_eq!(dh.p50_ratio, Some(2.0), "against host, not bridge");
+        assert!(two.charts.iter().all(|c| c.file.starts_with("two-host-")));
+        let one_dn = r.sections[0].headlines[0]
+            .1
+            .iter()
+            .find(|x| x.mode.name() == "docknet")
+            .unwrap();
+        assert_eq!(one_dn.p50_ratio, Some(3.0));
+        let page = html::page(&r);
+        assert!(page.contains("Two hosts") && page.contains("vs host"));
+    }
+
+    #[test]
     fn the_report_opens_with_a_summary_table_per_mtu() {
         let mut a = row("bridge", "c0 s1", "rr", 64, 8.0);
         let b = row("docknet-fc", "c0 s1", "rr", 64, 1.0);
@@ -207,11 +290,13 @@ mod tests {
         a["cores"] = "c0 s1".into();
         let doc = json!({"env": {}, "results": [], "summary": [a, b, c, d]});
         let r = Report::of(&[Results::parse(doc.to_string().as_bytes()).unwrap()]);
-        let mtus: Vec<Option<u32>> = r.headlines.iter().map(|h| h.0).collect();
+        assert_eq!(r.sections.len(), 1);
+        let h = &r.sections[0].headlines;
+        let mtus: Vec<Option<u32>> = h.iter().map(|h| h.0).collect();
         assert_eq!(mtus, [Some(1500), Some(9000)]);
-        let at1500: Vec<&str> = r.headlines[0].1.iter().map(|h| h.mode.name()).collect();
+        let at1500: Vec<&str> = h[0].1.iter().map(|h| h.mode.name()).collect();
         assert_eq!(at1500, ["bridge", "docknet-fc", "loopback"]);
-        assert_eq!(r.headlines[0].1[1].p50_ratio, Some(8.0));
+        assert_eq!(h[0].1[1].p50_ratio, Some(8.0));
         let page = html::page(&r);
         let summary = page.find("Summary").unwrap();
         assert!(

@@ -60,10 +60,10 @@ pub const COLUMNS: [&str; 15] = [
     "Mmsg/s",
     "CPU us/op",
     "KiB/pair",
-    "ratio to bridge",
+    "ratio to baseline",
 ];
 
-/// A row's cells under [`COLUMNS`] (`rows`: where its bridge is looked up).
+/// A row's cells under [`COLUMNS`] (`rows`: where its baseline, bridge or host, is looked up).
 pub fn cells(rows: &[Row], r: &Row) -> [String; 15] {
     [
         r.mode.name().to_string(),
@@ -84,14 +84,16 @@ pub fn cells(rows: &[Row], r: &Row) -> [String; 15] {
     ]
 }
 
-/// Column heads of the opening summary table.
-pub const HEADLINE_COLUMNS: [&str; 5] = [
-    "mode",
-    "64 B rr one-way p50 (best placement)",
-    "1 KiB stream",
-    "64 KiB stream",
-    "vs bridge (p50; 1 KiB; 64 KiB)",
-];
+/// Column heads of the opening summary table, against `baseline`.
+pub fn headline_columns(baseline: crate::mode::Mode) -> [String; 5] {
+    [
+        "mode".into(),
+        "64 B rr one-way p50 (best placement)".into(),
+        "1 KiB stream".into(),
+        "64 KiB stream".into(),
+        format!("vs {baseline} (p50; 1 KiB; 64 KiB)"),
+    ]
+}
 
 /// A headline's cells under [`HEADLINE_COLUMNS`].
 pub fn headline_cells(h: &Headline) -> [String; 5] {

@@ -30,6 +30,31 @@ pub fn plugin_dir() -> Result<PathBuf> {
 /// One attachment: its namespace, plugin chain and the results of its ADDs.
 type Attachment = (String, Vec<Value>, Vec<Value>);
 
+/// The addresses host-local hands out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Range {
+    /// Subnet (`10.66.0.0/16`).
+    pub subnet: String,
+    /// Gateway, if the subnet has one.
+    pub gateway: Option<String>,
+    /// First and last address handed out, if not the whole subnet.
+    pub span: Option<(String, String)>,
+    /// Give the containers a default route through the gateway.
+    pub default_route: bool,
+}
+
+impl Range {
+    /// The lab's one-host subnet, with the host side as gateway.
+    pub fn lab() -> Range {
+        Range {
+            subnet: SUBNET.into(),
+            gateway: Some(GATEWAY.into()),
+            span: None,
+            default_route: false,
+        }
+    }
+}
+
 /// The runtime.
 #[derive(Debug)]
 pub struct Cni {
@@ -39,11 +64,17 @@ pub struct Cni {
     /// Private directory: host-local's leases and nothing else.
     pub dir: PathBuf,
     added: Vec<Attachment>,
+    range: Range,
 }
 
 impl Cni {
     /// A runtime calling plugins inside `host_ns`, with a private directory named after `base`.
     pub fn new(host_ns: &str, base: &str) -> Result<Cni> {
+        Cni::with_range(host_ns, base, Range::lab())
+    }
+
+    /// The same, handing out addresses from `range`.
+    pub fn with_range(host_ns: &str, base: &str, range: Range) -> Result<Cni> {
         let plugins = plugin_dir()?;
         let dir = std::env::temp_dir().join(format!("{base}-cni"));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -53,13 +84,26 @@ impl Cni {
             plugins,
             dir,
             added: Vec::new(),
+            range,
         })
     }
 
-    /// host-local IPAM over the lab's subnet.
+    /// host-local IPAM over the runtime's range.
     pub fn ipam(&self) -> Value {
-        json!({"type": "host-local", "dataDir": self.dir.join("ipam"),
-            "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]]})
+        let mut r = json!({"subnet": self.range.subnet});
+        if let Some(g) = &self.range.gateway {
+            r["gateway"] = g.clone().into();
+        }
+        if let Some((a, b)) = &self.range.span {
+            r["rangeStart"] = a.clone().into();
+            r["rangeEnd"] = b.clone().into();
+        }
+        let mut ipam =
+            json!({"type": "host-local", "dataDir": self.dir.join("ipam"), "ranges": [[r]]});
+        if self.range.default_route {
+            ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
+        }
+        ipam
     }
 
     /// Runs `plugin` for `command` on `ns` with `conf` on stdin; returns its JSON result.

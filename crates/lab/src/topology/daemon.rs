@@ -22,6 +22,18 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `EXE daemon` (the `docknet` binary) as `setup` says and waits until it answers.
     pub fn start(exe: &Path, setup: &DaemonSetup) -> Result<Daemon> {
+        Daemon::start_on(exe, setup.idle, setup.master_core, None)
+    }
+
+    /// The same, with the master's idle policy and core given, and, for a host of a two-host
+    /// topology, inside that host's namespace driving its end of the wire: `(netns, link,
+    /// nic mode)`.
+    pub fn start_on(
+        exe: &Path,
+        idle: &str,
+        master_core: Option<usize>,
+        host: Option<(&str, &str, &str)>,
+    ) -> Result<Daemon> {
         let base = if Path::new("/dev/shm").is_dir() {
             "/dev/shm"
         } else {
@@ -29,20 +41,47 @@ impl Daemon {
         };
         let run_dir = PathBuf::from(base).join(format!("docknet-{}", unique("run")));
         let socket = run_dir.join("ctl.sock");
-        let mut cmd = Command::new(exe);
+        let mut cmd = match host {
+            Some((ns, _, _)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.args(["--log", "warn", "daemon", "--run-dir"])
             .arg(&run_dir)
             .arg("--socket")
             .arg(&socket)
-            .args(["--idle", setup.idle, "--ephemeral"]);
-        if let Some(c) = setup.master_core {
+            .args(["--idle", idle, "--ephemeral"]);
+        if let Some(c) = master_core {
             cmd.args(["--master-core", &c.to_string()]);
         }
-        let child = cmd
+        if let Some((_, link, mode)) = host {
+            cmd.args(["--nic", link, "--nic-mode", mode]);
+        }
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .context("starting docknet daemon")?;
+        // its stderr: passed on, and the first error line kept for a failed start
+        let first_error = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        if let Some(err) = child.stderr.take() {
+            let keep = first_error.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                    eprintln!("{line}");
+                    if let Ok(mut k) = keep.lock() {
+                        if k.is_none() && line.contains("error") {
+                            *k = Some(line.trim().to_string());
+                        }
+                    }
+                }
+            });
+        }
         let mut d = Daemon {
             proc: Some(child),
             run_dir,
@@ -51,7 +90,12 @@ impl Daemon {
         let t = Instant::now();
         while std::os::unix::net::UnixStream::connect(&d.socket).is_err() {
             if let Some(Ok(Some(st))) = d.proc.as_mut().map(|c| c.try_wait()) {
-                bail!("docknet daemon exited during start-up ({st})");
+                std::thread::sleep(Duration::from_millis(50));
+                let why = first_error.lock().ok().and_then(|k| k.clone());
+                bail!(
+                    "docknet daemon exited during start-up ({st}){}",
+                    why.map_or(String::new(), |w| format!(": {w}"))
+                );
             }
             if t.elapsed() > Duration::from_secs(10) {
                 bail!("docknet daemon did not open its socket within 10 s");

@@ -1,7 +1,11 @@
 //! DockNet topologies: client and server pipes on a daemon of the lab's own, joined by fast
-//! channels in the fast-channel mode.
+//! channels in the fast-channel mode. On two hosts, a daemon on each host drives its end of
+//! the wire (AF_XDP for `docknet`, AF_PACKET for `docknet-packet`): client pipes on host A's,
+//! server pipes on host B's, all in one subnet (each daemon answers ARP on the wire for its
+//! own pipes).
 
 use super::daemon::Daemon;
+use super::wire::{Shape, Wire, WIRE_DEV};
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
 use anyhow::{Context, Result};
@@ -13,12 +17,16 @@ use std::process::Command;
 /// (10.78.2.i+1) on one /16.
 #[derive(Debug)]
 pub struct DocknetLab {
-    /// The daemon.
+    /// The daemon (host A's on two hosts).
     pub daemon: Daemon,
+    /// Two hosts: host B's daemon (the servers' pipes).
+    pub daemon_b: Option<Daemon>,
     /// The mode built.
     pub mode: Mode,
     /// The pipes' MTU.
     pub mtu: u32,
+    /// Two hosts: the hosts and the wire (removed after the daemons).
+    pub wire: Option<Wire>,
 }
 
 impl DocknetLab {
@@ -43,7 +51,61 @@ impl DocknetLab {
                     .with_context(|| format!("connecting {cl} and {sv}"))?;
             }
         }
-        Ok(DocknetLab { daemon, mode, mtu })
+        Ok(DocknetLab {
+            daemon,
+            daemon_b: None,
+            mode,
+            mtu,
+            wire: None,
+        })
+    }
+
+    /// Two hosts over a wire of `mtu` (shaped as `shape` says), a daemon on each driving its
+    /// end of the wire (`docknet`: AF_XDP, `docknet-packet`: AF_PACKET), `pairs` client pipes
+    /// on host A and server pipes on host B.
+    pub fn build_two_host(
+        exe: &Path,
+        mode: Mode,
+        setup: &DaemonSetup,
+        pairs: usize,
+        mtu: u32,
+        shape: &Shape,
+    ) -> Result<DocknetLab> {
+        let nic = match mode {
+            Mode::Docknet => "xdp",
+            Mode::DocknetPacket => "packet",
+            _ => anyhow::bail!("{mode} is not a two-host DockNet mode"),
+        };
+        let wire = Wire::build(mtu, shape)?;
+        let start = |ns: &str, core| {
+            Daemon::start_on(exe, setup.idle, core, Some((ns, WIRE_DEV, nic)))
+                .with_context(|| format!("starting the daemon of {ns} ({nic} on {WIRE_DEV})"))
+        };
+        let daemon = start(&wire.host_a, setup.master_core)?;
+        let daemon_b = start(&wire.host_b, setup.master_core_b)?;
+        let (mut ca, mut cb) = (daemon.client()?, daemon_b.client()?);
+        for i in 0..pairs {
+            let (cl, sv) = (Self::client_pipe(i), Self::server_pipe(i));
+            ca.pipe_create(&cl, &format!("{}/16", Self::client_ip(i)), Some(mtu), None)
+                .with_context(|| format!("creating pipe {cl} on host A"))?;
+            cb.pipe_create(&sv, &format!("{}/16", Self::server_ip(i)), Some(mtu), None)
+                .with_context(|| format!("creating pipe {sv} on host B"))?;
+        }
+        Ok(DocknetLab {
+            daemon,
+            daemon_b: Some(daemon_b),
+            mode,
+            mtu,
+            wire: Some(wire),
+        })
+    }
+
+    /// The daemon that owns `pipe` (servers' pipes are on host B's when there are two).
+    pub fn daemon_of(&self, pipe: &str) -> &Daemon {
+        match &self.daemon_b {
+            Some(b) if pipe.starts_with('s') => b,
+            _ => &self.daemon,
+        }
     }
 
     /// Pipe of pair `i`'s client.
@@ -75,13 +137,24 @@ impl DocknetLab {
         prog: &Path,
         args: Vec<String>,
     ) -> Command {
-        let mut c = self.daemon.cmd(exe);
+        let mut c = self.daemon_of(pipe).cmd(exe);
         c.args(["run", "--pipe", pipe]);
         if let Some(core) = core {
             c.args(["--cpu", &core.to_string()]);
         }
         c.arg("--").arg(prog).args(args);
         c
+    }
+}
+
+impl Drop for DocknetLab {
+    fn drop(&mut self) {
+        // the daemons (their XDP programs and sockets) before the hosts they run in
+        self.daemon.stop();
+        if let Some(b) = self.daemon_b.as_mut() {
+            b.stop();
+        }
+        drop(self.wire.take());
     }
 }
 

@@ -7,8 +7,9 @@
 //! routes through the host) and are built with `ip`; `ovs` with `ovs-vsctl`
 //! ([`super::ovs`]).
 
-use super::cni::{first_address, Cni, GATEWAY};
+use super::cni::{first_address, Cni, Range, GATEWAY};
 use super::ovs::Ovs;
+use super::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
 use crate::mode::{Builder, Mode, LO_MTU};
 use crate::proc::{checked, ip, unique};
 use anyhow::{bail, Result};
@@ -45,8 +46,10 @@ pub struct KernelLab {
     pub pairs: Vec<Pair>,
     /// MTU of the links, or of `lo` where traffic crosses only `lo`.
     pub mtu: u32,
-    cni: Option<Cni>,
+    cnis: Vec<Cni>,
     ovs: Option<Ovs>,
+    /// Two hosts: the hosts and the wire (removed after the containers).
+    pub wire: Option<Wire>,
 }
 
 /// Address of A in the direct `veth` topology.
@@ -74,8 +77,9 @@ impl KernelLab {
             namespaces: Vec::new(),
             pairs: Vec::new(),
             mtu,
-            cni: None,
+            cnis: Vec::new(),
             ovs: None,
+            wire: None,
         };
         match mode {
             Mode::Loopback => lab.loopback(&base, pairs)?,
@@ -208,7 +212,7 @@ impl KernelLab {
         self.addns(&host)?;
         let mut cni = Cni::new(&host, base)?;
         let r = attach(self, &mut cni);
-        self.cni = Some(cni);
+        self.cnis.push(cni);
         r
     }
 
@@ -313,10 +317,243 @@ impl KernelLab {
     }
 }
 
+/// Two hosts: the routed mode's container subnets (host A, host B).
+pub const ROUTED_NETS: [(&str, &str); 2] =
+    [("10.79.1.0/24", "10.79.1.1"), ("10.79.2.0/24", "10.79.2.1")];
+/// Two hosts: Docker's default private network, the same on both hosts (`nat`).
+pub const NAT_NET: (&str, &str) = ("172.17.0.0/16", "172.17.0.1");
+/// Two hosts: the overlay's subnet and each host's share of it (`vxlan`).
+pub const OVERLAY_NET: &str = "10.80.0.0/16";
+/// VXLAN's encapsulation: outer IPv4 + UDP + VXLAN + inner Ethernet.
+pub const VXLAN_OVERHEAD: u32 = 50;
+
+impl KernelLab {
+    /// Builds a two-host `mode` with `pairs` pairs (clients on host A, servers on host B)
+    /// over a wire of `mtu`, shaped as `shape` says; on error, removes whatever was built.
+    pub fn build_two_host(mode: Mode, pairs: usize, mtu: u32, shape: &Shape) -> Result<KernelLab> {
+        if !mode.is_kernel() || !mode.topologies().contains(&crate::mode::Topology::TwoHost) {
+            bail!("{mode} is not a two-host kernel mode");
+        }
+        if pairs == 0 || pairs > 120 {
+            bail!("two hosts: pairs must be 1 ..= 120");
+        }
+        let wire = Wire::build(mtu, shape)?;
+        let base = unique("");
+        let mut lab = KernelLab {
+            mode,
+            namespaces: Vec::new(),
+            pairs: Vec::new(),
+            mtu,
+            cnis: Vec::new(),
+            ovs: None,
+            wire: None,
+        };
+        let (a, b) = (wire.host_a.clone(), wire.host_b.clone());
+        lab.wire = Some(wire);
+        for h in [&a, &b] {
+            lab.wire_ref().sysctl(h, "net.ipv4.ip_forward=1")?;
+        }
+        match mode {
+            Mode::Host => {
+                for i in 0..pairs {
+                    lab.pairs.push(Pair {
+                        client_ns: a.clone(),
+                        server_ns: b.clone(),
+                        target: HOST_B.into(),
+                        bind: HOST_B.into(),
+                        port: port(i),
+                    });
+                }
+            }
+            Mode::Routed => lab.routed(&base, &a, &b, pairs)?,
+            Mode::Nat => lab.nat(&base, &a, &b, pairs)?,
+            Mode::Macvlan => lab.macvlan_two(&base, &a, &b, pairs)?,
+            Mode::Vxlan => lab.vxlan(&base, &a, &b, pairs)?,
+            _ => bail!("{mode} is not a two-host kernel mode"),
+        }
+        Ok(lab)
+    }
+
+    fn wire_ref(&self) -> &Wire {
+        self.wire.as_ref().expect("two-host lab has a wire")
+    }
+
+    /// A CNI runtime in host `h` over `range` (kept for DEL on drop).
+    fn cni_in(&mut self, h: &str, base: &str, tag: &str, range: Range) -> Result<usize> {
+        let cni = Cni::with_range(h, &format!("{base}{tag}"), range)?;
+        self.cnis.push(cni);
+        Ok(self.cnis.len() - 1)
+    }
+
+    /// Attaches client `i` on runtime `ca` with `client`, server `i` on `cb` with `server`;
+    /// the client connects to `target` (or the server's address).
+    #[allow(clippy::too_many_arguments)]
+    fn two_host_pair(
+        &mut self,
+        base: &str,
+        i: usize,
+        (ca, client): (usize, &[Value]),
+        (cb, server): (usize, &[Value]),
+        target: Option<&str>,
+    ) -> Result<()> {
+        let (na, nb) = (format!("{base}a{i}"), format!("{base}b{i}"));
+        self.addns(&na)?;
+        self.cnis[ca].add(&na, client)?;
+        self.addns(&nb)?;
+        let server_ip = first_address(&self.cnis[cb].add(&nb, server)?)?;
+        self.pairs.push(Pair {
+            client_ns: na,
+            server_ns: nb,
+            target: target.map_or_else(|| server_ip.clone(), String::from),
+            bind: server_ip,
+            port: port(i),
+        });
+        Ok(())
+    }
+
+    fn bridge_on(&self, bridge: &str, gateway: bool, masq: bool, mtu: u32, cni: usize) -> Value {
+        json!({"type": "bridge", "bridge": bridge, "isGateway": gateway, "ipMasq": masq,
+            "mtu": mtu, "ipam": self.cnis[cni].ipam()})
+    }
+
+    /// `routed`: a CNI bridge per host with its own subnet, the host as the containers'
+    /// gateway, and a route on each host to the other's subnet through the wire.
+    fn routed(&mut self, base: &str, a: &str, b: &str, pairs: usize) -> Result<()> {
+        let range = |(net, gw): (&str, &str)| Range {
+            subnet: net.into(),
+            gateway: Some(gw.into()),
+            span: None,
+            default_route: true,
+        };
+        let ca = self.cni_in(a, base, "ca", range(ROUTED_NETS[0]))?;
+        let cb = self.cni_in(b, base, "cb", range(ROUTED_NETS[1]))?;
+        let (la, lb) = (
+            self.bridge_on("cbr0", true, false, self.mtu, ca),
+            self.bridge_on("cbr0", true, false, self.mtu, cb),
+        );
+        for i in 0..pairs {
+            self.two_host_pair(
+                base,
+                i,
+                (ca, std::slice::from_ref(&la)),
+                (cb, std::slice::from_ref(&lb)),
+                None,
+            )?;
+        }
+        let w = self.wire_ref();
+        w.ip_in(a, &["route", "add", ROUTED_NETS[1].0, "via", HOST_B])?;
+        w.ip_in(b, &["route", "add", ROUTED_NETS[0].0, "via", HOST_A])?;
+        Ok(())
+    }
+
+    /// `nat`: the same private network behind each host (Docker's default), masqueraded on
+    /// the way out; on the server's host, `portmap` maps the host's port to the server.
+    fn nat(&mut self, base: &str, a: &str, b: &str, pairs: usize) -> Result<()> {
+        let range = || Range {
+            subnet: NAT_NET.0.into(),
+            gateway: Some(NAT_NET.1.into()),
+            span: None,
+            default_route: true,
+        };
+        let ca = self.cni_in(a, base, "ca", range())?;
+        let cb = self.cni_in(b, base, "cb", range())?;
+        let la = self.bridge_on("docker0", true, true, self.mtu, ca);
+        let lb = self.bridge_on("docker0", true, true, self.mtu, cb);
+        for i in 0..pairs {
+            let chain = vec![
+                lb.clone(),
+                json!({"type": "portmap", "snat": true,
+                    "capabilities": {"portMappings": true},
+                    "runtimeConfig": {"portMappings": [
+                        {"hostPort": port(i), "containerPort": port(i), "protocol": "tcp"}]}}),
+            ];
+            self.two_host_pair(
+                base,
+                i,
+                (ca, std::slice::from_ref(&la)),
+                (cb, &chain),
+                Some(HOST_B),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `macvlan`: containers on macvlan links (bridge mode) over each host's end of the wire,
+    /// in the wire's own subnet.
+    fn macvlan_two(&mut self, base: &str, a: &str, b: &str, pairs: usize) -> Result<()> {
+        let range = |first: &str, last: &str| Range {
+            subnet: "192.168.77.0/24".into(),
+            gateway: None,
+            span: Some((first.into(), last.into())),
+            default_route: false,
+        };
+        let ca = self.cni_in(a, base, "ca", range("192.168.77.11", "192.168.77.130"))?;
+        let cb = self.cni_in(b, base, "cb", range("192.168.77.131", "192.168.77.250"))?;
+        let conf = |c: usize| {
+            json!({"type": "macvlan", "master": WIRE_DEV, "mode": "bridge", "mtu": self.mtu,
+                "ipam": self.cnis[c].ipam()})
+        };
+        let (la, lb) = (conf(ca), conf(cb));
+        for i in 0..pairs {
+            self.two_host_pair(
+                base,
+                i,
+                (ca, std::slice::from_ref(&la)),
+                (cb, std::slice::from_ref(&lb)),
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `vxlan`: a VXLAN device on each host (VNI 42, to the other host over the wire) enslaved
+    /// to a bridge the CNI `bridge` plugin attaches the containers to; one overlay subnet,
+    /// each host handing out its own part. The containers' MTU leaves room for the
+    /// encapsulation.
+    fn vxlan(&mut self, base: &str, a: &str, b: &str, pairs: usize) -> Result<()> {
+        let inner = self.mtu.saturating_sub(VXLAN_OVERHEAD);
+        let mtu = inner.to_string();
+        for (h, local, remote) in [(a, HOST_A, HOST_B), (b, HOST_B, HOST_A)] {
+            let w = self.wire_ref();
+            w.ip_in(
+                h,
+                &[
+                    "link", "add", "vx0", "mtu", &mtu, "type", "vxlan", "id", "42", "local", local,
+                    "remote", remote, "dstport", "4789", "dev", WIRE_DEV,
+                ],
+            )?;
+            w.ip_in(h, &["link", "add", "vbr0", "mtu", &mtu, "type", "bridge"])?;
+            w.ip_in(h, &["link", "set", "vx0", "master", "vbr0"])?;
+            w.ip_in(h, &["link", "set", "vx0", "up"])?;
+            w.ip_in(h, &["link", "set", "vbr0", "up"])?;
+        }
+        let range = |first: &str, last: &str| Range {
+            subnet: OVERLAY_NET.into(),
+            gateway: None,
+            span: Some((first.into(), last.into())),
+            default_route: false,
+        };
+        let ca = self.cni_in(a, base, "ca", range("10.80.1.1", "10.80.1.250"))?;
+        let cb = self.cni_in(b, base, "cb", range("10.80.2.1", "10.80.2.250"))?;
+        let la = self.bridge_on("vbr0", false, false, inner, ca);
+        let lb = self.bridge_on("vbr0", false, false, inner, cb);
+        for i in 0..pairs {
+            self.two_host_pair(
+                base,
+                i,
+                (ca, std::slice::from_ref(&la)),
+                (cb, std::slice::from_ref(&lb)),
+                None,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for KernelLab {
     fn drop(&mut self) {
         drop(self.ovs.take());
-        if let Some(cni) = self.cni.as_mut() {
+        for cni in self.cnis.iter_mut().rev() {
             cni.del_all();
         }
         for ns in self.namespaces.iter().rev() {
@@ -324,8 +561,9 @@ impl Drop for KernelLab {
                 eprintln!("docknet: warning: removing namespace {ns}: {e:#}");
             }
         }
-        if let Some(cni) = self.cni.take() {
+        for cni in self.cnis.drain(..) {
             let _ = std::fs::remove_dir_all(&cni.dir);
         }
+        // the hosts and the wire go last (the `wire` field drops after this)
     }
 }

@@ -6,7 +6,8 @@
 //! - [`ovs`]: an Open vSwitch of the lab's own;
 //! - [`daemon`]: a DockNet daemon of the lab's own;
 //! - [`docknet`]: pipes (and fast channels) on that daemon;
-//! - [`probe`]: whether this machine can have a mode at all.
+//! - [`probe`]: whether this machine can have a mode at all;
+//! - [`wire`]: two hosts joined by a wire (the two-host modes build on it).
 
 pub mod cni;
 pub mod daemon;
@@ -14,6 +15,7 @@ pub mod docknet;
 pub mod kernel;
 pub mod ovs;
 pub mod probe;
+pub mod wire;
 
 pub use daemon::Daemon;
 pub use docknet::DocknetLab;

@@ -9,7 +9,20 @@ use std::process::Command;
 /// Why `mode` cannot be measured on this machine, or `None` when it can.
 pub fn unavailable(mode: Mode) -> Option<String> {
     match mode {
-        Mode::Bridge | Mode::BridgeNat | Mode::Container | Mode::Macvlan => cni(mode),
+        Mode::Bridge
+        | Mode::BridgeNat
+        | Mode::Container
+        | Mode::Macvlan
+        | Mode::Routed
+        | Mode::Nat => cni(mode),
+        Mode::Vxlan => cni(mode).or_else(|| {
+            link_probe(
+                &[
+                    "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "dev", "p0",
+                ],
+                "vxlan",
+            )
+        }),
         Mode::Ipvlan => cni(mode).or_else(ipvlan),
         Mode::Ovs => [
             "ovsdb-server",
@@ -35,7 +48,12 @@ pub fn unavailable(mode: Mode) -> Option<String> {
                 .unwrap_or(false);
             (!vfs).then(|| "no SR-IOV capable NIC on this machine".to_string())
         }
-        Mode::Loopback | Mode::Veth | Mode::Docknet | Mode::DocknetFc => None,
+        Mode::Loopback
+        | Mode::Veth
+        | Mode::Docknet
+        | Mode::DocknetFc
+        | Mode::Host
+        | Mode::DocknetPacket => None,
     }
 }
 
@@ -44,7 +62,9 @@ fn cni(mode: Mode) -> Option<String> {
     if let Err(e) = plugin_dir() {
         return Some(format!("{e:#}"));
     }
-    if mode == Mode::BridgeNat && Command::new("iptables").arg("-V").output().is_err() {
+    if matches!(mode, Mode::BridgeNat | Mode::Nat)
+        && Command::new("iptables").arg("-V").output().is_err()
+    {
         return Some("the CNI portmap plugin needs iptables (apt-get install iptables)".into());
     }
     None
@@ -52,17 +72,26 @@ fn cni(mode: Mode) -> Option<String> {
 
 /// Whether the kernel can make ipvlan links, tried in a namespace of our own.
 fn ipvlan() -> Option<String> {
+    link_probe(
+        &["iv0", "link", "p0", "type", "ipvlan", "mode", "l2"],
+        "ipvlan",
+    )
+}
+
+/// Whether the kernel can make the link `ip link add ARGS...` describes (beside a veth `p0`),
+/// tried in a namespace of our own.
+fn link_probe(args: &[&str], kind: &str) -> Option<String> {
     let ns = unique("p");
     let probe = ip(&["netns", "add", &ns]).and_then(|_| {
         ip(&[
             "-n", &ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1",
         ])?;
-        ip(&[
-            "-n", &ns, "link", "add", "iv0", "link", "p0", "type", "ipvlan", "mode", "l2",
-        ])
+        let mut a = vec!["-n", ns.as_str(), "link", "add"];
+        a.extend_from_slice(args);
+        ip(&a)
     });
     let _ = ip(&["netns", "del", &ns]);
     probe
         .err()
-        .map(|e| format!("the kernel cannot create ipvlan links ({e:#}): no ipvlan module"))
+        .map(|e| format!("the kernel cannot create {kind} links ({e:#}): no {kind} module"))
 }

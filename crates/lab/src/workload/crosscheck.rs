@@ -123,6 +123,7 @@ impl Runner {
         {
             self.skipped.push(NotAvailable {
                 mode: name,
+                topology: self.topology,
                 mtu: Some(run.mtu),
                 status: Status::Skipped,
                 reason: why,

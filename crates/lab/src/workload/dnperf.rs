@@ -144,6 +144,7 @@ mod tests {
                 client: Some(0),
                 server: Some(1),
                 master: None,
+                master_b: None,
                 idle: "spin",
                 description: "d".into(),
             }),

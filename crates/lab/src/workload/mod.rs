@@ -11,11 +11,12 @@ pub mod dnperf;
 pub mod pairs;
 pub mod raw;
 
-use crate::mode::Builder;
+use crate::mode::{Builder, Topology};
 use crate::plan::{Measure, ModeRun, Placement, Point};
 use crate::proc::{in_ns, Proc, Stop};
 use crate::progress::Progress;
 use crate::row::{NotAvailable, Row, Workload};
+use crate::topology::wire::Shape;
 use crate::topology::{DocknetLab, KernelLab};
 use anyhow::{bail, Context, Result};
 use dnperf::Side;
@@ -81,6 +82,13 @@ pub struct Runner {
     pub rows: Vec<Row>,
     /// Modes and tools without figures, and why.
     pub skipped: Vec<NotAvailable>,
+    /// One host or two.
+    pub topology: Topology,
+    /// Two hosts: the wire's shaping.
+    pub shape: Shape,
+    /// Two hosts: the wire's MTU in the run being measured (every row carries it, whatever the
+    /// containers' own links have, e.g. under VXLAN).
+    wire_mtu: Option<u32>,
     port: u16,
 }
 
@@ -115,6 +123,9 @@ impl Runner {
             progress: Progress::new(total as u64),
             rows: Vec::new(),
             skipped: Vec::new(),
+            topology: Topology::OneHost,
+            shape: Shape::default(),
+            wire_mtu: None,
             port: 21000,
         })
     }
@@ -137,13 +148,30 @@ impl Runner {
         let mem0 = (self.workload == Workload::Pairs)
             .then(pairs::mem_available_kib)
             .flatten();
+        let two = self.topology == Topology::TwoHost;
+        self.wire_mtu = two.then_some(run.mtu);
         if let Some(setup) = &run.daemon {
-            let lab = DocknetLab::build(&self.exe, run.mode, setup, run.pairs, run.mtu)?;
+            let lab = if two {
+                DocknetLab::build_two_host(
+                    &self.exe,
+                    run.mode,
+                    setup,
+                    run.pairs,
+                    run.mtu,
+                    &self.shape,
+                )?
+            } else {
+                DocknetLab::build(&self.exe, run.mode, setup, run.pairs, run.mtu)?
+            };
             let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
             self.points(run, &Fleet::Docknet(&lab), topo_kib)
         } else {
-            let lab = KernelLab::build(run.mode, run.pairs, run.mtu)
-                .with_context(|| format!("building the {} topology", run.mode))?;
+            let lab = if two {
+                KernelLab::build_two_host(run.mode, run.pairs, run.mtu, &self.shape)
+            } else {
+                KernelLab::build(run.mode, run.pairs, run.mtu)
+            }
+            .with_context(|| format!("building the {} topology", run.mode))?;
             let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
             self.points(run, &Fleet::Kernel(&lab), topo_kib)
         }
@@ -228,7 +256,11 @@ impl Runner {
     }
 
     /// Records a row and says so on the progress.
-    pub fn push(&mut self, row: Row) {
+    pub fn push(&mut self, mut row: Row) {
+        row.topology = self.topology;
+        if let Some(m) = self.wire_mtu {
+            row.mtu = Some(m);
+        }
         let what = match (row.pairs, row.p50_us, row.gbps) {
             (Some(n), p, g) => format!(
                 "{n} pairs: {:.2} Gbps total, p50 {:.2} us, {:.0} KiB/pair",

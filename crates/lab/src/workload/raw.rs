@@ -167,11 +167,13 @@ impl Runner {
             DaemonSetup {
                 idle: "adaptive",
                 master_core: None,
+                master_core_b: None,
             }
         } else {
             DaemonSetup {
                 idle: "spin",
                 master_core: Some(a.daemon_core),
+                master_core_b: None,
             }
         };
         let d = Daemon::start(&self.exe, &setup)?;
@@ -189,6 +191,7 @@ impl Runner {
             client: Some(cores.0),
             server: Some(cores.1),
             master: (!fc).then_some(a.daemon_core),
+            master_b: None,
             idle: "",
             description: format!(
                 "client core {}, server core {}, peers {idle}{}",
@@ -233,6 +236,7 @@ impl Runner {
                     client: Some(cc),
                     server: Some(sc),
                     master: None,
+                    master_b: None,
                     idle: "spin",
                     description: format!(
                         "client core {cc}, server core {sc}, kernel TCP over a Linux bridge (rr: Nagle off; stream: Nagle on)"

@@ -62,7 +62,7 @@ pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
     }
     let master = Arc::new(MasterShared::new(r.snapshot()));
     let m = master.clone();
-    let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE));
+    let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
     let a = Stack::new(
         Endpoint::from_connection(r.connect_local("a").unwrap(), cfg.idle, None).unwrap(),
         cfg.clone(),

@@ -1,0 +1,261 @@
+//! The daemon on the wire: two hosts in namespaces of their own joined by a wire, a daemon on
+//! each driving its end (AF_XDP or AF_PACKET), containers behind them. Checked: a 1 GiB TCP
+//! transfer arrives intact over both NIC modes, the host keeps its own traffic while the daemon
+//! runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
+//! link gets its one-line error.
+
+mod common;
+use common::*;
+use docknet_lab::topology::daemon::Daemon;
+use docknet_lab::topology::wire::{Shape, Wire, HOST_A, WIRE_DEV};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn dnperf() -> &'static str {
+    env!("CARGO_BIN_EXE_dnperf")
+}
+
+/// `docknet --socket S ARGS...` on daemon `d`.
+fn ctl(d: &Daemon, args: &[&str]) -> Output {
+    d.cmd(Path::new(EXE)).args(args).output().unwrap()
+}
+
+fn ok(d: &Daemon, args: &[&str]) -> String {
+    let o = ctl(d, args);
+    assert!(
+        o.status.success(),
+        "docknet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether `host`'s end of the wire has an XDP program attached.
+fn xdp_attached(host: &str) -> bool {
+    let o = Command::new("ip")
+        .args(["-n", host, "-d", "link", "show", WIRE_DEV])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).contains("prog/xdp")
+}
+
+fn ping(from: &str, to: &str) -> bool {
+    Command::new("ip")
+        .args([
+            "netns", "exec", from, "ping", "-c", "2", "-W", "2", "-i", "0.2", to,
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn host_daemon(wire: &Wire, host: &str, mode: &str) -> Daemon {
+    let _ = wire;
+    Daemon::start_on(
+        Path::new(EXE),
+        "adaptive",
+        None,
+        Some((host, WIRE_DEV, mode)),
+    )
+    .unwrap_or_else(|e| panic!("daemon on {host} ({mode}): {e:#}"))
+}
+
+/// A checked transfer of `bytes` from a container on host A to one on host B.
+fn transfer(a: &Daemon, b: &Daemon, bytes: u64) -> serde_json::Value {
+    let mut srv = b
+        .cmd(Path::new(EXE))
+        .args(["run", "--pipe", "s0", "--", dnperf()])
+        .args(["server", "--stack", "docknet", "--idle", "adaptive"])
+        .args(["--bind", "10.78.2.1:7000", "--conns", "1"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let o = a
+        .cmd(Path::new(EXE))
+        .args(["run", "--pipe", "c0", "--", dnperf()])
+        .args(["client", "--stack", "docknet", "--idle", "adaptive"])
+        .args(["--connect", "10.78.2.1:7000", "--workload", "check"])
+        .args(["--bytes", &bytes.to_string(), "--size", "65536", "--json"])
+        .output()
+        .unwrap();
+    let _ = srv.wait();
+    assert!(
+        o.status.success(),
+        "transfer failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let line = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(line.lines().last().unwrap_or("")).unwrap()
+}
+
+#[test]
+fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
+    if !root_or_skip("nic transfer") {
+        return;
+    }
+    for mode in ["xdp", "packet"] {
+        let wire = Wire::build(1500, &Shape::default()).unwrap();
+        let a = host_daemon(&wire, &wire.host_a, mode);
+        let b = host_daemon(&wire, &wire.host_b, mode);
+        ok(&a, &["pipe", "create", "c0", "--ip", "10.78.1.1/16"]);
+        ok(&b, &["pipe", "create", "s0", "--ip", "10.78.2.1/16"]);
+        if mode == "xdp" {
+            assert!(xdp_attached(&wire.host_a) && xdp_attached(&wire.host_b));
+        }
+        // the hosts' own traffic still reaches their kernels while the daemons run
+        assert!(ping(&wire.host_b, HOST_A), "{mode}: host ping");
+
+        let r = transfer(&a, &b, 1 << 30);
+        assert_eq!(r["result"]["bytes"], 1u64 << 30, "{mode}: {r}");
+        assert_eq!(r["result"]["corrupt_bytes"], 0, "{mode}: {r}");
+
+        let st: serde_json::Value = serde_json::from_str(&ok(&a, &["status", "--json"])).unwrap();
+        let nic = &st["nic"];
+        assert_eq!(nic["mode"], mode, "{st}");
+        assert_eq!(nic["iface"], WIRE_DEV);
+        assert!(nic["counters"]["sent"].as_u64().unwrap() > 700_000, "{st}");
+        assert_eq!(nic["counters"]["drop_bad_checksum"], 0, "{st}");
+        if mode == "xdp" {
+            assert!(["native", "generic"].contains(&nic["attach"].as_str().unwrap()));
+        }
+        let p: serde_json::Value =
+            serde_json::from_str(&ok(&a, &["pipe", "show", "c0", "--json"])).unwrap();
+        let c = &p["counters"];
+        assert!(c["wire_tx"].as_u64().unwrap() > 700_000, "{p}");
+        assert!(c["wire_rx"].as_u64().unwrap() > 0, "{p}");
+        assert!(
+            ping(&wire.host_a, "192.168.77.2"),
+            "{mode}: host ping after"
+        );
+        let (host_a, host_b) = (wire.host_a.clone(), wire.host_b.clone());
+        drop(a);
+        drop(b);
+        assert!(
+            !xdp_attached(&host_a) && !xdp_attached(&host_b),
+            "{mode}: the XDP program is detached when the daemon stops"
+        );
+    }
+}
+
+#[test]
+fn a_killed_daemon_leaves_no_xdp_program_and_a_new_one_starts() {
+    if !root_or_skip("nic kill") {
+        return;
+    }
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let sock = run.path().join("ctl.sock");
+    let start = || {
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &wire.host_a, EXE, "--socket"])
+            .arg(&sock)
+            .args(["daemon", "--run-dir"])
+            .arg(run.path().join("run"))
+            .args(["--nic", WIRE_DEV])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // it says "ready" once it serves
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert!(line.starts_with("ready"), "{line}");
+        c
+    };
+    let mut d = start();
+    assert!(xdp_attached(&wire.host_a));
+    d.kill().unwrap();
+    d.wait().unwrap();
+    // the program was attached through a BPF link the daemon's process held
+    let t = std::time::Instant::now();
+    while xdp_attached(&wire.host_a) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "XDP still attached after kill -9"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut d = start();
+    assert!(xdp_attached(&wire.host_a));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(d.wait().unwrap().success());
+    assert!(!xdp_attached(&wire.host_a));
+    // the fd holder of that run directory leaves once it holds nothing; end it if not
+    if let Ok(p) = std::fs::read_to_string(run.path().join("run/holder.pid")) {
+        if let Ok(pid) = p.trim().parse::<i32>() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+#[test]
+fn a_missing_or_down_link_gets_one_line() {
+    if !root_or_skip("nic errors") {
+        return;
+    }
+    let run = tempfile::tempdir().unwrap();
+    let daemon = |ns: Option<&str>, link: &str| {
+        let mut c = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, EXE]);
+                c
+            }
+            None => Command::new(EXE),
+        };
+        c.arg("--socket")
+            .arg(run.path().join("s"))
+            .args(["daemon", "--ephemeral", "--run-dir"])
+            .arg(run.path().join("r"))
+            .args(["--nic", link])
+            .output()
+            .unwrap()
+    };
+    let o = daemon(None, "dn-no-such-link");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("dn-no-such-link does not exist") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    let _ = Command::new("ip")
+        .args(["-n", &wire.host_a, "link", "set", WIRE_DEV, "down"])
+        .status();
+    let o = daemon(Some(&wire.host_a), WIRE_DEV);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("is down") && err.contains("ip link set") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    // an MTU AF_XDP cannot take says what to do instead
+    let _ = Command::new("ip")
+        .args([
+            "-n",
+            &wire.host_a,
+            "link",
+            "set",
+            WIRE_DEV,
+            "mtu",
+            "9000",
+            "up",
+        ])
+        .status();
+    let o = daemon(Some(&wire.host_a), WIRE_DEV);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("--nic-mode packet"), "{err}");
+}

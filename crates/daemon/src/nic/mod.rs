@@ -1,0 +1,563 @@
+//! The daemon's link to the wire: a NIC driven through AF_XDP (with an XDP flow director) or
+//! AF_PACKET, moved by the master thread like one more pipe.
+//!
+//! - [`link`]: the link's facts (index, MAC, MTU, state, queues) and one-line errors;
+//! - [`xdp`] and [`packet`]: the two [`Port`]s;
+//! - [`wire`]: what a frame goes through at the edge (checksums, MSS, addresses, ARP), pure;
+//! - [`neigh`]: the neighbours on the wire.
+//!
+//! [`Edge`] is what the master holds: the port, the link, the neighbours and the counters.
+//! Frames from a pipe to an address no pipe owns leave through it ([`Edge::send`]); frames
+//! arriving for a pipe are checked and delivered ([`Edge::recv`]). The daemon answers ARP for
+//! its pipes on the wire with the link's MAC and resolves neighbours itself.
+
+pub mod link;
+pub mod neigh;
+pub mod packet;
+pub mod wire;
+pub mod xdp;
+
+use crate::switch::FlowTable;
+use docknet_pipe::region::Region;
+use link::LinkInfo;
+use neigh::{Neighbours, Next};
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use wire::{Arp, WireDrop};
+
+/// How the daemon drives the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NicMode {
+    /// AF_XDP sockets behind an XDP flow director.
+    Xdp,
+    /// An AF_PACKET socket (works on any link).
+    Packet,
+}
+
+impl FromStr for NicMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<NicMode, String> {
+        match s {
+            "xdp" => Ok(NicMode::Xdp),
+            "packet" => Ok(NicMode::Packet),
+            _ => Err(format!("unknown NIC mode {s:?}: use xdp or packet")),
+        }
+    }
+}
+
+impl std::fmt::Display for NicMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NicMode::Xdp => "xdp",
+            NicMode::Packet => "packet",
+        })
+    }
+}
+
+/// What the daemon was asked to drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicConfig {
+    /// Interface name.
+    pub iface: String,
+    /// How.
+    pub mode: NicMode,
+    /// AF_XDP sockets to bind (queues 0..N); `None`: every receive queue of the link.
+    pub queues: Option<u32>,
+}
+
+/// Why the link could not be driven.
+#[derive(Debug, thiserror::Error)]
+pub enum NicError {
+    /// The link itself.
+    #[error(transparent)]
+    Link(#[from] link::LinkError),
+    /// Setting up the port.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// A port's fixed facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInfo {
+    /// `xdp` or `packet`.
+    pub mode: &'static str,
+    /// Receive queues served.
+    pub queues: u32,
+    /// How the XDP program is attached: `native`, `generic` (or `-`).
+    pub attach: String,
+    /// `copy` or `zero-copy`.
+    pub copy: String,
+    /// Longest frame the port moves.
+    pub max_frame: usize,
+}
+
+/// A port's own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortCounters {
+    /// Frames received from the link.
+    pub rx_frames: u64,
+    /// Frames queued for the link.
+    pub tx_frames: u64,
+    /// Bytes of those.
+    pub tx_bytes: u64,
+    /// Frames that found the tx ring (or queue) full and were dropped.
+    pub tx_ring_full: u64,
+    /// Transmissions the kernel reported complete (AF_XDP).
+    pub tx_completed: u64,
+    /// `sendto` kicks of the tx ring (AF_XDP).
+    pub tx_kicks: u64,
+    /// Receive descriptors outside the port's memory.
+    pub rx_bad_desc: u64,
+    /// Times the kernel said it lost frames (AF_PACKET ring full).
+    pub rx_ring_losing: u64,
+    /// Frames the flow director sent to the daemon (AF_XDP).
+    pub director_redirected: u64,
+    /// Frames it passed to the host's kernel.
+    pub director_passed: u64,
+    /// Frames for a pipe it passed because no socket sat at their queue.
+    pub director_no_socket: u64,
+    /// AF_XDP: frames the kernel dropped for the sockets (rx ring full, no fill buffers).
+    pub xsk_rx_dropped: u64,
+    /// AF_XDP: times the rx ring was full.
+    pub xsk_rx_ring_full: u64,
+    /// AF_XDP: times the fill ring was empty.
+    pub xsk_fill_ring_empty: u64,
+    /// AF_XDP: invalid tx descriptors.
+    pub xsk_tx_invalid: u64,
+}
+
+/// A received frame.
+#[derive(Debug)]
+pub struct Rx<'a> {
+    /// Its bytes (the port's memory, ours until `recv` returns).
+    pub frame: &'a mut [u8],
+    /// The sender's kernel left the checksum to offload (AF_PACKET on a virtual link).
+    pub csum_partial: bool,
+}
+
+/// A way to move frames to and from the link. Used by the master thread only.
+pub trait Port: Send + std::fmt::Debug {
+    /// Fixed facts.
+    fn info(&self) -> &PortInfo;
+    /// Whether a frame is waiting (cheap; decides whether the master may sleep).
+    fn rx_ready(&self) -> bool;
+    /// Receives up to `max` frames, handing each to `f`. Returns how many.
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> usize;
+    /// Queues one frame: `fill` writes it into a buffer of up to `max_len` bytes and returns
+    /// its length (`None`: nothing to send). False when there was no room or nothing was sent.
+    fn send(&mut self, max_len: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> bool;
+    /// Sends what is queued and reclaims what was sent. False when frames are still waiting
+    /// for the device (call again soon).
+    fn flush(&mut self) -> bool;
+    /// Descriptors that become readable when frames arrive (for the waker thread).
+    fn wait_fds(&self) -> Vec<BorrowedFd<'_>>;
+    /// Keeps the flow director's set of pipe addresses equal to `ips`.
+    fn set_pipes(&mut self, ips: &[Ipv4Addr]);
+    /// Counters.
+    fn counters(&mut self) -> PortCounters;
+}
+
+/// Opens the port `cfg` asks for on its link.
+pub fn open(cfg: &NicConfig) -> Result<(LinkInfo, Box<dyn Port>), NicError> {
+    let link = LinkInfo::read(&cfg.iface)?;
+    let port: Box<dyn Port> = match cfg.mode {
+        NicMode::Xdp => Box::new(xdp::XdpPort::open(&link, cfg.queues)?),
+        NicMode::Packet => Box::new(packet::PacketPort::open(&link)?),
+    };
+    Ok((link, port))
+}
+
+macro_rules! edge_counters {
+    ($($field:ident: $doc:literal,)*) => {
+        /// The edge's counters (beyond the port's own).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct EdgeCounters { $(#[doc = $doc] pub $field: u64,)* }
+        /// The same, shared with the control plane.
+        #[derive(Debug, Default)]
+        pub struct SharedEdgeCounters { $($field: AtomicU64,)* }
+        impl SharedEdgeCounters {
+            fn store(&self, c: &EdgeCounters) { $(self.$field.store(c.$field, Ordering::Relaxed);)* }
+            /// Reads them.
+            pub fn load(&self) -> EdgeCounters {
+                EdgeCounters { $($field: self.$field.load(Ordering::Relaxed),)* }
+            }
+        }
+    };
+}
+
+edge_counters! {
+    delivered: "Frames from the wire delivered into a pipe.",
+    sent: "Frames from pipes sent to the wire.",
+    not_for_us: "Frames from the wire for no pipe (AF_PACKET sees the host's traffic too).",
+    drop_malformed: "Frames from the wire whose headers do not parse.",
+    drop_bad_checksum: "Frames from the wire with a wrong checksum.",
+    drop_too_big: "Frames larger than the MTU of where they were going.",
+    drop_rx_full: "Frames from the wire for a pipe whose rx ring was full.",
+    drop_unresolved: "Frames to the wire dropped while their next hop did not answer ARP.",
+    drop_tx_full: "Frames to the wire dropped because the port had no room.",
+    arp_requests: "ARP requests the daemon sent on the wire.",
+    arp_replies: "ARP requests on the wire for a pipe the daemon answered.",
+    arp_learnt: "ARP messages the daemon learnt a neighbour from.",
+}
+
+/// What the control plane sees of the edge.
+#[derive(Debug)]
+pub struct EdgeShared {
+    /// The link.
+    pub link: LinkInfo,
+    /// The port's facts.
+    pub port: PortInfo,
+    /// The edge's counters, published by the master.
+    pub counters: SharedEdgeCounters,
+    /// The port's counters, published by the master.
+    pub port_counters: std::sync::Mutex<PortCounters>,
+    /// Neighbours resolved, published by the master.
+    pub neighbours: AtomicU64,
+}
+
+/// The link as the master holds it.
+#[derive(Debug)]
+pub struct Edge {
+    port: Box<dyn Port>,
+    link: LinkInfo,
+    neigh: Neighbours,
+    c: EdgeCounters,
+    /// ARP frames (and frames that waited for one) to send after a receive batch.
+    out: Vec<Vec<u8>>,
+    /// What the control plane reads.
+    pub shared: std::sync::Arc<EdgeShared>,
+    dirty: bool,
+    sent_since_flush: bool,
+    /// When the port's counters (a system call for AF_XDP) were last read.
+    port_read: Instant,
+}
+
+/// What became of a frame a pipe sent to the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Queued on the port.
+    Sent,
+    /// Held until its next hop answers ARP.
+    Held,
+    /// Dropped: longer than the wire's MTU.
+    TooBig,
+    /// Dropped: another reason, counted on the edge.
+    Dropped,
+}
+
+impl Edge {
+    /// The edge over `port` on `link`.
+    pub fn new(link: LinkInfo, port: Box<dyn Port>) -> Edge {
+        let shared = std::sync::Arc::new(EdgeShared {
+            link: link.clone(),
+            port: port.info().clone(),
+            counters: SharedEdgeCounters::default(),
+            port_counters: std::sync::Mutex::new(PortCounters::default()),
+            neighbours: AtomicU64::new(0),
+        });
+        Edge {
+            port,
+            link,
+            neigh: Neighbours::new(),
+            c: EdgeCounters::default(),
+            out: Vec::new(),
+            shared,
+            dirty: false,
+            sent_since_flush: false,
+            port_read: Instant::now(),
+        }
+    }
+
+    /// The link's MAC (the pipes' next hop to the wire).
+    pub fn mac(&self) -> [u8; 6] {
+        self.link.mac
+    }
+
+    /// Whether frames wait on the link.
+    pub fn rx_ready(&self) -> bool {
+        self.port.rx_ready()
+    }
+
+    /// Copies of the descriptors to wait on while the master sleeps (for the waker thread).
+    pub fn waker_fds(&self) -> Vec<OwnedFd> {
+        self.port
+            .wait_fds()
+            .into_iter()
+            .filter_map(|fd| fd.try_clone_to_owned().ok())
+            .collect()
+    }
+
+    /// Keeps the flow director's addresses equal to the pipes'.
+    pub fn set_pipes(&mut self, ips: &[Ipv4Addr]) {
+        self.port.set_pipes(ips);
+    }
+
+    fn arp_request(&mut self, from: Ipv4Addr, to: Ipv4Addr) {
+        let f = wire::arp_frame(&Arp {
+            request: true,
+            sha: self.link.mac,
+            spa: from,
+            tha: [0; 6],
+            tpa: to,
+        });
+        self.c.arp_requests += 1;
+        self.out.push(f.to_vec());
+    }
+
+    /// Sends a frame pipe region `region` holds at `off` (`len` bytes, whose first bytes the
+    /// master checked as `hdr`) to `dst` on the wire. The frame is copied once, into the port,
+    /// and `hdr` written over its start, so what leaves is what was checked.
+    pub fn send(
+        &mut self,
+        region: &Region,
+        off: usize,
+        len: usize,
+        hdr: &[u8],
+        dst: Ipv4Addr,
+        now: Instant,
+    ) -> Sent {
+        self.dirty = true;
+        let copy = |buf: &mut [u8]| -> bool {
+            buf.len() >= len && region.read(off, &mut buf[..len]) && {
+                buf[..hdr.len().min(len)].copy_from_slice(&hdr[..hdr.len().min(len)]);
+                true
+            }
+        };
+        let from = wire::ipv4_src(hdr).unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let next = self.neigh.route(dst, from, now, || {
+            let mut v = vec![0u8; len];
+            if !copy(&mut v) {
+                v.clear();
+            }
+            v
+        });
+        let mac = match next {
+            Next::Send(m) => m,
+            Next::SendAndAsk(m) => {
+                self.arp_request(from, dst);
+                m
+            }
+            Next::HeldAsk => {
+                self.arp_request(from, dst);
+                self.flush_out();
+                return Sent::Held;
+            }
+            Next::Held => return Sent::Held,
+            Next::Dropped => {
+                self.c.drop_unresolved += 1;
+                return Sent::Dropped;
+            }
+        };
+        let (link_mac, mtu) = (self.link.mac, self.link.mtu);
+        let mut why = None;
+        let ok = self.port.send(len, &mut |buf| {
+            if !copy(buf) {
+                why = Some(WireDrop::Malformed);
+                return None;
+            }
+            match wire::to_wire(&mut buf[..len], link_mac, mac, mtu) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    why = Some(e);
+                    None
+                }
+            }
+        });
+        self.sent_since_flush |= ok;
+        match (ok, why) {
+            (true, _) => {
+                self.c.sent += 1;
+                Sent::Sent
+            }
+            (false, Some(WireDrop::TooBig)) => {
+                self.c.drop_too_big += 1;
+                Sent::TooBig
+            }
+            (false, Some(_)) => {
+                self.c.drop_malformed += 1;
+                Sent::Dropped
+            }
+            (false, None) => {
+                self.c.drop_tx_full += 1;
+                Sent::Dropped
+            }
+        }
+    }
+
+    /// Sends the ARP frames and released frames queued during a batch.
+    fn flush_out(&mut self) {
+        for f in std::mem::take(&mut self.out) {
+            let ok = self.port.send(f.len(), &mut |buf| {
+                buf.get_mut(..f.len())?.copy_from_slice(&f);
+                Some(f.len())
+            });
+            if ok {
+                self.sent_since_flush = true;
+            } else {
+                self.c.drop_tx_full += 1;
+            }
+        }
+    }
+
+    /// Frames that waited for `ip`'s MAC: readied for the wire and queued for sending.
+    fn release(&mut self, held: Vec<Vec<u8>>, mac: [u8; 6]) {
+        for mut f in held {
+            if f.is_empty() {
+                continue;
+            }
+            match wire::to_wire(&mut f, self.link.mac, mac, self.link.mtu) {
+                Ok(n) => {
+                    f.truncate(n);
+                    self.c.sent += 1;
+                    self.out.push(f);
+                }
+                Err(WireDrop::TooBig) => self.c.drop_too_big += 1,
+                Err(_) => self.c.drop_malformed += 1,
+            }
+        }
+    }
+
+    /// Receives up to `max` frames from the wire: ARP is answered or learnt from, IPv4 for a
+    /// pipe is checked and handed to `deliver(pipe index, bytes)` (which returns false when the
+    /// pipe's rx ring is full). Returns the frames received.
+    pub fn recv(
+        &mut self,
+        max: usize,
+        table: &FlowTable,
+        mtu_of: &dyn Fn(usize) -> u32,
+        deliver: &mut dyn FnMut(usize, &[u8]) -> bool,
+        now: Instant,
+    ) -> usize {
+        let Edge {
+            port,
+            link,
+            neigh,
+            c,
+            out,
+            ..
+        } = self;
+        let mut learnt: Vec<(Vec<Vec<u8>>, [u8; 6])> = Vec::new();
+        let n = port.recv(max, &mut |rx| {
+            if let Some(a) = wire::arp(rx.frame) {
+                // only ARP about the pipes is the daemon's business
+                if table.lookup(a.tpa).is_none() {
+                    c.not_for_us += 1;
+                    return;
+                }
+                if a.request || a.tha == link.mac {
+                    if a.spa.is_unspecified() || a.sha[0] & 1 != 0 {
+                        c.drop_malformed += 1;
+                        return;
+                    }
+                    c.arp_learnt += 1;
+                    let held = neigh.learn(a.spa, a.sha, now);
+                    if !held.is_empty() {
+                        learnt.push((held, a.sha));
+                    }
+                }
+                if a.request {
+                    c.arp_replies += 1;
+                    out.push(
+                        wire::arp_frame(&Arp {
+                            request: false,
+                            sha: link.mac,
+                            spa: a.tpa,
+                            tha: a.sha,
+                            tpa: a.spa,
+                        })
+                        .to_vec(),
+                    );
+                }
+                return;
+            }
+            let Some(d) = wire::ipv4_dst(rx.frame).and_then(|ip| table.lookup(ip)) else {
+                c.not_for_us += 1;
+                return;
+            };
+            let Some(port) = table.port(d) else { return };
+            if rx.csum_partial {
+                // the sender's kernel left the checksum to an offload that never happened (a
+                // virtual link): compute it as the wire would have
+                let _ = wire::fill_checksums(rx.frame, u32::MAX);
+            }
+            match wire::from_wire(rx.frame, link.mac, port.mac, mtu_of(d)) {
+                Ok((_, len)) => {
+                    if deliver(d, &rx.frame[..len]) {
+                        c.delivered += 1;
+                    } else {
+                        c.drop_rx_full += 1;
+                    }
+                }
+                Err(WireDrop::BadChecksum) => c.drop_bad_checksum += 1,
+                Err(WireDrop::TooBig) => c.drop_too_big += 1,
+                Err(WireDrop::Malformed) => c.drop_malformed += 1,
+            }
+        });
+        for (held, mac) in learnt {
+            self.release(held, mac);
+        }
+        if n > 0 || !self.out.is_empty() {
+            self.dirty = true;
+        }
+        self.flush_out();
+        n
+    }
+
+    /// Re-asks for unresolved neighbours that are due and gives up on silent ones.
+    pub fn tick(&mut self, now: Instant) {
+        if !self.neigh.asking() {
+            return;
+        }
+        let (ask, dropped) = self.neigh.tick(now);
+        self.c.drop_unresolved += dropped as u64;
+        for (ip, from) in ask {
+            self.arp_request(from, ip);
+        }
+        self.flush_out();
+        self.dirty = true;
+    }
+
+    /// Whether a neighbour is being asked for (the master must not sleep past its retry).
+    pub fn asking(&self) -> bool {
+        self.neigh.asking()
+    }
+
+    /// Sends what is queued on the port.
+    pub fn flush(&mut self) {
+        if self.sent_since_flush || !self.out.is_empty() {
+            self.flush_out();
+            // what the device did not take yet is retried on the next round
+            self.sent_since_flush = !self.port.flush();
+        }
+    }
+
+    /// Whether frames wait to be sent (the master must not sleep on them).
+    pub fn tx_backlog(&self) -> bool {
+        self.sent_since_flush
+    }
+
+    /// Publishes the counters for the control plane (when something changed; the port's own,
+    /// which may cost a system call, at most every 100 ms unless `force`).
+    pub fn publish(&mut self, force: bool) {
+        if !self.dirty && !force {
+            return;
+        }
+        self.dirty = false;
+        self.shared.counters.store(&self.c);
+        let now = Instant::now();
+        if force || now.saturating_duration_since(self.port_read).as_millis() >= 100 {
+            self.port_read = now;
+            if let Ok(mut p) = self.shared.port_counters.lock() {
+                *p = self.port.counters();
+            }
+        }
+        self.shared
+            .neighbours
+            .store(self.neigh.resolved() as u64, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,305 @@
+//! The AF_PACKET port: the fallback that works on any link. Frames arrive through a
+//! memory-mapped TPACKET_V2 receive ring and leave with `sendmmsg`, batched per round.
+//!
+//! Why V2 and not V3: a V3 ring hands frames over a block at a time, when the block fills or its
+//! retire timer (whole milliseconds) fires, and wakes the reader only then; a request/response
+//! exchange on a quiet link would wait for the timer on every hop. V2 hands over each frame as
+//! it lands and wakes the reader per frame.
+//!
+//! A packet socket sees every frame on the link, also the host's own traffic (it is a tap, not
+//! a diversion): frames for the pipes are taken, the rest ignored here, and the host's kernel
+//! still receives its copy of everything (it drops what is addressed to the pipes, which are not
+//! its addresses). Transmission goes through the link's queueing discipline like any socket's.
+
+#![allow(unsafe_code)]
+
+use super::link::LinkInfo;
+use super::{NicError, Port, PortCounters, PortInfo, Rx};
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Frames in the receive ring.
+const RX_FRAMES: u32 = 2048;
+/// Frames sent per `sendmmsg` at most.
+const TX_BATCH: usize = 64;
+
+/// The AF_PACKET port.
+#[derive(Debug)]
+pub struct PacketPort {
+    info: PortInfo,
+    fd: OwnedFd,
+    ring: NonNull<u8>,
+    ring_len: usize,
+    frame_size: usize,
+    next: u32,
+    tx_buf: Vec<u8>,
+    tx_lens: Vec<usize>,
+    slot: usize,
+    c: PortCounters,
+}
+
+// SAFETY: the port owns its socket and ring mapping; it is moved once into the master thread
+// and used only there.
+unsafe impl Send for PacketPort {}
+
+fn last(what: &str) -> NicError {
+    NicError::Setup(format!("{what}: {}", std::io::Error::last_os_error()))
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, opt: libc::c_int, v: &T) -> libc::c_int {
+    // SAFETY: `v` is a valid T for the call; the kernel reads size_of::<T>() bytes of it.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    }
+}
+
+impl PacketPort {
+    /// Opens a packet socket on `link` with a receive ring for frames up to the link's MTU.
+    pub fn open(link: &LinkInfo) -> Result<PacketPort, NicError> {
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // protocol 0: nothing is received until the bind below names the link and ETH_P_ALL
+        // SAFETY: plain socket(2); the result is checked before it is owned.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
+        };
+        if raw < 0 {
+            return Err(last("opening a packet socket"));
+        }
+        // SAFETY: `raw` is a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let version = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        if setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_VERSION, &version) < 0 {
+            return Err(last("PACKET_VERSION"));
+        }
+        let one: libc::c_int = 1;
+        // our own transmissions are not to be received again
+        if setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one) < 0 {
+            return Err(last("PACKET_IGNORE_OUTGOING"));
+        }
+        let max_frame = link.mtu as usize + super::wire::ETH;
+        // header, address, alignment, then the frame
+        let frame_size = (libc::TPACKET2_HDRLEN + 64 + max_frame)
+            .next_power_of_two()
+            .max(2048);
+        let block_size = frame_size.max(1 << 16);
+        let per_block = block_size / frame_size;
+        let blocks = (RX_FRAMES as usize).div_ceil(per_block);
+        let req = libc::tpacket_req {
+            tp_block_size: block_size as u32,
+            tp_block_nr: blocks as u32,
+            tp_frame_size: frame_size as u32,
+            tp_frame_nr: (blocks * per_block) as u32,
+        };
+        if setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &req) < 0 {
+            return Err(last("PACKET_RX_RING"));
+        }
+        let ring_len = block_size * blocks;
+        // SAFETY: maps the ring the kernel just set up for this socket.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last("mapping the packet ring"));
+        }
+        let ring = NonNull::new(p.cast::<u8>()).ok_or_else(|| last("mapping the packet ring"))?;
+        // SAFETY: sockaddr_ll is plain old data.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = link.index as i32;
+        // SAFETY: binds with a valid sockaddr_ll of the stated size.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        let port = PacketPort {
+            info: PortInfo {
+                mode: "packet",
+                queues: 1,
+                attach: "-".into(),
+                copy: "copy".into(),
+                max_frame,
+            },
+            fd,
+            ring,
+            ring_len,
+            frame_size,
+            next: 0,
+            tx_buf: vec![0; TX_BATCH * max_frame],
+            tx_lens: Vec::with_capacity(TX_BATCH),
+            slot: max_frame,
+            c: PortCounters::default(),
+        };
+        if rc < 0 {
+            return Err(last(&format!("binding to {}", link.name)));
+        }
+        Ok(port)
+    }
+
+    fn frames(&self) -> u32 {
+        (self.ring_len / self.frame_size) as u32
+    }
+
+    /// The status word of frame `i`.
+    fn status(&self, i: u32) -> &AtomicU32 {
+        // SAFETY: frame `i` < frames() starts inside the mapping, 16-byte aligned, with
+        // tp_status as its first u32; the kernel and we access it atomically.
+        unsafe {
+            &*self
+                .ring
+                .as_ptr()
+                .add(i as usize * self.frame_size)
+                .cast::<AtomicU32>()
+        }
+    }
+
+    fn send_batch(&mut self) {
+        if self.tx_lens.is_empty() {
+            return;
+        }
+        let n = self.tx_lens.len();
+        let mut iov: Vec<libc::iovec> = (0..n)
+            .map(|i| libc::iovec {
+                // SAFETY: slot i lies inside tx_buf (n <= TX_BATCH slots).
+                iov_base: unsafe { self.tx_buf.as_mut_ptr().add(i * self.slot) }.cast(),
+                iov_len: self.tx_lens[i],
+            })
+            .collect();
+        // SAFETY: mmsghdr is plain old data.
+        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+        }
+        let mut done = 0;
+        while done < n {
+            // SAFETY: msgs[done..] point at iovecs into tx_buf, all alive for the call.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    msgs.as_mut_ptr().add(done),
+                    (n - done) as u32,
+                    0,
+                )
+            };
+            if rc <= 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // the queue is full (or the link went away): the rest are dropped
+                self.c.tx_ring_full += (n - done) as u64;
+                break;
+            }
+            done += rc as usize;
+        }
+        self.tx_lens.clear();
+    }
+}
+
+impl Drop for PacketPort {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, unmapped once.
+        unsafe { libc::munmap(self.ring.as_ptr().cast(), self.ring_len) };
+    }
+}
+
+impl Port for PacketPort {
+    fn info(&self) -> &PortInfo {
+        &self.info
+    }
+
+    fn rx_ready(&self) -> bool {
+        self.status(self.next).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    }
+
+    fn recv(&mut self, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> usize {
+        let mut n = 0;
+        let frames = self.frames();
+        while n < max {
+            let st = self.status(self.next).load(Ordering::Acquire);
+            if st & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            let base = self.next as usize * self.frame_size;
+            // SAFETY: the frame's header lies at its start, inside the mapping; the kernel
+            // handed the frame to us (TP_STATUS_USER) and does not write it until we hand it back.
+            let hdr = unsafe { &*self.ring.as_ptr().add(base).cast::<libc::tpacket2_hdr>() };
+            let (mac, len) = (hdr.tp_mac as usize, hdr.tp_snaplen as usize);
+            if mac + len <= self.frame_size && len <= hdr.tp_len as usize {
+                // SAFETY: bounds checked just above against the frame, which is ours.
+                let frame = unsafe {
+                    std::slice::from_raw_parts_mut(self.ring.as_ptr().add(base + mac), len)
+                };
+                f(Rx {
+                    frame,
+                    csum_partial: st & libc::TP_STATUS_CSUMNOTREADY != 0,
+                });
+            } else {
+                self.c.rx_bad_desc += 1;
+            }
+            if st & libc::TP_STATUS_LOSING != 0 {
+                self.c.rx_ring_losing += 1;
+            }
+            self.status(self.next)
+                .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.next = (self.next + 1) % frames;
+            n += 1;
+        }
+        self.c.rx_frames += n as u64;
+        n
+    }
+
+    fn send(&mut self, max_len: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> bool {
+        if self.tx_lens.len() >= TX_BATCH {
+            self.send_batch();
+        }
+        let i = self.tx_lens.len();
+        let cap = max_len.min(self.slot);
+        let buf = &mut self.tx_buf[i * self.slot..i * self.slot + cap];
+        let Some(len) = fill(buf).filter(|l| *l <= cap && *l > 0) else {
+            return false;
+        };
+        self.tx_lens.push(len);
+        self.c.tx_frames += 1;
+        self.c.tx_bytes += len as u64;
+        true
+    }
+
+    fn flush(&mut self) -> bool {
+        self.send_batch();
+        true
+    }
+
+    fn wait_fds(&self) -> Vec<BorrowedFd<'_>> {
+        vec![self.fd.as_fd()]
+    }
+
+    fn set_pipes(&mut self, _ips: &[Ipv4Addr]) {}
+
+    fn counters(&mut self) -> PortCounters {
+        self.c
+    }
+}
