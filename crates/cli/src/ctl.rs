@@ -137,3 +137,35 @@ pub fn print_status(s: &Status) {
         println!("{:<14} drops: {}", "", d.join(" "));
     }
 }
+
+/// `rate show` as text.
+pub fn print_rate(r: &docknet_daemon::proto::RateInfo) {
+    let fmt = |bps: u64| {
+        if bps >= 1_000_000_000 {
+            format!("{:.3} Gbit/s", bps as f64 / 1e9)
+        } else if bps >= 1_000_000 {
+            format!("{:.3} Mbit/s", bps as f64 / 1e6)
+        } else {
+            format!("{:.3} kbit/s", bps as f64 / 1e3)
+        }
+    };
+    println!(
+        "{}: timers fine {} us, coarse {} ms",
+        r.pipe, r.fine_us, r.coarse_ms
+    );
+    for (what, d) in [("egress", &r.egress), ("ingress", &r.ingress)] {
+        match d {
+            None => println!("  {what:<8} unlimited"),
+            Some(d) => println!(
+                "  {what:<8} {} burst {} bits; credit {} bits, {} bytes through, {} waits{}",
+                fmt(d.rate_bps),
+                d.burst_bits,
+                d.tokens_bits,
+                d.passed_bytes,
+                d.waits,
+                d.queued_bytes
+                    .map_or(String::new(), |q| format!(", {q} bytes queued"))
+            ),
+        }
+    }
+}

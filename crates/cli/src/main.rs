@@ -6,7 +6,7 @@ mod container;
 mod ctl;
 mod sandbox;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use docknet_daemon::proto::DEFAULT_SOCKET;
 use docknet_lab::bench::BenchArgs;
@@ -17,6 +17,7 @@ use docknet_perf::raw::PeerArgs;
 use docknet_pipe::IdlePolicy;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 const EXAMPLES: &str =
     "Start a daemon, create a pipe per container, run each container attached to its pipe:
@@ -86,6 +87,15 @@ enum Cmd {
         /// AF_XDP sockets to bind, for queues 0..N [default: every receive queue of the link].
         #[arg(long, value_name = "N", requires = "nic", value_parser = clap::value_parser!(u32).range(1..=64))]
         nic_queues: Option<u32>,
+        /// Rate limits: the fine timer, which adds a quantum of tokens each interval (10us to
+        /// 10ms).
+        #[arg(long, default_value = "100us", value_parser = parse_interval)]
+        rate_fine: Duration,
+        /// Rate limits: the coarse timer, which every interval cuts credit above one burst
+        /// so a silent container cannot hoard it; also the default burst (one interval at the
+        /// rate). 1ms to 1s, at least the fine timer.
+        #[arg(long, default_value = "10ms", value_parser = parse_interval)]
+        rate_coarse: Duration,
     },
     /// Show the daemon's status.
     Status {
@@ -99,6 +109,12 @@ enum Cmd {
     /// Build and remove fast channels between partner pipes.
     #[command(subcommand)]
     Fc(FcCmd),
+    /// Limit what a pipe sends (egress) and what is delivered to it (ingress): token buckets
+    /// in the daemon, rates in bits/s and bursts in bits as Kubernetes writes them. Frames over
+    /// the limit wait (in the pipe's tx ring, or in the daemon's queue in front of its rx
+    /// ring); fast channels are not limited (the daemon is not on their path).
+    #[command(subcommand)]
+    Rate(RateCmd),
     /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
     /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
     /// /dev, /proc and /tmp, no capabilities, no_new_privs and a seccomp filter. The pipe is
@@ -218,6 +234,63 @@ enum FcCmd {
 }
 
 #[derive(Debug, Subcommand)]
+enum RateCmd {
+    /// Set a pipe's limits; a direction not given keeps its limit. Takes effect at once.
+    Set {
+        /// The pipe.
+        name: String,
+        /// What the container may send: bits/s with an optional unit (500mbit, 5gbit,
+        /// 100kbit, 1000000).
+        #[arg(long, value_parser = parse_rate)]
+        egress: Option<u64>,
+        /// What may be delivered to the container.
+        #[arg(long, value_parser = parse_rate)]
+        ingress: Option<u64>,
+        /// Egress bucket size in bits (units as for rates) [default: 10 ms at the rate;
+        /// clamped to between two frames and one second at the rate].
+        #[arg(long, value_parser = parse_rate, requires = "egress")]
+        egress_burst: Option<u64>,
+        /// Ingress bucket size in bits.
+        #[arg(long, value_parser = parse_rate, requires = "ingress")]
+        ingress_burst: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a pipe's limits.
+    Clear {
+        /// The pipe.
+        name: String,
+    },
+    /// A pipe's limits and its limiters' state: credit, bytes through, waits, bytes queued.
+    Show {
+        /// The pipe.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_rate(s: &str) -> Result<u64, String> {
+    docknet_daemon::rate::parse_bits(s).map_err(|e| e.to_string())
+}
+
+/// `100us`, `10ms`, `1s`.
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: use a whole number and us, ms or s (100us)"))?;
+    match unit {
+        "us" => Ok(Duration::from_micros(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        _ => Err(format!("{s:?}: use a whole number and us, ms or s (100us)")),
+    }
+}
+
+#[derive(Debug, Subcommand)]
 enum BenchCmd {
     /// Request/response latency (ping-pong of fixed-size messages).
     Rr(BenchArgs),
@@ -256,8 +329,16 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             nic,
             nic_mode,
             nic_queues,
+            rate_fine,
+            rate_coarse,
         } => {
             init_logging(&cli.log);
+            if !(Duration::from_micros(10)..=Duration::from_millis(10)).contains(&rate_fine)
+                || !(Duration::from_millis(1)..=Duration::from_secs(1)).contains(&rate_coarse)
+                || rate_coarse < rate_fine
+            {
+                bail!("--rate-fine takes 10us to 10ms, --rate-coarse 1ms to 1s and at least --rate-fine");
+            }
             docknet_daemon::run(docknet_daemon::Config {
                 run_dir,
                 socket: cli.socket.clone(),
@@ -270,6 +351,10 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                     mode: nic_mode,
                     queues: nic_queues,
                 }),
+                rate_timers: docknet_daemon::rate::Timers {
+                    fine: rate_fine,
+                    coarse: rate_coarse,
+                },
             })
             .context("docknet daemon")?;
         }
@@ -316,6 +401,36 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Fc(FcCmd::Rm { a, b }) => {
             ctl::client(sock)?.fc_rm(&a, &b)?;
             println!("removed fast channel {a} <-> {b}");
+        }
+        Cmd::Rate(RateCmd::Set {
+            name,
+            egress,
+            ingress,
+            egress_burst,
+            ingress_burst,
+            json,
+        }) => {
+            if egress.is_none() && ingress.is_none() {
+                bail!("give --egress RATE or --ingress RATE (or use `docknet rate clear {name}`)");
+            }
+            let c = docknet_daemon::proto::RateChange {
+                egress_bps: egress,
+                ingress_bps: ingress,
+                egress_burst_bits: egress_burst,
+                ingress_burst_bits: ingress_burst,
+            };
+            ctl::print(
+                &ctl::client(sock)?.rate_set(&name, &c)?,
+                json,
+                ctl::print_rate,
+            )?;
+        }
+        Cmd::Rate(RateCmd::Clear { name }) => {
+            ctl::client(sock)?.rate_clear(&name)?;
+            println!("cleared the rate limits of {name}");
+        }
+        Cmd::Rate(RateCmd::Show { name, json }) => {
+            ctl::print(&ctl::client(sock)?.rate_show(&name)?, json, ctl::print_rate)?
         }
         Cmd::Run(a) => return container::run(sock, &a),
         Cmd::Init {

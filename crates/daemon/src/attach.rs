@@ -1,6 +1,6 @@
 //! The accept thread: one thread waits (poll) on every socket the daemon bound in a
 //! container's network namespace, accepts container processes there and hands them their pipe
-//! ([`Registry::add_conn`]). A container that connects faster than [`RATE`] times a second has
+//! ([`crate::registry::Registry::add_conn`]). A container that connects faster than [`RATE`] times a second has
 //! its socket left out of the wait for a while (doubling up to 5 s): it can only slow down its
 //! own attachments.
 

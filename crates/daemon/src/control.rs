@@ -56,6 +56,8 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             | Request::PipeRm { .. }
             | Request::FcConnect { .. }
             | Request::FcRm { .. }
+            | Request::RateSet { .. }
+            | Request::RateClear { .. }
     );
     let out = match req {
         Request::Status {} => to_json(Status {
@@ -98,6 +100,31 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             to_json(list?)
         }
         Request::PipeShow { name } => to_json(reg.pipe_info(&name, true)?),
+        Request::RateSet {
+            name,
+            egress_bps,
+            ingress_bps,
+            egress_burst_bits,
+            ingress_burst_bits,
+        } => {
+            let r = reg.set_rate(
+                &name,
+                &crate::proto::RateChange {
+                    egress_bps,
+                    ingress_bps,
+                    egress_burst_bits,
+                    ingress_burst_bits,
+                },
+            )?;
+            tracing::info!(pipe = %name, egress = ?egress_bps, ingress = ?ingress_bps, "rate limits set");
+            to_json(r)
+        }
+        Request::RateClear { name } => {
+            let r = reg.clear_rate(&name)?;
+            tracing::info!(pipe = %name, "rate limits cleared");
+            to_json(r)
+        }
+        Request::RateShow { name } => to_json(reg.rate_info(&name)?),
         Request::FcConnect { a, b, mtu } => {
             let f = reg.connect_fc(&a, &b, mtu)?;
             tracing::info!(a = %a, b = %b, "fast channel connected");

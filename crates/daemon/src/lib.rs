@@ -13,6 +13,7 @@ pub mod holder;
 pub mod master;
 pub mod nic;
 pub mod proto;
+pub mod rate;
 pub mod registry;
 pub mod switch;
 
@@ -30,7 +31,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The link to the wire cannot be driven.
-    #[error("{0}")]
+    #[error(transparent)]
     Nic(#[from] nic::NicError),
     /// Another daemon holds the run directory.
     #[error("run directory {0} is in use by another docknet daemon")]
@@ -74,6 +75,8 @@ pub struct Config {
     /// A link to drive: frames for addresses no pipe owns leave through it, frames arriving on
     /// it for a pipe are delivered.
     pub nic: Option<nic::NicConfig>,
+    /// The rate limiters' fine and coarse timers.
+    pub rate_timers: rate::Timers,
 }
 
 /// Binds the control socket at `path` with mode 0600 from the start: bound inside a private
@@ -126,6 +129,7 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let (mut registry, warnings) =
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     registry.set_gateway(edge.as_ref().map(|e| e.mac()));
+    registry.set_timers(cfg.rate_timers);
     for w in &warnings {
         tracing::warn!("{w}");
     }

@@ -10,13 +10,14 @@
 //! thread waits on the link's descriptors and rings the master's futex when frames arrive.
 
 use crate::nic::{Edge, EdgeShared, Sent};
+use crate::rate::{Bucket, Limit, Timers};
 use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
 use crate::switch::{decide, Decision, DropReason, HEADER_PEEK};
 use arc_swap::ArcSwap;
 use docknet_pipe::region::copy_between;
 use docknet_pipe::wake::{self, Woke, MAX_WAITERS};
 use docknet_pipe::{Consumer, Frame, IdlePolicy, Idler, Producer};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +31,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_millis(250);
 pub const FLOOD_RATE: f64 = 1000.0;
 /// Floods a pipe may send in a burst.
 pub const FLOOD_BURST: f64 = 64.0;
+/// Bytes the daemon queues in front of a pipe's ingress limit; more is dropped (`rate_limited`).
+pub const INGRESS_QUEUE: usize = 1 << 20;
 /// First and longest mute of a pipe whose wake-ups found no work.
 const MUTE_MIN: Duration = Duration::from_millis(1);
 const MUTE_MAX: Duration = Duration::from_millis(128);
@@ -133,6 +136,22 @@ struct Local {
     /// for nothing); `pause` doubles on every repeat.
     muted_until: Option<Instant>,
     pause: Duration,
+    /// What the container may send (frames over it wait in its tx ring).
+    egress: Option<Bucket>,
+    /// What may be delivered to it (frames over it wait in `inq`).
+    ingress: Option<Bucket>,
+    inq: VecDeque<Vec<u8>>,
+    inq_bytes: usize,
+    /// Its tx ring is not read before this (ns), waiting for egress tokens.
+    egress_until: u64,
+}
+
+/// Whether a frame for a pipe may go into its rx ring now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    Now,
+    Queue,
+    Drop,
 }
 
 impl Local {
@@ -159,6 +178,84 @@ impl Local {
             flood: Budget::full(),
             muted_until: None,
             pause: Duration::ZERO,
+            egress: None,
+            ingress: None,
+            inq: VecDeque::new(),
+            inq_bytes: 0,
+            egress_until: 0,
+        }
+    }
+
+    /// Brings the limiters in line with `egress` and `ingress` (a new snapshot): a new limit
+    /// starts with a full bucket, a changed one keeps its credit (cut to the new burst), a
+    /// removed ingress limit lets its queue through.
+    fn set_limits(&mut self, egress: Option<Limit>, ingress: Option<Limit>, t: Timers, now: u64) {
+        let sync = |b: &mut Option<Bucket>, l: Option<Limit>| match (b.as_mut(), l) {
+            (Some(x), Some(l)) if x.limit() != l => x.set(l, now),
+            (Some(_), Some(_)) => {}
+            (None, Some(l)) => *b = Some(Bucket::new(l, t, now)),
+            (_, None) => *b = None,
+        };
+        sync(&mut self.egress, egress);
+        sync(&mut self.ingress, ingress);
+        if self.egress.is_none() {
+            self.egress_until = 0;
+        }
+        self.dirty_counters = true;
+    }
+
+    /// Whether a `len`-byte frame for this pipe goes into its rx ring now, waits in the
+    /// daemon's queue (its ingress limit), or is dropped (the queue is full).
+    fn admit(&mut self, len: usize, now: u64) -> Admit {
+        let Some(b) = self.ingress.as_mut() else {
+            return Admit::Now;
+        };
+        if self.inq.is_empty() && b.take(len, now) {
+            return Admit::Now;
+        }
+        if self.inq_bytes + len > INGRESS_QUEUE {
+            self.count(Counter::RateLimited, 1);
+            return Admit::Drop;
+        }
+        self.count(Counter::RateWaits, 1);
+        Admit::Queue
+    }
+
+    fn enqueue(&mut self, frame: Vec<u8>) {
+        self.inq_bytes += frame.len();
+        self.inq.push_back(frame);
+    }
+
+    /// Moves queued frames into the rx ring as the ingress limit allows. Returns how many.
+    fn drain(&mut self, p: &Pipe, now: u64) -> usize {
+        let mut n = 0;
+        while let Some(f) = self.inq.front() {
+            let len = f.len();
+            let fits = self.rx.space(&p.region) > 0;
+            if !fits || !self.ingress.as_mut().is_some_and(|b| b.take(len, now)) {
+                break;
+            }
+            let f = self.inq.pop_front().unwrap_or_default();
+            self.inq_bytes -= len;
+            if self.rx.push(&p.region, &f, 0).is_ok() {
+                self.count(Counter::RxPackets, 1);
+                self.count(Counter::RxBytes, len as u64);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Nanoseconds until this pipe's limiters let something move (`None`: nothing waits).
+    fn rate_wait(&self, now: u64) -> Option<u64> {
+        let e = (self.egress_until > now).then(|| self.egress_until - now);
+        let i = match (self.inq.front(), &self.ingress) {
+            (Some(f), Some(b)) => Some(b.wait_for(f.len(), now)),
+            _ => None,
+        };
+        match (e, i) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -190,15 +287,52 @@ impl Local {
         self.c[Counter::RingOverrun as usize] = t.ring_overrun + self.rx.stats.ring_overrun;
         self.c[Counter::Kicks as usize] = self.rx.stats.kicks;
         p.counters.store_all(&self.c);
+        if self.egress.is_some() || self.ingress.is_some() {
+            let now = wake::monotonic_ns();
+            let st = |b: &Bucket| [b.tokens_bits(now), b.passed, b.waits];
+            if let Some(b) = &self.egress {
+                for (a, v) in p.rate.egress.iter().zip(st(b)) {
+                    a.store(v, Ordering::Relaxed);
+                }
+            }
+            if let Some(b) = &self.ingress {
+                let v = st(b);
+                for (a, v) in p
+                    .rate
+                    .ingress
+                    .iter()
+                    .zip(v.iter().chain([&(self.inq_bytes as u64)]))
+                {
+                    a.store(*v, Ordering::Relaxed);
+                }
+            }
+        }
         self.dirty_counters = false;
     }
 }
 
 fn rebuild(snap: &Snapshot, old: Vec<Local>) -> Vec<Local> {
     let mut old: HashMap<u64, Local> = old.into_iter().map(|l| (l.id, l)).collect();
+    let now = wake::monotonic_ns();
     snap.pipes
         .iter()
-        .map(|p| old.remove(&p.id).unwrap_or_else(|| Local::new(p)))
+        .enumerate()
+        .map(|(i, p)| {
+            let mut l = old.remove(&p.id).unwrap_or_else(|| Local::new(p));
+            let lim = snap.limits.get(i).copied().unwrap_or_default();
+            l.set_limits(lim.egress, lim.ingress, snap.timers, now);
+            if l.ingress.is_none() && !l.inq.is_empty() {
+                // the limit is gone: what waited goes in as the ring allows
+                for f in std::mem::take(&mut l.inq) {
+                    if l.rx.push(&p.region, &f, 0).is_err() {
+                        l.count(Counter::DropRxFull, 1);
+                    }
+                }
+                l.inq_bytes = 0;
+                l.rx.publish(&p.region);
+            }
+            l
+        })
         .collect()
 }
 
@@ -215,6 +349,7 @@ fn deliver(
     hdr: &[u8],
     dirty: &mut Vec<usize>,
     flood: bool,
+    now_ns: u64,
 ) -> bool {
     let dp = &snap.pipes[dst];
     let dl = &mut local[dst];
@@ -222,6 +357,20 @@ fn deliver(
         dl.count(Counter::DropTooBig, 1);
         return false;
     }
+    match dl.admit(frame.len, now_ns) {
+        Admit::Now => {}
+        Admit::Drop => return false,
+        Admit::Queue => {
+            // over the receiver's ingress limit: a copy waits in the daemon's queue
+            let mut v = vec![0u8; frame.len];
+            if snap.pipes[src].region.read(frame.off, &mut v) {
+                v[..hdr.len()].copy_from_slice(hdr);
+                local[dst].enqueue(v);
+            }
+            return false;
+        }
+    }
+    let dl = &mut local[dst];
     let Some(slot) = dl.rx.reserve(&dp.region) else {
         if flood {
             local[src].count(Counter::FloodRxFull, 1);
@@ -251,13 +400,25 @@ fn mark(l: &mut Local, idx: usize, dirty: &mut Vec<usize>) {
     }
 }
 
+/// Copies `bytes` into pipe `idx`'s rx ring (subject to its ingress limit). True when it was
+/// taken: delivered, or queued for the limit.
 fn deliver_bytes(
     p: &Pipe,
     l: &mut Local,
     bytes: &[u8],
     dirty: &mut Vec<usize>,
     idx: usize,
+    now_ns: u64,
 ) -> bool {
+    match l.admit(bytes.len(), now_ns) {
+        Admit::Now => {}
+        Admit::Drop => return false,
+        Admit::Queue => {
+            // taken: it waits for the ingress limit in the daemon's queue
+            l.enqueue(bytes.to_vec());
+            return true;
+        }
+    }
     match l.rx.push(&p.region, bytes, 0) {
         Ok(()) => {
             l.count(Counter::RxPackets, 1);
@@ -281,6 +442,7 @@ fn pump(
     dirty: &mut Vec<usize>,
     edge: Option<&mut Edge>,
     now: Instant,
+    now_ns: u64,
 ) -> (usize, u64) {
     let mut edge = edge;
     let sp = &snap.pipes[i];
@@ -297,6 +459,18 @@ fn pump(
             local[i].dirty_counters = true;
             continue;
         };
+        if let Some(b) = local[i].egress.as_mut() {
+            if !b.take(frame.len, now_ns) {
+                // over its egress limit: the frame stays in its ring (the container's TCP
+                // feels the back-pressure) and the ring is not read until the tokens are there
+                let wait = b.wait_for(frame.len, now_ns).max(1);
+                local[i].tx.unpop(&frame);
+                local[i].egress_until = now_ns + wait;
+                local[i].count(Counter::RateWaits, 1);
+                taken -= 1;
+                break;
+            }
+        }
         let hl = frame.len.min(HEADER_PEEK);
         let hdr = &mut hdr_buf[..hl];
         if !sp.region.read(frame.off, hdr) {
@@ -304,7 +478,8 @@ fn pump(
         }
         match decide(hdr, i, &snap.table) {
             Decision::Unicast(d) => {
-                forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty, false));
+                forwarded +=
+                    u64::from(deliver(snap, local, i, d, frame, hdr, dirty, false, now_ns));
             }
             Decision::Flood if !local[i].flood.take(now) => {
                 local[i].count(Counter::DropFloodLimited, 1);
@@ -312,12 +487,13 @@ fn pump(
             Decision::Flood => {
                 local[i].count(Counter::Flooded, 1);
                 for d in (0..snap.pipes.len()).filter(|&d| d != i) {
-                    forwarded += u64::from(deliver(snap, local, i, d, frame, hdr, dirty, true));
+                    forwarded +=
+                        u64::from(deliver(snap, local, i, d, frame, hdr, dirty, true, now_ns));
                 }
             }
             Decision::Reply(bytes) => {
                 local[i].count(Counter::ArpReplies, 1);
-                forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i));
+                forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i, now_ns));
             }
             Decision::Wire(dst) => match edge.as_deref_mut() {
                 Some(e) => match e.send(&sp.region, frame.off, frame.len, hdr, dst, now) {
@@ -377,10 +553,20 @@ fn sleep(
         wake::wake(&shared.link_armed);
         pending |= e.rx_ready() || e.tx_backlog();
     }
+    let now_ns = wake::monotonic_ns();
+    // pipes waiting for their rate limits' tokens are polled when the tokens are there
+    let mut rate_wait: Option<u64> = None;
     for (l, p) in local.iter_mut().zip(snap.pipes.iter()) {
-        if !l.muted(now) {
+        if let Some(w) = l.rate_wait(now_ns) {
+            rate_wait = Some(rate_wait.map_or(w, |x| x.min(w)));
+        }
+        if !l.muted(now) && l.egress_until <= now_ns {
             pending |= l.tx.arm(&p.region);
         }
+    }
+    if rate_wait.is_some_and(|w| w < 2_000) {
+        // too short to sleep for
+        pending = true;
     }
     let mut suspects = Vec::new();
     if !pending && shared.version.load(Ordering::Acquire) == seen {
@@ -393,10 +579,15 @@ fn sleep(
             index.push(usize::MAX);
         }
         let mut timeout = IDLE_TIMEOUT;
+        if let Some(w) = rate_wait {
+            timeout = timeout.min(Duration::from_nanos(w));
+        }
         for (i, (l, p)) in local.iter().zip(snap.pipes.iter()).enumerate() {
             if let Some(t) = l.muted_until.filter(|t| *t > now) {
                 // a muted pipe is polled when its mute ends
                 timeout = timeout.min(t - now);
+            } else if l.egress_until > now_ns {
+                // waiting for tokens: polled when they are there (above)
             } else if let Some(w) = l.tx.sleep_word(&p.region) {
                 words.push((w, 1));
                 index.push(i);
@@ -414,7 +605,7 @@ fn sleep(
                     .iter()
                     .zip(&index)
                     .skip(1)
-                    .filter(|((w, v), _)| w.load(Ordering::Relaxed) != *v)
+                    .filter(|((w, v), i)| **i != usize::MAX && w.load(Ordering::Relaxed) != *v)
                     .map(|(_, i)| *i),
             ),
             Ok(Woke::TimedOut) => {}
@@ -532,8 +723,21 @@ impl Master {
     /// One round: up to [`BATCH`] frames from every pipe's tx ring. Returns the frames taken.
     pub fn round(&mut self) -> usize {
         let now = Instant::now();
+        let now_ns = wake::monotonic_ns();
         let (mut work, mut delivered) = (0, 0);
         for i in 0..self.snap.pipes.len() {
+            if !self.local[i].inq.is_empty() {
+                // what waited for this pipe's ingress limit, as far as it allows now
+                let n = self.local[i].drain(&self.snap.pipes[i], now_ns);
+                if n > 0 {
+                    work += n;
+                    delivered += n as u64;
+                    mark(&mut self.local[i], i, &mut self.dirty);
+                }
+            }
+            if self.local[i].egress_until > now_ns {
+                continue;
+            }
             let (t, d) = pump(
                 &self.snap,
                 &mut self.local,
@@ -541,6 +745,7 @@ impl Master {
                 &mut self.dirty,
                 self.edge.as_mut(),
                 now,
+                now_ns,
             );
             work += t;
             delivered += d;
@@ -550,8 +755,13 @@ impl Master {
                 self.local[i].muted_until = None;
             }
         }
+        for &d in self.dirty.iter() {
+            self.local[d].rx.publish(&self.snap.pipes[d].region);
+            self.local[d].rx_dirty = false;
+        }
+        self.dirty.clear();
         if let Some(e) = &mut self.edge {
-            let (n, d) = link_round(e, &self.snap, &mut self.local, &mut self.dirty, now);
+            let (n, d) = link_round(e, &self.snap, &mut self.local, &mut self.dirty, now, now_ns);
             work += n;
             delivered += d;
             if now.saturating_duration_since(self.last_tick) >= Duration::from_millis(100) {
@@ -574,7 +784,7 @@ impl Master {
         work
     }
 
-    /// Sleeps until a pipe or the control plane wakes it (see [`sleep`]).
+    /// Sleeps until a pipe or the control plane wakes it (a futex wait on every bell).
     pub fn sleep(&mut self) {
         if let Some(e) = &mut self.edge {
             // what the control plane reads while the master sleeps is current
@@ -609,6 +819,7 @@ fn link_round(
     local: &mut [Local],
     dirty: &mut Vec<usize>,
     now: Instant,
+    now_ns: u64,
 ) -> (usize, u64) {
     let mut delivered = 0u64;
     let mtu_of = |d: usize| snap.pipes.get(d).map_or(0, |p| p.mtu);
@@ -624,7 +835,7 @@ fn link_round(
                 l.count(Counter::DropTooBig, 1);
                 return true;
             }
-            let ok = deliver_bytes(p, l, bytes, dirty, d);
+            let ok = deliver_bytes(p, l, bytes, dirty, d, now_ns);
             if ok {
                 l.count(Counter::WireRx, 1);
                 delivered += 1;

@@ -81,6 +81,33 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         socket: Option<String>,
     },
+    /// Set a pipe's rate limits (each direction given; the others kept).
+    RateSet {
+        /// Pipe name.
+        name: String,
+        /// What the container sends, bits/s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        egress_bps: Option<u64>,
+        /// What is delivered to the container, bits/s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ingress_bps: Option<u64>,
+        /// Egress burst, bits (default: one coarse interval at the rate).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        egress_burst_bits: Option<u64>,
+        /// Ingress burst, bits.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ingress_burst_bits: Option<u64>,
+    },
+    /// Remove a pipe's rate limits.
+    RateClear {
+        /// Pipe name.
+        name: String,
+    },
+    /// A pipe's rate limits and its limiters' state.
+    RateShow {
+        /// Pipe name.
+        name: String,
+    },
     /// Close a pipe's socket in its container.
     PipeDetach {
         /// Pipe name.
@@ -305,6 +332,56 @@ pub struct NicStatus {
     pub port: crate::nic::PortCounters,
 }
 
+/// A change of rate limits (`rate_set`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateChange {
+    /// Egress rate, bits/s.
+    pub egress_bps: Option<u64>,
+    /// Ingress rate, bits/s.
+    pub ingress_bps: Option<u64>,
+    /// Egress burst, bits.
+    pub egress_burst_bits: Option<u64>,
+    /// Ingress burst, bits.
+    pub ingress_burst_bits: Option<u64>,
+}
+
+/// One direction of `rate show`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateDir {
+    /// Rate, bits/s.
+    pub rate_bps: u64,
+    /// Bucket size, bits (after clamping).
+    pub burst_bits: u64,
+    /// Credit held when the master last published it, bits.
+    pub tokens_bits: u64,
+    /// Bytes let through.
+    pub passed_bytes: u64,
+    /// Times a frame waited for tokens.
+    pub waits: u64,
+    /// Ingress: bytes waiting in the daemon's queue in front of the pipe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_bytes: Option<u64>,
+}
+
+/// What `rate set`, `rate clear` and `rate show` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateInfo {
+    /// The pipe.
+    pub pipe: String,
+    /// Egress rate, bits/s (`null`: unlimited).
+    pub egress_bps: Option<u64>,
+    /// Ingress rate, bits/s (`null`: unlimited).
+    pub ingress_bps: Option<u64>,
+    /// Egress limiter.
+    pub egress: Option<RateDir>,
+    /// Ingress limiter.
+    pub ingress: Option<RateDir>,
+    /// The fine timer, µs.
+    pub fine_us: u64,
+    /// The coarse timer, ms.
+    pub coarse_ms: u64,
+}
+
 /// What `pipe attach` answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attached {
@@ -469,6 +546,27 @@ impl Client {
             a: a.into(),
             b: b.into(),
         })
+    }
+
+    /// `rate set`: the directions given in `c` are set, the others kept.
+    pub fn rate_set(&mut self, name: &str, c: &RateChange) -> Result<RateInfo, ClientError> {
+        self.call_as(&Request::RateSet {
+            name: name.into(),
+            egress_bps: c.egress_bps,
+            ingress_bps: c.ingress_bps,
+            egress_burst_bits: c.egress_burst_bits,
+            ingress_burst_bits: c.ingress_burst_bits,
+        })
+    }
+
+    /// `rate clear`.
+    pub fn rate_clear(&mut self, name: &str) -> Result<RateInfo, ClientError> {
+        self.call_as(&Request::RateClear { name: name.into() })
+    }
+
+    /// `rate show`.
+    pub fn rate_show(&mut self, name: &str) -> Result<RateInfo, ClientError> {
+        self.call_as(&Request::RateShow { name: name.into() })
     }
 
     /// Sends a raw line (tests use it for malformed requests).

@@ -19,7 +19,8 @@
 //! undone and the request changes nothing.
 
 use crate::holder::Keeper;
-use crate::proto::{ApiError, ErrorCode, FcInfo, PipeInfo};
+use crate::proto::{ApiError, ErrorCode, FcInfo, PipeInfo, RateChange, RateDir, RateInfo};
+use crate::rate::{Limit, Limits, Timers};
 use crate::switch::{fmt_mac, mac_for, FlowTable, Port};
 use docknet_pipe::delivery::{self, ChannelDesc, Msg, PipeDesc, Side};
 use docknet_pipe::fdpass;
@@ -67,6 +68,8 @@ counters! {
     DropFloodLimited => "drop_flood_limited": "Broadcast or multicast frames from this pipe over its flood budget.",
     FloodRxFull => "flood_rx_full": "Copies of this pipe's floods a full receiver could not take (charged to the sender).",
     SpuriousWakes => "spurious_wakes": "Times this pipe woke the daemon with no work (each one mutes its wake-ups for longer).",
+    RateWaits => "rate_waits": "Times a frame of this pipe waited for its rate limit's tokens (in its tx ring, or in the daemon's queue for its rx ring).",
+    RateLimited => "rate_limited": "Frames for this pipe dropped because the queue in front of its ingress limit was full.",
     WireTx => "wire_tx": "Frames from this pipe sent to the wire (the daemon's NIC).",
     WireRx => "wire_rx": "Frames from the wire delivered into this pipe.",
     DropWire => "drop_wire": "Frames from this pipe for the wire dropped: longer than the wire's MTU, next hop silent, or no room.",
@@ -117,6 +120,17 @@ pub struct Pipe {
     pub counters: Counters,
     /// Connections to its socket refused (too many at once).
     pub attach_refused: AtomicU64,
+    /// Its rate limiters' state, published by the master thread.
+    pub rate: RateShared,
+}
+
+/// A pipe's rate limiters as the master last saw them (for `rate show`).
+#[derive(Debug, Default)]
+pub struct RateShared {
+    /// Egress: credit in bits, bytes let through, waits.
+    pub egress: [AtomicU64; 3],
+    /// Ingress: credit in bits, bytes let through, waits, bytes queued.
+    pub ingress: [AtomicU64; 4],
 }
 
 /// What the master thread works from: an immutable view, swapped whole on every change.
@@ -126,6 +140,10 @@ pub struct Snapshot {
     pub pipes: Vec<Arc<Pipe>>,
     /// Flow table over the same indices.
     pub table: FlowTable,
+    /// Rate limits over the same indices.
+    pub limits: Vec<Limits>,
+    /// The rate limiters' timers.
+    pub timers: Timers,
 }
 
 /// A fast channel.
@@ -153,6 +171,9 @@ struct PipeRec {
     prefix: u8,
     mtu: u32,
     ring_depth: u32,
+    /// Rate limits (checked again on load).
+    #[serde(default, skip_serializing_if = "Limits::is_empty")]
+    limits: Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,6 +222,10 @@ pub struct Registry {
     next_channel: u64,
     /// The MAC of the daemon's link to the wire, when it drives one.
     gateway: Option<[u8; 6]>,
+    /// Rate limits of the pipes that have any.
+    limits: BTreeMap<String, Limits>,
+    /// The rate limiters' timers.
+    timers: Timers,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
@@ -413,6 +438,8 @@ impl Registry {
             next_id: 1,
             next_channel: 1,
             gateway: None,
+            limits: BTreeMap::new(),
+            timers: Timers::default(),
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -425,8 +452,10 @@ impl Registry {
         };
         reg.next_channel = state.next_channel.max(1);
         for p in &state.pipes {
-            if let Err(e) = reg.adopt_pipe(p, &mut kept) {
-                warnings.push(format!("pipe {:?} not adopted: {e}", p.name));
+            match reg.adopt_pipe(p, &mut kept) {
+                Ok(Some(w)) => warnings.push(format!("pipe {:?}: {w}", p.name)),
+                Ok(None) => {}
+                Err(e) => warnings.push(format!("pipe {:?} not adopted: {e}", p.name)),
             }
         }
         for f in &state.fcs {
@@ -456,12 +485,36 @@ impl Registry {
         Ok((reg, warnings))
     }
 
+    /// Adopts a pipe the state names; `Ok(Some(warning))` when it came back without a part of
+    /// its record that did not hold (its rate limits).
     fn adopt_pipe(
         &mut self,
         p: &PipeRec,
         kept: &mut BTreeMap<String, OwnedFd>,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let info = check_pipe_rec(p)?;
+        // limits are checked again as if set now (the file is not trusted)
+        let frame = info.rings[0].frame_size;
+        let check = |l: Option<Limit>| match l {
+            Some(l) => Limit::new(l.rate_bps, Some(l.burst_bits), frame, self.timers.coarse)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            None => Ok(None),
+        };
+        let (mut rec, mut warning) = (p.clone(), None);
+        match (check(p.limits.egress), check(p.limits.ingress)) {
+            (Ok(e), Ok(i)) => {
+                rec.limits = Limits {
+                    egress: e,
+                    ingress: i,
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                rec.limits = Limits::default();
+                warning = Some(format!("rate limits dropped ({e})"));
+            }
+        }
+        let p = &rec;
         if self.pipes.contains_key(&p.name) || self.pipes.values().any(|x| x.ip == p.ip) {
             return Err("duplicate name or address".into());
         }
@@ -470,7 +523,7 @@ impl Registry {
             .ok_or("its region is gone (no fd holder kept it)")?;
         let region = Region::map_sealed(fd.as_fd(), info.size).map_err(|e| e.to_string())?;
         self.insert_pipe(p, fd, region, info);
-        Ok(())
+        Ok(warning)
     }
 
     fn adopt_fc(&mut self, f: &FcRec, kept: &mut BTreeMap<String, OwnedFd>) -> Result<(), String> {
@@ -548,9 +601,13 @@ impl Registry {
             info,
             counters: Counters::default(),
             attach_refused: AtomicU64::new(0),
+            rate: RateShared::default(),
         });
         self.pipes.insert(rec.name.clone(), pipe.clone());
         self.depth.insert(rec.name.clone(), rec.ring_depth);
+        if !rec.limits.is_empty() {
+            self.limits.insert(rec.name.clone(), rec.limits);
+        }
         pipe
     }
 
@@ -567,6 +624,7 @@ impl Registry {
                     prefix: p.prefix,
                     mtu: p.mtu,
                     ring_depth: self.depth.get(&p.name).copied().unwrap_or(0),
+                    limits: self.limits.get(&p.name).copied().unwrap_or_default(),
                 })
                 .collect(),
             fcs: self.fcs.values().map(|c| c.rec.clone()).collect(),
@@ -663,6 +721,7 @@ impl Registry {
             prefix,
             mtu,
             ring_depth: info.rings[0].depth,
+            limits: Limits::default(),
         };
         let mut st = self.state();
         st.pipes.push(rec.clone());
@@ -695,6 +754,7 @@ impl Registry {
         }
         self.conns.remove(name);
         self.depth.remove(name);
+        self.limits.remove(name);
         if let Some(pipe) = self.pipes.remove(name) {
             layout::set_flags(&pipe.region, layout::FLAG_CLOSED);
         }
@@ -1013,7 +1073,102 @@ impl Registry {
                 .collect(),
         )
         .with_gateway(self.gateway);
-        Snapshot { pipes, table }
+        let limits = pipes
+            .iter()
+            .map(|p| self.limits.get(&p.name).copied().unwrap_or_default())
+            .collect();
+        Snapshot {
+            pipes,
+            table,
+            limits,
+            timers: self.timers,
+        }
+    }
+
+    /// Sets the rate limiters' timers (the daemon's `--rate-fine` and `--rate-coarse`).
+    pub fn set_timers(&mut self, timers: Timers) {
+        self.timers = timers;
+    }
+
+    /// Changes pipe `name`'s limits: each direction given is set (rate in bits/s, burst in
+    /// bits; `None` burst: the default), the others are kept. Checked first; written ahead.
+    pub fn set_rate(&mut self, name: &str, change: &RateChange) -> Result<RateInfo, ApiError> {
+        let pipe = self.get(name)?.clone();
+        let frame = pipe.info.rings[0].frame_size;
+        let mut l = self.limits.get(name).copied().unwrap_or_default();
+        let make = |rate: Option<u64>, burst: Option<u64>, what: &str| {
+            rate.map(|r| {
+                Limit::new(r, burst, frame, self.timers.coarse)
+                    .map_err(|e| err(ErrorCode::BadParams, format!("{what}: {e}")))
+            })
+            .transpose()
+        };
+        if change.egress_bps.is_none() && change.ingress_bps.is_none() {
+            return Err(err(
+                ErrorCode::BadParams,
+                "give an egress or an ingress rate (or clear the limits)",
+            ));
+        }
+        if (change.egress_burst_bits.is_some() && change.egress_bps.is_none())
+            || (change.ingress_burst_bits.is_some() && change.ingress_bps.is_none())
+        {
+            return Err(err(ErrorCode::BadParams, "a burst needs its rate"));
+        }
+        if let Some(e) = make(change.egress_bps, change.egress_burst_bits, "egress")? {
+            l.egress = Some(e);
+        }
+        if let Some(i) = make(change.ingress_bps, change.ingress_burst_bits, "ingress")? {
+            l.ingress = Some(i);
+        }
+        self.write_limits(name, l)?;
+        self.rate_info(name)
+    }
+
+    /// Removes pipe `name`'s limits.
+    pub fn clear_rate(&mut self, name: &str) -> Result<RateInfo, ApiError> {
+        self.get(name)?;
+        self.write_limits(name, Limits::default())?;
+        self.rate_info(name)
+    }
+
+    fn write_limits(&mut self, name: &str, l: Limits) -> Result<(), ApiError> {
+        let mut st = self.state();
+        for p in st.pipes.iter_mut().filter(|p| p.name == name) {
+            p.limits = l;
+        }
+        self.write(&st).map_err(|e| internal("saving state", e))?;
+        if l.is_empty() {
+            self.limits.remove(name);
+        } else {
+            self.limits.insert(name.into(), l);
+        }
+        Ok(())
+    }
+
+    /// Pipe `name`'s limits and its limiters' state.
+    pub fn rate_info(&self, name: &str) -> Result<RateInfo, ApiError> {
+        let p = self.get(name)?;
+        let l = self.limits.get(name).copied().unwrap_or_default();
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let dir = |lim: Option<Limit>, st: &[AtomicU64]| {
+            lim.map(|lim| RateDir {
+                rate_bps: lim.rate_bps,
+                burst_bits: lim.burst_bits,
+                tokens_bits: ld(&st[0]),
+                passed_bytes: ld(&st[1]),
+                waits: ld(&st[2]),
+                queued_bytes: st.get(3).map(ld),
+            })
+        };
+        Ok(RateInfo {
+            pipe: name.into(),
+            egress_bps: l.egress.map(|x| x.rate_bps),
+            ingress_bps: l.ingress.map(|x| x.rate_bps),
+            egress: dir(l.egress, &p.rate.egress),
+            ingress: dir(l.ingress, &p.rate.ingress),
+            fine_us: self.timers.fine.as_micros() as u64,
+            coarse_ms: self.timers.coarse.as_millis() as u64,
+        })
     }
 
     /// Sets the MAC of the daemon's link to the wire (addresses no pipe owns go through it).

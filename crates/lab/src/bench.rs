@@ -246,6 +246,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         (Workload::Pairs, Topology::TwoHost) => {
             "Two hosts: TCP with N concurrent pairs side by side"
         }
+        (Workload::Rate, _) => "Rate limits side by side",
     };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";

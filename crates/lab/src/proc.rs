@@ -119,6 +119,16 @@ impl Proc {
         })
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Waits up to `timeout` (or until interrupted) and parses the last stdout line that is a
     /// JSON object as `T`.
     pub fn result<T: DeserializeOwned>(mut self, timeout: Duration, stop: &Stop) -> Result<T> {

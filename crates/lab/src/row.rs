@@ -19,6 +19,8 @@ pub enum Workload {
     Stream,
     /// N pairs at once: aggregate goodput, per-pair latency, memory per pair.
     Pairs,
+    /// Rate limits over time: flows' throughput in 100 ms bins while limits change.
+    Rate,
 }
 
 impl Workload {
@@ -28,6 +30,7 @@ impl Workload {
             Workload::Rr => "rr",
             Workload::Stream => "stream",
             Workload::Pairs => "pairs",
+            Workload::Rate => "rate",
         }
     }
 }
@@ -192,6 +195,42 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub builder: Option<String>,
+    /// Rate: the experiment (`steps`, `none`, `udp-limited`, `both-limited`).
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scenario: Option<String>,
+    /// Rate: the flow (`tcp`, `udp`).
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub flow: Option<String>,
+    /// Rate: start of the bin, seconds from the experiment's start.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub t_s: Option<f64>,
+    /// Rate: the flow's limit during the bin, bits/s (`null`: unlimited).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub limit_bps: Option<f64>,
+    /// Rate: what the flow's limiter let through during the bin, Gbps (frames with their
+    /// headers, as the limiter counts them).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub limiter_gbps: Option<f64>,
     /// One-way latency histogram as `[ns, count]` buckets (rr, pairs).
     #[serde(
         default,
@@ -228,6 +267,11 @@ impl Row {
             pairs: None,
             mem_kib_per_pair: None,
             builder: None,
+            scenario: None,
+            flow: None,
+            t_s: None,
+            limit_bps: None,
+            limiter_gbps: None,
             one_way_hist: None,
         }
     }

@@ -235,6 +235,15 @@ impl Consumer {
         Some(r)
     }
 
+    /// Puts back `frame`, which the last [`Consumer::pop`] returned and which the caller cannot
+    /// take yet (a rate limit): the next `pop` returns its descriptor again, checked again.
+    /// Call before [`Consumer::release`], which would hand its slot back to the producer.
+    pub fn unpop(&mut self, frame: &Frame) {
+        self.cons = self.cons.wrapping_sub(1);
+        self.stats.frames = self.stats.frames.saturating_sub(1);
+        self.stats.bytes = self.stats.bytes.saturating_sub(frame.len as u64);
+    }
+
     /// Publishes the local index: frames taken so far may now be overwritten by the producer.
     pub fn release(&self, region: &Region) {
         // SYNC: Release pairs with the producer's Acquire load of `cons` in `Producer::space`:
@@ -475,6 +484,28 @@ mod tests {
         assert_eq!(p.stats.frames, 40);
         assert_eq!(c.stats.frames, 40);
         assert_eq!(p.stats.full, 10);
+    }
+
+    #[test]
+    fn a_frame_put_back_comes_again_and_its_slot_stays_the_consumers() {
+        let (r, l) = ring(2);
+        let mut p = Producer::new(l);
+        let mut c = Consumer::new(l);
+        p.push(&r, b"a", 0).unwrap();
+        p.push(&r, b"b", 0).unwrap();
+        p.publish(&r);
+        let f = c.pop(&r).unwrap().unwrap();
+        c.unpop(&f);
+        c.release(&r);
+        // the producer still sees a full ring: the put-back frame's slot is not released
+        assert_eq!(p.push(&r, b"c", 0), Err(PushError::Full));
+        let again = c.pop(&r).unwrap().unwrap();
+        assert_eq!((again.off, again.len), (f.off, f.len));
+        let mut b = [0u8; 1];
+        assert!(r.read(again.off, &mut b) && b == *b"a");
+        assert_eq!(c.stats.frames, 1);
+        assert!(c.pop(&r).is_some());
+        assert!(c.pop(&r).is_none());
     }
 
     #[test]

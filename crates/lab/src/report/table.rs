@@ -95,7 +95,7 @@ pub fn headline_columns(baseline: crate::mode::Mode) -> [String; 5] {
     ]
 }
 
-/// A headline's cells under [`HEADLINE_COLUMNS`].
+/// A headline's cells under [`headline_columns`].
 pub fn headline_cells(h: &Headline) -> [String; 5] {
     let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}x"));
     [

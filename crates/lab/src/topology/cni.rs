@@ -185,6 +185,46 @@ impl Cni {
         Ok(prev)
     }
 
+    /// Whether `ns` has an attachment of this runtime.
+    pub fn has(&self, ns: &str) -> bool {
+        self.added.iter().any(|(n, _, _)| n == ns)
+    }
+
+    /// Chains one more plugin onto `ns`'s attachment (ADD with the attachment's last result as
+    /// `prevResult`), as a runtime would have had it been in the chain from the start.
+    pub fn add_more(&mut self, ns: &str, conf: &Value) -> Result<Value> {
+        let i = self
+            .added
+            .iter()
+            .rposition(|(n, _, _)| n == ns)
+            .with_context(|| format!("{ns} has no CNI attachment"))?;
+        let prev = self.added[i].2.last().cloned().unwrap_or(Value::Null);
+        let full = self.full(conf, Some(&prev));
+        let r = self.exec("ADD", ns, &full)?;
+        // DEL of a chained plugin is given the chain's last result
+        let r = if r.is_null() { prev } else { r };
+        self.added[i].1.push(conf.clone());
+        self.added[i].2.push(r.clone());
+        Ok(r)
+    }
+
+    /// Undoes the last [`Cni::add_more`] on `ns` (DEL of that plugin alone).
+    pub fn del_last(&mut self, ns: &str) -> Result<()> {
+        let i = self
+            .added
+            .iter()
+            .rposition(|(n, _, _)| n == ns)
+            .with_context(|| format!("{ns} has no CNI attachment"))?;
+        let entry = &mut self.added[i];
+        if entry.1.len() < 2 {
+            anyhow::bail!("{ns}: nothing chained to remove");
+        }
+        let conf = entry.1.pop().unwrap_or_default();
+        let last = entry.2.pop();
+        let full = self.full(&conf, last.as_ref());
+        self.exec("DEL", ns, &full).map(drop)
+    }
+
     /// CNI DEL of every attachment, newest first, each chain in reverse.
     pub fn del_all(&mut self) {
         while let Some((ns, confs, results)) = self.added.pop() {

@@ -98,6 +98,22 @@ impl KernelLab {
         self.mode.builder()
     }
 
+    /// Chains one more CNI plugin onto container `ns`'s attachment (e.g. `bandwidth`).
+    pub fn chain(&mut self, ns: &str, conf: &Value) -> Result<Value> {
+        match self.cnis.iter_mut().find(|c| c.has(ns)) {
+            Some(c) => c.add_more(ns, conf),
+            None => bail!("{ns} was not attached with CNI"),
+        }
+    }
+
+    /// Removes the plugin [`KernelLab::chain`] added last on `ns`.
+    pub fn unchain(&mut self, ns: &str) -> Result<()> {
+        match self.cnis.iter_mut().find(|c| c.has(ns)) {
+            Some(c) => c.del_last(ns),
+            None => bail!("{ns} was not attached with CNI"),
+        }
+    }
+
     fn addns(&mut self, ns: &str) -> Result<()> {
         ip(&["netns", "add", ns])?;
         self.namespaces.push(ns.to_string());

@@ -30,7 +30,7 @@ impl Side {
 pub fn perf_workload(w: Workload) -> Perf {
     match w {
         Workload::Rr => Perf::Rr,
-        Workload::Stream | Workload::Pairs => Perf::Stream,
+        Workload::Stream | Workload::Pairs | Workload::Rate => Perf::Stream,
     }
 }
 

@@ -1,0 +1,375 @@
+//! Rate limits per pipe and direction: the paper's timer-based token bucket (§3.2). A fine
+//! timer adds a quantum of tokens every `fine` interval; a coarse timer, every `coarse`
+//! interval, cuts whatever exceeds one burst, so a container that was silent cannot hoard
+//! credit and then send at line rate. Limits use Kubernetes' bandwidth semantics: rates in
+//! bits/s, bursts in bits.
+//!
+//! Pure and clock-free: every call takes the time (nanoseconds of CLOCK_MONOTONIC), so the
+//! tests drive it with a simulated clock. The timers are evaluated lazily: a call works out
+//! how many fine ticks and coarse boundaries passed since the last one.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One direction's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limit {
+    /// Rate in bits per second (> 0).
+    pub rate_bps: u64,
+    /// Bucket size in bits (after clamping, see [`Limit::new`]).
+    pub burst_bits: u64,
+}
+
+/// The limits of one pipe.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// What the container sends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Limit>,
+    /// What is delivered to the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<Limit>,
+}
+
+impl Limits {
+    /// No limit in either direction.
+    pub fn is_empty(&self) -> bool {
+        self.egress.is_none() && self.ingress.is_none()
+    }
+}
+
+/// Smallest rate accepted (bits/s).
+pub const MIN_RATE: u64 = 1_000;
+/// Largest rate accepted (bits/s): 1 Tbit/s.
+pub const MAX_RATE: u64 = 1_000_000_000_000;
+/// The most credit a bucket may hold: one second at its rate (Kubernetes passes 2^32-1 bits
+/// when a pod sets a rate without a burst; a bucket that size would let a silent container
+/// send half a gigabyte at line rate).
+pub const MAX_BURST_SECONDS: u64 = 1;
+
+/// Why a limit was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// Out of range.
+    #[error("rate {0} bit/s is out of range (1 kbit/s to 1 Tbit/s)")]
+    Rate(u64),
+    /// Not a number with a known unit.
+    #[error("{0:?} is not a rate or size: use bits with an optional unit (500mbit, 5gbit, 100kbit, 1000000)")]
+    Syntax(String),
+}
+
+impl Limit {
+    /// A limit of `rate_bps`, burst `burst_bits` (default: one coarse interval at the rate),
+    /// clamped to at least two frames of `frame_bytes` (a smaller bucket could never pass a
+    /// full frame) and at most [`MAX_BURST_SECONDS`] at the rate.
+    pub fn new(
+        rate_bps: u64,
+        burst_bits: Option<u64>,
+        frame_bytes: u32,
+        coarse: Duration,
+    ) -> Result<Limit, LimitError> {
+        if !(MIN_RATE..=MAX_RATE).contains(&rate_bps) {
+            return Err(LimitError::Rate(rate_bps));
+        }
+        let default = (u128::from(rate_bps) * coarse.as_nanos() / 1_000_000_000) as u64;
+        let floor = 2 * 8 * u64::from(frame_bytes.max(64));
+        let ceiling = rate_bps.saturating_mul(MAX_BURST_SECONDS).max(floor);
+        Ok(Limit {
+            rate_bps,
+            burst_bits: burst_bits.unwrap_or(default).clamp(floor, ceiling),
+        })
+    }
+}
+
+/// Parses a rate or a size in bits: a plain number, or one with a unit `bit`, `kbit`, `mbit`,
+/// `gbit`, `tbit` (powers of 1000, as `tc` and Kubernetes write them); `k`, `m`, `g` and `t`
+/// alone mean the same.
+pub fn parse_bits(s: &str) -> Result<u64, LimitError> {
+    let t = s.trim().to_ascii_lowercase();
+    let bad = || LimitError::Syntax(s.to_string());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: f64 = match unit.trim_end_matches("bit").trim_end_matches("/s") {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        _ => return Err(bad()),
+    };
+    if num.is_empty() || num.matches('.').count() > 1 {
+        return Err(bad());
+    }
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let bits = v * mult;
+    if !bits.is_finite() || bits < 0.0 || bits > u64::MAX as f64 / 2.0 {
+        return Err(bad());
+    }
+    Ok(bits.round() as u64)
+}
+
+/// The two timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timers {
+    /// Tokens arrive every `fine`.
+    pub fine: Duration,
+    /// Every `coarse`, credit above one burst is cut.
+    pub coarse: Duration,
+}
+
+impl Default for Timers {
+    fn default() -> Timers {
+        Timers {
+            fine: Duration::from_micros(100),
+            coarse: Duration::from_millis(10),
+        }
+    }
+}
+
+/// Nanobits (bits x 10^9): a rate in bits/s times nanoseconds, with no rounding.
+type Nanobits = u128;
+const NANO: u128 = 1_000_000_000;
+
+/// One direction's bucket.
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    limit: Limit,
+    timers: Timers,
+    tokens: Nanobits,
+    /// Start of the current fine tick.
+    fine_at: u64,
+    /// Start of the current coarse interval.
+    coarse_at: u64,
+    /// Bytes let through.
+    pub passed: u64,
+    /// Times a frame had to wait for tokens.
+    pub waits: u64,
+}
+
+impl Bucket {
+    /// A full bucket at `now` (ns).
+    pub fn new(limit: Limit, timers: Timers, now: u64) -> Bucket {
+        Bucket {
+            limit,
+            timers,
+            tokens: u128::from(limit.burst_bits) * NANO,
+            fine_at: now,
+            coarse_at: now,
+            passed: 0,
+            waits: 0,
+        }
+    }
+
+    /// The limit in force.
+    pub fn limit(&self) -> Limit {
+        self.limit
+    }
+
+    /// Changes the limit at once; the credit held is kept, cut to the new burst.
+    pub fn set(&mut self, limit: Limit, now: u64) {
+        self.advance(now);
+        self.limit = limit;
+        self.tokens = self.tokens.min(self.cap());
+    }
+
+    fn cap(&self) -> Nanobits {
+        u128::from(self.limit.burst_bits) * NANO
+    }
+
+    /// Runs the timers up to `now`: a quantum per fine tick passed, the cut at every coarse
+    /// boundary passed. A clock that goes backwards adds nothing.
+    fn advance(&mut self, now: u64) {
+        let fine = self.timers.fine.as_nanos().max(1) as u64;
+        let coarse = self.timers.coarse.as_nanos().max(1) as u64;
+        if now > self.fine_at {
+            let ticks = (now - self.fine_at) / fine;
+            if ticks > 0 {
+                let quantum = u128::from(self.limit.rate_bps) * u128::from(fine);
+                // more than a burst plus a coarse interval's worth is cut below anyway
+                let most = self.cap() / quantum.max(1) + u128::from(coarse / fine) + 1;
+                let ticks = u128::from(ticks).min(most);
+                self.tokens = self.tokens.saturating_add(quantum * ticks);
+                self.fine_at += ((now - self.fine_at) / fine) * fine;
+            }
+        }
+        if now >= self.coarse_at.saturating_add(coarse) {
+            self.tokens = self.tokens.min(self.cap());
+            self.coarse_at += ((now - self.coarse_at) / coarse) * coarse;
+        }
+    }
+
+    /// Lets `bytes` through at `now` if the bucket holds enough; else counts a wait.
+    pub fn take(&mut self, bytes: usize, now: u64) -> bool {
+        self.advance(now);
+        let need = bytes as u128 * 8 * NANO;
+        if self.tokens >= need {
+            self.tokens -= need;
+            self.passed += bytes as u64;
+            true
+        } else {
+            self.waits += 1;
+            false
+        }
+    }
+
+    /// Nanoseconds from `now` until `bytes` can pass (0: now), assuming nothing else is taken.
+    pub fn wait_for(&self, bytes: usize, now: u64) -> u64 {
+        let mut b = self.clone();
+        b.advance(now);
+        let need = bytes as u128 * 8 * NANO;
+        if b.tokens >= need {
+            return 0;
+        }
+        let fine = b.timers.fine.as_nanos().max(1);
+        let quantum = u128::from(b.limit.rate_bps) * fine;
+        let ticks = (need - b.tokens).div_ceil(quantum.max(1));
+        let next_tick = u128::from(b.fine_at) + fine - u128::from(now.max(b.fine_at));
+        (next_tick + (ticks - 1) * fine).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Credit held now, in bits.
+    pub fn tokens_bits(&self, now: u64) -> u64 {
+        let mut b = self.clone();
+        b.advance(now);
+        (b.tokens / NANO).min(u128::from(u64::MAX)) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const T: Timers = Timers {
+        fine: Duration::from_micros(100),
+        coarse: Duration::from_millis(10),
+    };
+
+    fn lim(rate: u64, burst: Option<u64>) -> Limit {
+        Limit::new(rate, burst, 1514, T.coarse).unwrap()
+    }
+
+    /// Sends `frame`-byte frames as fast as the bucket allows for `secs` of simulated time,
+    /// polling every `step` ns; returns the bytes passed.
+    fn run(b: &mut Bucket, frame: usize, start: u64, secs: f64, step: u64) -> u64 {
+        let before = b.passed;
+        let end = start + (secs * 1e9) as u64;
+        let mut t = start;
+        while t < end {
+            while b.take(frame, t) {}
+            t += step;
+        }
+        b.passed - before
+    }
+
+    #[test]
+    fn the_rate_holds_over_a_second_at_any_rate() {
+        for rate in [10_000_000u64, 100_000_000, 1_000_000_000, 5_000_000_000] {
+            let l = lim(rate, None);
+            let mut b = Bucket::new(l, T, 0);
+            // drain the initial burst, then measure a steady second
+            run(&mut b, 1514, 0, 0.1, 10_000);
+            let bits = run(&mut b, 1514, 100 * MS, 1.0, 10_000) * 8;
+            let err = (bits as f64 - rate as f64).abs() / rate as f64;
+            assert!(err < 0.005, "rate {rate}: {bits} bits/s ({err:.4})");
+        }
+    }
+
+    #[test]
+    fn bursts_are_bounded_and_silence_is_not_hoarded() {
+        let l = lim(100_000_000, Some(1_000_000));
+        assert_eq!(l.burst_bits, 1_000_000);
+        let mut b = Bucket::new(l, T, 0);
+        // a full bucket lets one burst through at once
+        let first = run(&mut b, 1000, 0, 0.000_001, 1);
+        assert_eq!(first * 8, 1_000_000);
+        // ten silent seconds later: still one burst (plus at most a coarse interval's credit)
+        let later = run(&mut b, 1000, 10_000 * MS, 0.000_001, 1) * 8;
+        assert!(
+            later <= 1_000_000 + 100_000_000 / 100 + 8000,
+            "hoarded {later} bits"
+        );
+        // the default burst is one coarse interval at the rate
+        assert_eq!(lim(100_000_000, None).burst_bits, 1_000_000);
+    }
+
+    #[test]
+    fn a_new_limit_applies_at_once_and_cuts_the_credit() {
+        let mut b = Bucket::new(lim(1_000_000_000, None), T, 0);
+        run(&mut b, 1514, 0, 0.5, 10_000);
+        b.set(lim(100_000_000, None), 500 * MS);
+        assert!(b.tokens_bits(500 * MS) <= 1_000_000);
+        let bits = run(&mut b, 1514, 500 * MS, 1.0, 10_000) * 8;
+        assert!(
+            (bits as f64 / 1e8 - 1.0).abs() < 0.02,
+            "{bits} bits/s after the change"
+        );
+    }
+
+    #[test]
+    fn odd_values_and_clocks() {
+        // too small and too large rates are refused; bursts are clamped
+        assert!(Limit::new(0, None, 1514, T.coarse).is_err());
+        assert!(Limit::new(999, None, 1514, T.coarse).is_err());
+        assert!(Limit::new(MAX_RATE + 1, None, 1514, T.coarse).is_err());
+        // Kubernetes' "no burst" (2^32 - 1 bits) becomes one second at the rate
+        assert_eq!(
+            lim(10_000_000, Some(u32::MAX.into())).burst_bits,
+            10_000_000
+        );
+        // a burst below two frames could never pass a frame
+        assert_eq!(lim(10_000_000, Some(1)).burst_bits, 2 * 8 * 1514);
+        // a tiny rate still passes frames, slowly
+        let mut b = Bucket::new(lim(MIN_RATE, None), T, 0);
+        assert!(b.take(1514, 0));
+        assert!(b.take(1514, 0));
+        assert!(!b.take(1514, 0));
+        let w = b.wait_for(1514, 0);
+        assert!(w > 10_000 * MS && w < 13_000 * MS, "{w}");
+        assert!(!b.take(1514, w - 200_000));
+        assert!(b.take(1514, w));
+        // a clock that goes backwards adds nothing; a huge jump adds at most the burst
+        let mut b = Bucket::new(lim(1_000_000_000, None), T, 5_000 * MS);
+        while b.take(1514, 5_000 * MS) {}
+        assert!(!b.take(1514, 1_000 * MS));
+        assert!(
+            b.tokens_bits(u64::MAX / 2)
+                <= lim(1_000_000_000, None).burst_bits + 1_000_000_000 / 100
+        );
+        // the waits are counted, the bytes passed too
+        assert!(b.waits >= 1 && b.passed > 0);
+    }
+
+    #[test]
+    fn rates_and_sizes_parse_like_tc_and_kubernetes() {
+        for (s, v) in [
+            ("500mbit", 500_000_000),
+            ("5gbit", 5_000_000_000),
+            ("100kbit", 100_000),
+            ("1000000", 1_000_000),
+            ("1.5gbit", 1_500_000_000),
+            ("10M", 10_000_000),
+            ("2g", 2_000_000_000),
+            ("64bit", 64),
+            ("1tbit", 1_000_000_000_000),
+        ] {
+            assert_eq!(parse_bits(s), Ok(v), "{s}");
+        }
+        for s in [
+            "",
+            "fast",
+            "5 gbit",
+            "-1",
+            "1.2.3",
+            "5gbps",
+            "kbit",
+            "1e9",
+            "9999999999999999999999",
+        ] {
+            let e = parse_bits(s).unwrap_err().to_string();
+            assert!(e.contains("500mbit"), "{s}: {e}");
+        }
+    }
+}
