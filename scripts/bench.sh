@@ -4,7 +4,9 @@
 # dnperf in one run: rr (latency) and stream (goodput) at 64 B, 1 KiB and 64 KiB over loopback,
 # bridge, bridge-nat, macvlan, ovs (ipvlan where the kernel has it), docknet and docknet-fc, plus a
 # short pairs sweep (1, 4, 16 concurrent pairs); then two hosts joined by a wire: host, routed,
-# nat, vxlan against DockNet's daemons on the wire (docknet: AF_XDP, docknet-packet: AF_PACKET).
+# nat, vxlan against DockNet's daemons on the wire (docknet: AF_XDP, docknet-packet: AF_PACKET);
+# then rate limits (a TCP flow under stepped limits, and beside a UDP hog) on the bridge with the
+# CNI bandwidth plugin against DockNet's limiter.
 # Prints the tables and writes the report: results/index.html (figures and tables),
 # results/report.md, results/tcp-*.{json,md}. About 4.5 minutes.
 #
@@ -25,7 +27,7 @@ docknet_root "$@"
 D=target/release/docknet
 OUT=${OUT:-results}
 mkdir -p "$OUT"
-rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md
+rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md "$OUT"/rate.json "$OUT"/rate.md
 if [ "${FULL:-0}" = 1 ]; then
     MODES=loopback,container,veth,bridge,bridge-nat,macvlan,ipvlan,ovs,sriov,docknet,docknet-fc
     COMMON=(--repeat 2 --duration 1 --warmup 0.3 --mtus 1500,9000 --report "$OUT")
@@ -46,7 +48,9 @@ if [ "${FULL:-0}" = 1 ]; then
     # with the unshaped wire's)
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 --wire-rate 10gbit \
         --report "$OUT/wire-10gbit" "$@"
-    $D report "$OUT"/tcp-*.json --out "$OUT"
+    # rate limits: the paper's Fig. 9 on the bridge (CNI bandwidth, TBF) and on DockNet
+    $D bench rate --report "$OUT"
+    $D report "$OUT"/tcp-*.json "$OUT"/rate.json --out "$OUT"
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
     COMMON=(--sizes 64,1024,65536 --repeat 2 --duration 0.6 --warmup 0.2 --report "$OUT")
@@ -57,5 +61,6 @@ else
     TCOMMON=(--topology two-host --repeat 1 --duration 0.6 --warmup 0.2 --report "$OUT")
     $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
+    $D bench rate --steps 60%,20%,10mbit --step 1 --timeline 1.5,4,5 --report "$OUT"
 fi
 echo "report: $OUT/index.html (also $OUT/report.md; per workload $OUT/tcp-*.md)"

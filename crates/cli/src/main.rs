@@ -298,6 +298,10 @@ enum BenchCmd {
     Stream(BenchArgs),
     /// N = 1, 2, 4, ... concurrent pairs: aggregate goodput, per-pair latency, memory per pair.
     Pairs(BenchArgs),
+    /// Rate limits side by side: one TCP flow while its limit steps down, then TCP beside a UDP
+    /// hog with no limits, the UDP flow limited, and both limited; on the kernel's bridge with
+    /// the CNI bandwidth plugin (TBF) and on DockNet's limiter (the paper's Fig. 9).
+    Rate(docknet_lab::bench::RateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -444,6 +448,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Rr(a)) => docknet_lab::bench::run(Workload::Rr, a)?,
         Cmd::Bench(BenchCmd::Stream(a)) => docknet_lab::bench::run(Workload::Stream, a)?,
         Cmd::Bench(BenchCmd::Pairs(a)) => docknet_lab::bench::run(Workload::Pairs, a)?,
+        Cmd::Bench(BenchCmd::Rate(a)) => docknet_lab::bench::run_rate(a)?,
         Cmd::Report(a) => {
             let index = docknet_lab::report::run(&a)?;
             println!("wrote {}", index.display());
@@ -454,8 +459,27 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A usage error as one line: clap's message without its usage block and hint.
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    format!("docknet: {} (see --help)", lines.join(" "))
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            eprintln!("{}", usage_line(&e));
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
     match main_inner(cli) {
         Ok(c) => c,
         Err(e) => {

@@ -822,3 +822,74 @@ fn ctrl_c_removes_both_hosts_and_the_wire() {
     assert!(!status.success());
     assert_eq!(leftovers(pid), (vec![], vec![]), "{err}");
 }
+
+#[test]
+fn the_rate_experiment_limits_both_modes_and_cleans_up() {
+    if !root_or_skip("bench rate") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("rate.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "rate",
+            "--steps",
+            "30%",
+            "--step",
+            "1.5",
+            "--timeline",
+            "1,2.5,3",
+            "--json",
+        ],
+        &json,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Fast channels bypass"), "{out}");
+    let v = valid(&json);
+    let rows = v["results"].as_array().unwrap();
+    for mode in ["bridge", "docknet"] {
+        let mean = |scenario: &str, phase: &str, flow: &str| {
+            let g: Vec<f64> = rows
+                .iter()
+                .filter(|r| {
+                    r["mode"] == mode
+                        && r["scenario"] == scenario
+                        && r["phase"] == phase
+                        && r["flow"] == flow
+                        && r["t_s"].as_f64().is_some()
+                })
+                .map(|r| r["gbps"].as_f64().unwrap())
+                .collect();
+            assert!(!g.is_empty(), "{mode}: no {scenario}/{phase}/{flow} bins");
+            g.iter().sum::<f64>() / g.len() as f64
+        };
+        let limit = rows
+            .iter()
+            .find(|r| r["mode"] == mode && r["phase"] == "30%")
+            .and_then(|r| r["limit_bps"].as_f64())
+            .unwrap_or_else(|| panic!("{mode}: the 30% step has its limit"));
+        let (free, held) = (
+            mean("steps", "unlimited", "tcp"),
+            mean("steps", "30%", "tcp"),
+        );
+        // the limit holds (with room for the burst and the first bins), and it is the limit
+        // that holds the flow back, not the flow's own pace
+        assert!(
+            held * 1e9 < limit * 1.25,
+            "{mode}: {held} Gbps over {limit}"
+        );
+        assert!(
+            free > held * 1.5,
+            "{mode}: unlimited {free} vs limited {held}"
+        );
+        for sc in ["none", "udp-limited", "both-limited"] {
+            assert!(
+                mean(sc, "udp", "udp") > 0.0,
+                "{mode} {sc}: the UDP flow ran"
+            );
+        }
+    }
+}

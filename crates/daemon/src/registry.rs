@@ -64,7 +64,7 @@ counters! {
     RingOverrun => "ring_overrun": "Impossible ring indices written by the container.",
     ArpReplies => "arp_replies": "ARP requests answered by the daemon.",
     Flooded => "flooded": "Broadcast or multicast frames from this pipe copied to others.",
-    Kicks => "kicks": "Futex wake-ups sent to the container's sleeping consumer.",
+    Kicks => "kicks": "Futex wake-ups sent to the container (its consumer asleep on an empty rx ring, or its producer on a full tx ring).",
     DropFloodLimited => "drop_flood_limited": "Broadcast or multicast frames from this pipe over its flood budget.",
     FloodRxFull => "flood_rx_full": "Copies of this pipe's floods a full receiver could not take (charged to the sender).",
     SpuriousWakes => "spurious_wakes": "Times this pipe woke the daemon with no work (each one mutes its wake-ups for longer).",

@@ -12,6 +12,7 @@ use crate::summary::summarize;
 use crate::topology::probe;
 use crate::topology::wire::Shape;
 use crate::verdict::{ratio_lines, raw_ratio_lines, raw_targets, targets, Verdict};
+use crate::workload::rate::{Lim, RateRun, Schedule};
 use crate::workload::raw::RawArgs;
 use crate::workload::{Runner, Timing};
 use anyhow::{bail, Context, Result};
@@ -324,6 +325,182 @@ pub fn run_raw(args: RawArgs) -> Result<()> {
     )?;
     if !path_ok {
         bail!("some frames took the wrong path (see the 'path' column)");
+    }
+    Ok(())
+}
+
+/// Options of `docknet bench rate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RateArgs {
+    /// Modes to compare: bridge (the kernel: the reference CNI bandwidth plugin, a TBF) and
+    /// docknet (the daemon's limiter).
+    #[arg(long, value_delimiter = ',', default_value = "bridge,docknet")]
+    pub modes: Vec<String>,
+    /// The step experiment's limits on one TCP flow, each for --step seconds, between an
+    /// unlimited step (the capacity) and one with a limit far above it before and after them:
+    /// shares of the capacity (80%) or rates (10mbit, 2gbit).
+    #[arg(long, value_delimiter = ',', default_value = "80%,60%,40%,20%,10mbit")]
+    pub steps: Vec<String>,
+    /// Seconds per step.
+    #[arg(long, default_value_t = 3.0)]
+    pub step: f64,
+    /// The contention experiments' timeline in seconds: UDP starts, UDP stops, TCP ends.
+    #[arg(long, value_delimiter = ',', default_value = "5,17,22")]
+    pub timeline: Vec<f64>,
+    /// The UDP flow's limit in the udp-limited and both-limited runs.
+    #[arg(long, default_value = "20%")]
+    pub udp_limit: String,
+    /// The TCP flow's limit in the both-limited run.
+    #[arg(long, default_value = "40%")]
+    pub tcp_limit: String,
+    /// Bucket size of every limit, as milliseconds at its rate (the same for both limiters).
+    #[arg(long, default_value_t = 10.0)]
+    pub burst_ms: f64,
+    /// UDP datagram size in bytes.
+    #[arg(long, default_value_t = 1400)]
+    pub udp_size: usize,
+    /// Write all results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write rate.json and rate.md into this directory and (re)build its HTML report.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+impl RateArgs {
+    /// The modes and the schedule (refuses what cannot run).
+    pub fn schedule(&self) -> Result<(Vec<Mode>, Schedule)> {
+        let modes = self
+            .modes
+            .iter()
+            .map(|m| m.parse::<Mode>())
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(m) = modes
+            .iter()
+            .find(|m| !matches!(m, Mode::Bridge | Mode::Docknet))
+        {
+            bail!("{m}: the rate experiment runs on bridge (CNI bandwidth) and docknet");
+        }
+        let [from, to, end] = self.timeline[..] else {
+            bail!("--timeline takes three times: UDP starts, UDP stops, TCP ends (5,17,22)");
+        };
+        if !(0.0 < from && from < to && to <= end && end <= 600.0) {
+            bail!("--timeline must be 0 < UDP start < UDP stop <= end <= 600 s");
+        }
+        if !(0.5..=60.0).contains(&self.step) {
+            bail!("--step must be 0.5 .. 60 s");
+        }
+        if !(1.0..=1000.0).contains(&self.burst_ms) {
+            bail!("--burst-ms must be 1 .. 1000");
+        }
+        if !(24..=1472).contains(&self.udp_size) {
+            bail!("--udp-size must be 24 .. 1472 (one datagram per frame at MTU 1500)");
+        }
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| Lim::parse(s))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((
+            modes,
+            Schedule {
+                steps,
+                step_s: self.step,
+                udp_from: from,
+                udp_to: to,
+                end,
+                udp_limit: Lim::parse(&self.udp_limit)?,
+                tcp_limit: Lim::parse(&self.tcp_limit)?,
+                burst_ms: self.burst_ms,
+                udp_size: self.udp_size,
+            },
+        ))
+    }
+}
+
+/// Runs `docknet bench rate`.
+pub fn run_rate(args: RateArgs) -> Result<()> {
+    let (modes, schedule) = args.schedule()?;
+    need_root("docknet bench rate")?;
+    let stop = Stop::on_signals()?;
+    let exe = std::env::current_exe()?;
+    let mut progress = crate::progress::Progress::new(4 * modes.len() as u64);
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    for mode in modes {
+        stop.check()?;
+        let why = if mode == Mode::Bridge {
+            crate::topology::cni::plugin_dir()
+                .ok()
+                .filter(|d| !d.join("bandwidth").is_file())
+                .map(|d| format!("no CNI bandwidth plugin in {}", d.display()))
+                .or_else(|| probe::unavailable(mode))
+        } else {
+            probe::unavailable(mode)
+        };
+        if let Some(reason) = why {
+            progress.line(&format!("{mode}: not available here: {reason}"));
+            progress.skip(4);
+            skipped.push(NotAvailable {
+                mode: mode.name().into(),
+                topology: Topology::OneHost,
+                mtu: None,
+                status: Status::NotAvailable,
+                reason,
+            });
+            continue;
+        }
+        let mut run = RateRun::build(&exe, mode, &stop)
+            .with_context(|| format!("building the {mode} topology"))?;
+        let r = run.all(&schedule, &mut progress);
+        rows.append(&mut run.rows);
+        drop(run);
+        if let Err(e) = r {
+            if stop.raised() {
+                return Err(e);
+            }
+            progress.line(&format!("{mode}: skipped: {e:#}"));
+            skipped.push(NotAvailable {
+                mode: mode.name().into(),
+                topology: Topology::OneHost,
+                mtu: Some(1500),
+                status: Status::Skipped,
+                reason: format!("failed: {e:#}"),
+            });
+        }
+    }
+    progress.finish();
+    let phases = crate::rate::phases(&rows);
+    print!("{}", crate::rate::table(&phases));
+    for s in &skipped {
+        println!("{:<18} {}: {}", s.mode, s.status.text(), s.reason);
+    }
+    let targets = lines(&crate::rate::targets(&phases));
+    for t in &targets {
+        println!("{t}");
+    }
+    println!("{}", crate::rate::FAST_CHANNELS);
+    let mut env = Env::here(schedule.end, 0.0, 1);
+    env.workload = Some(Workload::Rate);
+    env.mtus = Some(vec![1500]);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows,
+        summary: Vec::new(),
+        ratios: Vec::new(),
+        targets,
+        not_available: skipped,
+    };
+    write_outputs(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        "rate",
+        || markdown::rate(&res, &phases),
+    )?;
+    if let Some(dir) = &args.report {
+        let index = report::build_dir(dir)?;
+        println!("report: {}", index.display());
     }
     Ok(())
 }

@@ -9,7 +9,7 @@
 //!  workload     runs a plan's points on a topology: dnperf, pairs, cross-check, raw
 //!  topology     builds and removes a mode: kernel (ip, CNI, OVS), DockNet (daemon, pipes), probe
 //!  proc, progress                                         processes; the progress bar
-//!  mode, row, plan, summary, verdict                      pure data and pure functions
+//!  mode, row, plan, summary, verdict, rate                pure data and pure functions
 //! ```
 //!
 //! The bottom layer does no I/O: [`plan`] decides what runs, [`summary`] merges runs into
@@ -22,6 +22,7 @@ pub mod mode;
 pub mod plan;
 pub mod proc;
 pub mod progress;
+pub mod rate;
 pub mod report;
 pub mod row;
 pub mod summary;

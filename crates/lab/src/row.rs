@@ -223,14 +223,21 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub limit_bps: Option<f64>,
-    /// Rate: what the flow's limiter let through during the bin, Gbps (frames with their
-    /// headers, as the limiter counts them).
+    /// Rate: the part of the experiment (`unlimited`, `80%`, `udp`, ...).
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub phase: Option<String>,
+    /// Rate: cores busy during the bin with the experiment's processes (the daemon, the
+    /// containers, ksoftirqd), from their tasks' schedstat.
     #[serde(
         default,
         deserialize_with = "figure",
         skip_serializing_if = "Option::is_none"
     )]
-    pub limiter_gbps: Option<f64>,
+    pub cpu_cores: Option<f64>,
     /// One-way latency histogram as `[ns, count]` buckets (rr, pairs).
     #[serde(
         default,
@@ -271,7 +278,8 @@ impl Row {
             flow: None,
             t_s: None,
             limit_bps: None,
-            limiter_gbps: None,
+            phase: None,
+            cpu_cores: None,
             one_way_hist: None,
         }
     }

@@ -534,6 +534,11 @@ impl Endpoint {
         self.disarm_sleep();
     }
 
+    /// Whether the tx ring to the daemon is full (the daemon has not taken what was sent).
+    pub fn tx_full(&mut self) -> bool {
+        self.tx.space(&self.region) == 0
+    }
+
     /// Arms the sleep words of every ring this endpoint reads and returns them, or `None`
     /// (disarmed again) when work arrived meanwhile. After waiting, call
     /// [`Endpoint::disarm_sleep`].
@@ -542,12 +547,20 @@ impl Endpoint {
         for l in &mut self.fcs {
             pending |= l.rx.arm(&l.region);
         }
+        // a full tx ring (e.g. held back by a rate limit): the daemon kicks when it frees room
+        let full = self.tx.space(&self.region) == 0;
+        if full {
+            pending |= self.tx.arm_space(&self.region);
+        }
         if pending {
             self.disarm_sleep();
             return None;
         }
-        let mut words = Vec::with_capacity(2 + self.fcs.len());
+        let mut words = Vec::with_capacity(3 + self.fcs.len());
         words.push((self.region.clone(), self.info.rings[1].sleep_off(), 1));
+        if full {
+            words.push((self.region.clone(), self.info.rings[0].space_off(), 1));
+        }
         for l in &self.fcs {
             words.push((l.region.clone(), l.rx.layout().sleep_off(), 1));
         }
@@ -558,6 +571,7 @@ impl Endpoint {
     /// Clears the sleep words after a sleep and picks up fast-channel changes.
     pub fn disarm_sleep(&mut self) {
         self.rx.disarm(&self.region);
+        self.tx.disarm_space(&self.region);
         for l in &self.fcs {
             l.rx.disarm(&l.region);
         }

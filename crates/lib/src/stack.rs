@@ -196,7 +196,13 @@ impl Shared {
     /// are disarmed again). Wait outside the lock ([`Armed::wait`]), then [`Shared::disarm`].
     pub(crate) fn arm(&self, max: Duration, deadline: Option<Instant>) -> Option<Armed> {
         let mut g = self.lock();
-        let mut t = g.delay().unwrap_or(max).min(max);
+        // with the tx ring full, smoltcp's "send now" is not a reason to wake: the daemon
+        // kicks when it takes frames, and the peer's frames wake the rx side
+        let mut t = if g.dev.ep.tx_full() {
+            max
+        } else {
+            g.delay().unwrap_or(max).min(max)
+        };
         if let Some(d) = deadline {
             t = t.min(d.saturating_duration_since(Instant::now()));
         }

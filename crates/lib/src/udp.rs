@@ -8,6 +8,10 @@ use std::io;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
+/// How long a dropped socket waits for its queued datagrams to leave (the peer's address may
+/// need resolving, and a lost ARP request is repeated after a second).
+const LINGER: Duration = Duration::from_secs(2);
+
 /// A UDP socket (std-like).
 #[derive(Debug)]
 pub struct UdpSocket {
@@ -63,11 +67,15 @@ impl UdpSocket {
             if !s.can_send() {
                 return None;
             }
-            Some(
-                s.send_slice(buf, dst)
-                    .map(|_| buf.len())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string())),
-            )
+            match s.send_slice(buf, dst) {
+                Ok(()) => Some(Ok(buf.len())),
+                // a free slot, but not enough room for this payload yet
+                Err(udp::SendError::BufferFull) if buf.len() <= s.payload_send_capacity() => None,
+                Err(e) => Some(Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    e.to_string(),
+                ))),
+            }
         })
     }
 
@@ -79,17 +87,24 @@ impl UdpSocket {
             if !s.can_recv() {
                 return None;
             }
-            Some(
-                s.recv_slice(buf)
-                    .map(|(n, meta)| (n, from_ep(meta.endpoint)))
-                    .map_err(|e| io::Error::other(e.to_string())),
-            )
+            match s.recv_slice(buf) {
+                Ok((n, meta)) => Some(Ok((n, from_ep(meta.endpoint)))),
+                // the buffer held only the padding at its wrap-around
+                Err(udp::RecvError::Exhausted) => None,
+                Err(e) => Some(Err(io::Error::other(e.to_string()))),
+            }
         })
     }
 }
 
 impl Drop for UdpSocket {
     fn drop(&mut self) {
+        // Linger, as a kernel socket's datagrams outlive it: what is still queued (e.g.
+        // waiting for the peer's address to resolve) gets up to LINGER to leave.
+        let h = self.h;
+        let _ = self.stack.block_on(Some(LINGER), |g| {
+            (g.sockets.get::<udp::Socket>(h).send_queue() == 0).then_some(Ok(()))
+        });
         self.stack.lock().sockets.remove(self.h);
     }
 }

@@ -81,6 +81,8 @@ pub const CTRL_PROD: usize = 0;
 pub const CTRL_CONS: usize = 128;
 /// Consumer's sleep (futex) word: 1 = asleep, kick me.
 pub const CTRL_SLEEP: usize = 256;
+/// Producer's space (futex) word: 1 = asleep on a full ring, kick me when a slot frees.
+pub const CTRL_SPACE: usize = 260;
 /// Bytes of one descriptor.
 pub const DESC_SIZE: usize = 16;
 /// Descriptor field: offset of the frame from the start of the ring's area (u32).
@@ -180,6 +182,10 @@ impl RingLayout {
     /// Consumer-sleeping futex word.
     pub fn sleep_off(&self) -> usize {
         self.ctrl + CTRL_SLEEP
+    }
+    /// Producer-waiting-for-space futex word.
+    pub fn space_off(&self) -> usize {
+        self.ctrl + CTRL_SPACE
     }
     /// Descriptor for free-running index `idx`.
     pub fn desc_off(&self, idx: u32) -> usize {

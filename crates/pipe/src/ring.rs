@@ -251,6 +251,28 @@ impl Consumer {
         region.store_u32(self.ring.cons_off(), self.cons, Ordering::Release);
     }
 
+    /// [`Consumer::release`], then kicks a producer asleep on a full ring if this release
+    /// handed slots back (so a producer that sets its space word for nothing costs no more
+    /// than its own frames do). Returns whether it kicked.
+    pub fn release_and_kick(&mut self, region: &Region, last: &mut u32) -> bool {
+        self.release(region);
+        if *last == self.cons {
+            return false;
+        }
+        *last = self.cons;
+        // SYNC: SeqCst fence between our store of `cons` and our load of `space`; pairs with
+        // the fence in `Producer::arm_space`.
+        fence(Ordering::SeqCst);
+        let Some(w) = region.u32_at(self.ring.space_off()) else {
+            return false;
+        };
+        if w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::Relaxed) != 0 {
+            wake::wake(w);
+            return true;
+        }
+        false
+    }
+
     /// Declares this consumer about to sleep: sets the ring's sleep word, then (after a full
     /// fence) reports whether work arrived meanwhile. If it returns true, do not sleep.
     /// Pairs with the fence in [`Producer::publish`] (Dekker: one side sees the other).
@@ -420,6 +442,21 @@ impl Producer {
     /// Frames queued but not yet published.
     pub fn pending(&self) -> u32 {
         self.prod.wrapping_sub(self.published)
+    }
+
+    /// Declares this producer about to sleep on a full ring: sets the ring's space word, then
+    /// (after a full fence) reports whether a slot freed meanwhile. If it returns true, do not
+    /// sleep. Pairs with the fence in [`Consumer::release_and_kick`].
+    pub fn arm_space(&mut self, region: &Region) -> bool {
+        region.store_u32(self.ring.space_off(), 1, Ordering::Relaxed);
+        // SYNC: SeqCst fence between our store of `space` and our load of `cons`.
+        fence(Ordering::SeqCst);
+        self.space(region) != 0
+    }
+
+    /// Clears the space word after waking (or after deciding not to sleep).
+    pub fn disarm_space(&self, region: &Region) {
+        region.store_u32(self.ring.space_off(), 0, Ordering::Relaxed);
     }
 
     /// Makes queued frames visible and kicks the consumer if it sleeps. Returns whether a
@@ -643,6 +680,28 @@ mod tests {
         r.read(f.off, &mut b);
         assert_eq!(&b, b"d", "and the producer does not reuse its index");
         assert_eq!(p2.stats.ring_overrun + c2.stats.ring_overrun, 0);
+    }
+
+    #[test]
+    fn a_producer_asleep_on_a_full_ring_is_kicked_only_by_a_release_that_frees_slots() {
+        let (r, l) = ring(4);
+        let (mut p, mut c) = (Producer::new(l), Consumer::new(l));
+        for _ in 0..4 {
+            p.push(&r, &[1; 8], 0).unwrap();
+        }
+        p.publish(&r);
+        assert!(!p.arm_space(&r), "full: may sleep");
+        let word = || r.u32_at(l.space_off()).unwrap().load(Ordering::Relaxed);
+        assert_eq!(word(), 1);
+        let mut last = 0;
+        assert!(!c.release_and_kick(&r, &mut last), "nothing taken: no kick");
+        assert_eq!(word(), 1);
+        c.pop(&r).unwrap().unwrap();
+        assert!(c.release_and_kick(&r, &mut last), "a slot freed: kicked");
+        assert_eq!(word(), 0);
+        assert!(p.arm_space(&r), "space now: do not sleep");
+        p.disarm_space(&r);
+        assert_eq!(word(), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! - `stream-goodput-vs-size`: goodput against message size, the paper's Fig. 8 style;
 //! - `pairs-goodput-vs-n`, `pairs-latency-vs-n`: aggregate goodput and per-pair latency
 //!   against N pairs;
-//! - `ratio-to-bridge-WORKLOAD`: each mode's ratio to `bridge`.
+//! - `ratio-to-bridge-WORKLOAD`: each mode's ratio to `bridge`;
+//! - `rate-MODE-SCENARIO`: the rate experiment's flows over time beside their limits.
 //!
 //! Which figures exist and what they hold is decided by [`charts`], a pure function of the
 //! rows; [`render`] only draws.
@@ -537,6 +538,69 @@ fn charts_for(rows: &[Row]) -> Vec<Chart> {
     out.extend(pairs_charts(&of(Workload::Pairs), &color));
     out.extend(ratio_charts(rows, &color));
     out
+}
+
+/// The rate experiment's timelines: per mode and scenario, each flow's throughput in its bins
+/// and its limit (dashed, in the flow's colour).
+pub fn rate_charts(rows: &[Row]) -> Vec<Chart> {
+    let rate: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Rate && r.t_s.is_some())
+        .collect();
+    let mut keys: Vec<(crate::mode::Mode, String)> = Vec::new();
+    for r in &rate {
+        let k = (r.mode, r.scenario.clone().unwrap_or_default());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .map(|(mode, sc)| {
+            let of = |flow: &str| -> Vec<&&Row> {
+                rate.iter()
+                    .filter(|r| {
+                        r.mode == mode
+                            && r.scenario.as_deref() == Some(sc.as_str())
+                            && r.flow.as_deref() == Some(flow)
+                    })
+                    .collect()
+            };
+            let mut series = Vec::new();
+            for (k, flow) in ["tcp", "udp"].into_iter().enumerate() {
+                let bins = of(flow);
+                if bins.is_empty() {
+                    continue;
+                }
+                let pts = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(f64, f64)> {
+                    bins.iter().filter_map(|r| Some((r.t_s?, f(r)?))).collect()
+                };
+                series.push(Series {
+                    name: flow.to_uppercase(),
+                    points: pts(&|r| r.gbps),
+                    dashed: false,
+                    color: 2 * k,
+                });
+                let limit = pts(&|r| r.limit_bps.map(|b| b / 1e9));
+                if !limit.is_empty() {
+                    series.push(Series {
+                        name: format!("{} limit", flow.to_uppercase()),
+                        points: limit,
+                        dashed: true,
+                        color: 2 * k + 1,
+                    });
+                }
+            }
+            Chart {
+                file: format!("rate-{}-{sc}", mode.name()),
+                title: format!("Rate limits, {sc}: {mode}"),
+                x: "time (s)",
+                y: "Gbps at the receiver",
+                logx: false,
+                logy: false,
+                series,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -29,6 +29,16 @@ fn table_html<S: AsRef<str>>(heads: &[S], rows: impl Iterator<Item = Vec<String>
     h + "</table>\n"
 }
 
+/// One figure: the SVG, its title, links to both files.
+fn figure(c: &super::charts::Chart) -> String {
+    format!(
+        "<figure><img class=\"figure\" src=\"figures/{f}.svg\" alt=\"{t}\" width=\"1200\" height=\"600\">\
+         <figcaption>{t} (<a href=\"figures/{f}.png\">PNG</a>, <a href=\"figures/{f}.svg\">SVG</a>)</figcaption></figure>\n",
+        f = esc(&c.file),
+        t = esc(&c.title)
+    )
+}
+
 /// The page.
 pub fn page(r: &Report) -> String {
     let env = r.env();
@@ -87,17 +97,27 @@ pub fn page(r: &Report) -> String {
         }
         h += "<h3>Figures</h3>\n";
         for c in &sec.charts {
-            let _ = writeln!(
-                h,
-                "<figure><img class=\"figure\" src=\"figures/{f}.svg\" alt=\"{t}\" width=\"1200\" height=\"600\">\
-                 <figcaption>{t} (<a href=\"figures/{f}.png\">PNG</a>, <a href=\"figures/{f}.svg\">SVG</a>)</figcaption></figure>",
-                f = esc(&c.file),
-                t = esc(&c.title)
-            );
+            h += &figure(c);
         }
         for (wl, rows) in sec.tables() {
             let _ = writeln!(h, "<h3>Results: {wl} (ratio to {base})</h3>");
             h += &table_html(&COLUMNS, rows.into_iter());
+        }
+    }
+    if let Some(rate) = &r.rate {
+        h += "<h2>Rate limits</h2>\n<p>One TCP flow while its limit steps down, then a TCP flow \
+              with a UDP flow beside it (no limits, the UDP flow limited, both limited), on the \
+              kernel's bridge with the CNI bandwidth plugin (TBF) and on DockNet's limiter. \
+              Throughput at the receivers in 100 ms bins, frames with their headers.</p>\n<pre>";
+        h += &esc(&crate::rate::table(&rate.phases));
+        h += "</pre>\n<ul>\n";
+        for t in &rate.targets {
+            let class = if t.met { "met" } else { "notmet" };
+            let _ = writeln!(h, "<li class=\"{class}\">{}</li>", esc(&t.line()));
+        }
+        let _ = writeln!(h, "</ul>\n<p>{}</p>", esc(crate::rate::FAST_CHANNELS));
+        for c in &rate.charts {
+            h += &figure(c);
         }
     }
     h += "<p>Commands:</p><ul>\n";

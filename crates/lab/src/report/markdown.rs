@@ -70,6 +70,18 @@ pub fn report(r: &Report) -> String {
             let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
         }
     }
+    if let Some(rate) = &r.rate {
+        m += "\n# Rate limits\n\n```text\n";
+        m += &crate::rate::table(&rate.phases);
+        m += "```\n\n";
+        for t in &rate.targets {
+            let _ = writeln!(m, "- {}", t.line());
+        }
+        let _ = writeln!(m, "\n{}\n", crate::rate::FAST_CHANNELS);
+        for c in &rate.charts {
+            let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
+        }
+    }
     m += "\nCommands:\n\n";
     for e in &r.envs {
         let _ = writeln!(m, "- `{}`", e.command);
@@ -78,6 +90,24 @@ pub fn report(r: &Report) -> String {
         m += "\n## Not available here, or skipped\n\n";
         for x in &r.missing {
             let _ = writeln!(m, "- {x}");
+        }
+    }
+    m
+}
+
+/// A run's target lines and what it left out, as Markdown sections (empty ones omitted).
+fn targets_and_missing(res: &Results) -> String {
+    let mut m = String::new();
+    if !res.targets.is_empty() {
+        m += "\n## Targets\n\n";
+        for t in &res.targets {
+            let _ = writeln!(m, "- {t}");
+        }
+    }
+    if !res.not_available.is_empty() {
+        m += "\n## Not available here, or skipped\n\n";
+        for x in &res.not_available {
+            let _ = writeln!(m, "- {}", x.line());
         }
     }
     m
@@ -103,18 +133,7 @@ pub fn bench(title: &str, note: &str, res: &Results) -> String {
     for r in &res.ratios {
         let _ = writeln!(m, "- {r}");
     }
-    if !res.targets.is_empty() {
-        m += "\n## Targets\n\n";
-        for t in &res.targets {
-            let _ = writeln!(m, "- {t}");
-        }
-    }
-    if !res.not_available.is_empty() {
-        m += "\n## Not available here, or skipped\n\n";
-        for x in &res.not_available {
-            let _ = writeln!(m, "- {}", x.line());
-        }
-    }
+    m += &targets_and_missing(res);
     m += "\n## Placement\n\n";
     for r in placements(&res.summary) {
         let _ = writeln!(m, "- `{}` `{}`: {}", r.mode, r.cores, r.placement);
@@ -128,4 +147,28 @@ pub fn placements(rows: &[Row]) -> Vec<&Row> {
     rows.iter()
         .filter(|r| seen.insert((r.mode, r.cores.clone())))
         .collect()
+}
+
+/// The Markdown of one `docknet bench rate` run: command, the phases' table, targets, what
+/// was left out, and what limits mean for fast channels.
+pub fn rate(res: &Results, phases: &[crate::rate::Phase]) -> String {
+    let env = &res.env;
+    let mut m = format!(
+        "# Rate limits side by side\n\nCommand: `{}`  \nKernel {}, {} cores.\n\n\
+         One TCP flow while its limit steps down, then a TCP flow with a UDP flow beside it \
+         (no limits, the UDP flow limited, both limited). Throughput at the receivers in \
+         {} ms bins (frames with their headers, as both limiters count them); each phase \
+         leaves out its first {} s; accuracy over whole 1 s windows; CPU of the experiment's \
+         processes per KiB delivered.\n\n```text\n",
+        env.command,
+        env.kernel.as_deref().unwrap_or("?"),
+        env.cores,
+        crate::rate::BIN_S * 1e3,
+        crate::rate::SETTLE_S,
+    );
+    m += &crate::rate::table(phases);
+    m += "```\n";
+    m += &targets_and_missing(res);
+    let _ = writeln!(m, "\n{}", crate::rate::FAST_CHANNELS);
+    m
 }

@@ -107,11 +107,35 @@ impl Section {
     }
 }
 
+/// What a report shows of the rate-limit experiment.
+#[derive(Debug)]
+pub struct RateSection {
+    /// Its phases.
+    pub phases: Vec<crate::rate::Phase>,
+    /// The targets judged on them.
+    pub targets: Vec<Verdict>,
+    /// A timeline per mode and scenario.
+    pub charts: Vec<Chart>,
+}
+
+impl RateSection {
+    fn of(rows: &[Row]) -> Option<RateSection> {
+        let phases = crate::rate::phases(rows);
+        (!phases.is_empty()).then(|| RateSection {
+            targets: crate::rate::targets(&phases),
+            charts: charts::rate_charts(rows),
+            phases,
+        })
+    }
+}
+
 /// Everything a report shows, computed from the results before anything is written.
 #[derive(Debug)]
 pub struct Report {
     /// One section per topology present (one host first).
     pub sections: Vec<Section>,
+    /// The rate-limit experiment, if the results have it.
+    pub rate: Option<RateSection>,
     /// The files' environments (the first is the report's).
     pub envs: Vec<Env>,
     /// Modes without figures, as lines (each once).
@@ -121,7 +145,9 @@ pub struct Report {
 impl Report {
     /// The report of several results files.
     pub fn of(files: &[Results]) -> Report {
-        let rows: Vec<Row> = files.iter().flat_map(|f| f.rows().to_vec()).collect();
+        let all: Vec<Row> = files.iter().flat_map(|f| f.rows().to_vec()).collect();
+        let (rate, rows): (Vec<Row>, Vec<Row>) =
+            all.into_iter().partition(|r| r.workload == Workload::Rate);
         let mut missing: Vec<String> = Vec::new();
         for line in files
             .iter()
@@ -142,6 +168,7 @@ impl Report {
             .collect();
         Report {
             sections,
+            rate: RateSection::of(&rate),
             envs: files.iter().map(|f| f.env.clone()).collect(),
             missing,
         }
@@ -149,12 +176,18 @@ impl Report {
 
     /// Every section's figures.
     pub fn charts(&self) -> impl Iterator<Item = &Chart> {
-        self.sections.iter().flat_map(|s| s.charts.iter())
+        self.sections
+            .iter()
+            .flat_map(|s| s.charts.iter())
+            .chain(self.rate.iter().flat_map(|r| r.charts.iter()))
     }
 
     /// Every section's targets.
     pub fn targets(&self) -> impl Iterator<Item = &Verdict> {
-        self.sections.iter().flat_map(|s| s.targets.iter())
+        self.sections
+            .iter()
+            .flat_map(|s| s.targets.iter())
+            .chain(self.rate.iter().flat_map(|r| r.targets.iter()))
     }
 
     /// The report's environment: the first file's.
@@ -163,16 +196,17 @@ impl Report {
     }
 }
 
-/// Rebuilds the report of a `--report DIR` directory from every `tcp-*.json` in it.
+/// Rebuilds the report of a `--report DIR` directory from every `tcp-*.json` in it, and
+/// `rate.json`.
 pub fn build_dir(dir: &Path) -> Result<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("tcp-") && n.ends_with(".json"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                (n.starts_with("tcp-") && n.ends_with(".json")) || n == "rate.json"
+            })
         })
         .collect();
     files.sort();

@@ -222,7 +222,24 @@ impl Cni {
         let conf = entry.1.pop().unwrap_or_default();
         let last = entry.2.pop();
         let full = self.full(&conf, last.as_ref());
-        self.exec("DEL", ns, &full).map(drop)
+        self.exec("DEL", ns, &full)?;
+        if conf["type"] == "bandwidth" {
+            // its DEL removes the ifb but leaves the ingress qdisc that redirects the host
+            // veth to it (a runtime deletes the veth next); the next ADD needs it gone
+            let host_links = last
+                .iter()
+                .flat_map(|r| r["interfaces"].as_array().cloned().unwrap_or_default())
+                .filter(|i| i.get("sandbox").is_none())
+                .filter_map(|i| i["name"].as_str().map(String::from));
+            for dev in host_links {
+                let _ = Command::new("ip")
+                    .args(["netns", "exec", &self.host_ns, "tc", "qdisc", "del", "dev"])
+                    .args([dev.as_str(), "ingress"])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        Ok(())
     }
 
     /// CNI DEL of every attachment, newest first, each chain in reverse.

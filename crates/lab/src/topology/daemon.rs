@@ -117,6 +117,11 @@ impl Daemon {
         c
     }
 
+    /// The daemon's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Child::id)
+    }
+
     /// Stops the daemon (SIGTERM, then SIGKILL; an ephemeral daemon removes its pipes), waits
     /// for its fd holder to leave (it does once it keeps nothing; it is ended by its pid after
     /// 3 s), and removes the run directory.

@@ -4,11 +4,13 @@
 //! - [`dnperf`]: dnperf's arguments, and its typed result turned into a row;
 //! - [`pairs`]: N pairs at once;
 //! - [`crosscheck`]: sockperf and iperf3 beside dnperf, with pure parsers of their output;
-//! - [`raw`]: the raw-frame bench (`docknet raw bench`).
+//! - [`raw`]: the raw-frame bench (`docknet raw bench`);
+//! - [`rate`]: the rate-limit experiment (`docknet bench rate`).
 
 pub mod crosscheck;
 pub mod dnperf;
 pub mod pairs;
+pub mod rate;
 pub mod raw;
 
 use crate::mode::{Builder, Topology};

@@ -1,0 +1,152 @@
+//! Rate limits end to end: a limited pipe's transfer takes the time its limit implies, bad
+//! input changes nothing, limits survive a daemon restart.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+const DNPERF: &str = env!("CARGO_BIN_EXE_dnperf");
+
+fn pipes(lab: &Lab) {
+    lab.ok(&["pipe", "create", "a", "--ip", "10.61.0.1/24"]);
+    lab.ok(&["pipe", "create", "b", "--ip", "10.61.0.2/24"]);
+}
+
+#[test]
+fn a_limited_pipe_takes_the_time_its_limit_implies() {
+    if !root_or_skip("rate transfer") {
+        return;
+    }
+    let mut lab = Lab::start("block");
+    pipes(&lab);
+    let set = lab.json(&["rate", "set", "a", "--egress", "400mbit", "--json"]);
+    assert_eq!(set["egress_bps"], 400_000_000, "{set}");
+    let srv = lab.spawn_in(
+        "b",
+        None,
+        &[
+            DNPERF,
+            "server",
+            "--stack",
+            "docknet",
+            "--idle",
+            "block",
+            "--bind",
+            "10.61.0.2:7000",
+            "--conns",
+            "1",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let total: u64 = 100_000_000;
+    let cli = lab.spawn_in(
+        "a",
+        None,
+        &[
+            DNPERF,
+            "client",
+            "--stack",
+            "docknet",
+            "--idle",
+            "block",
+            "--connect",
+            "10.61.0.2:7000",
+            "--workload",
+            "check",
+            "--bytes",
+            &total.to_string(),
+            "--size",
+            "16384",
+            "--json",
+        ],
+    );
+    let out = lab.wait(cli, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = peer_json(&out);
+    assert_eq!(v["result"]["corrupt_bytes"], 0, "{v}");
+    let _ = lab.wait(srv, Duration::from_secs(20));
+    // the receiver's time from first to last byte
+    let secs = total as f64 * 8.0 / (v["result"]["gbps"].as_f64().unwrap() * 1e9);
+    // the limit counts frames with their headers: 1514 bytes per 1460 of payload
+    let payload_time = total as f64 * 8.0 / 400e6;
+    let frame_time = payload_time * 1514.0 / 1460.0;
+    // one bucket (10 ms at the rate) may go at once
+    assert!(
+        secs >= payload_time - 0.011,
+        "{secs:.3} s: faster than the limit allows"
+    );
+    assert!(
+        secs <= frame_time * 1.10,
+        "{secs:.3} s: more than 10% over the {frame_time:.3} s the limit implies"
+    );
+    let show = lab.json(&["rate", "show", "a", "--json"]);
+    let waits = show["egress"]["waits"].as_u64().unwrap();
+    assert!(waits > 0, "the frames waited for tokens: {show}");
+    assert_eq!(lab.counter("a", "rate_limited"), 0, "egress never drops");
+}
+
+#[test]
+fn bad_rates_and_unknown_pipes_get_one_line_and_change_nothing() {
+    if !root_or_skip("rate errors") {
+        return;
+    }
+    let lab = Lab::start("block");
+    pipes(&lab);
+    lab.ok(&["rate", "set", "a", "--egress", "300mbit"]);
+    for args in [
+        &["rate", "set", "nope", "--egress", "1mbit"][..],
+        &["rate", "set", "a", "--egress", "fast"],
+        &["rate", "set", "a", "--egress", "0"],
+        &["rate", "set", "a", "--egress", "5tbit"],
+        &["rate", "set", "a", "--ingress-burst", "1000"],
+        &["rate", "show", "nope"],
+        &["rate", "clear", "nope"],
+    ] {
+        let o = lab.run(args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let show = lab.json(&["rate", "show", "a", "--json"]);
+    assert_eq!(show["egress_bps"], 300_000_000, "{show}");
+    assert!(show["ingress_bps"].is_null(), "{show}");
+    let b = lab.json(&["rate", "show", "b", "--json"]);
+    assert!(
+        b["egress_bps"].is_null() && b["ingress_bps"].is_null(),
+        "{b}"
+    );
+}
+
+#[test]
+fn limits_survive_a_daemon_restart() {
+    if !root_or_skip("rate restart") {
+        return;
+    }
+    let mut lab = Lab::start("block");
+    pipes(&lab);
+    lab.ok(&[
+        "rate",
+        "set",
+        "a",
+        "--egress",
+        "300mbit",
+        "--ingress",
+        "200mbit",
+        "--ingress-burst",
+        "4mbit",
+    ]);
+    lab.kill_daemon();
+    lab.start_daemon();
+    let show = lab.json(&["rate", "show", "a", "--json"]);
+    assert_eq!(show["egress_bps"], 300_000_000, "{show}");
+    assert_eq!(show["ingress_bps"], 200_000_000, "{show}");
+    assert_eq!(show["ingress"]["burst_bits"], 4_000_000, "{show}");
+    lab.ok(&["rate", "clear", "a"]);
+    let show = lab.json(&["rate", "show", "a", "--json"]);
+    assert!(show["egress_bps"].is_null(), "{show}");
+}
