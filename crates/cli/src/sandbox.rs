@@ -160,6 +160,18 @@ pub fn build_root(w: &Walls) -> Result<()> {
     let root = stage.join("root");
     fs::create_dir(&root)?;
     tmpfs(&root, "mode=0755,size=4m", MsFlags::empty())?;
+    // the private /tmp and /run first, so a directory shown from under the host's /tmp (a
+    // checkout there, say) is bound on top of them rather than hidden by them
+    for (d, opts) in [
+        ("/tmp", "mode=1777,size=256m"),
+        ("/run", "mode=0755,size=16m"),
+    ] {
+        tmpfs(
+            &mountpoint(&root, Path::new(d), true)?,
+            opts,
+            MsFlags::empty(),
+        )?;
+    }
 
     for (p, f) in &sources {
         let target = if w.rootfs.as_ref() == Some(p) {
@@ -199,16 +211,6 @@ pub fn build_root(w: &Walls) -> Result<()> {
         .filter(|h| h.is_dir())
     {
         tmpfs(&h, "mode=0555,size=4k", MsFlags::MS_RDONLY)?;
-    }
-    for (d, opts) in [
-        ("/tmp", "mode=1777,size=256m"),
-        ("/run", "mode=0755,size=16m"),
-    ] {
-        tmpfs(
-            &mountpoint(&root, Path::new(d), true)?,
-            opts,
-            MsFlags::empty(),
-        )?;
     }
     let old = root.join(".old");
     fs::create_dir(&old)?;

@@ -420,3 +420,97 @@ fn tree(pid: u32) -> Vec<u32> {
     }
     out
 }
+
+/// Voluntary context switches of every `docklib-engine` thread of the processes `pids`.
+fn engine_switches(pids: &[u32]) -> (usize, u64) {
+    let mut n = (0, 0);
+    for p in pids {
+        for t in std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "docklib-engine" {
+                continue;
+            }
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let v: u64 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            n = (n.0 + 1, n.1 + v);
+        }
+    }
+    n
+}
+
+#[test]
+fn a_docklib_server_waiting_in_accept_does_not_wake_on_a_tick() {
+    if !root_or_skip("idle engine") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    pair(&lab, "a", "b", 45);
+    let srv = lab.spawn_in(
+        "b",
+        None,
+        &[
+            DNPERF,
+            "server",
+            "--stack",
+            "docknet",
+            "--idle",
+            "adaptive",
+            "--bind",
+            "10.45.0.2:7000",
+            "--conns",
+            "1",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let pids = tree(lab.child_pid(srv));
+    let (engines, before) = engine_switches(&pids);
+    assert_eq!(engines, 1, "one DockLib engine in {pids:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, after) = engine_switches(&pids);
+    // parked on the call in progress: about one wake a second, not one per 10 ms nap
+    assert!(
+        after - before <= 10,
+        "the engine woke {} times in 3 s while the server waited in accept",
+        after - before
+    );
+    // and it still serves: a client connects and streams
+    let cli = lab.spawn_in(
+        "a",
+        None,
+        &[
+            DNPERF,
+            "client",
+            "--stack",
+            "docknet",
+            "--idle",
+            "adaptive",
+            "--connect",
+            "10.45.0.2:7000",
+            "--workload",
+            "stream",
+            "--size",
+            "1024",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0",
+            "--json",
+        ],
+    );
+    let out = lab.wait(cli, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(peer_json(&out)["result"]["gbps"].as_f64().unwrap() > 0.0);
+    let _ = lab.wait(srv, Duration::from_secs(20));
+}

@@ -23,7 +23,7 @@ use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -165,6 +165,9 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
     /// Calls in progress; the engine thread stays away while this is not zero.
     pub(crate) callers: AtomicU32,
+    /// The engine sleeps on `callers` until the call in progress ends (it does so only when a
+    /// call has lasted longer than its nap, e.g. a server blocked in `accept`).
+    pub(crate) engine_parked: AtomicBool,
     /// Calls started so far (wrapping): tells the engine whether the application is active.
     pub(crate) calls: AtomicU32,
     pub(crate) cfg: StackConfig,
@@ -241,21 +244,31 @@ impl std::fmt::Debug for Stack {
     }
 }
 
-/// Holds `callers` up while a call runs. No wake-up on the way out: the engine re-checks on
-/// its own within a millisecond, which keeps a syscall off every call.
-struct CallGuard<'a>(&'a AtomicU32);
+/// The longest a blocked call sleeps before it polls again on its own.
+const CALL_SLEEP_MAX: Duration = Duration::from_secs(1);
+
+/// Holds `callers` up while a call runs. On the way out it wakes the engine only if the engine
+/// sleeps on `callers` (after a long call), so a busy ping-pong pays no syscall for it.
+struct CallGuard<'a>(&'a Shared);
 
 impl<'a> CallGuard<'a> {
     fn new(s: &'a Shared) -> CallGuard<'a> {
         s.callers.fetch_add(1, Ordering::AcqRel);
         s.calls.fetch_add(1, Ordering::Relaxed);
-        CallGuard(&s.callers)
+        CallGuard(s)
     }
 }
 
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        // SYNC: SeqCst pairs with the engine's SeqCst store of `engine_parked` and load of
+        // `callers`: either it sees this decrement and does not sleep, or we see it parked
+        // (and a wake that finds nobody asleep is harmless).
+        if self.0.callers.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.engine_parked.load(Ordering::SeqCst)
+        {
+            docknet_pipe::wake::wake(&self.0.callers);
+        }
     }
 }
 
@@ -324,6 +337,7 @@ impl Stack {
                 cfg: cfg.clone(),
             }),
             callers: AtomicU32::new(0),
+            engine_parked: AtomicBool::new(false),
             calls: AtomicU32::new(0),
             cfg,
             ip,
@@ -387,7 +401,9 @@ impl Stack {
             if !idler.step() {
                 continue;
             }
-            self.shared.sleep(Duration::from_millis(100), deadline);
+            // the sleep ends early for a frame, a kick, a channel change or the stack's next
+            // timer; the cap only bounds how long a lost wake-up could cost
+            self.shared.sleep(CALL_SLEEP_MAX, deadline);
         }
     }
 
