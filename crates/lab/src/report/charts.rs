@@ -580,11 +580,30 @@ pub fn rate_charts(rows: &[Row]) -> Vec<Chart> {
                     dashed: false,
                     color: 2 * k,
                 });
-                let limit = pts(&|r| r.limit_bps.map(|b| b / 1e9));
-                if !limit.is_empty() {
+                // the limit as segments where one holds, left out where it is far above
+                // every flow (the limiter's presence), so the axis stays readable
+                let top = rate
+                    .iter()
+                    .filter(|r| r.mode == mode)
+                    .filter_map(|r| r.gbps)
+                    .fold(0.0, f64::max);
+                let mut segment: Vec<(f64, f64)> = Vec::new();
+                for r in &bins {
+                    match (r.t_s, r.limit_bps.map(|b| b / 1e9)) {
+                        (Some(t), Some(l)) if l <= 2.0 * top.max(0.001) => segment.push((t, l)),
+                        _ if !segment.is_empty() => series.push(Series {
+                            name: format!("{} limit", flow.to_uppercase()),
+                            points: std::mem::take(&mut segment),
+                            dashed: true,
+                            color: 2 * k + 1,
+                        }),
+                        _ => {}
+                    }
+                }
+                if !segment.is_empty() {
                     series.push(Series {
                         name: format!("{} limit", flow.to_uppercase()),
-                        points: limit,
+                        points: segment,
                         dashed: true,
                         color: 2 * k + 1,
                     });
@@ -607,6 +626,35 @@ pub fn rate_charts(rows: &[Row]) -> Vec<Chart> {
 mod tests {
     use super::*;
     use crate::mode::Mode;
+
+    #[test]
+    fn rate_timelines_draw_limits_only_where_they_hold() {
+        let bin = |t: f64, g: f64, l: Option<f64>| Row {
+            scenario: Some("steps".into()),
+            phase: Some("x".into()),
+            flow: Some("tcp".into()),
+            t_s: Some(t),
+            gbps: Some(g),
+            limit_bps: l,
+            ..Row::new(Mode::Docknet, Tool::Dnperf, Workload::Rate, 16384)
+        };
+        let rows = vec![
+            bin(0.0, 10.0, None),
+            bin(0.1, 10.0, Some(100e9)), // far above: the limiter's presence
+            bin(0.2, 5.0, Some(5e9)),
+            bin(0.3, 5.0, Some(5e9)),
+            bin(0.4, 10.0, None),
+            bin(0.5, 2.0, Some(2e9)),
+        ];
+        let c = rate_charts(&rows);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].file, "rate-docknet-steps");
+        let limits: Vec<&Series> = c[0].series.iter().filter(|s| s.dashed).collect();
+        assert_eq!(limits.len(), 2, "two segments, none across the gap");
+        assert_eq!(limits[0].points, vec![(0.2, 5.0), (0.3, 5.0)]);
+        assert_eq!(limits[1].points, vec![(0.5, 2.0)]);
+        assert_eq!(c[0].series.iter().filter(|s| !s.dashed).count(), 1);
+    }
 
     fn row(mode: Mode, cores: &str, w: Workload, size: usize, mtu: u32) -> Row {
         Row {
