@@ -58,9 +58,10 @@ else
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,docknet,docknet-fc --pairs 1,4,16 --sizes 1024 \
         --duration 0.6 --warmup 0.2 --report "$OUT" "$@"
-    TCOMMON=(--topology two-host --repeat 1 --duration 0.6 --warmup 0.2 --report "$OUT")
+    TCOMMON=(--topology two-host --modes host,routed,vxlan,docknet,docknet-packet --repeat 1
+        --duration 0.6 --warmup 0.2 --report "$OUT")
     $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
-    $D bench rate --steps 60%,20%,10mbit --step 1 --timeline 1.5,4,5 --report "$OUT"
+    $D bench rate --steps 50%,10mbit --step 1 --timeline 1,2.5,3.5 --report "$OUT"
 fi
 echo "report: $OUT/index.html (also $OUT/report.md; per workload $OUT/tcp-*.md)"
