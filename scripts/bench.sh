@@ -8,7 +8,7 @@
 # then rate limits (a TCP flow under stepped limits, and beside a UDP hog) on the bridge with the
 # CNI bandwidth plugin against DockNet's limiter.
 # Prints the tables and writes the report: results/index.html (figures and tables),
-# results/report.md, results/tcp-*.{json,md}. About 4.5 minutes.
+# results/report.md, results/tcp-*.{json,md}, results/rate.{json,md}. About 4.5 minutes once built.
 #
 #   FULL=1 ./scripts/bench.sh    the full lab (every mode, MTU 1500 and 9000, the size sweeps,
 #                                1..128 pairs, sockperf/iperf3 cross-check; two hosts with the
