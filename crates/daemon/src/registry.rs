@@ -641,8 +641,24 @@ impl Registry {
         }
     }
 
-    /// Writes `st` as `state.json`, atomically (temporary file, fsync, rename).
+    /// Writes `st` as `state.json`, atomically (temporary file, fsync, rename), in one order
+    /// whatever the order of changes that led to it (pipes by name, channels by partners), so
+    /// the same state is always the same file.
     fn write(&self, st: &StateFile) -> io::Result<()> {
+        let sorted;
+        let st = if st.pipes.is_sorted_by(|a, b| a.name <= b.name)
+            && st
+                .fcs
+                .is_sorted_by(|x, y| fc_key(&x.a, &x.b) <= fc_key(&y.a, &y.b))
+        {
+            st
+        } else {
+            let mut c = st.clone();
+            c.pipes.sort_by(|a, b| a.name.cmp(&b.name));
+            c.fcs.sort_by_key(|f| fc_key(&f.a, &f.b));
+            sorted = c;
+            &sorted
+        };
         let tmp = self.run_dir.join("state.json.tmp");
         let mut f = OpenOptions::new()
             .write(true)
