@@ -144,9 +144,6 @@ struct Local {
     inq_bytes: usize,
     /// Its tx ring is not read before this (ns), waiting for egress tokens.
     egress_until: u64,
-    /// The tx ring's consumer index last released (a release that frees slots kicks a
-    /// container waiting for room).
-    tx_released: u32,
 }
 
 /// Whether a frame for a pipe may go into its rx ring now.
@@ -171,7 +168,6 @@ impl Local {
         tx.stats.oversize = c[Counter::Oversize as usize];
         tx.stats.ring_overrun += c[Counter::RingOverrun as usize];
         rx.stats.kicks = c[Counter::Kicks as usize];
-        let tx_released = tx.index();
         Local {
             id: p.id,
             tx,
@@ -187,7 +183,6 @@ impl Local {
             inq: VecDeque::new(),
             inq_bytes: 0,
             egress_until: 0,
-            tx_released,
         }
     }
 
@@ -523,9 +518,8 @@ fn pump(
         }
     }
     if taken > 0 {
-        let l = &mut local[i];
-        if l.tx.release_and_kick(&sp.region, &mut l.tx_released) {
-            l.rx.stats.kicks += 1;
+        if local[i].tx.release_and_kick(&sp.region) {
+            local[i].rx.stats.kicks += 1;
         }
         local[i].dirty_counters = true;
     } else if (local[i].tx.stats, local[i].rx.stats) != stats_before {

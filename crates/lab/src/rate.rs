@@ -189,7 +189,6 @@ pub fn phases(rows: &[Row]) -> Vec<Phase> {
 /// The modes of `phases`, in order.
 fn modes(phases: &[Phase]) -> Vec<Mode> {
     let mut m: Vec<Mode> = phases.iter().map(|p| p.mode).collect();
-    m.dedup();
     m.sort();
     m.dedup();
     m

@@ -108,6 +108,8 @@ pub struct Consumer {
     ring: RingLayout,
     cons: u32,
     cached_prod: u32,
+    /// The index [`Consumer::release_and_kick`] last published.
+    released: u32,
     /// This side's counters.
     pub stats: RingStats,
 }
@@ -119,6 +121,7 @@ impl Consumer {
             ring,
             cons: 0,
             cached_prod: 0,
+            released: 0,
             stats: RingStats::default(),
         }
     }
@@ -138,6 +141,7 @@ impl Consumer {
             c.cons = cons;
         }
         c.cached_prod = c.cons;
+        c.released = c.cons;
         c
     }
 
@@ -254,12 +258,12 @@ impl Consumer {
     /// [`Consumer::release`], then kicks a producer asleep on a full ring if this release
     /// handed slots back (so a producer that sets its space word for nothing costs no more
     /// than its own frames do). Returns whether it kicked.
-    pub fn release_and_kick(&mut self, region: &Region, last: &mut u32) -> bool {
+    pub fn release_and_kick(&mut self, region: &Region) -> bool {
         self.release(region);
-        if *last == self.cons {
+        if self.released == self.cons {
             return false;
         }
-        *last = self.cons;
+        self.released = self.cons;
         // SYNC: SeqCst fence between our store of `cons` and our load of `space`; pairs with
         // the fence in `Producer::arm_space`.
         fence(Ordering::SeqCst);
@@ -693,11 +697,10 @@ mod tests {
         assert!(!p.arm_space(&r), "full: may sleep");
         let word = || r.u32_at(l.space_off()).unwrap().load(Ordering::Relaxed);
         assert_eq!(word(), 1);
-        let mut last = 0;
-        assert!(!c.release_and_kick(&r, &mut last), "nothing taken: no kick");
+        assert!(!c.release_and_kick(&r), "nothing taken: no kick");
         assert_eq!(word(), 1);
         c.pop(&r).unwrap().unwrap();
-        assert!(c.release_and_kick(&r, &mut last), "a slot freed: kicked");
+        assert!(c.release_and_kick(&r), "a slot freed: kicked");
         assert_eq!(word(), 0);
         assert!(p.arm_space(&r), "space now: do not sleep");
         p.disarm_space(&r);
