@@ -87,7 +87,7 @@ pub fn print_fc(f: &FcInfo) {
 
 /// `status`.
 pub fn print_status(s: &Status) {
-    let fields: [(&str, String); 10] = [
+    let fields: [(&str, String); 12] = [
         ("protocol", s.protocol.to_string()),
         ("version", s.version.clone()),
         ("pid", s.pid.to_string()),
@@ -101,6 +101,29 @@ pub fn print_status(s: &Status) {
         ("pipes", s.pipes.to_string()),
         ("forwarded", s.forwarded.to_string()),
         ("master_sleeps", s.master_sleeps.to_string()),
+        (
+            "masters",
+            format!(
+                "{} (cores {}, nice {}; {} frames between them, {} dropped)",
+                s.masters,
+                if s.master_cores.is_empty() {
+                    "any".to_string()
+                } else {
+                    s.master_cores
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                },
+                s.master_nice,
+                s.cross_master,
+                s.cross_master_drops
+            ),
+        ),
+        (
+            "cold_pipes",
+            format!("{} ({} watcher threads)", s.cold_pipes, s.watchers),
+        ),
     ];
     for (k, v) in fields {
         println!("{k:<14} {v}");

@@ -62,9 +62,26 @@ enum Cmd {
         /// container).
         #[arg(long, default_value = "/run/docknet")]
         run_dir: PathBuf,
-        /// Core to pin the master (forwarding) thread to.
-        #[arg(long)]
+        /// Core to pin the master (forwarding) thread to (one master).
+        #[arg(long, conflicts_with_all = ["master_cores", "masters"])]
         master_core: Option<usize>,
+        /// One master thread per core in this list (e.g. 0,1), each pinned to its core; pipes
+        /// are shared out among the masters by id, and frames between pipes of different
+        /// masters pass through lock-free queues.
+        #[arg(long, value_delimiter = ',', conflicts_with = "masters")]
+        master_cores: Vec<usize>,
+        /// Master threads, not pinned. Default 1: on this project's 2-core test machine one
+        /// master beside the containers measured best (docs/benchmarks.md, "Density"); a
+        /// daemon driving a link (--nic) runs one.
+        #[arg(long, env = "DOCKNET_MASTERS", value_parser = clap::value_parser!(u16).range(1..=64))]
+        masters: Option<u16>,
+        /// Nice value of the master thread, -20 (most CPU when contended) to 19. The master
+        /// moves every container's frames; at the containers' weight it gets 1/N of a core
+        /// when N containers are busy. It sleeps when idle, so a high priority costs nothing
+        /// then.
+        #[arg(long, default_value_t = docknet_daemon::MASTER_NICE, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(i32).range(-20..=19))]
+        master_nice: i32,
         /// What the master thread does when idle: spin (lowest latency, one core busy),
         /// adaptive or adaptive:SPIN_US (spin, yield, then sleep on a futex: no CPU when
         /// idle), block.
@@ -302,6 +319,10 @@ enum BenchCmd {
     /// hog with no limits, the UDP flow limited, and both limited; on the kernel's bridge with
     /// the CNI bandwidth plugin (TBF) and on DockNet's limiter (the paper's Fig. 9).
     Rate(docknet_lab::bench::RateArgs),
+    /// What an idle host costs and how fast it wakes: a daemon and N containers each waiting
+    /// in accept, their CPU time together (exact, from schedstat), then the one-way latency of
+    /// messages sent after a second of idle.
+    Idle(docknet_lab::workload::idle::IdleArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -328,6 +349,9 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Daemon {
             run_dir,
             master_core,
+            master_cores,
+            masters,
+            master_nice,
             idle,
             ephemeral,
             nic,
@@ -346,7 +370,17 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             docknet_daemon::run(docknet_daemon::Config {
                 run_dir,
                 socket: cli.socket.clone(),
-                master_core,
+                masters: if master_cores.is_empty() {
+                    masters.map_or(1, usize::from)
+                } else {
+                    master_cores.len()
+                },
+                master_cores: if master_cores.is_empty() {
+                    master_core.into_iter().collect()
+                } else {
+                    master_cores
+                },
+                master_nice,
                 idle,
                 holder: Some(std::env::current_exe().context("locating the docknet binary")?),
                 ephemeral,
@@ -449,6 +483,12 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Stream(a)) => docknet_lab::bench::run(Workload::Stream, a)?,
         Cmd::Bench(BenchCmd::Pairs(a)) => docknet_lab::bench::run(Workload::Pairs, a)?,
         Cmd::Bench(BenchCmd::Rate(a)) => docknet_lab::bench::run_rate(a)?,
+        Cmd::Bench(BenchCmd::Idle(a)) => {
+            if !nix::unistd::geteuid().is_root() {
+                anyhow::bail!("docknet bench idle needs root (it builds containers)");
+            }
+            docknet_lab::workload::idle::run(a)?
+        }
         Cmd::Report(a) => {
             let index = docknet_lab::report::run(&a)?;
             println!("wrote {}", index.display());

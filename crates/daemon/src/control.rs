@@ -64,6 +64,10 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             pipes: reg.pipes().count(),
             forwarded: ctx.master.forwarded.load(Ordering::Relaxed),
             master_sleeps: ctx.master.sleeps.load(Ordering::Relaxed),
+            cold_pipes: ctx.master.cold.load(Ordering::Relaxed),
+            cross_master: ctx.master.cross.load(Ordering::Relaxed),
+            cross_master_drops: ctx.master.cross_drops.load(Ordering::Relaxed),
+            watchers: ctx.master.watchers.load(Ordering::Relaxed),
             nic: ctx.master.edge.get().map(|e| crate::proto::NicStatus {
                 iface: e.link.name.clone(),
                 mode: e.port.mode.into(),

@@ -16,6 +16,7 @@ pub mod proto;
 pub mod rate;
 pub mod registry;
 pub mod switch;
+pub mod watch;
 
 use docknet_pipe::layout;
 use docknet_pipe::IdlePolicy;
@@ -33,6 +34,9 @@ pub enum Error {
     /// The link to the wire cannot be driven.
     #[error(transparent)]
     Nic(#[from] nic::NicError),
+    /// The configuration cannot work.
+    #[error("{0}")]
+    Config(String),
     /// Another daemon holds the run directory.
     #[error("run directory {0} is in use by another docknet daemon")]
     Locked(String),
@@ -50,6 +54,24 @@ pub enum Error {
     },
 }
 
+/// The nice value the master thread runs at unless told otherwise: it moves the frames of
+/// every container, and at the containers' own weight it gets 1/N of a core when N of them are
+/// busy (measured in docs/benchmarks.md, "Density").
+pub const MASTER_NICE: i32 = -10;
+
+/// Sets the calling thread's nice value (Linux: `setpriority` on a thread id is per thread).
+fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+    let tid = nix::unistd::gettid().as_raw();
+    // SAFETY: plain syscall on integers; `tid` is this thread.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
@@ -62,10 +84,15 @@ pub struct Config {
     pub run_dir: PathBuf,
     /// Control socket path.
     pub socket: PathBuf,
-    /// Core to pin the master thread to.
-    pub master_core: Option<usize>,
+    /// Master threads (pipes are shared out among them by id). 1..=[`master::MAX_MASTERS`].
+    pub masters: usize,
+    /// Cores to pin the master threads to, master `k` on `master_cores[k % len]` (empty: not
+    /// pinned).
+    pub master_cores: Vec<usize>,
     /// Idle policy of the master thread.
     pub idle: IdlePolicy,
+    /// Nice value of the master threads (-20..19; 0 leaves it as the daemon's).
+    pub master_nice: i32,
     /// The program that runs the fd holder as `PROGRAM __holder --socket PATH` (the `docknet`
     /// binary); `None`: no holder, so nothing survives the daemon.
     pub holder: Option<PathBuf>,
@@ -134,7 +161,16 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         tracing::warn!("{w}");
     }
     let adopted = registry.pipes().count();
-    let shared = Arc::new(master::MasterShared::new(registry.snapshot()));
+    let masters = cfg.masters.clamp(1, master::MAX_MASTERS);
+    if masters > 1 && edge.is_some() {
+        return Err(Error::Config(
+            "a daemon that drives a link runs one master thread (--masters 1)".into(),
+        ));
+    }
+    let shared = Arc::new(master::MasterShared::with_masters(
+        registry.snapshot(),
+        masters,
+    ));
     if let Some(e) = &edge {
         let _ = shared.edge.set(e.shared.clone());
         tracing::info!(
@@ -172,25 +208,42 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             .map_err(io(format!("binding {}", cfg.socket.display())))?
     };
 
-    let m = shared.clone();
-    let policy = cfg.idle;
-    let core = cfg.master_core;
-    let master = std::thread::Builder::new()
-        .name("docknet-master".into())
-        .spawn(move || {
-            if let Some(c) = core {
-                let mut set = nix::sched::CpuSet::new();
-                if set.set(c).is_ok() {
-                    if let Err(e) =
-                        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-                    {
-                        tracing::warn!("cannot pin master to core {c}: {e}");
+    let mut edge = edge;
+    let mut master_threads = Vec::with_capacity(masters);
+    for k in 0..masters {
+        let m = shared.clone();
+        let policy = cfg.idle;
+        let core =
+            (!cfg.master_cores.is_empty()).then(|| cfg.master_cores[k % cfg.master_cores.len()]);
+        let nice = cfg.master_nice;
+        let edge = if k == 0 { edge.take() } else { None };
+        let t = std::thread::Builder::new()
+            .name(if masters == 1 {
+                "docknet-master".into()
+            } else {
+                format!("docknet-master{k}")
+            })
+            .spawn(move || {
+                if let Some(c) = core {
+                    let mut set = nix::sched::CpuSet::new();
+                    if set.set(c).is_ok() {
+                        if let Err(e) =
+                            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                        {
+                            tracing::warn!("cannot pin master {k} to core {c}: {e}");
+                        }
                     }
                 }
-            }
-            master::run(m, policy, edge)
-        })
-        .map_err(io("starting the master thread"))?;
+                if nice != 0 {
+                    if let Err(e) = set_thread_nice(nice) {
+                        tracing::warn!("cannot set master {k}'s nice value to {nice}: {e}");
+                    }
+                }
+                master::run_shard(m, k, policy, edge)
+            })
+            .map_err(io("starting a master thread"))?;
+        master_threads.push(t);
+    }
 
     let ctx = Arc::new(control::Ctx {
         registry: Mutex::new(registry),
@@ -202,10 +255,17 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             run_dir: cfg.run_dir.display().to_string(),
             socket: cfg.socket.display().to_string(),
             idle: cfg.idle.to_string(),
-            master_core: cfg.master_core,
+            master_core: cfg.master_cores.first().copied(),
+            masters,
+            master_cores: cfg.master_cores.clone(),
+            master_nice: cfg.master_nice,
             pipes: 0,
             forwarded: 0,
             master_sleeps: 0,
+            cold_pipes: 0,
+            watchers: 0,
+            cross_master: 0,
+            cross_master_drops: 0,
             nic: None,
         },
         attach: std::sync::OnceLock::new(),
@@ -254,7 +314,9 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     tracing::info!("shutting down");
     shared.shutdown.store(true, Ordering::Release);
     shared.poke();
-    let _ = master.join();
+    for t in master_threads {
+        let _ = t.join();
+    }
     if cfg.ephemeral {
         if let Ok(mut reg) = ctx.registry.lock() {
             reg.remove_all();

@@ -4,6 +4,12 @@
 //! memory another container reads; it can only fill its own rings with garbage, which is
 //! refused and counted here.
 //!
+//! With several masters (`--masters N`), each owns the pipes whose id falls to it (id mod N):
+//! only it reads their tx rings and writes their rx rings. A frame for another master's pipe is
+//! copied into a lock-free queue from this master to that one ([`Shard::inbox`]), which the
+//! owner drains into the pipe at the start of its next round; a sleeping owner is woken through
+//! its shard bell. Nothing on the frame path takes a lock.
+//!
 //! With a link to the wire ([`crate::nic::Edge`]), the master also moves frames between the
 //! pipes and the link: frames for addresses no pipe owns leave through it, and frames arriving
 //! for a pipe are checked and delivered like any other. While the master sleeps, a small waker
@@ -13,13 +19,15 @@ use crate::nic::{Edge, EdgeShared, Sent};
 use crate::rate::{Bucket, Limit, Timers};
 use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
 use crate::switch::{decide, Decision, DropReason, HEADER_PEEK};
+use crate::watch::{Bell, Watchers};
 use arc_swap::ArcSwap;
+use crossbeam_queue::ArrayQueue;
 use docknet_pipe::region::copy_between;
 use docknet_pipe::wake::{self, Woke, MAX_WAITERS};
 use docknet_pipe::{Consumer, Frame, IdlePolicy, Idler, Producer};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,8 +44,60 @@ pub const INGRESS_QUEUE: usize = 1 << 20;
 /// First and longest mute of a pipe whose wake-ups found no work.
 const MUTE_MIN: Duration = Duration::from_millis(1);
 const MUTE_MAX: Duration = Duration::from_millis(128);
+/// Pipe words a master sleeps on itself (the rest of its 128: the control word, the link's
+/// bell, the watchers' bell and its shard bell). With more pipes than this, idle ones go cold
+/// ([`crate::watch`]).
+pub const ROOM: usize = MAX_WAITERS - 4;
+/// A pipe that sent nothing for this long goes cold (when the master has more than [`ROOM`]).
+const COLD_AFTER: Duration = Duration::from_millis(20);
+/// How often the master looks for pipes to cool.
+const COOL_EVERY: Duration = Duration::from_millis(2);
 
-/// State shared between the control plane and the master thread.
+/// Frames one master's inbox holds from each other master; more are dropped (`cross_drops`).
+pub const INBOX: usize = 1024;
+/// Most master threads.
+pub const MAX_MASTERS: usize = 64;
+
+/// A frame on its way to a pipe another master owns.
+#[derive(Debug)]
+pub struct Parcel {
+    /// The destination pipe's id.
+    pipe: u64,
+    /// The frame, as checked by the sending master.
+    bytes: Vec<u8>,
+}
+
+/// What the other masters share with one master.
+#[derive(Debug)]
+pub struct Shard {
+    /// Bumped and futex-woken when another master queued frames while this one slept.
+    bell: AtomicU32,
+    /// Set while this master is asleep or about to be.
+    asleep: AtomicU32,
+    /// `inbox[j]`: frames from master `j` for pipes of this one.
+    inbox: Vec<ArrayQueue<Parcel>>,
+}
+
+impl Shard {
+    fn new(masters: usize) -> Shard {
+        Shard {
+            bell: AtomicU32::new(0),
+            asleep: AtomicU32::new(0),
+            inbox: (0..masters).map(|_| ArrayQueue::new(INBOX)).collect(),
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.inbox.iter().any(|q| !q.is_empty())
+    }
+}
+
+/// The master that owns pipe `id` among `masters`.
+pub fn shard_of(id: u64, masters: usize) -> usize {
+    (id % masters.max(1) as u64) as usize
+}
+
+/// State shared between the control plane and the master threads.
 #[derive(Debug)]
 pub struct MasterShared {
     /// The current snapshot.
@@ -50,6 +110,10 @@ pub struct MasterShared {
     pub sleeps: AtomicU64,
     /// Frames forwarded in total.
     pub forwarded: AtomicU64,
+    /// Pipes cold now (watched by watcher threads, not read by the master's rounds).
+    pub cold: AtomicU64,
+    /// Watcher threads running.
+    pub watchers: AtomicU64,
     /// Set by a master about to sleep while it drives a link: the waker thread watches the
     /// link only then.
     pub link_armed: AtomicU32,
@@ -57,17 +121,34 @@ pub struct MasterShared {
     pub link_bell: AtomicU32,
     /// The link, as the control plane sees it.
     pub edge: std::sync::OnceLock<Arc<EdgeShared>>,
+    /// One per master thread.
+    pub shards: Vec<Shard>,
+    /// Frames passed from one master to another.
+    pub cross: AtomicU64,
+    /// Frames dropped because the owning master's inbox was full, or their pipe was gone.
+    pub cross_drops: AtomicU64,
 }
 
 impl MasterShared {
-    /// Shared state starting from `snap`.
+    /// Shared state starting from `snap`, for one master thread.
     pub fn new(snap: Snapshot) -> MasterShared {
+        MasterShared::with_masters(snap, 1)
+    }
+
+    /// Shared state starting from `snap`, for `masters` master threads (1..=[`MAX_MASTERS`]).
+    pub fn with_masters(snap: Snapshot, masters: usize) -> MasterShared {
+        let masters = masters.clamp(1, MAX_MASTERS);
         MasterShared {
+            shards: (0..masters).map(|_| Shard::new(masters)).collect(),
+            cross: AtomicU64::new(0),
+            cross_drops: AtomicU64::new(0),
             snap: ArcSwap::from_pointee(snap),
             version: AtomicU32::new(0),
             shutdown: AtomicBool::new(false),
             sleeps: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
+            cold: AtomicU64::new(0),
+            watchers: AtomicU64::new(0),
             link_armed: AtomicU32::new(0),
             link_bell: AtomicU32::new(0),
             edge: std::sync::OnceLock::new(),
@@ -144,6 +225,12 @@ struct Local {
     inq_bytes: usize,
     /// Its tx ring is not read before this (ns), waiting for egress tokens.
     egress_until: u64,
+    /// Cold: its tx ring is not read; watcher `w` sleeps on its armed sleep word.
+    cold: Option<usize>,
+    /// When its tx ring last had frames.
+    last_tx: Instant,
+    /// This master owns it: only then are its rings and counters touched.
+    owned: bool,
 }
 
 /// Whether a frame for a pipe may go into its rx ring now.
@@ -183,6 +270,9 @@ impl Local {
             inq: VecDeque::new(),
             inq_bytes: 0,
             egress_until: 0,
+            cold: None,
+            last_tx: Instant::now(),
+            owned: true,
         }
     }
 
@@ -311,7 +401,7 @@ impl Local {
     }
 }
 
-fn rebuild(snap: &Snapshot, old: Vec<Local>) -> Vec<Local> {
+fn rebuild(snap: &Snapshot, old: Vec<Local>, me: usize, masters: usize) -> Vec<Local> {
     let mut old: HashMap<u64, Local> = old.into_iter().map(|l| (l.id, l)).collect();
     let now = wake::monotonic_ns();
     snap.pipes
@@ -319,6 +409,10 @@ fn rebuild(snap: &Snapshot, old: Vec<Local>) -> Vec<Local> {
         .enumerate()
         .map(|(i, p)| {
             let mut l = old.remove(&p.id).unwrap_or_else(|| Local::new(p));
+            l.owned = shard_of(p.id, masters) == me;
+            if !l.owned {
+                return l;
+            }
             let lim = snap.limits.get(i).copied().unwrap_or_default();
             l.set_limits(lim.egress, lim.ingress, snap.timers, now);
             if l.ingress.is_none() && !l.inq.is_empty() {
@@ -336,9 +430,56 @@ fn rebuild(snap: &Snapshot, old: Vec<Local>) -> Vec<Local> {
         .collect()
 }
 
+/// The way to the other masters, for one round.
+struct Cross<'a> {
+    shared: &'a MasterShared,
+    me: usize,
+    /// Masters that got frames this round (to wake if they sleep).
+    notify: &'a mut [bool],
+}
+
+impl Cross<'_> {
+    /// Queues a copy of `frame` (from `src`, with `hdr` over its start) for pipe `dst`'s master.
+    fn send(&mut self, snap: &Snapshot, src: usize, dst: usize, frame: Frame, hdr: &[u8]) -> bool {
+        let masters = self.shared.shards.len();
+        let dp = &snap.pipes[dst];
+        let j = shard_of(dp.id, masters);
+        let mut bytes = vec![0u8; frame.len];
+        if !snap.pipes[src].region.read(frame.off, &mut bytes) {
+            return false;
+        }
+        bytes[..hdr.len()].copy_from_slice(hdr);
+        let parcel = Parcel { pipe: dp.id, bytes };
+        if self.shared.shards[j].inbox[self.me].push(parcel).is_err() {
+            self.shared.cross_drops.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.shared.cross.fetch_add(1, Ordering::Relaxed);
+        self.notify[j] = true;
+        true
+    }
+
+    /// Wakes the masters that got frames and sleep.
+    fn ring(&mut self) {
+        // SYNC: SeqCst fence between our pushes and our load of `asleep`; the sleeper has the
+        // mirror-image fence between its store of `asleep` and its check of the inboxes.
+        fence(Ordering::SeqCst);
+        for (j, n) in self.notify.iter_mut().enumerate() {
+            if std::mem::take(n) {
+                let sh = &self.shared.shards[j];
+                if sh.asleep.load(Ordering::Relaxed) != 0 {
+                    sh.bell.fetch_add(1, Ordering::Release);
+                    wake::wake(&sh.bell);
+                }
+            }
+        }
+    }
+}
+
 /// Copies `frame` from pipe `src` into pipe `dst`'s rx ring, with `hdr` (the bytes the decision
 /// was made on) written over the start, so what arrives is what was checked. A flood copy that
-/// finds the receiver full is charged to the sender (`flood_rx_full`), not the receiver.
+/// finds the receiver full is charged to the sender (`flood_rx_full`), not the receiver. A pipe
+/// of another master gets a copy through that master's inbox.
 #[allow(clippy::too_many_arguments)]
 fn deliver(
     snap: &Snapshot,
@@ -350,8 +491,12 @@ fn deliver(
     dirty: &mut Vec<usize>,
     flood: bool,
     now_ns: u64,
+    cross: &mut Cross<'_>,
 ) -> bool {
     let dp = &snap.pipes[dst];
+    if !local[dst].owned {
+        return cross.send(snap, src, dst, frame, hdr);
+    }
     let dl = &mut local[dst];
     if frame.len > dl.rx.layout().frame_size as usize {
         dl.count(Counter::DropTooBig, 1);
@@ -435,6 +580,7 @@ fn deliver_bytes(
 
 /// Moves up to [`BATCH`] frames from pipe `i`'s tx ring. Returns (frames taken, frames
 /// delivered into rx rings or sent to the wire).
+#[allow(clippy::too_many_arguments)]
 fn pump(
     snap: &Snapshot,
     local: &mut [Local],
@@ -443,6 +589,7 @@ fn pump(
     edge: Option<&mut Edge>,
     now: Instant,
     now_ns: u64,
+    cross: &mut Cross<'_>,
 ) -> (usize, u64) {
     let mut edge = edge;
     let sp = &snap.pipes[i];
@@ -478,8 +625,9 @@ fn pump(
         }
         match decide(hdr, i, &snap.table) {
             Decision::Unicast(d) => {
-                forwarded +=
-                    u64::from(deliver(snap, local, i, d, frame, hdr, dirty, false, now_ns));
+                forwarded += u64::from(deliver(
+                    snap, local, i, d, frame, hdr, dirty, false, now_ns, cross,
+                ));
             }
             Decision::Flood if !local[i].flood.take(now) => {
                 local[i].count(Counter::DropFloodLimited, 1);
@@ -487,8 +635,9 @@ fn pump(
             Decision::Flood => {
                 local[i].count(Counter::Flooded, 1);
                 for d in (0..snap.pipes.len()).filter(|&d| d != i) {
-                    forwarded +=
-                        u64::from(deliver(snap, local, i, d, frame, hdr, dirty, true, now_ns));
+                    forwarded += u64::from(deliver(
+                        snap, local, i, d, frame, hdr, dirty, true, now_ns, cross,
+                    ));
                 }
             }
             Decision::Reply(bytes) => {
@@ -543,9 +692,16 @@ fn sleep(
     local: &mut [Local],
     seen: u32,
     edge: Option<&Edge>,
+    doorbell: (&AtomicU32, u32),
+    shard: &Shard,
 ) -> Vec<usize> {
     let now = Instant::now();
-    let mut pending = false;
+    let shard_bell = shard.bell.load(Ordering::Acquire);
+    shard.asleep.store(1, Ordering::Relaxed);
+    // SYNC: SeqCst fence between our store of `asleep` and our check of the inboxes; pairs with
+    // the fence in `Cross::ring`.
+    fence(Ordering::SeqCst);
+    let mut pending = shard.pending();
     let bell = shared.link_bell.load(Ordering::Acquire);
     if let Some(e) = edge {
         // SYNC: the waker reads `link_armed` before it polls; arming first and then checking
@@ -562,7 +718,7 @@ fn sleep(
         if let Some(w) = l.rate_wait(now_ns) {
             rate_wait = Some(rate_wait.map_or(w, |x| x.min(w)));
         }
-        if !l.muted(now) && l.egress_until <= now_ns {
+        if l.owned && !l.muted(now) && l.egress_until <= now_ns && l.cold.is_none() {
             pending |= l.tx.arm(&p.region);
         }
     }
@@ -580,6 +736,10 @@ fn sleep(
             words.push((&shared.link_bell, bell));
             index.push(usize::MAX);
         }
+        words.push(doorbell);
+        index.push(usize::MAX);
+        words.push((&shard.bell, shard_bell));
+        index.push(usize::MAX);
         let mut timeout = IDLE_TIMEOUT;
         if let Some(w) = rate_wait {
             timeout = timeout.min(Duration::from_nanos(w));
@@ -588,14 +748,16 @@ fn sleep(
             if let Some(t) = l.muted_until.filter(|t| *t > now) {
                 // a muted pipe is polled when its mute ends
                 timeout = timeout.min(t - now);
-            } else if l.egress_until > now_ns {
-                // waiting for tokens: polled when they are there (above)
+            } else if !l.owned || l.egress_until > now_ns || l.cold.is_some() {
+                // waiting for tokens: polled when they are there (above); cold: a watcher
+                // sleeps on it
             } else if let Some(w) = l.tx.sleep_word(&p.region) {
                 words.push((w, 1));
                 index.push(i);
             }
         }
-        // futex_waitv takes 128 words; beyond that the rest are polled every millisecond.
+        // futex_waitv takes 128 words; the master cools pipes to stay within them, and polls
+        // the rest every millisecond only if no watcher thread could be started.
         if words.len() > MAX_WAITERS {
             timeout = timeout.min(Duration::from_millis(1));
         }
@@ -618,8 +780,11 @@ fn sleep(
         }
     }
     for (l, p) in local.iter().zip(snap.pipes.iter()) {
-        l.tx.disarm(&p.region);
+        if l.owned && l.cold.is_none() {
+            l.tx.disarm(&p.region);
+        }
     }
+    shard.asleep.store(0, Ordering::Relaxed);
     if edge.is_some() {
         shared.link_armed.store(0, Ordering::Release);
     }
@@ -670,6 +835,21 @@ pub struct Master {
     /// The link to the wire, if the daemon drives one.
     edge: Option<Edge>,
     last_tick: Instant,
+    /// Where watchers report cold pipes that rang, and the value last seen.
+    bell: Arc<Bell>,
+    bell_seen: u32,
+    watchers: Watchers,
+    /// Pipe id to index in `snap` (to find a pipe that rang).
+    ids: HashMap<u64, usize>,
+    rung: Vec<u64>,
+    last_cool: Instant,
+    /// Which master this is, of how many.
+    me: usize,
+    masters: usize,
+    /// Masters to wake after this round (frames went into their inboxes).
+    notify: Vec<bool>,
+    /// Cold pipes and watcher threads last added to the shared gauges.
+    gauges: (u64, u64),
 }
 
 impl Master {
@@ -680,19 +860,160 @@ impl Master {
 
     /// A master that also drives a link to the wire.
     pub fn with_edge(shared: Arc<MasterShared>, edge: Option<Edge>) -> Master {
+        Master::shard(shared, 0, edge)
+    }
+
+    /// Master `me` of `shared.shards.len()` (only one of them may drive a link).
+    pub fn shard(shared: Arc<MasterShared>, me: usize, edge: Option<Edge>) -> Master {
         let snap = shared.snap.load_full();
+        let bell = Arc::new(Bell::default());
+        let masters = shared.shards.len();
+        let me = me.min(masters - 1);
         let mut m = Master {
+            me,
+            masters,
+            notify: vec![false; masters],
+            gauges: (0, 0),
             seen: shared.version.load(Ordering::Acquire),
-            local: rebuild(&snap, Vec::new()),
+            local: rebuild(&snap, Vec::new(), me, masters),
+            ids: snap
+                .pipes
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.id, i))
+                .collect(),
             snap,
             shared,
             dirty: Vec::with_capacity(8),
             suspects: Vec::new(),
             edge,
             last_tick: Instant::now(),
+            watchers: Watchers::new(bell.clone()),
+            bell,
+            bell_seen: 0,
+            rung: Vec::new(),
+            last_cool: Instant::now(),
         };
         m.sync_edge();
         m
+    }
+
+    /// Hands changed sets to the watchers and publishes how many pipes are cold.
+    fn publish_watch(&mut self) {
+        self.watchers.publish(&self.snap);
+        let s = &self.shared;
+        let now = (
+            self.watchers.watched() as u64,
+            self.watchers.threads() as u64,
+        );
+        // each master adds its change, so the gauges are totals over the masters
+        s.cold
+            .fetch_add(now.0.wrapping_sub(self.gauges.0), Ordering::Relaxed);
+        s.watchers
+            .fetch_add(now.1.wrapping_sub(self.gauges.1), Ordering::Relaxed);
+        self.gauges = now;
+    }
+
+    /// Delivers what the other masters queued for this one's pipes (at most [`INBOX`] from
+    /// each). Returns the frames taken.
+    fn take_inbox(&mut self, now_ns: u64) -> usize {
+        let mut n = 0;
+        let shared = self.shared.clone();
+        for q in &shared.shards[self.me].inbox {
+            for _ in 0..INBOX {
+                let Some(parcel) = q.pop() else { break };
+                n += 1;
+                let found = self.ids.get(&parcel.pipe).copied();
+                let Some(d) = found.filter(|&d| self.local[d].owned) else {
+                    // removed meanwhile
+                    shared.cross_drops.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let (p, l) = (&self.snap.pipes[d], &mut self.local[d]);
+                if parcel.bytes.len() > l.rx.layout().frame_size as usize {
+                    l.count(Counter::DropTooBig, 1);
+                    continue;
+                }
+                deliver_bytes(p, l, &parcel.bytes, &mut self.dirty, d, now_ns);
+            }
+        }
+        for &d in self.dirty.iter() {
+            self.local[d].rx.publish(&self.snap.pipes[d].region);
+            self.local[d].rx_dirty = false;
+        }
+        self.dirty.clear();
+        n
+    }
+
+    /// Takes the pipes that rang their cold sleep words back into the rounds; they are suspects
+    /// until a round finds work.
+    fn take_rung(&mut self, now: Instant) {
+        // SYNC: Acquire pairs with the Release increment in `Bell::ring`.
+        let v = self.bell.word.load(Ordering::Acquire);
+        if v == self.bell_seen {
+            return;
+        }
+        self.bell_seen = v;
+        self.bell.take(&mut self.rung);
+        for id in self.rung.drain(..) {
+            let Some(&i) = self.ids.get(&id) else {
+                continue;
+            };
+            let l = &mut self.local[i];
+            if let Some(w) = l.cold.take() {
+                self.watchers.remove(w, i);
+                l.tx.disarm(&self.snap.pipes[i].region);
+                l.last_tx = now;
+                self.suspects.push(i);
+            }
+        }
+        self.publish_watch();
+    }
+
+    /// Makes pipe `i` cold: arms its sleep word and hands it to a watcher. Stays hot if frames
+    /// arrived meanwhile or no watcher could take it.
+    fn demote(&mut self, i: usize, now: Instant) {
+        let (l, p) = (&mut self.local[i], &self.snap.pipes[i]);
+        if l.tx.arm(&p.region) {
+            l.tx.disarm(&p.region);
+            l.last_tx = now;
+            return;
+        }
+        match self.watchers.add(i) {
+            Some(w) => l.cold = Some(w),
+            None => l.tx.disarm(&p.region),
+        }
+    }
+
+    /// With more pipes than the master sleeps on itself: cools the pipes idle for
+    /// [`COLD_AFTER`] and, before a sleep (`fit`), also the least recently busy beyond
+    /// [`ROOM`].
+    fn cool(&mut self, now: Instant, fit: bool) {
+        if self.snap.pipes.len() <= ROOM {
+            return;
+        }
+        let now_ns = wake::monotonic_ns();
+        let coolable =
+            |l: &Local| l.owned && l.cold.is_none() && !l.muted(now) && l.egress_until <= now_ns;
+        let mut hot: Vec<usize> = Vec::new();
+        for i in 0..self.local.len() {
+            let l = &self.local[i];
+            if !coolable(l) {
+                continue;
+            }
+            if now.saturating_duration_since(l.last_tx) >= COLD_AFTER {
+                self.demote(i, now);
+            } else if fit {
+                hot.push(i);
+            }
+        }
+        if hot.len() > ROOM {
+            hot.sort_unstable_by_key(|&i| std::cmp::Reverse(self.local[i].last_tx));
+            for &i in &hot[ROOM..] {
+                self.demote(i, now);
+            }
+        }
+        self.publish_watch();
     }
 
     /// Tells the link's flow director the pipes' addresses.
@@ -716,7 +1037,27 @@ impl Master {
         }
         self.flush_all(false);
         self.snap = self.shared.snap.load_full();
-        self.local = rebuild(&self.snap, std::mem::take(&mut self.local));
+        self.local = rebuild(
+            &self.snap,
+            std::mem::take(&mut self.local),
+            self.me,
+            self.masters,
+        );
+        // every pipe starts hot in the new snapshot (indices changed)
+        self.watchers.clear();
+        for (l, p) in self.local.iter_mut().zip(self.snap.pipes.iter()) {
+            if l.cold.take().is_some() {
+                l.tx.disarm(&p.region);
+            }
+        }
+        self.publish_watch();
+        self.ids = self
+            .snap
+            .pipes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id, i))
+            .collect();
         self.suspects.clear();
         self.sync_edge();
         true
@@ -727,7 +1068,19 @@ impl Master {
         let now = Instant::now();
         let now_ns = wake::monotonic_ns();
         let (mut work, mut delivered) = (0, 0);
+        self.take_rung(now);
+        if self.masters > 1 {
+            work += self.take_inbox(now_ns);
+        }
+        let mut cross = Cross {
+            shared: &self.shared,
+            me: self.me,
+            notify: &mut self.notify,
+        };
         for i in 0..self.snap.pipes.len() {
+            if !self.local[i].owned {
+                continue;
+            }
             if !self.local[i].inq.is_empty() {
                 // what waited for this pipe's ingress limit, as far as it allows now
                 let n = self.local[i].drain(&self.snap.pipes[i], now_ns);
@@ -737,7 +1090,7 @@ impl Master {
                     mark(&mut self.local[i], i, &mut self.dirty);
                 }
             }
-            if self.local[i].egress_until > now_ns {
+            if self.local[i].egress_until > now_ns || self.local[i].cold.is_some() {
                 continue;
             }
             let (t, d) = pump(
@@ -748,6 +1101,7 @@ impl Master {
                 self.edge.as_mut(),
                 now,
                 now_ns,
+                &mut cross,
             );
             work += t;
             delivered += d;
@@ -755,8 +1109,10 @@ impl Master {
                 // it had work: a wake-up from it was real
                 self.local[i].pause = Duration::ZERO;
                 self.local[i].muted_until = None;
+                self.local[i].last_tx = now;
             }
         }
+        cross.ring();
         for &d in self.dirty.iter() {
             self.local[d].rx.publish(&self.snap.pipes[d].region);
             self.local[d].rx_dirty = false;
@@ -779,6 +1135,10 @@ impl Master {
             }
         }
         self.suspects.clear();
+        if now.saturating_duration_since(self.last_cool) >= COOL_EVERY {
+            self.last_cool = now;
+            self.cool(now, false);
+        }
         self.flush_all(false);
         self.shared
             .forwarded
@@ -792,18 +1152,24 @@ impl Master {
             // what the control plane reads while the master sleeps is current
             e.publish(true);
         }
+        self.cool(Instant::now(), true);
         self.suspects = sleep(
             &self.shared,
             &self.snap,
             &mut self.local,
             self.seen,
             self.edge.as_ref(),
+            (&self.bell.word, self.bell_seen),
+            &self.shared.shards[self.me],
         );
     }
 
     /// Publishes the counters (all of them with `force`, else those that changed).
     pub fn flush_all(&mut self, force: bool) {
         for (l, p) in self.local.iter_mut().zip(self.snap.pipes.iter()) {
+            if !l.owned {
+                continue;
+            }
             l.dirty_counters |= force;
             l.flush(p);
         }
@@ -857,6 +1223,11 @@ fn link_round(
 /// Runs the master loop until `shared.shutdown` is set (driving `edge`, if given; a waker
 /// thread watches it while the master sleeps).
 pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy, edge: Option<Edge>) {
+    run_shard(shared, 0, policy, edge)
+}
+
+/// Runs master `me` of `shared.shards.len()` until shutdown (see [`run`]).
+pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge: Option<Edge>) {
     // the waker polls copies of the link's descriptors: they stay valid while it runs
     let fds: Vec<OwnedFd> = edge.iter().flat_map(|e| e.waker_fds()).collect();
     let waker_thread = (!fds.is_empty()).then(|| {
@@ -865,7 +1236,7 @@ pub fn run(shared: Arc<MasterShared>, policy: IdlePolicy, edge: Option<Edge>) {
             .name("docknet-link-waker".into())
             .spawn(move || waker(s, fds))
     });
-    let mut m = Master::with_edge(shared.clone(), edge);
+    let mut m = Master::shard(shared.clone(), me, edge);
     let mut idler = Idler::new(policy);
     while m.refresh() {
         if m.round() > 0 {

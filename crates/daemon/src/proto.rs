@@ -294,12 +294,34 @@ pub struct Status {
     pub idle: String,
     /// Core the master thread is pinned to.
     pub master_core: Option<usize>,
+    /// Master threads.
+    #[serde(default = "one")]
+    pub masters: usize,
+    /// Cores the master threads are pinned to (empty: not pinned).
+    #[serde(default)]
+    pub master_cores: Vec<usize>,
+    /// Nice value of the master threads.
+    #[serde(default)]
+    pub master_nice: i32,
+    /// Frames passed from one master thread to another.
+    #[serde(default)]
+    pub cross_master: u64,
+    /// Frames dropped between master threads (an inbox full, or the pipe gone).
+    #[serde(default)]
+    pub cross_master_drops: u64,
     /// Live pipes.
     pub pipes: usize,
     /// Frames forwarded since start.
     pub forwarded: u64,
     /// Times the master thread went to sleep.
     pub master_sleeps: u64,
+    /// Pipes cold now: idle long enough that watcher threads, not the master's rounds, wait
+    /// for them (only with more pipes than the master sleeps on itself).
+    #[serde(default)]
+    pub cold_pipes: u64,
+    /// Watcher threads running.
+    #[serde(default)]
+    pub watchers: u64,
     /// The link to the wire, when the daemon drives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<NicStatus>,
@@ -429,6 +451,13 @@ pub enum ClientError {
     #[error(transparent)]
     Api(#[from] ApiError),
 }
+
+fn one() -> usize {
+    1
+}
+
+/// How long a client keeps asking a daemon that answers `busy`.
+pub const BUSY_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A blocking control-socket client (one request per call).
 #[derive(Debug)]
@@ -569,24 +598,44 @@ impl Client {
         self.call_as(&Request::RateShow { name: name.into() })
     }
 
-    /// Sends a raw line (tests use it for malformed requests).
+    /// Sends a raw line (tests use it for malformed requests). A daemon that answers `busy`
+    /// (it serves its most clients at once) is asked again on a new connection, backing off
+    /// from 5 ms to 200 ms, for up to [`BUSY_PATIENCE`].
     pub fn call_raw(&mut self, line: &str) -> Result<serde_json::Value, ClientError> {
+        let start = std::time::Instant::now();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.call_once(line) {
+                Err(ClientError::Api(e))
+                    if e.code == ErrorCode::Busy && start.elapsed() < BUSY_PATIENCE =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                    *self = Client::connect(Path::new(&self.path))?;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn call_once(&mut self, line: &str) -> Result<serde_json::Value, ClientError> {
         let io = |source| ClientError::Io {
             path: self.path.clone(),
             source,
         };
         let s = self.stream.get_mut();
-        s.write_all(line.as_bytes()).map_err(io)?;
-        s.write_all(b"\n").map_err(io)?;
+        // a daemon at its limit writes `busy` and closes without reading: the write may fail,
+        // and the reply still says why
+        let wrote = s
+            .write_all(line.as_bytes())
+            .and_then(|()| s.write_all(b"\n"));
         let mut buf = String::new();
-        self.stream
-            .read_line(&mut buf)
-            .map_err(|source| ClientError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
+        let read = self.stream.read_line(&mut buf);
         if buf.is_empty() {
-            return Err(ClientError::BadReply("connection closed".into()));
+            return Err(match (wrote, read) {
+                (Err(e), _) | (Ok(()), Err(e)) => io(e),
+                (Ok(()), Ok(_)) => ClientError::BadReply("connection closed".into()),
+            });
         }
         let rep: Reply =
             serde_json::from_str(&buf).map_err(|e| ClientError::BadReply(e.to_string()))?;

@@ -265,16 +265,13 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
     }
 }
 
-/// The pairs placement: nothing pinned. DockNet peers outnumber cores: through the daemon a
-/// waiting peer yields at once (every hop also needs the master, and a 50 us spin starves the
-/// peer it waits for on a shared core); fast-channel partners keep a short spin, which catches
-/// a reply from the other core. The daemon is adaptive.
+/// The pairs placement: nothing pinned. DockNet peers outnumber cores, so a waiting peer
+/// sleeps at once (`block`): a spinning or yielding peer stays runnable and takes CPU from the
+/// peers and the master it waits for (at 16 pairs, p50 through the daemon fell from 438 us with
+/// yielding peers to 111 us, and over fast channels from 478 us with a 50 us spin to 100 us;
+/// docs/benchmarks.md, "Density"). The daemon is adaptive.
 fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
-    let idle = match mode {
-        Mode::DocknetFc => "adaptive",
-        Mode::Docknet => "adaptive:0",
-        _ => "spin",
-    };
+    let idle = if mode.is_docknet() { "block" } else { "spin" };
     let how = if mode.is_docknet() {
         format!("DockLib TCP, peers {idle}, daemon adaptive")
     } else {
@@ -553,7 +550,7 @@ mod tests {
             assert_eq!(ns, [1, 4, 16]);
             assert_eq!(run.points[0].placement().cores(), "-");
         }
-        assert_eq!(p.runs[1].points[0].placement().idle, "adaptive:0");
+        assert_eq!(p.runs[1].points[0].placement().idle, "block");
         assert_eq!(p.runs[1].daemon.as_ref().unwrap().master_core, None);
     }
 

@@ -214,3 +214,103 @@ mod tests {
         assert_eq!(e.to_string(), "interrupted");
     }
 }
+
+/// The CPU time of the experiment's processes: its roots (the daemon, every `docknet run` or
+/// `ip netns exec` it started), their descendants, and the kernel's softirq threads. Read from
+/// each task's `schedstat` (nanoseconds on a CPU, exact), not `/proc/stat`, whose tick samples
+/// miss threads that run between ticks and sleep at them.
+#[derive(Debug, Default)]
+pub struct CpuMeter {
+    /// The processes found by the last [`CpuMeter::refresh`].
+    pub pids: Vec<u32>,
+}
+
+impl CpuMeter {
+    /// Finds the processes under `roots` (and ksoftirqd) anew.
+    pub fn refresh(&mut self, roots: &[u32]) {
+        let mut parent: Vec<(u32, u32)> = Vec::new();
+        let mut soft = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            if head.contains("(ksoftirqd/") {
+                soft.push(pid);
+            }
+            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
+                parent.push((pid, ppid));
+            }
+        }
+        let mut set: Vec<u32> = roots.to_vec();
+        let mut i = 0;
+        while i < set.len() {
+            let p = set[i];
+            set.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+            i += 1;
+        }
+        set.extend(soft);
+        set.sort_unstable();
+        set.dedup();
+        self.pids = set;
+    }
+
+    /// Nanoseconds on a CPU of each task (thread id) of the processes found.
+    pub fn ns_by_task(&self) -> std::collections::HashMap<u32, u64> {
+        let mut out = std::collections::HashMap::new();
+        for p in &self.pids {
+            for t in std::fs::read_dir(format!("/proc/{p}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if let Some(v) = std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                {
+                    out.insert(tid, v);
+                }
+            }
+        }
+        out
+    }
+
+    /// CPU nanoseconds between two [`CpuMeter::ns_by_task`] samples, over the tasks in both
+    /// (a task that ended between them takes its time with it).
+    pub fn delta(
+        before: &std::collections::HashMap<u32, u64>,
+        after: &std::collections::HashMap<u32, u64>,
+    ) -> u64 {
+        after
+            .iter()
+            .filter_map(|(t, v)| Some(v.saturating_sub(*before.get(t)?)))
+            .sum()
+    }
+
+    /// Nanoseconds on a CPU of every task of the processes found.
+    pub fn ns(&self) -> u64 {
+        let mut sum = 0;
+        for p in &self.pids {
+            for t in std::fs::read_dir(format!("/proc/{p}/task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                sum += std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        sum
+    }
+}

@@ -290,3 +290,142 @@ fn a_channel_partner_cannot_redirect_spoof_or_starve_its_partner() {
     flood.join().unwrap();
     assert_eq!(b.stats().rx_fc, 0, "{:?}", b.stats());
 }
+
+/// More pipes than one futex wait holds: the idle ones go cold and watcher threads wait for
+/// them, so a frame from any pipe, hot or cold, is forwarded at once, and an idle master sleeps
+/// instead of polling every millisecond.
+#[test]
+fn three_hundred_pipes_on_one_master_wake_it_without_polling() {
+    const N: usize = 300;
+    let d = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(d.path(), None).unwrap();
+    let ip = |i: usize| Ipv4Addr::new(10, 5, (i / 200) as u8, (i % 200) as u8 + 1);
+    for i in 0..N {
+        r.create_pipe(&format!("p{i}"), &format!("{}/16", ip(i)), None, Some(64))
+            .unwrap();
+    }
+    let shared = Arc::new(MasterShared::new(r.snapshot()));
+    let m = shared.clone();
+    let master = std::thread::spawn(move || master::run(m, IdlePolicy::Block, None));
+    let mut eps: Vec<Endpoint> = (0..N)
+        .map(|i| {
+            Endpoint::from_connection(
+                r.connect_local(&format!("p{i}")).unwrap(),
+                IdlePolicy::Block,
+                None,
+            )
+            .unwrap()
+        })
+        .collect();
+    let wait_cold = |want: u64| {
+        let t = Instant::now();
+        while shared.cold.load(Ordering::Relaxed) < want {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "only {} pipes went cold",
+                shared.cold.load(Ordering::Relaxed)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_cold((N - master::ROOM) as u64);
+    // idle: the master sleeps until its longest timeout instead of polling cold pipes
+    let s0 = shared.sleeps.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_sleeps = shared.sleeps.load(Ordering::Relaxed) - s0;
+    assert!(idle_sleeps < 20, "{idle_sleeps} sleeps in 500 ms of idle");
+    assert!(shared.watchers.load(Ordering::Relaxed) >= 1);
+    let mut buf = vec![0u8; 2048];
+    for round in 0..3u8 {
+        // every pipe is cold now; each sends to its neighbour, which must get it
+        wait_cold(N as u64 - 10);
+        for i in (0..N).step_by(7) {
+            let j = (i + 1) % N;
+            let mac = eps[i]
+                .resolve(ip(j), Duration::from_secs(2))
+                .unwrap_or_else(|| panic!("ARP from cold pipe {i}"));
+            let f = frame(&eps[i], ip(j), mac, 100 + i, round);
+            eps[i]
+                .send_blocking(&f, Instant::now() + Duration::from_secs(1))
+                .unwrap();
+            let (n, via) = recv_within(&mut eps[j], &mut buf, Duration::from_secs(2))
+                .unwrap_or_else(|| panic!("frame from pipe {i} to {j} in round {round}"));
+            assert_eq!(via, Via::Daemon);
+            assert_eq!(&buf[..n], &f[..]);
+        }
+    }
+    shared.shutdown.store(true, Ordering::Release);
+    shared.poke();
+    master.join().unwrap();
+}
+
+/// 128 pipes over two masters, every frame crossing from one master to the other (pipe `i`
+/// sends to `i + 1`, owned by the other master): each arrives once, intact.
+#[test]
+fn one_hundred_twenty_eight_pipes_over_two_masters_cross_intact() {
+    const N: usize = 128;
+    let d = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(d.path(), None).unwrap();
+    let ip = |i: usize| Ipv4Addr::new(10, 6, 0, i as u8 + 1);
+    for i in 0..N {
+        r.create_pipe(&format!("p{i}"), &format!("{}/24", ip(i)), None, Some(64))
+            .unwrap();
+    }
+    let shared = Arc::new(MasterShared::with_masters(r.snapshot(), 2));
+    let masters: Vec<_> = (0..2)
+        .map(|k| {
+            let m = shared.clone();
+            std::thread::spawn(move || master::run_shard(m, k, IdlePolicy::ADAPTIVE, None))
+        })
+        .collect();
+    let mut eps: Vec<Endpoint> = (0..N)
+        .map(|i| {
+            Endpoint::from_connection(
+                r.connect_local(&format!("p{i}")).unwrap(),
+                IdlePolicy::Block,
+                None,
+            )
+            .unwrap()
+        })
+        .collect();
+    let macs: Vec<[u8; 6]> = (0..N)
+        .map(|i| {
+            let j = (i + 1) % N;
+            eps[i]
+                .resolve(ip(j), Duration::from_secs(2))
+                .expect("ARP answered")
+        })
+        .collect();
+    let mut buf = vec![0u8; 2048];
+    for round in 0..20u8 {
+        let sent: Vec<Vec<u8>> = (0..N)
+            .map(|i| {
+                let f = frame(
+                    &eps[i],
+                    ip((i + 1) % N),
+                    macs[i],
+                    64 + (i * 7 + round as usize) % 1400,
+                    round,
+                );
+                eps[i]
+                    .send_blocking(&f, Instant::now() + Duration::from_secs(1))
+                    .unwrap();
+                f
+            })
+            .collect();
+        for (i, f) in sent.iter().enumerate() {
+            let j = (i + 1) % N;
+            let (n, via) = recv_within(&mut eps[j], &mut buf, Duration::from_secs(2))
+                .unwrap_or_else(|| panic!("frame {i} -> {j} in round {round}"));
+            assert_eq!(via, Via::Daemon);
+            assert_eq!(&buf[..n], &f[..], "frame {i} -> {j} in round {round}");
+        }
+    }
+    assert!(shared.cross.load(Ordering::Relaxed) >= (N * 20) as u64);
+    assert_eq!(shared.cross_drops.load(Ordering::Relaxed), 0);
+    shared.shutdown.store(true, Ordering::Release);
+    shared.poke();
+    for m in masters {
+        m.join().unwrap();
+    }
+}

@@ -21,6 +21,36 @@ fn stream_through_the_daemon_arrives_intact() {
 }
 
 #[test]
+fn stream_between_two_masters_arrives_intact_while_pipes_come_and_go() {
+    let n = net_masters(false, 9000, StackConfig::default(), 2);
+    std::thread::scope(|sc| {
+        let churn = sc.spawn(|| {
+            // pipes of both masters created and removed while the stream flows
+            for k in 0..40u32 {
+                let mut r = n.reg.lock().unwrap();
+                let name = format!("x{k}");
+                r.create_pipe(&name, &format!("10.8.0.{}/24", 10 + k), None, None)
+                    .unwrap();
+                n.master.publish(r.snapshot());
+                drop(r);
+                thread::sleep(Duration::from_millis(5));
+                let mut r = n.reg.lock().unwrap();
+                r.remove_pipe(&name).unwrap();
+                n.master.publish(r.snapshot());
+            }
+        });
+        transfer(&n, 7002, 256 << 20);
+        churn.join().unwrap();
+    });
+    let cross = n.master.cross.load(Ordering::Relaxed);
+    assert!(
+        cross > 10_000,
+        "only {cross} frames passed between the masters"
+    );
+    assert_eq!(n.master.cross_drops.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn stream_over_a_fast_channel_arrives_intact() {
     let n = net(true, 9000);
     let before = n.master.forwarded.load(Ordering::Relaxed);

@@ -39,6 +39,10 @@ pub struct Outcome {
     /// from averaged percentiles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_way_hist: Option<Vec<[u64; 2]>>,
+    /// rr with a pause between transactions: the request's one-way latency alone (the first
+    /// packet after the pause; the reply finds the path awake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_ns: Option<Summary>,
     /// stream: goodput at the receiver.
     pub gbps: Option<f64>,
     /// stream: messages per second at the receiver.
@@ -252,7 +256,8 @@ pub fn checked<N: Net>(net: &N, addr: SocketAddrV4, size: usize, total: u64) -> 
     })
 }
 
-/// Runs a client.
+/// Runs a client. rr with a non-zero `interval` pauses that long between transactions, so
+/// each one finds both ends (and the network between them) idle.
 pub fn client<N: Net>(
     net: &N,
     addr: SocketAddrV4,
@@ -260,6 +265,7 @@ pub fn client<N: Net>(
     size: usize,
     duration: Duration,
     warmup: Duration,
+    interval: Duration,
 ) -> Result<Outcome> {
     if size < RR_HDR && workload == Workload::Rr {
         bail!("--size must be at least {RR_HDR} for rr");
@@ -276,7 +282,7 @@ pub fn client<N: Net>(
     head[5..].copy_from_slice(&(warmup.as_millis().min(u128::from(u32::MAX)) as u32).to_le_bytes());
     s.write_all(&head)?;
     match workload {
-        Workload::Rr => rr(&mut s, size, duration, warmup),
+        Workload::Rr => rr(&mut s, size, duration, warmup, interval),
         Workload::Stream => stream(net, s, size, duration, warmup),
         Workload::Check => bail!("a checked stream is run by workload::checked"),
     }
@@ -287,9 +293,10 @@ fn rr<S: Read + Write>(
     size: usize,
     duration: Duration,
     warmup: Duration,
+    interval: Duration,
 ) -> Result<Outcome> {
     let mut m = vec![0u8; size];
-    let (mut one_way, mut half) = (histogram(), histogram());
+    let (mut one_way, mut half, mut request) = (histogram(), histogram(), histogram());
     let mut win = Window::new(warmup, duration);
     let mut seq = 0u32;
     while let Some(measuring) = win.tick() {
@@ -308,9 +315,17 @@ fn rr<S: Read + Write>(
             let _ = one_way.record(t1.saturating_sub(t0).max(1));
             let _ = one_way.record(t2.saturating_sub(t1).max(1));
             let _ = half.record((t2.saturating_sub(t0) / 2).max(1));
+            let _ = request.record(t1.saturating_sub(t0).max(1));
+        }
+        if !interval.is_zero() {
+            std::thread::sleep(interval);
         }
     }
-    Ok(Outcome::rr(&one_way, &half, win.cpu(), duration))
+    let mut out = Outcome::rr(&one_way, &half, win.cpu(), duration);
+    if !interval.is_zero() {
+        out.request_ns = Some(Summary::of(&request));
+    }
+    Ok(out)
 }
 
 fn stream<N: Net>(

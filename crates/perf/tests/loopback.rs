@@ -13,16 +13,44 @@ const W: Duration = Duration::from_millis(100);
 fn tcp_rr_and_stream() {
     let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47311);
     let srv = std::thread::spawn(move || serve(&KernelNet, addr, 2).unwrap());
-    let rr = client(&KernelNet, addr, Workload::Rr, 64, D, W).unwrap();
+    let rr = client(&KernelNet, addr, Workload::Rr, 64, D, W, Duration::ZERO).unwrap();
     assert!(rr.transactions > 100, "{rr:?}");
+    assert!(
+        rr.request_ns.is_none(),
+        "only paced rr reports requests alone"
+    );
     let ow = rr.one_way_ns.unwrap();
     assert!(ow.count == 2 * rr.transactions && ow.p50 > 0 && ow.p50 <= ow.p99 && ow.p99 <= ow.max);
     assert!(rr.half_rtt_ns.unwrap().p50 > 0 && rr.cpu_s_per_op > 0.0);
-    let st = client(&KernelNet, addr, Workload::Stream, 16384, D, W).unwrap();
+    let st = client(
+        &KernelNet,
+        addr,
+        Workload::Stream,
+        16384,
+        D,
+        W,
+        Duration::ZERO,
+    )
+    .unwrap();
     assert!(st.gbps.unwrap() > 0.01 && st.bytes.unwrap() > 0, "{st:?}");
     let handled = srv.join().unwrap();
     // the server counted rr transactions (warm-up included) and the stream's measured bytes
     assert!(handled >= rr.transactions + st.bytes.unwrap());
+}
+
+#[test]
+fn paced_rr_pauses_between_transactions_and_reports_requests() {
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47313);
+    let srv = std::thread::spawn(move || serve(&KernelNet, addr, 1).unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    let pause = Duration::from_millis(50);
+    let rr = client(&KernelNet, addr, Workload::Rr, 64, D, W, pause).unwrap();
+    // 300 ms measured with a 50 ms pause after each: about 6 transactions, never hundreds
+    assert!((3..=8).contains(&rr.transactions), "{rr:?}");
+    let req = rr.request_ns.expect("paced rr reports requests alone");
+    assert_eq!(req.count, rr.transactions);
+    assert!(req.p50 > 0 && req.p50 <= req.max);
+    srv.join().unwrap();
 }
 
 #[test]

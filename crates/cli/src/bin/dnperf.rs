@@ -95,6 +95,10 @@ enum Cmd {
         /// Seconds before measuring (excluded).
         #[arg(long, default_value_t = 0.5)]
         warmup: f64,
+        /// rr: milliseconds to pause between transactions (0: none). With a pause, every
+        /// message finds the path idle: its latency is the wake-up latency.
+        #[arg(long, default_value_t = 0.0)]
+        interval: f64,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -171,6 +175,7 @@ fn run_client<N: Net>(
     size: usize,
     duration: f64,
     warmup: f64,
+    interval_ms: f64,
     bytes: u64,
     as_json: bool,
 ) -> Result<()> {
@@ -181,7 +186,10 @@ fn run_client<N: Net>(
     let out = match (c.proto, wl) {
         (Proto::Tcp, Workload::Check) => workload::checked(&net, addr, size, bytes)?,
         (Proto::Udp, Workload::Check) => anyhow::bail!("the checked stream runs over TCP"),
-        (Proto::Tcp, _) => workload::client(&net, addr, wl, size, d, w)?,
+        (Proto::Tcp, _) => {
+            let pause = Duration::from_secs_f64(interval_ms.max(0.0) / 1000.0);
+            workload::client(&net, addr, wl, size, d, w, pause)?
+        }
         (Proto::Udp, _) => workload::client_udp(&net, addr, wl, size, d, w)?,
     };
     let mtu = net
@@ -242,11 +250,13 @@ fn main_inner(cli: Cli) -> Result<()> {
             size,
             duration,
             warmup,
+            interval,
             bytes,
             json,
         } => match c.stack {
             StackKind::Kernel => run_client(
-                KernelNet, c, *connect, *workload, *size, *duration, *warmup, *bytes, *json,
+                KernelNet, c, *connect, *workload, *size, *duration, *warmup, *interval, *bytes,
+                *json,
             ),
             StackKind::Docknet => run_client(
                 docknet(c)?,
@@ -256,6 +266,7 @@ fn main_inner(cli: Cli) -> Result<()> {
                 *size,
                 *duration,
                 *warmup,
+                *interval,
                 *bytes,
                 *json,
             ),

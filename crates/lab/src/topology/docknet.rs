@@ -108,6 +108,29 @@ impl DocknetLab {
         }
     }
 
+    /// Waits until the first `n` servers' pipes are attached to their containers (a host
+    /// starting many containers at once may take seconds to attach them all).
+    pub fn wait_servers(&self, n: usize, timeout: std::time::Duration) -> Result<()> {
+        let d = self.daemon_of(&Self::server_pipe(0));
+        let t = std::time::Instant::now();
+        loop {
+            let pipes = d.client()?.pipe_ls()?;
+            let up = (0..n)
+                .filter(|&i| {
+                    let name = Self::server_pipe(i);
+                    pipes.iter().any(|p| p.name == name && p.socket.is_some())
+                })
+                .count();
+            if up == n {
+                return Ok(());
+            }
+            if t.elapsed() > timeout {
+                anyhow::bail!("{up} of {n} servers attached after {timeout:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Pipe of pair `i`'s client.
     pub fn client_pipe(i: usize) -> String {
         format!("c{i}")

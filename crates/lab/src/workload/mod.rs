@@ -9,6 +9,7 @@
 
 pub mod crosscheck;
 pub mod dnperf;
+pub mod idle;
 pub mod pairs;
 pub mod rate;
 pub mod raw;

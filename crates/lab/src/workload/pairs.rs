@@ -102,6 +102,9 @@ impl Runner {
         for i in 0..n {
             servers.push(self.spawn(fleet, i, port, None, idle, Side::Server)?);
         }
+        if let Fleet::Docknet(l) = fleet {
+            l.wait_servers(n, Duration::from_secs(60))?;
+        }
         std::thread::sleep(SERVER_START + Duration::from_millis(5 * n as u64));
         let mut clients = Vec::with_capacity(n);
         for i in 0..n {

@@ -158,70 +158,6 @@ struct Flows {
     clients: [Option<Proc>; 2],
 }
 
-/// The CPU time of the experiment's processes: its roots (the daemon, every `docknet run` or
-/// `ip netns exec` it started), their descendants, and the kernel's softirq threads. Read from
-/// each task's `schedstat` (nanoseconds on a CPU, exact), not `/proc/stat`, whose tick samples
-/// miss threads that run between ticks and sleep at them.
-#[derive(Debug, Default)]
-struct CpuMeter {
-    pids: Vec<u32>,
-}
-
-impl CpuMeter {
-    /// Finds the processes under `roots` (and ksoftirqd) anew.
-    fn refresh(&mut self, roots: &[u32]) {
-        let mut parent: Vec<(u32, u32)> = Vec::new();
-        let mut soft = Vec::new();
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            // "pid (comm) state ppid ...": comm may hold spaces and parentheses
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            if head.contains("(ksoftirqd/") {
-                soft.push(pid);
-            }
-            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
-                parent.push((pid, ppid));
-            }
-        }
-        let mut set: Vec<u32> = roots.to_vec();
-        let mut i = 0;
-        while i < set.len() {
-            let p = set[i];
-            set.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-            i += 1;
-        }
-        set.extend(soft);
-        set.sort_unstable();
-        set.dedup();
-        self.pids = set;
-    }
-
-    /// Nanoseconds on a CPU of every task of the processes found.
-    fn ns(&self) -> u64 {
-        let mut sum = 0;
-        for p in &self.pids {
-            for t in std::fs::read_dir(format!("/proc/{p}/task"))
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                sum += std::fs::read_to_string(t.path().join("schedstat"))
-                    .ok()
-                    .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-        sum
-    }
-}
-
 /// The value under `field` of the `group:` table in a /proc/net/{snmp,netstat} text (a line of
 /// names, then a line of values).
 fn proc_net_field(text: &str, group: &str, field: &str) -> Option<u64> {
@@ -419,7 +355,7 @@ impl<'a> RateRun<'a> {
         let mut next = 0;
         let mut started = false;
         let t0 = Instant::now();
-        let mut meter = CpuMeter::default();
+        let mut meter = crate::proc::CpuMeter::default();
         meter.refresh(&self.roots(&live));
         let mut prev = (self.received(&live), meter.ns(), 0.0f64);
         let mut bin = 1u64;

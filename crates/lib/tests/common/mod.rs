@@ -17,7 +17,9 @@ use std::time::Duration;
 pub struct Net {
     _dir: tempfile::TempDir,
     pub master: Arc<MasterShared>,
-    handle: Option<thread::JoinHandle<()>>,
+    handles: Vec<thread::JoinHandle<()>>,
+    /// The registry behind the pipes (to change them while traffic flows).
+    pub reg: std::sync::Mutex<Registry>,
     pub a: Stack,
     pub b: Stack,
 }
@@ -26,7 +28,7 @@ impl Drop for Net {
     fn drop(&mut self) {
         self.master.shutdown.store(true, Ordering::Release);
         self.master.poke();
-        if let Some(h) = self.handle.take() {
+        for h in self.handles.drain(..) {
             h.join().unwrap();
         }
     }
@@ -53,6 +55,12 @@ pub fn faulty(seed: u64, drop_pct: u8) -> StackConfig {
 }
 
 pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
+    net_masters(fc, mtu, cfg, 1)
+}
+
+/// Pipes `a` and `b` (ids 0 and 1: with two or more masters, of different masters) served by
+/// `masters` master threads.
+pub fn net_masters(fc: bool, mtu: u32, cfg: StackConfig, masters: usize) -> Net {
     let dir = tempfile::tempdir().unwrap();
     let (mut r, _) = Registry::open(dir.path(), None).unwrap();
     r.create_pipe("a", "10.8.0.1/24", Some(mtu), None).unwrap();
@@ -60,9 +68,13 @@ pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
     if fc {
         r.connect_fc("a", "b", None).unwrap();
     }
-    let master = Arc::new(MasterShared::new(r.snapshot()));
-    let m = master.clone();
-    let handle = thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
+    let master = Arc::new(MasterShared::with_masters(r.snapshot(), masters));
+    let handles = (0..masters)
+        .map(|k| {
+            let m = master.clone();
+            thread::spawn(move || master::run_shard(m, k, IdlePolicy::ADAPTIVE, None))
+        })
+        .collect();
     let a = Stack::new(
         Endpoint::from_connection(r.connect_local("a").unwrap(), cfg.idle, None).unwrap(),
         cfg.clone(),
@@ -74,7 +86,8 @@ pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
     Net {
         _dir: dir,
         master,
-        handle: Some(handle),
+        handles,
+        reg: std::sync::Mutex::new(r),
         a,
         b,
     }
