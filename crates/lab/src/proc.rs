@@ -101,21 +101,32 @@ impl Stop {
 }
 
 /// A child process whose last JSON line on stdout is its result; killed on drop if still
-/// running.
+/// running. Its stdout is read from the start by a thread of its own: a result larger than the
+/// pipe's buffer (a dnperf report with a wide histogram is 70 KB) would otherwise block the
+/// child in `write` while we wait for it to exit.
 #[derive(Debug)]
 pub struct Proc {
     child: Child,
     what: String,
+    stdout: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Proc {
     /// Starts `cmd` with stdout piped.
     pub fn spawn(mut cmd: Command, what: &str) -> Result<Proc> {
         cmd.stdout(Stdio::piped()).stdin(Stdio::null());
-        let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+        let stdout = child.stdout.take().map(|mut o| {
+            std::thread::spawn(move || {
+                let mut out = String::new();
+                let _ = o.read_to_string(&mut out);
+                out
+            })
+        });
         Ok(Proc {
             child,
             what: what.into(),
+            stdout,
         })
     }
 
@@ -143,10 +154,12 @@ impl Proc {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let mut out = String::new();
-        if let Some(mut o) = self.child.stdout.take() {
-            o.read_to_string(&mut out)?;
-        }
+        // the child has exited: its stdout ends once any grandchild holding it has too
+        let out = self
+            .stdout
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
         if !status.success() {
             bail!("{} failed ({status})", self.what);
         }
@@ -179,6 +192,21 @@ mod tests {
         let (a, b) = (unique("h"), unique("h"));
         assert_ne!(a, b);
         assert!(a.starts_with(&format!("dn{}x", std::process::id())) && a.ends_with('h'));
+    }
+
+    #[test]
+    fn a_result_larger_than_the_pipe_buffer_does_not_block_its_writer() {
+        let stop = Stop(Arc::new(AtomicBool::new(false)));
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "printf '{\"h\": \"'; head -c 300000 /dev/zero | tr '\\0' x; printf '\"}\\n'",
+        ]);
+        let v: serde_json::Value = Proc::spawn(c, "a big result")
+            .unwrap()
+            .result(Duration::from_secs(20), &stop)
+            .unwrap();
+        assert_eq!(v["h"].as_str().map(str::len), Some(300_000));
     }
 
     #[test]
