@@ -79,7 +79,7 @@ enum Cmd {
         /// moves every container's frames; at the containers' weight it gets 1/N of a core
         /// when N containers are busy. It sleeps when idle, so a high priority costs nothing
         /// then.
-        #[arg(long, default_value_t = docknet_daemon::MASTER_NICE, allow_negative_numbers = true,
+        #[arg(long, env = "DOCKNET_MASTER_NICE", default_value_t = docknet_daemon::MASTER_NICE, allow_negative_numbers = true,
               value_parser = clap::value_parser!(i32).range(-20..=19))]
         master_nice: i32,
         /// What the master thread does when idle: spin (lowest latency, one core busy),
