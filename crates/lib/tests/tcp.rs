@@ -51,6 +51,15 @@ fn stream_between_two_masters_arrives_intact_while_pipes_come_and_go() {
 }
 
 #[test]
+fn a_gigabyte_through_two_masters_at_64k_mtu_arrives_intact() {
+    // pipes of different masters, 64 KiB frames: every segment crosses the masters' queue
+    let n = net_masters(false, 65535, StackConfig::default(), 2);
+    transfer(&n, 7003, 1 << 30);
+    assert!(n.master.cross.load(Ordering::Relaxed) > 16_000);
+    assert_eq!(n.master.cross_drops.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn stream_over_a_fast_channel_arrives_intact() {
     let n = net(true, 9000);
     let before = n.master.forwarded.load(Ordering::Relaxed);
