@@ -6,7 +6,7 @@
 //!
 //! With several masters (`--masters N`), each owns the pipes whose id falls to it (id mod N):
 //! only it reads their tx rings and writes their rx rings. A frame for another master's pipe is
-//! copied into a lock-free queue from this master to that one ([`Shard::inbox`]), which the
+//! copied into a lock-free queue from this master to that one ([`Shard`]), which the
 //! owner drains into the pipe at the start of its next round; a sleeping owner is woken through
 //! its shard bell. Nothing on the frame path takes a lock.
 //!
