@@ -850,6 +850,8 @@ pub struct Master {
     notify: Vec<bool>,
     /// Cold pipes and watcher threads last added to the shared gauges.
     gauges: (u64, u64),
+    /// Pipes this master owns.
+    owned: usize,
 }
 
 impl Master {
@@ -874,6 +876,7 @@ impl Master {
             masters,
             notify: vec![false; masters],
             gauges: (0, 0),
+            owned: 0,
             seen: shared.version.load(Ordering::Acquire),
             local: rebuild(&snap, Vec::new(), me, masters),
             ids: snap
@@ -894,6 +897,7 @@ impl Master {
             rung: Vec::new(),
             last_cool: Instant::now(),
         };
+        m.owned = m.local.iter().filter(|l| l.owned).count();
         m.sync_edge();
         m
     }
@@ -989,7 +993,7 @@ impl Master {
     /// [`COLD_AFTER`] and, before a sleep (`fit`), also the least recently busy beyond
     /// [`ROOM`].
     fn cool(&mut self, now: Instant, fit: bool) {
-        if self.snap.pipes.len() <= ROOM {
+        if self.owned <= ROOM {
             return;
         }
         let now_ns = wake::monotonic_ns();
@@ -1043,6 +1047,7 @@ impl Master {
             self.me,
             self.masters,
         );
+        self.owned = self.local.iter().filter(|l| l.owned).count();
         // every pipe starts hot in the new snapshot (indices changed)
         self.watchers.clear();
         for (l, p) in self.local.iter_mut().zip(self.snap.pipes.iter()) {
