@@ -56,6 +56,7 @@ fn host_daemon(wire: &Wire, host: &str, mode: &str) -> Daemon {
         Path::new(EXE),
         "adaptive",
         None,
+        0,
         Some((host, WIRE_DEV, mode)),
     )
     .unwrap_or_else(|e| panic!("daemon on {host} ({mode}): {e:#}"))

@@ -54,10 +54,11 @@ pub enum Error {
     },
 }
 
-/// The nice value the master thread runs at unless told otherwise: it moves the frames of
-/// every container, and at the containers' own weight it gets 1/N of a core when N of them are
-/// busy (measured in docs/benchmarks.md, "Density").
-pub const MASTER_NICE: i32 = -10;
+/// The nice value the master threads run at unless told otherwise: the containers' own. A
+/// higher priority helps when many containers are busy (docs/benchmarks.md, "Density"), but a
+/// master that spins or yields at a higher priority than a container on its core can keep it
+/// off the core, so it is the operator's choice (`--master-nice`).
+pub const MASTER_NICE: i32 = 0;
 
 /// Sets the calling thread's nice value (Linux: `setpriority` on a thread id is per thread).
 fn set_thread_nice(nice: i32) -> std::io::Result<()> {

@@ -50,6 +50,8 @@ pub struct DaemonSetup {
     pub master_core: Option<usize>,
     /// Two hosts: `--master-core` of host B's daemon.
     pub master_core_b: Option<usize>,
+    /// `--master-nice` of the daemons.
+    pub master_nice: i32,
 }
 
 /// One measurement.
@@ -242,6 +244,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                 idle: "adaptive",
                 master_core: None,
                 master_core_b: None,
+                master_nice: 0,
             },
         )
     } else {
@@ -260,6 +263,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                 idle: "spin",
                 master_core: Some(0),
                 master_core_b: None,
+                master_nice: 0,
             },
         )
     }
@@ -270,10 +274,15 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
 /// peers and the master it waits for (at 16 pairs, p50 through the daemon fell from 438 us with
 /// yielding peers to 111 us, and over fast channels from 478 us with a 50 us spin to 100 us;
 /// docs/benchmarks.md, "Density"). The daemon is adaptive.
+/// The daemon's master runs at nice -10 in the pairs workload: at the containers' weight it
+/// gets 1/N of a core with N of them busy (benchmarks.md, "Density": at 128 pairs, 3.4 Gbps at
+/// nice 0, 6.8 at -15).
+pub const PAIRS_MASTER_NICE: i32 = -10;
+
 fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
     let idle = if mode.is_docknet() { "block" } else { "spin" };
     let how = if mode.is_docknet() {
-        format!("DockLib TCP, peers {idle}, daemon adaptive")
+        format!("DockLib TCP, peers {idle}, daemon adaptive at nice {PAIRS_MASTER_NICE}")
     } else {
         format!("kernel TCP, built with {}", mode.builder().name())
     };
@@ -291,6 +300,7 @@ fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
         idle: "adaptive",
         master_core: None,
         master_core_b: None,
+        master_nice: PAIRS_MASTER_NICE,
     });
     (p, daemon)
 }
@@ -318,6 +328,7 @@ fn two_host_docknet_placements(mode: Mode) -> Vec<(Placement, DaemonSetup)> {
                     idle: "adaptive:0",
                     master_core: Some(ma),
                     master_core_b: Some(mb),
+                    master_nice: 0,
                 },
             )
         })
@@ -522,7 +533,8 @@ mod tests {
             Some(DaemonSetup {
                 idle: "spin",
                 master_core: Some(0),
-                master_core_b: None
+                master_core_b: None,
+                master_nice: 0
             })
         );
         let fc = &p.runs[1];
@@ -577,7 +589,8 @@ mod tests {
             Some(DaemonSetup {
                 idle: "adaptive:0",
                 master_core: Some(0),
-                master_core_b: Some(1)
+                master_core_b: Some(1),
+                master_nice: 0
             })
         );
         assert_eq!(shape[2].1, "c1 s1 m0 m0");

@@ -22,7 +22,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `EXE daemon` (the `docknet` binary) as `setup` says and waits until it answers.
     pub fn start(exe: &Path, setup: &DaemonSetup) -> Result<Daemon> {
-        Daemon::start_on(exe, setup.idle, setup.master_core, None)
+        Daemon::start_on(exe, setup.idle, setup.master_core, setup.master_nice, None)
     }
 
     /// The same, with the master's idle policy and core given, and, for a host of a two-host
@@ -32,6 +32,7 @@ impl Daemon {
         exe: &Path,
         idle: &str,
         master_core: Option<usize>,
+        master_nice: i32,
         host: Option<(&str, &str, &str)>,
     ) -> Result<Daemon> {
         let base = if Path::new("/dev/shm").is_dir() {
@@ -57,6 +58,7 @@ impl Daemon {
         if let Some(c) = master_core {
             cmd.args(["--master-core", &c.to_string()]);
         }
+        cmd.args(["--master-nice", &master_nice.to_string()]);
         if let Some((_, link, mode)) = host {
             cmd.args(["--nic", link, "--nic-mode", mode]);
         }

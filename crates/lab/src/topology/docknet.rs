@@ -78,8 +78,14 @@ impl DocknetLab {
         };
         let wire = Wire::build(mtu, shape)?;
         let start = |ns: &str, core| {
-            Daemon::start_on(exe, setup.idle, core, Some((ns, WIRE_DEV, nic)))
-                .with_context(|| format!("starting the daemon of {ns} ({nic} on {WIRE_DEV})"))
+            Daemon::start_on(
+                exe,
+                setup.idle,
+                core,
+                setup.master_nice,
+                Some((ns, WIRE_DEV, nic)),
+            )
+            .with_context(|| format!("starting the daemon of {ns} ({nic} on {WIRE_DEV})"))
         };
         let daemon = start(&wire.host_a, setup.master_core)?;
         let daemon_b = start(&wire.host_b, setup.master_core_b)?;

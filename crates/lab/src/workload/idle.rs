@@ -228,7 +228,7 @@ pub fn measure(args: &IdleArgs, stop: &Stop) -> Result<IdleResult> {
     }
     let exe = std::env::current_exe()?;
     let dnperf = dnperf_path(&exe)?;
-    let d = Daemon::start_on(&exe, &args.idle, None, None)?;
+    let d = Daemon::start_on(&exe, &args.idle, None, 0, None)?;
     let mut c = d.client()?;
     let names: Vec<String> = (0..args.containers).map(|i| format!("i{i}")).collect();
     let mut servers = Vec::with_capacity(args.containers);

@@ -186,6 +186,7 @@ impl<'a> RateRun<'a> {
                 idle: IDLE,
                 master_core: None,
                 master_core_b: None,
+                master_nice: 0,
             };
             let lab = DocknetLab::build(exe, mode, &setup, 2, 1500)?;
             let c = lab.daemon.client()?;

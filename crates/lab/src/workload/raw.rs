@@ -168,12 +168,14 @@ impl Runner {
                 idle: "adaptive",
                 master_core: None,
                 master_core_b: None,
+                master_nice: 0,
             }
         } else {
             DaemonSetup {
                 idle: "spin",
                 master_core: Some(a.daemon_core),
                 master_core_b: None,
+                master_nice: 0,
             }
         };
         let d = Daemon::start(&self.exe, &setup)?;
