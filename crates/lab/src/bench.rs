@@ -4,7 +4,7 @@
 //! as JSON and Markdown, and drawn into the report.
 
 use crate::mode::{Mode, Topology};
-use crate::plan::{default_sizes, Plan, Request};
+use crate::plan::{default_sizes, Plan, Request, PEER_IDLE};
 use crate::proc::Stop;
 use crate::report::{self, markdown, table};
 use crate::row::{Env, NotAvailable, Results, Status, Workload};
@@ -49,6 +49,15 @@ pub struct BenchArgs {
     /// up to 64].
     #[arg(long, value_delimiter = ',')]
     pub pairs: Option<Vec<usize>>,
+    /// Pairs: the idle policy of DockNet's peers (spin, adaptive, adaptive:0, block), one sweep
+    /// per policy side by side; `spin` is the paper's busy polling [default: block].
+    #[arg(long, value_delimiter = ',', value_name = "POLICY")]
+    pub peer_idle: Option<Vec<String>>,
+    /// Pairs: pin the pairs' containers to these cores, pair i on the i-th (round robin); the
+    /// daemon's master then spins on a core not listed, as in the paper's Fig. 10 (`--cores 1`:
+    /// every container on core 1, the master on core 0) [default: unpinned].
+    #[arg(long, value_delimiter = ',', value_name = "CORE")]
+    pub cores: Option<Vec<usize>>,
     /// Measured seconds per point.
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
@@ -93,6 +102,20 @@ impl BenchArgs {
             bail!("--wire-rate and --wire-delay shape the two-host wire: add --topology two-host");
         }
         self.shape().check()?;
+        let peer_idle = match &self.peer_idle {
+            None => vec![PEER_IDLE[3]],
+            Some(v) => v
+                .iter()
+                .map(|p| {
+                    PEER_IDLE.into_iter().find(|k| k == p).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "--peer-idle: unknown policy {p:?} (one of {})",
+                            PEER_IDLE.join(", ")
+                        )
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
         Ok(Request {
             workload,
             modes: modes
@@ -111,6 +134,9 @@ impl BenchArgs {
             repeat: self.repeat,
             crosscheck: self.crosscheck,
             topology: self.topology,
+            peer_idle,
+            pairs_cores: self.cores.clone().unwrap_or_default(),
+            machine_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         })
     }
 
@@ -248,6 +274,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
             "Two hosts: TCP with N concurrent pairs side by side"
         }
         (Workload::Rate, _) => "Rate limits side by side",
+        (Workload::Idle, _) => "An idle host",
     };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";

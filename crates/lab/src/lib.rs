@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod cpustat;
 pub mod mode;
 pub mod plan;
 pub mod proc;

@@ -19,6 +19,9 @@ pub struct Placement {
     pub master_b: Option<usize>,
     /// The peers' idle policy (DockNet peers; kernel peers always block in the kernel).
     pub idle: &'static str,
+    /// Pairs: the cores every pair's containers are pinned to, pair `i` on
+    /// `pairs_cores[i % len]` (empty: unpinned).
+    pub pairs_cores: Vec<usize>,
     /// In words, for results and reports.
     pub description: String,
 }
@@ -27,6 +30,11 @@ impl Placement {
     /// Short form: `c1 s1`, `c1 s1 m0`, `c0 s1 m0 m1` (two daemons), or `-` when nothing is
     /// pinned.
     pub fn cores(&self) -> String {
+        if !self.pairs_cores.is_empty() {
+            let on: Vec<String> = self.pairs_cores.iter().map(|c| c.to_string()).collect();
+            let m = self.master.map_or(String::new(), |m| format!(" m{m}"));
+            return format!("p{}{m}", on.join("+"));
+        }
         match (self.client, self.server) {
             (Some(c), Some(s)) => match (self.master, self.master_b) {
                 (Some(m), Some(n)) => format!("c{c} s{s} m{m} m{n}"),
@@ -35,6 +43,11 @@ impl Placement {
             },
             _ => "-".into(),
         }
+    }
+
+    /// Pairs: the core of pair `i`'s containers (`None`: unpinned).
+    pub fn pair_core(&self, i: usize) -> Option<usize> {
+        (!self.pairs_cores.is_empty()).then(|| self.pairs_cores[i % self.pairs_cores.len()])
     }
 }
 
@@ -128,6 +141,12 @@ pub struct Request {
     pub crosscheck: bool,
     /// One host or two.
     pub topology: Topology,
+    /// Pairs: the idle policies of DockNet's peers, each a placement of its own.
+    pub peer_idle: Vec<&'static str>,
+    /// Pairs: cores to pin the pairs' containers to (empty: unpinned).
+    pub pairs_cores: Vec<usize>,
+    /// Cores of this machine.
+    pub machine_cores: usize,
 }
 
 /// A bad request, said in one line.
@@ -141,6 +160,7 @@ pub fn default_sizes(w: Workload) -> Vec<usize> {
         Workload::Rr => vec![64, 1024, 65536],
         Workload::Stream => vec![64, 256, 1024, 4096, 16384, 65536, 409600],
         Workload::Pairs | Workload::Rate => vec![1024],
+        Workload::Idle => vec![64],
     }
 }
 
@@ -162,6 +182,20 @@ impl Request {
         }
         if self.repeat == 0 {
             return bad("--repeat must be at least 1".into());
+        }
+        if self.peer_idle.is_empty() {
+            return bad("--peer-idle needs at least one policy".into());
+        }
+        if let Some(c) = self.pairs_cores.iter().find(|c| **c >= self.machine_cores) {
+            return bad(format!(
+                "--cores: no core {c} here (cores 0 to {})",
+                self.machine_cores.saturating_sub(1)
+            ));
+        }
+        if self.workload != Workload::Pairs
+            && (!self.pairs_cores.is_empty() || self.peer_idle != [PEER_IDLE[3]])
+        {
+            return bad("--cores and --peer-idle apply to the pairs workload".into());
         }
         if let Some(m) = self
             .modes
@@ -203,6 +237,7 @@ fn kernel_placement(mode: Mode, (c, s): (usize, usize), topology: Topology) -> P
         master: None,
         master_b: None,
         idle: "spin",
+        pairs_cores: Vec::new(),
         description: format!(
             "client{} core {c}, server{} core {s}, kernel TCP ({mode}, built with {})",
             if two { " (host A)" } else { "" },
@@ -219,6 +254,7 @@ fn crosscheck_placement(mode: Mode, tool: Tool) -> Placement {
         master: None,
         master_b: None,
         idle: "spin",
+        pairs_cores: Vec::new(),
         description: format!(
             "client core 0, server core 1, kernel TCP ({mode}), measured by {tool}"
         ),
@@ -237,6 +273,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                 master: None,
                 master_b: None,
                 idle: "spin",
+                pairs_cores: Vec::new(),
                 description:
                     "client core 0, server core 1, both spin; daemon idle (not on the path)".into(),
             },
@@ -255,6 +292,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                 master: Some(0),
                 master_b: None,
                 idle: "adaptive:0",
+                pairs_cores: Vec::new(),
                 description:
                     "client and server share core 1 (yield when idle), daemon master core 0 spin"
                         .into(),
@@ -279,30 +317,78 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
 /// nice 0, 6.8 at -15).
 pub const PAIRS_MASTER_NICE: i32 = -10;
 
-fn pairs_placement(mode: Mode) -> (Placement, Option<DaemonSetup>) {
-    let idle = if mode.is_docknet() { "block" } else { "spin" };
-    let how = if mode.is_docknet() {
-        format!("DockLib TCP, peers {idle}, daemon adaptive at nice {PAIRS_MASTER_NICE}")
-    } else {
-        format!("kernel TCP, built with {}", mode.builder().name())
-    };
-    let p = Placement {
-        client: None,
-        server: None,
-        master: None,
-        master_b: None,
-        idle,
-        description: format!(
-            "{mode}: N client/server pairs, each in containers of their own, unpinned; {how}"
-        ),
-    };
-    let daemon = mode.is_docknet().then_some(DaemonSetup {
-        idle: "adaptive",
-        master_core: None,
-        master_core_b: None,
-        master_nice: PAIRS_MASTER_NICE,
+/// The idle policies a DockNet peer may be given in a pairs sweep (`--peer-idle`).
+pub const PEER_IDLE: [&str; 4] = ["spin", "adaptive", "adaptive:0", "block"];
+
+/// The pairs placements of a mode: one per DockNet peer idle policy (kernel peers block in the
+/// kernel: one), and the daemon's setup.
+///
+/// Unpinned (`cores` empty): the daemon is adaptive at [`PAIRS_MASTER_NICE`]. Pinned (the
+/// paper's Fig. 10): every container on the given cores, and the daemon's master on a core of
+/// its own where one is left (spinning at nice 0, as the paper's dedicated master core), else
+/// adaptive at [`PAIRS_MASTER_NICE`] beside them.
+fn pairs_placements(
+    mode: Mode,
+    idles: &[&'static str],
+    cores: &[usize],
+    machine_cores: usize,
+) -> (Vec<Placement>, Option<DaemonSetup>) {
+    let free = (0..machine_cores).find(|c| !cores.contains(c));
+    let daemon = mode.is_docknet().then_some(match (cores.is_empty(), free) {
+        (false, Some(m)) => DaemonSetup {
+            idle: "spin",
+            master_core: Some(m),
+            master_core_b: None,
+            master_nice: 0,
+        },
+        _ => DaemonSetup {
+            idle: "adaptive",
+            master_core: None,
+            master_core_b: None,
+            master_nice: PAIRS_MASTER_NICE,
+        },
     });
-    (p, daemon)
+    let on = if cores.is_empty() {
+        "unpinned".to_string()
+    } else {
+        let c: Vec<String> = cores.iter().map(|c| c.to_string()).collect();
+        format!(
+            "pinned to core {} (pair i on the i-th, round robin)",
+            c.join(", ")
+        )
+    };
+    let idles: Vec<&'static str> = if mode.is_docknet() {
+        idles.to_vec()
+    } else {
+        vec!["spin"]
+    };
+    let placements = idles
+        .into_iter()
+        .map(|idle| {
+            let how = match &daemon {
+                Some(d) => format!(
+                    "DockLib TCP, peers {idle}, daemon {}{} at nice {}",
+                    d.idle,
+                    d.master_core
+                        .map_or(String::new(), |m| format!(" on core {m}")),
+                    d.master_nice
+                ),
+                None => format!("kernel TCP, built with {}", mode.builder().name()),
+            };
+            Placement {
+                client: None,
+                server: None,
+                master: daemon.as_ref().and_then(|d| d.master_core),
+                master_b: None,
+                idle,
+                pairs_cores: cores.to_vec(),
+                description: format!(
+                    "{mode}: N client/server pairs, each in containers of their own, {on}; {how}"
+                ),
+            }
+        })
+        .collect();
+    (placements, daemon)
 }
 
 /// Two hosts: DockNet's placements, each with its daemons' cores. "One core per host": host A's
@@ -322,6 +408,7 @@ fn two_host_docknet_placements(mode: Mode) -> Vec<(Placement, DaemonSetup)> {
                     master: Some(ma),
                     master_b: Some(mb),
                     idle: "adaptive:0",
+                    pairs_cores: Vec::new(),
                     description: format!("{what}; all yield when idle ({mode})"),
                 },
                 DaemonSetup {
@@ -340,7 +427,7 @@ pub fn crosscheck_tool(w: Workload) -> Option<Tool> {
     match w {
         Workload::Rr => Some(Tool::Sockperf),
         Workload::Stream => Some(Tool::Iperf3),
-        Workload::Pairs | Workload::Rate => None,
+        Workload::Pairs | Workload::Rate | Workload::Idle => None,
     }
 }
 
@@ -379,13 +466,23 @@ impl Plan {
                 };
                 for repeat in 0..req.repeat {
                     if req.workload == Workload::Pairs {
-                        let (p, daemon) = pairs_placement(mode);
+                        let (ps, daemon) = pairs_placements(
+                            mode,
+                            &req.peer_idle,
+                            &req.pairs_cores,
+                            req.machine_cores,
+                        );
                         run.daemon = daemon;
                         run.pairs = ns.last().copied().unwrap_or(1);
-                        for &size in &req.sizes {
-                            for &n in &ns {
-                                run.points
-                                    .push(point(Measure::Pairs(n, p.clone()), size, repeat));
+                        for p in &ps {
+                            for &size in &req.sizes {
+                                for &n in &ns {
+                                    run.points.push(point(
+                                        Measure::Pairs(n, p.clone()),
+                                        size,
+                                        repeat,
+                                    ));
+                                }
                             }
                         }
                     } else if mode.is_docknet() && req.topology == Topology::TwoHost {
@@ -471,6 +568,9 @@ mod tests {
             repeat: 2,
             crosscheck: true,
             topology: Topology::OneHost,
+            peer_idle: vec!["block"],
+            pairs_cores: Vec::new(),
+            machine_cores: 2,
         }
     }
 
@@ -564,6 +664,39 @@ mod tests {
         }
         assert_eq!(p.runs[1].points[0].placement().idle, "block");
         assert_eq!(p.runs[1].daemon.as_ref().unwrap().master_core, None);
+    }
+
+    #[test]
+    fn pinned_pairs_give_the_master_a_core_of_its_own_and_a_sweep_per_peer_policy() {
+        let mut r = req(Workload::Pairs, &[Mode::Bridge, Mode::Docknet]);
+        r.mtus = vec![1500];
+        r.repeat = 1;
+        r.sizes = vec![1024];
+        r.peer_idle = vec!["spin", "block"];
+        r.pairs_cores = vec![1];
+        assert!(r.check().is_ok());
+        let p = Plan::new(&r, |_| None);
+        let bridge = &p.runs[0];
+        assert_eq!(bridge.points.len(), 3, "kernel peers: one sweep");
+        assert_eq!(bridge.points[0].placement().cores(), "p1");
+        assert_eq!(bridge.points[0].placement().pair_core(5), Some(1));
+        let dn = &p.runs[1];
+        let idles: Vec<&str> = dn.points.iter().map(|x| x.placement().idle).collect();
+        assert_eq!(idles, ["spin", "spin", "spin", "block", "block", "block"]);
+        assert_eq!(dn.points[0].placement().cores(), "p1 m0");
+        let d = dn.daemon.as_ref().unwrap();
+        assert_eq!((d.idle, d.master_core, d.master_nice), ("spin", Some(0), 0));
+        // every core taken: the master shares them, adaptive and favoured
+        r.pairs_cores = vec![0, 1];
+        let p = Plan::new(&r, |_| None);
+        let d = p.runs[1].daemon.as_ref().unwrap();
+        assert_eq!((d.idle, d.master_core), ("adaptive", None));
+        assert_eq!(p.runs[1].points[0].placement().pair_core(3), Some(1));
+        r.pairs_cores = vec![2];
+        assert!(r.check().unwrap_err().to_string().contains("no core 2"));
+        let mut rr = req(Workload::Rr, &[Mode::Docknet]);
+        rr.peer_idle = vec!["spin"];
+        assert!(rr.check().is_err(), "pairs only");
     }
 
     #[test]

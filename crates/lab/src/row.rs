@@ -21,6 +21,9 @@ pub enum Workload {
     Pairs,
     /// Rate limits over time: flows' throughput in 100 ms bins while limits change.
     Rate,
+    /// An idle host: CPU of a daemon and N waiting containers, and the first packet after an
+    /// idle second.
+    Idle,
 }
 
 impl Workload {
@@ -31,6 +34,7 @@ impl Workload {
             Workload::Stream => "stream",
             Workload::Pairs => "pairs",
             Workload::Rate => "rate",
+            Workload::Idle => "idle",
         }
     }
 }
@@ -195,6 +199,27 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub builder: Option<String>,
+    /// Idle: containers waiting, each a DockLib server.
+    #[serde(
+        default,
+        deserialize_with = "small",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub containers: Option<usize>,
+    /// Idle: CPU of the daemon and every container together, percent of one core.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_pct_of_core: Option<f64>,
+    /// Pairs and idle on DockNet: the peers' idle policy (`spin`, `adaptive`, `adaptive:0`, `block`).
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub idle: Option<String>,
     /// Rate: the experiment (`steps`, `none`, `udp-limited`, `both-limited`).
     #[serde(
         default,
@@ -274,6 +299,9 @@ impl Row {
             pairs: None,
             mem_kib_per_pair: None,
             builder: None,
+            containers: None,
+            cpu_pct_of_core: None,
+            idle: None,
             scenario: None,
             flow: None,
             t_s: None,
@@ -292,6 +320,9 @@ impl Row {
         }
         if self.tool != Tool::Dnperf {
             s += &format!(" ({})", self.tool);
+        }
+        if let Some(i) = &self.idle {
+            s += &format!(" {i}");
         }
         s
     }

@@ -5,8 +5,11 @@ use docknet_perf::stats::{buckets, histogram, merge_buckets, Summary};
 
 /// What makes two rows runs of the same point.
 fn same_point(a: &Row, b: &Row) -> bool {
-    (a.mode, &a.cores, a.workload, a.size, a.mtu, a.tool, a.pairs)
-        == (b.mode, &b.cores, b.workload, b.size, b.mtu, b.tool, b.pairs)
+    (
+        a.mode, &a.cores, a.workload, a.size, a.mtu, a.tool, a.pairs, &a.idle,
+    ) == (
+        b.mode, &b.cores, b.workload, b.size, b.mtu, b.tool, b.pairs, &b.idle,
+    )
 }
 
 /// The median of the values present (the upper median for an even count), if any.
@@ -15,7 +18,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     v.get(v.len() / 2).copied()
 }
 
-/// One row per (mode, cores, workload, size, MTU, tool, pairs) over its repeats, in the order
+/// One row per (mode, cores, workload, size, MTU, tool, pairs, peers' idle policy) over its repeats, in the order
 /// points first appear. Where every run carries a latency histogram, p50/p99/p99.9 and the mean
 /// come from the merged histogram (never from averaged percentiles) and the merged buckets are
 /// kept for the CDF; every other figure is the median over the runs.
@@ -44,6 +47,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Row> {
                 gbps: med(|r| r.gbps),
                 msgs_per_s: med(|r| r.msgs_per_s),
                 cpu_s_per_op: med(|r| r.cpu_s_per_op),
+                cpu_cores: med(|r| r.cpu_cores),
                 mem_kib_per_pair: med(|r| r.mem_kib_per_pair),
                 lost: lost[lost.len() / 2],
                 path_ok: g.iter().all(|r| r.path_ok),

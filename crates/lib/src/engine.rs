@@ -40,15 +40,15 @@ pub(crate) fn engine(shared: Weak<Shared>) {
             }
             if let Some(armed) = s.arm(IDLE_SLEEP, None) {
                 armed.wait();
+                // ends this sleep only: a call asleep on the same words keeps them armed
+                s.disarm();
             }
             let active =
                 s.callers.load(Ordering::Acquire) > 0 || s.calls.load(Ordering::Relaxed) != calls;
             if !active {
-                s.disarm();
                 continue;
             }
-            // the application is back: leave the rings to it (its own sleeps arm and disarm
-            // them) and go back to napping
+            // the application is back: leave the rings to it and go back to napping
             break;
         }
     }

@@ -136,6 +136,11 @@ pub struct Endpoint {
     generation: u32,
     idler: Idler,
     stats: EndpointStats,
+    /// Threads of this process sleeping on the rings' words right now (armed with
+    /// [`Endpoint::arm_sleep`], not yet [`Endpoint::disarm_sleep`]ed). The words are cleared only
+    /// when the last one leaves: a thread that woke and cleared them under another thread still
+    /// asleep would leave that one without a kick (it slept out its timeout).
+    sleepers: u32,
 }
 
 /// The futex words an endpoint sleeps on, armed by [`Endpoint::arm_sleep`]. Holds its regions
@@ -218,6 +223,7 @@ impl Endpoint {
             fcs: Vec::new(),
             idler: Idler::new(policy),
             stats: EndpointStats::default(),
+            sleepers: 0,
         };
         loop {
             match recv_msg(&conn).map_err(|e| hs(e.to_string()))? {
@@ -530,8 +536,8 @@ impl Endpoint {
         if let Some(set) = self.arm_sleep() {
             self.stats.sleeps += 1;
             set.wait(&[], max_sleep);
+            self.disarm_sleep();
         }
-        self.disarm_sleep();
     }
 
     /// Whether the tx ring to the daemon is full (the daemon has not taken what was sent).
@@ -540,8 +546,9 @@ impl Endpoint {
     }
 
     /// Arms the sleep words of every ring this endpoint reads and returns them, or `None`
-    /// (disarmed again) when work arrived meanwhile. After waiting, call
-    /// [`Endpoint::disarm_sleep`].
+    /// when work arrived meanwhile (nothing to undo then). After waiting on `Some`, call
+    /// [`Endpoint::disarm_sleep`] once. Several threads may sleep at once (each arms, each
+    /// disarms): the words stay armed until the last of them disarms.
     pub fn arm_sleep(&mut self) -> Option<SleepSet> {
         let mut pending = self.rx.arm(&self.region);
         for l in &mut self.fcs {
@@ -553,9 +560,13 @@ impl Endpoint {
             pending |= self.tx.arm_space(&self.region);
         }
         if pending {
-            self.disarm_sleep();
+            if self.sleepers == 0 {
+                self.clear_sleep_words();
+            }
+            self.refresh();
             return None;
         }
+        self.sleepers += 1;
         let mut words = Vec::with_capacity(3 + self.fcs.len());
         words.push((self.region.clone(), self.info.rings[1].sleep_off(), 1));
         if full {
@@ -568,14 +579,22 @@ impl Endpoint {
         Some(SleepSet { words })
     }
 
-    /// Clears the sleep words after a sleep and picks up fast-channel changes.
+    /// Ends one sleep armed by [`Endpoint::arm_sleep`]: the last sleeper out clears the sleep
+    /// words; picks up fast-channel changes.
     pub fn disarm_sleep(&mut self) {
+        self.sleepers = self.sleepers.saturating_sub(1);
+        if self.sleepers == 0 {
+            self.clear_sleep_words();
+        }
+        self.refresh();
+    }
+
+    fn clear_sleep_words(&mut self) {
         self.rx.disarm(&self.region);
         self.tx.disarm_space(&self.region);
         for l in &self.fcs {
             l.rx.disarm(&l.region);
         }
-        self.refresh();
     }
 }
 

@@ -216,7 +216,7 @@ impl Shared {
         })
     }
 
-    /// Clears the sleep words after a sleep.
+    /// Ends a sleep armed by [`Shared::arm`] (call once per `Some`).
     pub(crate) fn disarm(&self) {
         self.lock().dev.ep.disarm_sleep();
     }
@@ -225,8 +225,8 @@ impl Shared {
     pub(crate) fn sleep(&self, max: Duration, deadline: Option<Instant>) {
         if let Some(armed) = self.arm(max, deadline) {
             armed.wait();
+            self.disarm();
         }
-        self.disarm();
     }
 }
 

@@ -201,6 +201,50 @@ fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
     master.join().unwrap();
 }
 
+#[test]
+fn a_sleeper_that_leaves_keeps_the_rings_armed_for_one_still_asleep() {
+    // Two threads of one container sleep on the same ring words (say a call in accept and a
+    // call in read). When the first to leave cleared the words, the daemon saw no sleeper and
+    // sent no kick for the next frame: the other slept out its whole timeout.
+    let (_d, mut r) = setup();
+    let shared = Arc::new(MasterShared::new(r.snapshot()));
+    let m = shared.clone();
+    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Block, None).unwrap();
+    let mac_b = a.resolve(B, Duration::from_secs(2)).expect("ARP");
+    let staying = b.arm_sleep().expect("nothing pending for b");
+    let leaving = b.arm_sleep().expect("nothing pending for b");
+    let asleep = std::thread::spawn(move || {
+        let t = Instant::now();
+        staying.wait(&[], Duration::from_secs(5));
+        t.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // the other sleeper wakes (say on its own timer) and leaves
+    drop(leaving);
+    b.disarm_sleep();
+    let sent = Instant::now();
+    a.send_blocking(
+        &frame(&a, B, mac_b, 64, 1),
+        Instant::now() + Duration::from_secs(1),
+    )
+    .unwrap();
+    let slept = asleep.join().unwrap();
+    b.disarm_sleep();
+    assert!(
+        sent.elapsed() < Duration::from_secs(2) && slept < Duration::from_secs(2),
+        "the remaining sleeper got no kick: asleep {slept:?}"
+    );
+    let mut buf = vec![0u8; 2048];
+    assert!(recv_within(&mut b, &mut buf, Duration::from_secs(1)).is_some());
+    shared.shutdown.store(true, Ordering::Release);
+    shared.poke();
+    master.join().unwrap();
+}
+
 /// What a hostile partner holds: the channel region as the daemon handed it to pipe `me`, and
 /// its producer ring towards the victim.
 fn steal_channel(r: &mut Registry, me: &str) -> (docknet_pipe::Region, docknet_pipe::Producer) {

@@ -3,8 +3,9 @@
 //! - `cdf-rr-SIZE`: the one-way latency CDF per mode, one figure per message size (rr);
 //! - `rr-latency-vs-size`: p50 and p99 one-way latency against message size (rr);
 //! - `stream-goodput-vs-size`: goodput against message size, the paper's Fig. 8 style;
-//! - `pairs-goodput-vs-n`, `pairs-latency-vs-n`: aggregate goodput and per-pair latency
-//!   against N pairs;
+//! - `pairs-goodput-vs-n`, `pairs-latency-vs-n`, `pairs-tail-vs-n`, `pairs-cpu-vs-n`:
+//!   aggregate goodput, per-pair latency (p50/p99, and p99/p99.9) and the machine's CPU per
+//!   transaction against N pairs;
 //! - `ratio-to-bridge-WORKLOAD`: each mode's ratio to `bridge`;
 //! - `rate-MODE-SCENARIO`: the rate experiment's flows over time beside their limits.
 //!
@@ -301,17 +302,19 @@ pub fn charts(rows: &[Row]) -> Vec<Chart> {
 /// Colour of a row: a hue per mode, a strong shade for its first placement, a light one for
 /// the second.
 fn colors(rows: &[Row]) -> impl Fn(&Row) -> usize {
+    // a mode's variants: its placements, and its peers' idle policies
+    let variant = |r: &Row| format!("{} {}", r.cores, r.idle.as_deref().unwrap_or(""));
     let mut placements: BTreeMap<crate::mode::Mode, Vec<String>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.cores != "-") {
+    for r in rows.iter().filter(|r| r.cores != "-" || r.idle.is_some()) {
         let v = placements.entry(r.mode).or_default();
-        if !v.contains(&r.cores) {
-            v.push(r.cores.clone());
+        if !v.contains(&variant(r)) {
+            v.push(variant(r));
         }
     }
     move |r: &Row| {
         let shade = placements
             .get(&r.mode)
-            .and_then(|v| v.iter().position(|c| *c == r.cores))
+            .and_then(|v| v.iter().position(|c| *c == variant(r)))
             .unwrap_or(0);
         r.mode.hue() * 2 + shade.min(1)
     }
@@ -355,6 +358,21 @@ fn p50_p99(
     let mut s = group(rows, color, x, &|r| r.p50_us);
     s.extend(
         group(rows, color, x, &|r| r.p99_us)
+            .into_iter()
+            .map(|s| Series { dashed: true, ..s }),
+    );
+    s
+}
+
+/// p99 solid and p99.9 dashed, as one set of series.
+fn tail(
+    rows: &[&Row],
+    color: &dyn Fn(&Row) -> usize,
+    x: &dyn Fn(&Row) -> Option<f64>,
+) -> Vec<Series> {
+    let mut s = group(rows, color, x, &|r| r.p99_us);
+    s.extend(
+        group(rows, color, x, &|r| r.p999_us)
             .into_iter()
             .map(|s| Series { dashed: true, ..s }),
     );
@@ -468,6 +486,25 @@ fn pairs_charts(pairs: &[&Row], color: ColorOf) -> Vec<Chart> {
             "one-way latency (us, log)",
             true,
             p50_p99(pairs, color, &by_pairs),
+        ),
+        chart(
+            "pairs-tail-vs-n".into(),
+            "Per-pair tail latency vs concurrent pairs (p99 solid, p99.9 dashed)".into(),
+            "pairs (log)",
+            "one-way latency (us, log)",
+            true,
+            tail(pairs, color, &by_pairs),
+        ),
+        chart(
+            "pairs-cpu-vs-n".into(),
+            "CPU per transaction vs concurrent pairs (the whole machine while the pairs ping-pong)"
+                .into(),
+            "pairs (log)",
+            "CPU per transaction (us, log)",
+            true,
+            group(pairs, color, &by_pairs, &|r| {
+                r.cpu_s_per_op.map(|c| c * 1e6)
+            }),
         ),
     ]
 }

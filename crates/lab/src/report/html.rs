@@ -104,6 +104,10 @@ pub fn page(r: &Report) -> String {
             h += &table_html(&COLUMNS, rows.into_iter());
         }
     }
+    if !r.idle.is_empty() {
+        let _ = writeln!(h, "<h2>An idle host</h2>\n<p>{}</p>", esc(super::IDLE_TEXT));
+        h += &table_html(&super::IDLE_COLUMNS, super::idle_cells(&r.idle).into_iter());
+    }
     if let Some(rate) = &r.rate {
         h += "<h2>Rate limits</h2>\n<p>One TCP flow while its limit steps down, then a TCP flow \
               with a UDP flow beside it (no limits, the UDP flow limited, both limited), on the \

@@ -70,6 +70,10 @@ pub fn report(r: &Report) -> String {
             let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
         }
     }
+    if !r.idle.is_empty() {
+        let _ = writeln!(m, "\n# An idle host\n\n{}\n", super::IDLE_TEXT);
+        m += &md_table(&super::IDLE_COLUMNS, super::idle_cells(&r.idle).into_iter());
+    }
     if let Some(rate) = &r.rate {
         m += "\n# Rate limits\n\n```text\n";
         m += &crate::rate::table(&rate.phases);

@@ -136,6 +136,8 @@ pub struct Report {
     pub sections: Vec<Section>,
     /// The rate-limit experiment, if the results have it.
     pub rate: Option<RateSection>,
+    /// The idle host's rows (`docknet bench idle`), if any.
+    pub idle: Vec<Row>,
     /// The files' environments (the first is the report's).
     pub envs: Vec<Env>,
     /// Modes without figures, as lines (each once).
@@ -148,6 +150,8 @@ impl Report {
         let all: Vec<Row> = files.iter().flat_map(|f| f.rows().to_vec()).collect();
         let (rate, rows): (Vec<Row>, Vec<Row>) =
             all.into_iter().partition(|r| r.workload == Workload::Rate);
+        let (idle, rows): (Vec<Row>, Vec<Row>) =
+            rows.into_iter().partition(|r| r.workload == Workload::Idle);
         let mut missing: Vec<String> = Vec::new();
         for line in files
             .iter()
@@ -169,6 +173,7 @@ impl Report {
         Report {
             sections,
             rate: RateSection::of(&rate),
+            idle,
             envs: files.iter().map(|f| f.env.clone()).collect(),
             missing,
         }
@@ -196,8 +201,8 @@ impl Report {
     }
 }
 
-/// Rebuilds the report of a `--report DIR` directory from every `tcp-*.json` in it, and
-/// `rate.json`.
+/// Rebuilds the report of a `--report DIR` directory from every `tcp-*.json` in it,
+/// `rate.json` and `idle.json`.
 pub fn build_dir(dir: &Path) -> Result<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
@@ -205,7 +210,9 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                (n.starts_with("tcp-") && n.ends_with(".json")) || n == "rate.json"
+                (n.starts_with("tcp-") && n.ends_with(".json"))
+                    || n == "rate.json"
+                    || n == "idle.json"
             })
         })
         .collect();
@@ -218,6 +225,40 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
             .unwrap_or_else(|| charts::DEFAULT_FONT.into()),
     })
 }
+
+/// Column heads of the idle host's table.
+pub const IDLE_COLUMNS: [&str; 6] = [
+    "path",
+    "idle policy",
+    "waiting containers",
+    "CPU, % of one core",
+    "first packet p50 (us)",
+    "p99 (us)",
+];
+
+/// The idle host's rows as cells under [`IDLE_COLUMNS`].
+pub fn idle_cells(rows: &[Row]) -> Vec<Vec<String>> {
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));
+    rows.iter()
+        .map(|r| {
+            vec![
+                match r.mode {
+                    crate::mode::Mode::Docknet => "docknet (through the daemon)".into(),
+                    crate::mode::Mode::DocknetFc => "docknet-fc (fast channel)".into(),
+                    m => format!("{m} (kernel, reference)"),
+                },
+                r.idle.clone().unwrap_or_else(|| "-".into()),
+                r.containers.map_or("-".into(), |n| n.to_string()),
+                opt(r.cpu_pct_of_core, 2),
+                opt(r.p50_us, 1),
+                opt(r.p99_us, 1),
+            ]
+        })
+        .collect()
+}
+
+/// What the idle host's table says, in words.
+pub const IDLE_TEXT: &str = "A daemon and N containers, each a DockLib server waiting in accept:     CPU of all of them together over the window (exact, from each task's schedstat), then the     one-way latency of a 64-byte request sent after one second of idle, through the daemon, over     a fast channel, and over the kernel's loopback in a namespace of its own (the machine's cost     of waking a sleeping thread).";
 
 /// Runs `docknet report`; returns the path of `index.html`.
 pub fn run(args: &ReportArgs) -> Result<PathBuf> {

@@ -8,6 +8,14 @@ fn opt(v: Option<f64>, prec: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.prec$}"))
 }
 
+/// The mode, with its peers' idle policy where the row has one (pairs on DockNet).
+fn mode_cell(r: &Row) -> String {
+    match &r.idle {
+        Some(i) => format!("{} {i}", r.mode.name()),
+        None => r.mode.name().to_string(),
+    }
+}
+
 /// Rows as an aligned text table.
 pub fn text(rows: &[Row]) -> String {
     let line = |c: [&str; 16]| {
@@ -23,7 +31,7 @@ pub fn text(rows: &[Row]) -> String {
     ]);
     for r in rows {
         out += &line([
-            r.mode.name(),
+            &mode_cell(r),
             &r.cores,
             r.workload.name(),
             &r.pairs.map_or("-".into(), |n| n.to_string()),
@@ -66,7 +74,7 @@ pub const COLUMNS: [&str; 15] = [
 /// A row's cells under [`COLUMNS`] (`rows`: where its baseline, bridge or host, is looked up).
 pub fn cells(rows: &[Row], r: &Row) -> [String; 15] {
     [
-        r.mode.name().to_string(),
+        mode_cell(r),
         r.cores.clone(),
         r.tool.name().to_string(),
         r.pairs.map_or("-".into(), |n| n.to_string()),

@@ -30,7 +30,7 @@ impl Side {
 pub fn perf_workload(w: Workload) -> Perf {
     match w {
         Workload::Rr => Perf::Rr,
-        Workload::Stream | Workload::Pairs | Workload::Rate => Perf::Stream,
+        Workload::Stream | Workload::Pairs | Workload::Rate | Workload::Idle => Perf::Stream,
     }
 }
 
@@ -146,6 +146,7 @@ mod tests {
                 master: None,
                 master_b: None,
                 idle: "spin",
+                pairs_cores: Vec::new(),
                 description: "d".into(),
             }),
             size: 64,

@@ -10,7 +10,9 @@
 //! kernel's loopback in a namespace of its own is the machine's reference: a sleeping thread's
 //! wake-up costs what it costs here.
 
+use crate::mode::Mode;
 use crate::proc::{CpuMeter, Proc, Stop};
+use crate::row::{Env, Row, Tool, Workload};
 use crate::topology::daemon::Daemon;
 use crate::workload::dnperf_path;
 use anyhow::{bail, Context, Result};
@@ -39,9 +41,13 @@ pub struct IdleArgs {
     /// block); `spin` shows what busy-polling costs (the paper's design).
     #[arg(long, default_value = "adaptive")]
     pub idle: String,
-    /// Write the result as JSON here.
+    /// Write the result as JSON here (its figures at the top, and the same as result rows
+    /// that `docknet report` reads).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write idle.json into this directory and (re)build its HTML report.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
 /// What `docknet bench idle` measured.
@@ -79,6 +85,41 @@ pub struct IdleResult {
     pub kernel_wake_p99_us: f64,
     /// The pause before each of them, milliseconds.
     pub pause_ms: f64,
+    /// The run's environment.
+    pub env: Env,
+    /// The same figures as result rows (`workload: "idle"`): the daemon path (with the CPU
+    /// figures), the fast channel and the kernel's loopback.
+    pub results: Vec<Row>,
+}
+
+impl IdleResult {
+    /// The result's rows.
+    fn rows(&self) -> Vec<Row> {
+        let row = |mode, p50, p99| Row {
+            p50_us: Some(p50),
+            p99_us: Some(p99),
+            idle: (mode != Mode::Loopback).then(|| self.idle.clone()),
+            placement: format!(
+                "{} waiting containers; first packet after {} ms idle",
+                self.containers, self.pause_ms
+            ),
+            cores: "-".into(),
+            ..Row::new(mode, Tool::Dnperf, Workload::Idle, 64)
+        };
+        vec![
+            Row {
+                containers: Some(self.containers),
+                cpu_pct_of_core: Some(self.cpu_pct_of_core),
+                ..row(Mode::Docknet, self.wake_p50_us, self.wake_p99_us)
+            },
+            row(Mode::DocknetFc, self.fc_wake_p50_us, self.fc_wake_p99_us),
+            row(
+                Mode::Loopback,
+                self.kernel_wake_p50_us,
+                self.kernel_wake_p99_us,
+            ),
+        ]
+    }
 }
 
 fn ip(i: usize) -> Ipv4Addr {
@@ -314,7 +355,9 @@ pub fn measure(args: &IdleArgs, stop: &Stop) -> Result<IdleResult> {
     eprintln!("idle: the same over the kernel's loopback");
     let kernel = kernel_wake(args, &dnperf, stop)?;
     let cpu = CpuMeter::delta(&ns0, &ns1) as f64 / 1e9 / secs * 100.0;
-    Ok(IdleResult {
+    let mut env = Env::here(args.seconds, 3.0, 1);
+    env.workload = Some(Workload::Idle);
+    let mut r = IdleResult {
         containers: args.containers,
         idle: args.idle.clone(),
         seconds: (secs * 100.0).round() / 100.0,
@@ -329,7 +372,11 @@ pub fn measure(args: &IdleArgs, stop: &Stop) -> Result<IdleResult> {
         kernel_wake_p50_us: kernel.p50 as f64 / 1000.0,
         kernel_wake_p99_us: kernel.p99 as f64 / 1000.0,
         pause_ms: args.pause_ms,
-    })
+        env,
+        results: Vec::new(),
+    };
+    r.results = r.rows();
+    Ok(r)
 }
 
 /// Runs `docknet bench idle`: measures, prints a table and, with `--json`, writes the result.
@@ -366,10 +413,19 @@ pub fn run(args: IdleArgs) -> Result<()> {
         r.kernel_wake_p50_us,
         r.kernel_wake_p99_us
     );
-    if let Some(p) = &args.json {
+    let mut out: Vec<PathBuf> = args.json.iter().cloned().collect();
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        out.push(dir.join("idle.json"));
+    }
+    for p in &out {
         std::fs::write(p, serde_json::to_string_pretty(&r)? + "\n")
             .with_context(|| format!("writing {}", p.display()))?;
         println!("wrote {}", p.display());
+    }
+    if let Some(dir) = &args.report {
+        let index = crate::report::build_dir(dir)?;
+        println!("report: {}", index.display());
     }
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! N pairs at once: first all ping-pong (per-pair latency from the N clients' merged
-//! histograms), then all stream (aggregate goodput); memory per pair from MemAvailable.
+//! histograms, and the machine's CPU per transaction), then all stream (aggregate goodput);
+//! memory per pair from MemAvailable.
 
 use super::dnperf::Side;
 use super::{Fleet, Runner, SERVER_START};
+use crate::cpustat::CpuTimes;
 use crate::plan::{ModeRun, Placement, Point};
 use crate::row::{Row, Tool, Workload};
 use anyhow::{Context, Result};
@@ -27,8 +29,25 @@ pub fn fall_per(before: Option<f64>, n: usize) -> Option<f64> {
     Some(((before? - mem_available_kib()?) / n as f64).max(0.0))
 }
 
-/// The pairs row from the N clients' reports of both phases.
-pub fn pairs_row(rr: &[ClientReport], st: &[ClientReport], n: usize) -> Row {
+/// What the whole machine spent while the N pairs ping-ponged: busy jiffies of every core over
+/// the middle of the measured window, and that window's length.
+#[derive(Debug, Clone, Copy)]
+pub struct MachineCpu {
+    /// CPU time by kind over the window.
+    pub times: CpuTimes,
+    /// The window, seconds.
+    pub seconds: f64,
+}
+
+/// The pairs row from the N clients' reports of both phases, and the machine's CPU during the
+/// ping-pong (`cpu_s_per_op`: every process's and the kernel's busy time per transaction;
+/// without it, the clients' own CPU per transaction).
+pub fn pairs_row(
+    rr: &[ClientReport],
+    st: &[ClientReport],
+    n: usize,
+    cpu: Option<MachineCpu>,
+) -> Row {
     let mut h = histogram();
     for r in rr {
         merge_buckets(&mut h, r.result.one_way_hist.as_deref().unwrap_or(&[]));
@@ -38,16 +57,22 @@ pub fn pairs_row(rr: &[ClientReport], st: &[ClientReport], n: usize) -> Row {
     let sum = |f: fn(&ClientReport) -> Option<f64>, rs: &[ClientReport]| {
         rs.iter().filter_map(f).sum::<f64>()
     };
+    let tps = sum(|r| Some(r.result.tps), rr);
+    let clients_cpu = sum(|r| Some(r.result.cpu_s_per_op), rr) / rr.len().max(1) as f64;
+    let machine = cpu.filter(|c| c.seconds > 0.0 && tps > 0.0);
     Row {
         pairs: Some(n),
         p50_us: lat(s.p50 as f64),
         p99_us: lat(s.p99 as f64),
         p999_us: lat(s.p999 as f64),
         mean_us: lat(s.mean),
-        tps: Some(sum(|r| Some(r.result.tps), rr)),
+        tps: Some(tps),
         gbps: Some(sum(|r| r.result.gbps, st)),
         msgs_per_s: Some(sum(|r| r.result.msgs_per_s, st)),
-        cpu_s_per_op: Some(sum(|r| Some(r.result.cpu_s_per_op), rr) / rr.len().max(1) as f64),
+        cpu_s_per_op: Some(machine.map_or(clients_cpu, |c| {
+            CpuTimes::seconds(c.times.busy()) / (tps * c.seconds)
+        })),
+        cpu_cores: machine.map(|c| CpuTimes::seconds(c.times.busy()) / c.seconds),
         one_way_hist: Some(buckets(&h)),
         ..Row::new(crate::mode::Mode::Bridge, Tool::Dnperf, Workload::Pairs, 0)
     }
@@ -66,8 +91,8 @@ impl Runner {
     ) -> Result<()> {
         self.progress
             .start(&format!("{} {n} pairs {} B", run.mode, p.size));
-        let (rr, _) = self.fleet_run(fleet, n, Workload::Rr, p.size, pl.idle)?;
-        let (st, mem) = self.fleet_run(fleet, n, Workload::Stream, p.size, pl.idle)?;
+        let (rr, _, cpu) = self.fleet_run(fleet, n, Workload::Rr, p.size, pl)?;
+        let (st, mem, _) = self.fleet_run(fleet, n, Workload::Stream, p.size, pl)?;
         let row = Row {
             mode: run.mode,
             size: p.size,
@@ -77,22 +102,25 @@ impl Runner {
             mtu: Some(fleet.mtu()),
             mem_kib_per_pair: mem.map(|m| m + topo_kib),
             builder: Some(fleet.builder().name().into()),
-            ..pairs_row(&rr, &st, n)
+            idle: run.mode.is_docknet().then(|| pl.idle.to_string()),
+            ..pairs_row(&rr, &st, n, cpu)
         };
         self.push(row);
         Ok(())
     }
 
-    /// Runs `w` on the first `n` pairs at once; the clients' reports and the memory per pair
-    /// (the fall in MemAvailable, sampled mid-run, over n).
+    /// Runs `w` on the first `n` pairs at once; the clients' reports, the memory per pair
+    /// (the fall in MemAvailable, sampled mid-run, over n) and the machine's CPU over the
+    /// middle 80% of the measured window.
     fn fleet_run(
         &mut self,
         fleet: &Fleet,
         n: usize,
         w: Workload,
         size: usize,
-        idle: &str,
-    ) -> Result<(Vec<ClientReport>, Option<f64>)> {
+        pl: &Placement,
+    ) -> Result<(Vec<ClientReport>, Option<f64>, Option<MachineCpu>)> {
+        let idle = pl.idle;
         let mem0 = mem_available_kib();
         let port = match fleet {
             Fleet::Docknet(_) => self.next_port(),
@@ -100,7 +128,7 @@ impl Runner {
         };
         let mut servers = Vec::with_capacity(n);
         for i in 0..n {
-            servers.push(self.spawn(fleet, i, port, None, idle, Side::Server)?);
+            servers.push(self.spawn(fleet, i, port, pl.pair_core(i), idle, Side::Server)?);
         }
         if let Fleet::Docknet(l) = fleet {
             l.wait_servers(n, Duration::from_secs(60))?;
@@ -108,12 +136,22 @@ impl Runner {
         std::thread::sleep(SERVER_START + Duration::from_millis(5 * n as u64));
         let mut clients = Vec::with_capacity(n);
         for i in 0..n {
-            clients.push(self.spawn(fleet, i, port, None, idle, Side::Client(w, size))?);
+            let side = Side::Client(w, size);
+            clients.push(self.spawn(fleet, i, port, pl.pair_core(i), idle, side)?);
         }
-        std::thread::sleep(Duration::from_secs_f64(
-            self.timing.warmup + self.timing.duration / 2.0,
-        ));
+        let d = self.timing.duration;
+        std::thread::sleep(Duration::from_secs_f64(self.timing.warmup + d * 0.1));
+        let t0 = (CpuTimes::now(), std::time::Instant::now());
+        std::thread::sleep(Duration::from_secs_f64(d * 0.4));
         let mem = fall_per(mem0, n);
+        std::thread::sleep(Duration::from_secs_f64(d * 0.4));
+        let cpu = match (t0.0, CpuTimes::now()) {
+            (Some(a), Some(b)) => Some(MachineCpu {
+                times: b.since(&a),
+                seconds: t0.1.elapsed().as_secs_f64(),
+            }),
+            _ => None,
+        };
         let mut out = Vec::with_capacity(n);
         for (i, c) in clients.into_iter().enumerate() {
             out.push(
@@ -124,6 +162,6 @@ impl Runner {
         for s in servers {
             s.finish(&self.stop);
         }
-        Ok((out, mem))
+        Ok((out, mem, cpu))
     }
 }

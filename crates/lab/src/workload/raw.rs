@@ -195,6 +195,7 @@ impl Runner {
             master: (!fc).then_some(a.daemon_core),
             master_b: None,
             idle: "",
+            pairs_cores: Vec::new(),
             description: format!(
                 "client core {}, server core {}, peers {idle}{}",
                 cores.0,
@@ -240,6 +241,7 @@ impl Runner {
                     master: None,
                     master_b: None,
                     idle: "spin",
+                    pairs_cores: Vec::new(),
                     description: format!(
                         "client core {cc}, server core {sc}, kernel TCP over a Linux bridge (rr: Nagle off; stream: Nagle on)"
                     ),
