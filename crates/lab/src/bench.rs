@@ -198,6 +198,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
     let timing = Timing {
         duration: args.duration,
         warmup: args.warmup,
+        start_at: None,
     };
     let exe = std::env::current_exe()?;
     let mut runner = Runner::new(exe, workload, timing, stop.clone(), plan.total_points())?;
@@ -304,6 +305,7 @@ pub fn run_raw(args: RawArgs) -> Result<()> {
     let timing = Timing {
         duration: args.duration,
         warmup: args.warmup,
+        start_at: None,
     };
     let exe = std::env::current_exe()?;
     let mut runner = Runner::new(exe, Workload::Rr, timing, stop, total)?;

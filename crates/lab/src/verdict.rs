@@ -86,8 +86,9 @@ pub fn ratio_lines(rows: &[Row], workload: Workload) -> Vec<String> {
             } else {
                 ""
             };
+            let idle = r.idle.as_ref().map_or(String::new(), |i| format!(" {i}"));
             Some(format!(
-                "{two}{workload} {at} mtu {}: {} [{}] vs {} [{}]: {x:.2}x {what}",
+                "{two}{workload} {at} mtu {}: {}{idle} [{}] vs {} [{}]: {x:.2}x {what}",
                 r.mtu.unwrap_or(0),
                 r.mode,
                 r.cores,

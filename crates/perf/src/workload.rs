@@ -54,6 +54,9 @@ pub struct Outcome {
     pub corrupt_bytes: Option<u64>,
     /// CPU seconds of this process per operation (transaction or message).
     pub cpu_s_per_op: f64,
+    /// With a start time: how late the client was ready for it, in milliseconds (0: on time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_ms: Option<f64>,
 }
 
 impl Outcome {
@@ -256,17 +259,35 @@ pub fn checked<N: Net>(net: &N, addr: SocketAddrV4, size: usize, total: u64) -> 
     })
 }
 
-/// Runs a client. rr with a non-zero `interval` pauses that long between transactions, so
-/// each one finds both ends (and the network between them) idle.
+/// When a client measures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pace {
+    /// Measured time.
+    pub duration: Duration,
+    /// Time before measuring (excluded).
+    pub warmup: Duration,
+    /// rr: a pause between transactions (zero: none), so each one finds both ends (and the
+    /// network between them) idle.
+    pub interval: Duration,
+    /// Begin (warm-up first) at this CLOCK_MONOTONIC time in nanoseconds, after connecting:
+    /// clients started one after another then measure together.
+    pub start_at: Option<u64>,
+}
+
+/// Runs a client: connects, waits for `pace.start_at` if given, then warms up and measures.
 pub fn client<N: Net>(
     net: &N,
     addr: SocketAddrV4,
     workload: Workload,
     size: usize,
-    duration: Duration,
-    warmup: Duration,
-    interval: Duration,
+    pace: Pace,
 ) -> Result<Outcome> {
+    let Pace {
+        duration,
+        warmup,
+        interval,
+        start_at,
+    } = pace;
     if size < RR_HDR && workload == Workload::Rr {
         bail!("--size must be at least {RR_HDR} for rr");
     }
@@ -276,15 +297,30 @@ pub fn client<N: Net>(
     let mut s = net
         .connect(addr, workload == Workload::Rr)
         .with_context(|| format!("connecting to {addr}"))?;
+    let late_ms = start_at.map(wait_until);
     let mut head = [0u8; 9];
     head[0] = if workload == Workload::Rr { b'r' } else { b's' };
     head[1..5].copy_from_slice(&(size.max(RR_HDR) as u32).to_le_bytes());
     head[5..].copy_from_slice(&(warmup.as_millis().min(u128::from(u32::MAX)) as u32).to_le_bytes());
     s.write_all(&head)?;
-    match workload {
+    let mut out = match workload {
         Workload::Rr => rr(&mut s, size, duration, warmup, interval),
         Workload::Stream => stream(net, s, size, duration, warmup),
         Workload::Check => bail!("a checked stream is run by workload::checked"),
+    }?;
+    out.late_ms = late_ms;
+    Ok(out)
+}
+
+/// Sleeps until CLOCK_MONOTONIC reaches `t` (ns); how late it already was, in milliseconds
+/// (0 when on time).
+fn wait_until(t: u64) -> f64 {
+    let now = now_ns();
+    if now < t {
+        std::thread::sleep(Duration::from_nanos(t - now));
+        0.0
+    } else {
+        (now - t) as f64 / 1e6
     }
 }
 

@@ -15,7 +15,7 @@ use docknet_lib::{Endpoint, Stack, StackConfig};
 use docknet_perf::net::{DockNet, KernelNet, Net};
 use docknet_perf::report::{ClientReport, Proto, RunEnv, ServerReport};
 use docknet_perf::stats::pin;
-use docknet_perf::workload::{self, Workload};
+use docknet_perf::workload::{self, Pace, Workload};
 use docknet_pipe::IdlePolicy;
 use std::net::SocketAddrV4;
 use std::process::ExitCode;
@@ -99,6 +99,11 @@ enum Cmd {
         /// message finds the path idle: its latency is the wake-up latency.
         #[arg(long, default_value_t = 0.0)]
         interval: f64,
+        /// Begin (warm-up first) at this CLOCK_MONOTONIC time in nanoseconds, after
+        /// connecting (the clock every namespace shares): clients started one after another
+        /// then measure together. The result says how late the client was (`late_ms`).
+        #[arg(long, value_name = "NS")]
+        start_at: Option<u64>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -173,23 +178,16 @@ fn run_client<N: Net>(
     addr: SocketAddrV4,
     wl: Workload,
     size: usize,
-    duration: f64,
-    warmup: f64,
-    interval_ms: f64,
+    pace: Pace,
     bytes: u64,
     as_json: bool,
 ) -> Result<()> {
-    let (d, w) = (
-        Duration::from_secs_f64(duration),
-        Duration::from_secs_f64(warmup),
-    );
+    let (d, w) = (pace.duration, pace.warmup);
+    let (duration, warmup) = (d.as_secs_f64(), w.as_secs_f64());
     let out = match (c.proto, wl) {
         (Proto::Tcp, Workload::Check) => workload::checked(&net, addr, size, bytes)?,
         (Proto::Udp, Workload::Check) => anyhow::bail!("the checked stream runs over TCP"),
-        (Proto::Tcp, _) => {
-            let pause = Duration::from_secs_f64(interval_ms.max(0.0) / 1000.0);
-            workload::client(&net, addr, wl, size, d, w, pause)?
-        }
+        (Proto::Tcp, _) => workload::client(&net, addr, wl, size, pace)?,
         (Proto::Udp, _) => workload::client_udp(&net, addr, wl, size, d, w)?,
     };
     let mtu = net
@@ -251,26 +249,32 @@ fn main_inner(cli: Cli) -> Result<()> {
             duration,
             warmup,
             interval,
+            start_at,
             bytes,
             json,
-        } => match c.stack {
-            StackKind::Kernel => run_client(
-                KernelNet, c, *connect, *workload, *size, *duration, *warmup, *interval, *bytes,
-                *json,
-            ),
-            StackKind::Docknet => run_client(
-                docknet(c)?,
-                c,
-                *connect,
-                *workload,
-                *size,
-                *duration,
-                *warmup,
-                *interval,
-                *bytes,
-                *json,
-            ),
-        },
+        } => {
+            let pace = Pace {
+                duration: Duration::from_secs_f64(*duration),
+                warmup: Duration::from_secs_f64(*warmup),
+                interval: Duration::from_secs_f64(interval.max(0.0) / 1000.0),
+                start_at: *start_at,
+            };
+            match c.stack {
+                StackKind::Kernel => run_client(
+                    KernelNet, c, *connect, *workload, *size, pace, *bytes, *json,
+                ),
+                StackKind::Docknet => run_client(
+                    docknet(c)?,
+                    c,
+                    *connect,
+                    *workload,
+                    *size,
+                    pace,
+                    *bytes,
+                    *json,
+                ),
+            }
+        }
     }
 }
 

@@ -311,12 +311,30 @@ fn colors(rows: &[Row]) -> impl Fn(&Row) -> usize {
             v.push(variant(r));
         }
     }
+    // a mode's first two variants take its hue's strong and light shade; further ones take
+    // hues no mode of these rows has
+    let hues = TAB20.len() / 2;
+    let used: Vec<usize> = rows.iter().map(|r| r.mode.hue() % hues).collect();
+    let free: Vec<usize> = (0..hues).filter(|h| !used.contains(h)).collect();
+    let mut extra: BTreeMap<(crate::mode::Mode, usize), usize> = BTreeMap::new();
+    for (m, v) in &placements {
+        for k in 2..v.len() {
+            let n = extra.len();
+            extra.insert(
+                (*m, k),
+                free.get(n % free.len().max(1)).copied().unwrap_or(n) * 2,
+            );
+        }
+    }
     move |r: &Row| {
         let shade = placements
             .get(&r.mode)
             .and_then(|v| v.iter().position(|c| *c == variant(r)))
             .unwrap_or(0);
-        r.mode.hue() * 2 + shade.min(1)
+        match extra.get(&(r.mode, shade)) {
+            Some(c) => *c,
+            None => (r.mode.hue() % hues) * 2 + shade.min(1),
+        }
     }
 }
 

@@ -54,23 +54,27 @@ pub fn args(
     }
     v.extend(["--idle".into(), idle.into()]);
     match side {
-        Side::Client(w, size) => v.extend([
-            "--connect".into(),
-            addr.into(),
-            "--workload".into(),
-            match w {
-                Workload::Rr => "rr",
-                _ => "stream",
-            }
-            .into(),
-            "--size".into(),
-            size.to_string(),
-            "--duration".into(),
-            t.duration.to_string(),
-            "--warmup".into(),
-            t.warmup.to_string(),
-            "--json".into(),
-        ]),
+        Side::Client(w, size) => v.extend(
+            [
+                "--connect".into(),
+                addr.into(),
+                "--workload".into(),
+                match w {
+                    Workload::Rr => "rr",
+                    _ => "stream",
+                }
+                .into(),
+                "--size".into(),
+                size.to_string(),
+                "--duration".into(),
+                t.duration.to_string(),
+                "--warmup".into(),
+                t.warmup.to_string(),
+                "--json".into(),
+            ]
+            .into_iter()
+            .chain(t.start_at.map(|ns| format!("--start-at={ns}"))),
+        ),
         Side::Server => v.extend(["--bind".into(), addr.into(), "--conns".into(), "1".into()]),
     }
     v
@@ -111,6 +115,7 @@ mod tests {
         let t = Timing {
             duration: 1.5,
             warmup: 0.2,
+            start_at: None,
         };
         let s = args("kernel", "10.0.0.2:80", Some(1), "spin", Side::Server, t);
         assert_eq!(

@@ -37,6 +37,9 @@ pub struct Timing {
     pub duration: f64,
     /// Warm-up seconds (excluded).
     pub warmup: f64,
+    /// Clients begin at this CLOCK_MONOTONIC time (ns) after connecting (pairs: all clients
+    /// measure together however long starting them took).
+    pub start_at: Option<u64>,
 }
 
 /// The pairs of a topology, however it was built.

@@ -9,7 +9,7 @@ use crate::plan::{ModeRun, Placement, Point};
 use crate::row::{Row, Tool, Workload};
 use anyhow::{Context, Result};
 use docknet_perf::report::ClientReport;
-use docknet_perf::stats::{buckets, histogram, merge_buckets, Summary};
+use docknet_perf::stats::{buckets, histogram, merge_buckets, now_ns, Summary};
 use std::time::Duration;
 
 /// MemAvailable from /proc/meminfo, KiB.
@@ -126,6 +126,7 @@ impl Runner {
             Fleet::Docknet(_) => self.next_port(),
             Fleet::Kernel(_) => 0,
         };
+        let spawning = std::time::Instant::now();
         let mut servers = Vec::with_capacity(n);
         for i in 0..n {
             servers.push(self.spawn(fleet, i, port, pl.pair_core(i), idle, Side::Server)?);
@@ -134,13 +135,28 @@ impl Runner {
             l.wait_servers(n, Duration::from_secs(60))?;
         }
         std::thread::sleep(SERVER_START + Duration::from_millis(5 * n as u64));
+        // clients start one after another (a container each) and then begin together: give
+        // them as long as the servers took, and half as long again
+        let lead = spawning.elapsed().mul_f64(1.5) + Duration::from_millis(300);
+        let begin = std::time::Instant::now() + lead;
+        let timing = self.timing;
+        self.timing.start_at = Some(now_ns() + lead.as_nanos() as u64);
         let mut clients = Vec::with_capacity(n);
         for i in 0..n {
             let side = Side::Client(w, size);
-            clients.push(self.spawn(fleet, i, port, pl.pair_core(i), idle, side)?);
+            let c = self.spawn(fleet, i, port, pl.pair_core(i), idle, side);
+            match c {
+                Ok(c) => clients.push(c),
+                Err(e) => {
+                    self.timing = timing;
+                    return Err(e);
+                }
+            }
         }
+        self.timing = timing;
         let d = self.timing.duration;
-        std::thread::sleep(Duration::from_secs_f64(self.timing.warmup + d * 0.1));
+        let measuring = begin + Duration::from_secs_f64(self.timing.warmup + d * 0.1);
+        std::thread::sleep(measuring.saturating_duration_since(std::time::Instant::now()));
         let t0 = (CpuTimes::now(), std::time::Instant::now());
         std::thread::sleep(Duration::from_secs_f64(d * 0.4));
         let mem = fall_per(mem0, n);
@@ -152,7 +168,7 @@ impl Runner {
             }),
             _ => None,
         };
-        let mut out = Vec::with_capacity(n);
+        let mut out: Vec<ClientReport> = Vec::with_capacity(n);
         for (i, c) in clients.into_iter().enumerate() {
             out.push(
                 c.result(self.timeout(n), &self.stop)
@@ -161,6 +177,16 @@ impl Runner {
         }
         for s in servers {
             s.finish(&self.stop);
+        }
+        let late = out
+            .iter()
+            .filter_map(|r| r.result.late_ms)
+            .fold(0.0f64, f64::max);
+        if late > self.timing.warmup * 1e3 / 2.0 {
+            self.progress.line(&format!(
+                "  warning: {n} pairs: a client began {late:.0} ms after the others (the \
+                 windows overlap less)"
+            ));
         }
         Ok((out, mem, cpu))
     }
