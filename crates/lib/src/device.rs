@@ -58,6 +58,19 @@ pub struct DeviceStats {
     pub tx_dropped: u64,
     /// Frames dropped, duplicated, reordered or delayed by fault injection.
     pub injected: u64,
+    /// Connection requests (SYNs) dropped because a listener's backlog was full (the client
+    /// retries, as with a kernel listener's full backlog).
+    pub syn_dropped: u64,
+}
+
+/// What a listening port can take in this poll: SYNs it has listening sockets for, or none
+/// because its backlog is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SynRoom {
+    /// This many more SYNs; the next one waits for the listener's pool to be refilled.
+    Free(usize),
+    /// The backlog is full: SYNs are dropped.
+    Full,
 }
 
 /// Frames one poll of the interface takes at most: a producer that keeps a ring full cannot
@@ -78,6 +91,11 @@ pub struct PipeDevice {
     faults: Option<Injector>,
     /// Counters.
     pub stats: DeviceStats,
+    /// Listening ports and the SYNs each can take in this poll (set before each poll).
+    pub(crate) syn_room: Vec<(u16, SynRoom)>,
+    /// A SYN that found no listening socket free: it waits here (in `rx_buf`) until the
+    /// listener's pool has been refilled, and is the next frame received.
+    pub(crate) held_syn: Option<usize>,
 }
 
 impl PipeDevice {
@@ -97,6 +115,39 @@ impl PipeDevice {
             checksums,
             faults: None,
             stats: DeviceStats::default(),
+            syn_room: Vec::new(),
+            held_syn: None,
+        }
+    }
+
+    /// The destination port of an IPv4 TCP SYN (without ACK) frame, if `f` is one.
+    fn syn_port(f: &[u8]) -> Option<u16> {
+        const ETH: usize = 14;
+        if f.len() < ETH + 20 || f[12..14] != [0x08, 0x00] || f[ETH] >> 4 != 4 || f[ETH + 9] != 6 {
+            return None;
+        }
+        let tcp = ETH + usize::from(f[ETH] & 0x0f) * 4;
+        let flags = *f.get(tcp + 13)?;
+        (flags & 0x12 == 0x02).then(|| u16::from_be_bytes([f[tcp + 2], f[tcp + 3]]))
+    }
+
+    /// Admits a received frame: a SYN to a listening port takes one of its free listening
+    /// sockets; with none free it is held (`false`) until the next poll refills the pool, or
+    /// dropped and counted when the backlog is full.
+    fn admit(&mut self, n: usize) -> Admit {
+        let Some(port) = Self::syn_port(&self.rx_buf[..n]) else {
+            return Admit::Pass;
+        };
+        let Some(room) = self.syn_room.iter_mut().find(|(p, _)| *p == port) else {
+            return Admit::Pass; // nobody listens: smoltcp answers with a reset
+        };
+        match &mut room.1 {
+            SynRoom::Free(0) => Admit::Hold,
+            SynRoom::Free(k) => {
+                *k -= 1;
+                Admit::Pass
+            }
+            SynRoom::Full => Admit::Drop,
         }
     }
 
@@ -162,6 +213,13 @@ impl PipeDevice {
     }
 }
 
+/// What becomes of a received frame.
+enum Admit {
+    Pass,
+    Hold,
+    Drop,
+}
+
 /// A received frame (borrowed from the device's buffer).
 #[derive(Debug)]
 pub struct PipeRxToken<'a>(&'a [u8]);
@@ -212,7 +270,20 @@ impl phy::Device for PipeDevice {
         if self.rx_left == 0 {
             return None;
         }
-        let n = self.next_frame()?;
+        let n = loop {
+            let n = match self.held_syn.take() {
+                Some(n) => n,
+                None => self.next_frame()?,
+            };
+            match self.admit(n) {
+                Admit::Pass => break n,
+                Admit::Hold => {
+                    self.held_syn = Some(n);
+                    return None;
+                }
+                Admit::Drop => self.stats.syn_dropped += 1,
+            }
+        };
         self.rx_left -= 1;
         self.stats.rx += 1;
         Some((

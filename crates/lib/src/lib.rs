@@ -18,12 +18,14 @@ pub mod callback;
 pub mod device;
 mod engine;
 pub mod frame;
+pub mod poll;
 pub mod raw;
 pub mod stack;
 pub mod tcp;
 pub mod udp;
 
 pub use device::Faults;
+pub use poll::{Interest, Ready, Watch};
 pub use raw::{AttachError, Endpoint, SendError, Via};
 pub use stack::{Stack, StackConfig};
 pub use tcp::{TcpListener, TcpStream};

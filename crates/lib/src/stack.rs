@@ -7,8 +7,10 @@
 //! thread polls instead, so ACKs, retransmissions and incoming connections make progress while
 //! the application computes; it steps aside (sleeps) while any call is active.
 //!
-//! **smoltcp's limits and how they are met here.** No listen backlog: a listener keeps a pool
-//! of `backlog` listening sockets on its port and replaces each one it hands out. Linear socket
+//! **smoltcp's limits and how they are met here.** No listen backlog: a listener owns a pool
+//! of sockets on its port, topped up to a few listening ones before every poll while fewer
+//! than `backlog` connections wait, and a SYN that finds none free waits in the device for
+//! the refill instead of being reset. Linear socket
 //! scans: one stack (one interface) per container keeps the set small. Small neighbour cache:
 //! built with room for 64 entries. One MTU per interface: the pipe's (create pipes with a
 //! large MTU to get large segments over fast channels). Nagle and delayed ACKs are off by
@@ -42,7 +44,8 @@ pub struct StackConfig {
     pub ack_delay: Option<Duration>,
     /// CUBIC congestion control (on) or none.
     pub congestion_control: bool,
-    /// Listening sockets kept ready per listener (smoltcp has no backlog).
+    /// Connections that may wait to be accepted per listener (beyond it, connection requests
+    /// are dropped and the client retries).
     pub backlog: usize,
     /// Compute and check checksums (off: every path is plain memory today).
     pub checksums: bool,
@@ -61,7 +64,7 @@ impl Default for StackConfig {
             nagle: false,
             ack_delay: None,
             congestion_control: true,
-            backlog: 8,
+            backlog: 128,
             checksums: false,
             connect_timeout: Duration::from_secs(10),
             faults: None,
@@ -77,8 +80,27 @@ pub(crate) struct Inner {
     next_port: u16,
     /// Sockets closed by the application, removed once their state reaches Closed.
     pub(crate) closing: Vec<SocketHandle>,
+    /// Listeners by port: their listening sockets and the connections not yet accepted.
+    pub(crate) listeners: Vec<Listening>,
     cfg: StackConfig,
 }
+
+/// A listener's sockets: smoltcp has no backlog, so a listener owns a pool of sockets on its
+/// port. Before every poll the pool gets `spare` sockets in `Listen` again (as long as fewer
+/// than `backlog` connections wait to be accepted), and a SYN that finds none free waits in the
+/// device for that refill instead of being answered with a reset.
+#[derive(Debug)]
+pub(crate) struct Listening {
+    pub(crate) port: u16,
+    /// Sockets listening, connecting or connected and not yet accepted, oldest first.
+    pub(crate) pool: Vec<SocketHandle>,
+    /// Connections that may wait to be accepted.
+    pub(crate) backlog: usize,
+}
+
+/// Listening sockets kept free per listener (a burst of SYNs larger than this within one
+/// poll waits for the next refill).
+const SPARE: usize = 8;
 
 impl Inner {
     fn now(&self) -> smoltcp::time::Instant {
@@ -90,8 +112,16 @@ impl Inner {
         let now = self.now();
         let before = self.dev.stats;
         self.dev.rx_left = crate::device::RX_BUDGET;
-        let changed = self.iface.poll(now, &mut self.dev, &mut self.sockets)
-            == PollResult::SocketStateChanged;
+        let mut changed = false;
+        // a SYN held for want of a listening socket is taken once the pool is refilled
+        for _ in 0..4 {
+            self.refill_listeners();
+            changed |= self.iface.poll(now, &mut self.dev, &mut self.sockets)
+                == PollResult::SocketStateChanged;
+            if self.dev.held_syn.is_none() {
+                break;
+            }
+        }
         self.dev.ep.flush();
         if !self.closing.is_empty() {
             let sockets = &mut self.sockets;
@@ -104,6 +134,48 @@ impl Inner {
             });
         }
         changed || self.dev.stats != before
+    }
+
+    /// Tops up every listener's pool to [`SPARE`] listening sockets while fewer than its
+    /// backlog wait to be accepted (dropping pooled sockets that closed before being
+    /// accepted), and tells the device how many SYNs each port can take now.
+    fn refill_listeners(&mut self) {
+        let mut room = std::mem::take(&mut self.dev.syn_room);
+        room.clear();
+        let mut listeners = std::mem::take(&mut self.listeners);
+        for l in &mut listeners {
+            let sockets = &mut self.sockets;
+            l.pool.retain(|h| {
+                let closed = sockets.get::<tcp::Socket>(*h).state() == tcp::State::Closed;
+                if closed {
+                    sockets.remove(*h);
+                }
+                !closed
+            });
+            let free = |s: &SocketSet, p: &[SocketHandle]| {
+                p.iter()
+                    .filter(|h| s.get::<tcp::Socket>(**h).state() == tcp::State::Listen)
+                    .count()
+            };
+            let mut listening = free(&self.sockets, &l.pool);
+            let waiting = l.pool.len() - listening;
+            if waiting >= l.backlog {
+                room.push((l.port, crate::device::SynRoom::Full));
+                continue;
+            }
+            while listening < SPARE.min(l.backlog - waiting) {
+                let h = self.new_tcp_socket();
+                if self.tcp(h).listen(l.port).is_err() {
+                    self.sockets.remove(h);
+                    break;
+                }
+                l.pool.push(h);
+                listening += 1;
+            }
+            room.push((l.port, crate::device::SynRoom::Free(listening)));
+        }
+        self.listeners = listeners;
+        self.dev.syn_room = room;
     }
 
     /// How long until something needs a poll without new frames: a TCP timer, or a frame
@@ -249,10 +321,10 @@ const CALL_SLEEP_MAX: Duration = Duration::from_secs(1);
 
 /// Holds `callers` up while a call runs. On the way out it wakes the engine only if the engine
 /// sleeps on `callers` (after a long call), so a busy ping-pong pays no syscall for it.
-struct CallGuard<'a>(&'a Shared);
+pub(crate) struct CallGuard<'a>(&'a Shared);
 
 impl<'a> CallGuard<'a> {
-    fn new(s: &'a Shared) -> CallGuard<'a> {
+    pub(crate) fn new(s: &'a Shared) -> CallGuard<'a> {
         s.callers.fetch_add(1, Ordering::AcqRel);
         s.calls.fetch_add(1, Ordering::Relaxed);
         CallGuard(s)
@@ -334,6 +406,7 @@ impl Stack {
                 epoch,
                 next_port: 49152 + (std::process::id() % 8000) as u16,
                 closing: Vec::new(),
+                listeners: Vec::new(),
                 cfg: cfg.clone(),
             }),
             callers: AtomicU32::new(0),
@@ -350,6 +423,11 @@ impl Stack {
         Stack { shared }
     }
 
+    /// Whether `other` is this stack (a clone of it).
+    pub fn same(&self, other: &Stack) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// This stack's address.
     pub fn ip(&self) -> Ipv4Addr {
         self.shared.ip
@@ -362,6 +440,26 @@ impl Stack {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.shared.lock()
+    }
+
+    /// Runs `f` once as a call, and once more after a poll if it had nothing: `WouldBlock`
+    /// when it still has nothing (the non-blocking calls).
+    pub(crate) fn try_now<T>(
+        &self,
+        mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
+        let _call = CallGuard::new(&self.shared);
+        let mut g = self.lock();
+        if let Some(r) = f(&mut g) {
+            g.poll();
+            return r;
+        }
+        g.poll();
+        if let Some(r) = f(&mut g) {
+            g.poll();
+            return r;
+        }
+        Err(io::Error::from(io::ErrorKind::WouldBlock))
     }
 
     /// Polls until `f` returns `Some`, or `timeout` passes.

@@ -1,18 +1,19 @@
 //! TCP sockets over a [`Stack`]: std-like, blocking, run to completion.
 
-use crate::stack::{from_ep, to_ip, Inner, Stack};
+use crate::stack::{from_ep, to_ip, Inner, Listening, Stack};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-/// A TCP listener (std-like).
+/// A TCP listener (std-like). Connections wait to be accepted up to the stack's backlog
+/// ([`crate::StackConfig::backlog`]); beyond it, connection requests are dropped (the client
+/// retries), as with a kernel listener.
 #[derive(Debug)]
 pub struct TcpListener {
     stack: Stack,
     port: u16,
-    pool: Vec<SocketHandle>,
 }
 
 impl TcpListener {
@@ -21,28 +22,24 @@ impl TcpListener {
         if port == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "port 0"));
         }
-        let mut l = TcpListener {
-            stack: stack.clone(),
+        let mut g = stack.lock();
+        let taken = g.listeners.iter().any(|l| l.port == port);
+        if taken {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("port {port} is in use"),
+            ));
+        }
+        g.listeners.push(Listening {
             port,
             pool: Vec::new(),
-        };
-        let mut g = stack.lock();
-        for _ in 0..stack.shared.cfg.backlog.max(1) {
-            let h = l.listening(&mut g)?;
-            l.pool.push(h);
-        }
-        Ok(l)
-    }
-
-    fn listening(&self, g: &mut Inner) -> io::Result<SocketHandle> {
-        let h = g.new_tcp_socket();
-        g.tcp(h).listen(self.port).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("listen on {}: {e}", self.port),
-            )
-        })?;
-        Ok(h)
+            backlog: stack.shared.cfg.backlog.max(1),
+        });
+        g.poll();
+        Ok(TcpListener {
+            stack: stack.clone(),
+            port,
+        })
     }
 
     /// The address listened on.
@@ -60,38 +57,69 @@ impl TcpListener {
         &mut self,
         timeout: Option<Duration>,
     ) -> io::Result<(TcpStream, SocketAddrV4)> {
-        let stack = self.stack.clone();
-        let pool = &mut self.pool;
         let port = self.port;
-        let (h, peer) = stack.block_on(timeout, |g| {
-            let i = pool.iter().position(|h| {
-                let s = g.tcp(*h);
-                !matches!(
-                    s.state(),
-                    tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
-                )
-            })?;
-            let h = pool.swap_remove(i);
-            let peer = g.tcp(h).remote_endpoint().map(from_ep);
-            // refill the pool
-            let n = g.new_tcp_socket();
-            if g.tcp(n).listen(port).is_ok() {
-                pool.push(n);
-            }
-            Some(Ok((h, peer)))
-        })?;
-        let peer = peer.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
-        Ok((TcpStream::wrap(&self.stack, h), peer))
+        let (h, peer) = self.stack.block_on(timeout, |g| accept_step(g, port))?;
+        Ok(self.accepted(h, peer))
     }
+
+    /// Takes a connection that has arrived, or fails with `WouldBlock` at once.
+    pub fn try_accept(&mut self) -> io::Result<(TcpStream, SocketAddrV4)> {
+        let port = self.port;
+        let (h, peer) = self.stack.try_now(|g| accept_step(g, port))?;
+        Ok(self.accepted(h, peer))
+    }
+
+    fn accepted(&self, h: SocketHandle, peer: Option<SocketAddrV4>) -> (TcpStream, SocketAddrV4) {
+        let peer = peer.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        (TcpStream::wrap(&self.stack, h), peer)
+    }
+
+    pub(crate) fn stack_is(&self, stack: &Stack) -> bool {
+        self.stack.same(stack)
+    }
+
+    /// Whether a connection is waiting to be accepted (`g`: the stack, locked).
+    pub(crate) fn acceptable(&self, g: &mut Inner) -> bool {
+        let Some(l) = g.listeners.iter().find(|l| l.port == self.port) else {
+            return false;
+        };
+        let pool = l.pool.clone();
+        pool.iter().any(|h| established(g, *h))
+    }
+}
+
+/// A pooled socket that has a connection.
+fn established(g: &mut Inner, h: SocketHandle) -> bool {
+    !matches!(
+        g.tcp(h).state(),
+        tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
+    )
+}
+
+/// Hands out the oldest pooled socket that has a connection (the next poll refills the pool).
+fn accept_step(
+    g: &mut Inner,
+    port: u16,
+) -> Option<io::Result<(SocketHandle, Option<SocketAddrV4>)>> {
+    let li = g.listeners.iter().position(|l| l.port == port)?;
+    let pool = g.listeners[li].pool.clone();
+    let i = pool.iter().position(|h| established(g, *h))?;
+    let h = g.listeners[li].pool.remove(i);
+    let peer = g.tcp(h).remote_endpoint().map(from_ep);
+    Some(Ok((h, peer)))
 }
 
 impl Drop for TcpListener {
     fn drop(&mut self) {
         let mut g = self.stack.lock();
-        for h in self.pool.drain(..) {
-            g.tcp(h).abort();
-            g.sockets.remove(h);
+        if let Some(i) = g.listeners.iter().position(|l| l.port == self.port) {
+            let l = g.listeners.swap_remove(i);
+            for h in l.pool {
+                g.tcp(h).abort();
+                g.sockets.remove(h);
+            }
         }
+        g.poll();
     }
 }
 
@@ -121,44 +149,47 @@ impl TcpStream {
     /// Connects to `addr`. A closed port gives `ConnectionRefused`; no answer within the
     /// stack's connect timeout gives `TimedOut`.
     pub fn connect(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
-        let h = {
-            let mut g = stack.lock();
-            let h = g.new_tcp_socket();
-            let local = g.ephemeral_port();
-            let Inner { iface, sockets, .. } = &mut *g;
-            let r = sockets.get_mut::<tcp::Socket>(h).connect(
-                iface.context(),
-                (to_ip(*addr.ip()), addr.port()),
-                local,
-            );
-            if let Err(e) = r {
-                sockets.remove(h);
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("connect to {addr}: {e}"),
-                ));
-            }
-            h
-        };
-        let r = stack.block_on(Some(stack.shared.cfg.connect_timeout), |g| {
-            match g.tcp(h).state() {
-                tcp::State::Established | tcp::State::CloseWait => Some(Ok(())),
-                tcp::State::Closed => Some(Err(io::Error::new(
-                    io::ErrorKind::ConnectionRefused,
-                    format!("connection to {addr} refused"),
-                ))),
-                _ => None,
-            }
-        });
-        match r {
-            Ok(()) => Ok(TcpStream::wrap(stack, h)),
-            Err(e) => {
-                let mut g = stack.lock();
-                g.tcp(h).abort();
-                g.sockets.remove(h);
-                Err(e)
-            }
+        let s = TcpStream::connect_start(stack, addr)?;
+        let h = s.h;
+        stack.block_on(Some(stack.shared.cfg.connect_timeout), |g| {
+            connect_step(g, h, addr)
+        })?;
+        Ok(s)
+    }
+
+    /// Starts connecting to `addr` and returns at once (the SYN is sent): a non-blocking
+    /// connect. The stream is writable once connected; [`TcpStream::connect_result`] tells
+    /// how it went.
+    pub fn connect_start(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
+        let _call = crate::stack::CallGuard::new(&stack.shared);
+        let mut g = stack.lock();
+        let h = g.new_tcp_socket();
+        let local = g.ephemeral_port();
+        let Inner { iface, sockets, .. } = &mut *g;
+        let r = sockets.get_mut::<tcp::Socket>(h).connect(
+            iface.context(),
+            (to_ip(*addr.ip()), addr.port()),
+            local,
+        );
+        if let Err(e) = r {
+            sockets.remove(h);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("connect to {addr}: {e}"),
+            ));
         }
+        g.poll();
+        drop(g);
+        Ok(TcpStream::wrap(stack, h))
+    }
+
+    /// How a connect started with [`TcpStream::connect_start`] went: `None` while it is in
+    /// progress, `Some(Ok(()))` once connected, `Some(Err(..))` when refused or reset.
+    pub fn connect_result(&self) -> Option<io::Result<()>> {
+        let addr = self
+            .peer_addr()
+            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+        connect_step(&mut self.stack.lock(), self.h, addr)
     }
 
     /// The TCP state of the connection (`ESTABLISHED`, `FIN-WAIT-1`, ...), for diagnostics.
@@ -215,35 +246,129 @@ impl TcpStream {
     }
 }
 
+impl TcpStream {
+    /// Reads what has arrived, or fails with `WouldBlock` at once (0: end of stream).
+    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let (h, closed_by_us) = (self.h, self.closed_by_us);
+        let fin_seen = &mut self.fin_seen;
+        self.stack
+            .try_now(|g| read_step(g, h, buf, fin_seen, closed_by_us))
+    }
+
+    /// Writes what fits in the send buffer, or fails with `WouldBlock` at once.
+    pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let h = self.h;
+        self.stack.try_now(|g| write_step(g, h, buf))
+    }
+
+    /// Bytes that can be read now without waiting.
+    pub fn bytes_readable(&self) -> usize {
+        self.stack.lock().tcp(self.h).recv_queue()
+    }
+
+    /// What this stream is ready for (`g`: the stack, locked).
+    pub(crate) fn readiness(&self, g: &mut Inner) -> crate::poll::Ready {
+        let s = g.tcp(self.h);
+        let state = s.state();
+        let connecting = matches!(state, tcp::State::SynSent | tcp::State::SynReceived);
+        let closed = state == tcp::State::Closed;
+        crate::poll::Ready {
+            read: s.can_recv() || (!s.may_recv() && !connecting),
+            write: s.can_send() || (!s.may_send() && !connecting),
+            hup: !s.may_recv() && !connecting,
+            error: closed && !self.fin_seen && !self.closed_by_us,
+        }
+    }
+
+    pub(crate) fn stack_is(&self, stack: &Stack) -> bool {
+        self.stack.same(stack)
+    }
+}
+
+/// A connect's outcome so far (see [`TcpStream::connect_result`]).
+fn connect_step(g: &mut Inner, h: SocketHandle, addr: SocketAddrV4) -> Option<io::Result<()>> {
+    match g.tcp(h).state() {
+        tcp::State::Established | tcp::State::CloseWait => Some(Ok(())),
+        tcp::State::Closed => Some(Err(io::Error::new(
+            io::ErrorKind::ConnectionRefused,
+            format!("connection to {addr} refused"),
+        ))),
+        tcp::State::SynSent | tcp::State::SynReceived => None,
+        // connected, and already closing: the connect itself succeeded
+        _ => Some(Ok(())),
+    }
+}
+
+/// One attempt at a read: `None` when it would wait.
+fn read_step(
+    g: &mut Inner,
+    h: SocketHandle,
+    buf: &mut [u8],
+    fin_seen: &mut bool,
+    closed_by_us: bool,
+) -> Option<io::Result<usize>> {
+    let s = g.tcp(h);
+    if s.can_recv() {
+        return Some(
+            s.recv_slice(buf)
+                .map_err(|e| io::Error::other(e.to_string())),
+        );
+    }
+    if s.may_recv() {
+        return None;
+    }
+    match s.state() {
+        tcp::State::Closed if !*fin_seen && !closed_by_us => Some(Err(io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        ))),
+        tcp::State::Listen | tcp::State::SynSent | tcp::State::SynReceived => None,
+        _ => {
+            *fin_seen = true;
+            Some(Ok(0))
+        }
+    }
+}
+
+/// One attempt at a write: `None` when it would wait.
+fn write_step(g: &mut Inner, h: SocketHandle, buf: &[u8]) -> Option<io::Result<usize>> {
+    let s = g.tcp(h);
+    if s.can_send() {
+        return Some(
+            s.send_slice(buf)
+                .map_err(|e| io::Error::other(e.to_string())),
+        );
+    }
+    if !s.may_send() {
+        let state = s.state();
+        if matches!(state, tcp::State::SynSent | tcp::State::SynReceived) {
+            return None;
+        }
+        let kind = if state == tcp::State::Closed {
+            io::ErrorKind::ConnectionReset
+        } else {
+            io::ErrorKind::BrokenPipe
+        };
+        return Some(Err(io::Error::new(kind, "connection closed for writing")));
+    }
+    None
+}
+
 impl Read for TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
-        let h = self.h;
-        let (fin_seen, closed_by_us) = (&mut self.fin_seen, self.closed_by_us);
+        let (h, closed_by_us) = (self.h, self.closed_by_us);
+        let fin_seen = &mut self.fin_seen;
         self.stack.block_on(self.read_timeout, |g| {
-            let s = g.tcp(h);
-            if s.can_recv() {
-                return Some(
-                    s.recv_slice(buf)
-                        .map_err(|e| io::Error::other(e.to_string())),
-                );
-            }
-            if s.may_recv() {
-                return None;
-            }
-            match s.state() {
-                tcp::State::Closed if !*fin_seen && !closed_by_us => Some(Err(io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "connection reset by peer",
-                ))),
-                tcp::State::Listen | tcp::State::SynSent | tcp::State::SynReceived => None,
-                _ => {
-                    *fin_seen = true;
-                    Some(Ok(0))
-                }
-            }
+            read_step(g, h, buf, fin_seen, closed_by_us)
         })
     }
 }
@@ -254,24 +379,8 @@ impl Write for TcpStream {
             return Ok(0);
         }
         let h = self.h;
-        self.stack.block_on(self.write_timeout, |g| {
-            let s = g.tcp(h);
-            if s.can_send() {
-                return Some(
-                    s.send_slice(buf)
-                        .map_err(|e| io::Error::other(e.to_string())),
-                );
-            }
-            if !s.may_send() {
-                let kind = if s.state() == tcp::State::Closed {
-                    io::ErrorKind::ConnectionReset
-                } else {
-                    io::ErrorKind::BrokenPipe
-                };
-                return Some(Err(io::Error::new(kind, "connection closed for writing")));
-            }
-            None
-        })
+        self.stack
+            .block_on(self.write_timeout, |g| write_step(g, h, buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {

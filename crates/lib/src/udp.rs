@@ -1,6 +1,6 @@
 //! UDP sockets over a [`Stack`].
 
-use crate::stack::{from_ep, to_ip, Stack};
+use crate::stack::{from_ep, to_ip, Inner, Stack};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
 use smoltcp::wire::IpEndpoint;
@@ -62,38 +62,80 @@ impl UdpSocket {
     pub fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
         let h = self.h;
         let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
-        self.stack.block_on(Some(Duration::from_secs(5)), |g| {
-            let s = g.sockets.get_mut::<udp::Socket>(h);
-            if !s.can_send() {
-                return None;
-            }
-            match s.send_slice(buf, dst) {
-                Ok(()) => Some(Ok(buf.len())),
-                // a free slot, but not enough room for this payload yet
-                Err(udp::SendError::BufferFull) if buf.len() <= s.payload_send_capacity() => None,
-                Err(e) => Some(Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    e.to_string(),
-                ))),
-            }
-        })
+        self.stack
+            .block_on(Some(Duration::from_secs(5)), |g| send_step(g, h, buf, dst))
+    }
+
+    /// Sends one datagram, or fails with `WouldBlock` at once when the buffer is full.
+    pub fn try_send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+        let h = self.h;
+        let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
+        self.stack.try_now(|g| send_step(g, h, buf, dst))
     }
 
     /// Receives one datagram.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
         let h = self.h;
-        self.stack.block_on(self.read_timeout, |g| {
-            let s = g.sockets.get_mut::<udp::Socket>(h);
-            if !s.can_recv() {
-                return None;
-            }
-            match s.recv_slice(buf) {
-                Ok((n, meta)) => Some(Ok((n, from_ep(meta.endpoint)))),
-                // the buffer held only the padding at its wrap-around
-                Err(udp::RecvError::Exhausted) => None,
-                Err(e) => Some(Err(io::Error::other(e.to_string()))),
-            }
-        })
+        self.stack
+            .block_on(self.read_timeout, |g| recv_step(g, h, buf))
+    }
+
+    /// Receives one datagram that has arrived, or fails with `WouldBlock` at once.
+    pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+        let h = self.h;
+        self.stack.try_now(|g| recv_step(g, h, buf))
+    }
+
+    pub(crate) fn stack_is(&self, stack: &Stack) -> bool {
+        self.stack.same(stack)
+    }
+
+    /// What this socket is ready for (`g`: the stack, locked).
+    pub(crate) fn readiness(&self, g: &mut Inner) -> crate::poll::Ready {
+        let s = g.sockets.get_mut::<udp::Socket>(self.h);
+        crate::poll::Ready {
+            read: s.can_recv(),
+            write: s.can_send(),
+            ..crate::poll::Ready::default()
+        }
+    }
+}
+
+fn send_step(
+    g: &mut Inner,
+    h: SocketHandle,
+    buf: &[u8],
+    dst: IpEndpoint,
+) -> Option<io::Result<usize>> {
+    let s = g.sockets.get_mut::<udp::Socket>(h);
+    if !s.can_send() {
+        return None;
+    }
+    match s.send_slice(buf, dst) {
+        Ok(()) => Some(Ok(buf.len())),
+        // a free slot, but not enough room for this payload yet
+        Err(udp::SendError::BufferFull) if buf.len() <= s.payload_send_capacity() => None,
+        Err(e) => Some(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            e.to_string(),
+        ))),
+    }
+}
+
+fn recv_step(
+    g: &mut Inner,
+    h: SocketHandle,
+    buf: &mut [u8],
+) -> Option<io::Result<(usize, SocketAddrV4)>> {
+    let s = g.sockets.get_mut::<udp::Socket>(h);
+    if !s.can_recv() {
+        return None;
+    }
+    match s.recv_slice(buf) {
+        Ok((n, meta)) => Some(Ok((n, from_ep(meta.endpoint)))),
+        // the buffer held only the padding at its wrap-around
+        Err(udp::RecvError::Exhausted) => None,
+        Err(e) => Some(Err(io::Error::other(e.to_string()))),
     }
 }
 

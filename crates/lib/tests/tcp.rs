@@ -291,3 +291,158 @@ fn stack_rx_callback_sees_every_frame() {
     t.join().unwrap();
     assert_eq!(seen.load(Ordering::Relaxed), 100_000);
 }
+
+#[test]
+fn one_thread_serves_many_connections_with_wait_and_the_non_blocking_calls() {
+    use docknet_lib::{Interest, Watch};
+    let n = net(false, 1500);
+    let mut listener = TcpListener::bind(&n.b, 7020).unwrap();
+    let b = n.b.clone();
+    const CLIENTS: usize = 16;
+    const ROUNDS: usize = 50;
+    // an echo server: one thread, one wait over the listener and every connection
+    let server = thread::spawn(move || {
+        let mut conns: Vec<(TcpStream, Vec<u8>)> = Vec::new();
+        let (mut done, mut ready) = (0, Vec::new());
+        while done < CLIENTS {
+            let mut w = vec![Watch::Listener(&listener)];
+            for (c, pending) in &conns {
+                let i = if pending.is_empty() {
+                    Interest::READ
+                } else {
+                    Interest::BOTH
+                };
+                w.push(Watch::Stream(c, i));
+            }
+            b.wait(&w, Some(Duration::from_secs(10)), &mut ready)
+                .unwrap();
+            assert!(!ready.is_empty(), "nothing ready for 10 s");
+            drop(w);
+            for &(i, r) in ready.iter().rev() {
+                if i == 0 {
+                    match listener.try_accept() {
+                        Ok((c, _)) => conns.push((c, Vec::new())),
+                        Err(e) => assert_eq!(e.kind(), ErrorKind::WouldBlock),
+                    }
+                    continue;
+                }
+                let (c, pending) = &mut conns[i - 1];
+                if r.read {
+                    let mut buf = [0u8; 4096];
+                    match c.try_read(&mut buf) {
+                        Ok(0) => {
+                            conns.swap_remove(i - 1);
+                            done += 1;
+                            continue;
+                        }
+                        Ok(k) => pending.extend_from_slice(&buf[..k]),
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                if !pending.is_empty() {
+                    match c.try_write(pending) {
+                        Ok(k) => {
+                            pending.drain(..k);
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }
+    });
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            let a = n.a.clone();
+            thread::spawn(move || {
+                // a non-blocking connect, then blocking exchanges
+                let mut c = TcpStream::connect_start(&a, SocketAddrV4::new(B, 7020)).unwrap();
+                let mut r = Vec::new();
+                while c.connect_result().is_none() {
+                    a.wait(
+                        &[Watch::Stream(&c, Interest::WRITE)],
+                        Some(Duration::from_secs(5)),
+                        &mut r,
+                    )
+                    .unwrap();
+                }
+                c.connect_result().unwrap().unwrap();
+                let mut buf = [0u8; 100];
+                assert_eq!(
+                    c.try_read(&mut buf).unwrap_err().kind(),
+                    ErrorKind::WouldBlock
+                );
+                for round in 0..ROUNDS {
+                    let msg = [(k * 7 + round) as u8; 100];
+                    c.write_all(&msg).unwrap();
+                    c.read_exact(&mut buf).unwrap();
+                    assert_eq!(buf, msg);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    server.join().unwrap();
+    // a non-blocking connect to a closed port ends in an error, reported as ready
+    let c = TcpStream::connect_start(&n.a, SocketAddrV4::new(B, 9)).unwrap();
+    let mut r = Vec::new();
+    n.a.wait(
+        &[Watch::Stream(&c, Interest::WRITE)],
+        Some(Duration::from_secs(5)),
+        &mut r,
+    )
+    .unwrap();
+    assert!(r.len() == 1 && r[0].1.error, "{r:?}");
+    let e = c.connect_result().unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused);
+    // a wait with nothing ready times out empty
+    let idle = TcpListener::bind(&n.b, 7021).unwrap();
+    n.b.wait(
+        &[Watch::Listener(&idle)],
+        Some(Duration::from_millis(20)),
+        &mut r,
+    )
+    .unwrap();
+    assert!(r.is_empty());
+}
+
+#[test]
+fn connections_beyond_the_backlog_are_not_refused_but_retried() {
+    // a backlog of 2: six clients connect at once while the server accepts nothing yet; the
+    // SYNs beyond the backlog are dropped (not reset), the clients retry, and all six get in
+    let cfg = StackConfig {
+        backlog: 2,
+        ..StackConfig::default()
+    };
+    let n = net_with(false, 1500, cfg);
+    let mut listener = TcpListener::bind(&n.b, 7030).unwrap();
+    assert_eq!(
+        TcpListener::bind(&n.b, 7030).unwrap_err().kind(),
+        ErrorKind::AddrInUse
+    );
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            let a = n.a.clone();
+            thread::spawn(move || TcpStream::connect(&a, SocketAddrV4::new(B, 7030)))
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let mut accepted = Vec::new();
+    for _ in 0..6 {
+        accepted.push(
+            listener
+                .accept_timeout(Some(Duration::from_secs(10)))
+                .unwrap(),
+        );
+    }
+    for c in clients {
+        c.join().unwrap().expect("every client gets in");
+    }
+    assert!(
+        n.b.device_stats().syn_dropped > 0,
+        "the backlog was full once"
+    );
+}
