@@ -78,6 +78,7 @@ impl Stack {
     /// Waits until at least one of `watches` is ready for what it is watched for, or `timeout`
     /// passes (`None`: no limit), and puts `(index in watches, what is ready)` into `out`
     /// (cleared first; empty after a timeout). Sockets of other stacks are never ready.
+    /// The wait polls the stack first, so what deferred writes queued leaves now.
     /// Fails only when the pipe is gone (removed, or the daemon silent for 2 s).
     pub fn wait(
         &self,
@@ -86,6 +87,7 @@ impl Stack {
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<()> {
         out.clear();
+        self.lock().poll();
         let r = self.block_on(timeout, |g| {
             for (i, w) in watches.iter().enumerate() {
                 let (ready, interest) = match w {

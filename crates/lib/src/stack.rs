@@ -99,8 +99,8 @@ pub(crate) struct Listening {
 }
 
 /// Listening sockets kept free per listener (a burst of SYNs larger than this within one
-/// poll waits for the next refill).
-const SPARE: usize = 8;
+/// poll waits for the next refill; every poll visits each of them, so few).
+const SPARE: usize = 2;
 
 impl Inner {
     fn now(&self) -> smoltcp::time::Instant {
@@ -443,20 +443,27 @@ impl Stack {
     }
 
     /// Runs `f` once as a call, and once more after a poll if it had nothing: `WouldBlock`
-    /// when it still has nothing (the non-blocking calls).
+    /// when it still has nothing (the non-blocking calls). `transmit`: poll once more after a
+    /// success so what `f` queued leaves now (writes); a read leaves its window update to the
+    /// next poll, which an event loop makes soon anyway (one poll fewer per request).
     pub(crate) fn try_now<T>(
         &self,
+        transmit: bool,
         mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
         let mut g = self.lock();
         if let Some(r) = f(&mut g) {
-            g.poll();
+            if transmit {
+                g.poll();
+            }
             return r;
         }
         g.poll();
         if let Some(r) = f(&mut g) {
-            g.poll();
+            if transmit {
+                g.poll();
+            }
             return r;
         }
         Err(io::Error::from(io::ErrorKind::WouldBlock))

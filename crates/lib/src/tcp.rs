@@ -65,7 +65,7 @@ impl TcpListener {
     /// Takes a connection that has arrived, or fails with `WouldBlock` at once.
     pub fn try_accept(&mut self) -> io::Result<(TcpStream, SocketAddrV4)> {
         let port = self.port;
-        let (h, peer) = self.stack.try_now(|g| accept_step(g, port))?;
+        let (h, peer) = self.stack.try_now(true, |g| accept_step(g, port))?;
         Ok(self.accepted(h, peer))
     }
 
@@ -255,7 +255,7 @@ impl TcpStream {
         let (h, closed_by_us) = (self.h, self.closed_by_us);
         let fin_seen = &mut self.fin_seen;
         self.stack
-            .try_now(|g| read_step(g, h, buf, fin_seen, closed_by_us))
+            .try_now(false, |g| read_step(g, h, buf, fin_seen, closed_by_us))
     }
 
     /// Writes what fits in the send buffer, or fails with `WouldBlock` at once.
@@ -264,7 +264,19 @@ impl TcpStream {
             return Ok(0);
         }
         let h = self.h;
-        self.stack.try_now(|g| write_step(g, h, buf))
+        self.stack.try_now(true, |g| write_step(g, h, buf))
+    }
+
+    /// Like [`TcpStream::try_write`], but the bytes leave at the stack's next poll rather than
+    /// now: an event loop that writes to many connections and then calls
+    /// [`crate::Stack::wait`] (which polls first) sends them all in one poll, instead of one
+    /// poll per write (each poll visits every socket of the stack).
+    pub fn try_write_deferred(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let h = self.h;
+        self.stack.try_now(false, |g| write_step(g, h, buf))
     }
 
     /// Bytes that can be read now without waiting.

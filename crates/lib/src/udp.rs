@@ -70,7 +70,7 @@ impl UdpSocket {
     pub fn try_send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
         let h = self.h;
         let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
-        self.stack.try_now(|g| send_step(g, h, buf, dst))
+        self.stack.try_now(true, |g| send_step(g, h, buf, dst))
     }
 
     /// Receives one datagram.
@@ -83,7 +83,7 @@ impl UdpSocket {
     /// Receives one datagram that has arrived, or fails with `WouldBlock` at once.
     pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
         let h = self.h;
-        self.stack.try_now(|g| recv_step(g, h, buf))
+        self.stack.try_now(false, |g| recv_step(g, h, buf))
     }
 
     pub(crate) fn stack_is(&self, stack: &Stack) -> bool {
