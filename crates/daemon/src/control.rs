@@ -88,8 +88,9 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             ip,
             mtu,
             ring_depth,
+            labels,
         } => {
-            reg.create_pipe(&name, &ip, mtu, ring_depth)?;
+            reg.create_pipe_labeled(&name, &ip, mtu, ring_depth, labels)?;
             tracing::info!(pipe = %name, ip = %ip, "pipe created");
             to_json(reg.pipe_info(&name, false)?)
         }
