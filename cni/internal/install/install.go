@@ -31,6 +31,8 @@ type Options struct {
 	MTU          uint
 	CNIVersion   string
 	ChainOnto    string
+	IPAMDataDir  string
+	DevInfoDir   string
 }
 
 const usage = `usage: docknet-cni-install [options]
@@ -66,6 +68,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.DaemonSocket, "daemon-socket", "/run/docknet/docknetd.sock", "the daemon's control socket on the node")
 	fs.UintVar(&o.MTU, "mtu", 1500, "pipe MTU")
 	fs.StringVar(&o.CNIVersion, "cni-version", "1.0.0", "cniVersion of the conflist (1.1.0 for runtimes that call GC and STATUS; containerd 1.6 and 1.7 speak up to 1.0.0)")
+	fs.StringVar(&o.IPAMDataDir, "ipam-data-dir", "", "host-local's lease directory (default its own, /var/lib/cni/networks)")
+	fs.StringVar(&o.DevInfoDir, "device-info-dir", "", "where device-info files go when the runtime names none (default /var/run/k8s.cni.cncf.io/devinfo/cni)")
 	fs.StringVar(&o.ChainOnto, "chain-onto", "", "append DockNet to this conflist in CONF-DIR instead of writing a standalone one")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,7 +91,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // PluginEntry is DockNet's entry in a conflist.
 func PluginEntry(o *Options) map[string]any {
-	return map[string]any{
+	ipam := map[string]any{
+		"type":   "host-local",
+		"ranges": [][]map[string]string{{{"subnet": o.Subnet}}},
+	}
+	if o.IPAMDataDir != "" {
+		ipam["dataDir"] = o.IPAMDataDir
+	}
+	e := map[string]any{
 		"type":         "docknet",
 		"daemonSocket": o.DaemonSocket,
 		"mtu":          o.MTU,
@@ -96,11 +107,12 @@ func PluginEntry(o *Options) map[string]any {
 			"io.kubernetes.cri.pod-annotations": true,
 			"CNIDeviceInfoFile":                 true,
 		},
-		"ipam": map[string]any{
-			"type":   "host-local",
-			"ranges": [][]map[string]string{{{"subnet": o.Subnet}}},
-		},
+		"ipam": ipam,
 	}
+	if o.DevInfoDir != "" {
+		e["deviceInfoDir"] = o.DevInfoDir
+	}
+	return e
 }
 
 // Run installs; the paths it wrote.
