@@ -824,3 +824,104 @@ fn chained_after_bridge_the_pod_keeps_eth0_and_gets_the_pipe_beside_it() {
     }
     assert!(rt.pipes().is_empty(), "{:?}", rt.pipes());
 }
+
+fn mono_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// ADD to first packet: a runtime runs the plugin's ADD (timed from just before it starts the
+/// plugin to its exit: process start, host-local, the daemon's pipe, socket and state), then
+/// the pod's program, already waiting in the namespace, attaches to its pipe and completes a
+/// TCP handshake with a pod that serves (timed by `dnperf probe` on the same clock). The
+/// DockNet part is all of it but host-local's run, which is timed alone the same way.
+/// DOCKNET_CNI_ROUNDS sets the rounds (default 10); the figures are printed.
+///
+/// Ignored in the suite: the target is not met yet (docs/benchmarks.md, "ADD to first
+/// packet", has the figures and the two causes found: a first handshake that waits about 1 s,
+/// and an ADD of about 25 ms).
+#[test]
+#[ignore = "the 5 ms target is not met yet; run it with --ignored to measure"]
+fn add_to_first_packet_takes_at_most_5_ms_for_the_docknet_part() {
+    if !ready("ADD to first packet") {
+        return;
+    }
+    let rounds: usize = std::env::var("DOCKNET_CNI_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let mut rt = Runtime::new("adaptive");
+    let conf = rt.plugin_conf(json!({}));
+    let server_ns = rt.pod();
+    let (ok, res) = rt.plugin(&verb_env("ADD", "first-server", &server_ns), &conf);
+    assert!(ok, "{res}");
+    let server_ip = res["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let _srv = Killed(serve_in(&server_ns, &format!("{server_ip}:7300")));
+    std::thread::sleep(Duration::from_millis(300));
+    let run_plugin = |bin: &str, verb: &str, id: &str, ns: &str| {
+        let mut c = Command::new(bin_dir().join(bin))
+            .env_clear()
+            .envs(verb_env(verb, id, ns))
+            .env("CNI_PATH", bin_dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(&conf).unwrap();
+        assert!(c.wait().unwrap().success(), "{bin} {verb} {id}");
+    };
+    let (mut add, mut after, mut total, mut ipam) = (vec![], vec![], vec![], vec![]);
+    for i in 0..rounds {
+        let ns = rt.pod();
+        let id = format!("first-{i}");
+        let mut probe = Command::new("nsenter")
+            .arg(format!("--net={ns}"))
+            .args([DNPERF, "probe", "--connect", &format!("{server_ip}:7300")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100)); // it is waiting for its go line
+        let t0 = mono_ns();
+        run_plugin("docknet-cni", "ADD", &id, &ns);
+        let t_add = mono_ns();
+        probe.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let o = probe.wait_with_output().unwrap();
+        assert!(o.status.success(), "probe failed");
+        let r = peer_json(&o);
+        let connected = r["connected_ns"].as_u64().unwrap();
+        add.push((t_add - t0) as f64 / 1e6);
+        after.push((connected - r["go_ns"].as_u64().unwrap()) as f64 / 1e6);
+        total.push((connected - t0) as f64 / 1e6);
+        run_plugin("docknet-cni", "DEL", &id, &ns);
+        // host-local alone, as the plugin runs it
+        let t = mono_ns();
+        run_plugin("host-local", "ADD", &format!("ipam-{i}"), &ns);
+        ipam.push((mono_ns() - t) as f64 / 1e6);
+        run_plugin("host-local", "DEL", &format!("ipam-{i}"), &ns);
+    }
+    let (add, after, total, ipam) = (
+        median(&mut add),
+        median(&mut after),
+        median(&mut total),
+        median(&mut ipam),
+    );
+    let docknet = add - ipam + after;
+    eprintln!(
+        "ADD to first packet, median of {rounds}: {total:.2} ms = ADD {add:.2} ms (host-local {ipam:.2} ms of it) \
+         + attach and TCP handshake {after:.2} ms; DockNet part {docknet:.2} ms"
+    );
+    assert!(docknet <= 5.0, "DockNet part {docknet:.2} ms > 5 ms");
+    run_plugin("docknet-cni", "DEL", "first-server", &server_ns);
+}
