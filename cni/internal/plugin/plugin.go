@@ -111,6 +111,16 @@ func Add(args *skel.CmdArgs) (err error) {
 		}
 	}()
 
+	// a pipe already there (a second ADD of the attachment, or another interface of the
+	// container) is refused before IPAM is asked: undoing that lease would take the address
+	// of the pipe that lives
+	switch old, err := client.PipeShow(name); {
+	case err == nil:
+		return newErr(ErrPipeExists, "container %s already has a DockNet pipe (network %q, interface %q); a pod gets one pipe",
+			name, old.Labels[LabelNetwork], old.Labels[LabelIfName])
+	case !daemon.IsCode(err, daemon.CodeNotFound):
+		return err
+	}
 	r, err := invoke.DelegateAdd(context.TODO(), conf.IPAM.Type, args.StdinData, nil)
 	if err != nil {
 		return err
@@ -138,12 +148,6 @@ func Add(args *skel.CmdArgs) (err error) {
 		labels[LabelPeers] = strings.Join(peers, ",")
 	}
 	pipe, err := client.PipeCreate(name, addr.Address.String(), conf.MTU, labels)
-	if daemon.IsCode(err, daemon.CodeExists) {
-		if old, e := client.PipeShow(name); e == nil {
-			return newErr(ErrPipeExists, "container %s already has a DockNet pipe (network %q, interface %q); a pod gets one pipe",
-				name, old.Labels[LabelNetwork], old.Labels[LabelIfName])
-		}
-	}
 	if err != nil {
 		return err
 	}

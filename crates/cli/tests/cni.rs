@@ -283,6 +283,9 @@ impl Drop for Runtime {
                 }
             }
         }
+        // and the directories, if libcni made them for us and nobody else keeps anything there
+        let _ = std::fs::remove_dir("/var/lib/cni/results");
+        let _ = std::fs::remove_dir("/var/lib/cni");
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -340,6 +343,10 @@ fn cnitool_add_check_del_status_and_repeated_del() {
                "memif": {"role": "slave", "path": "@docknet/pipe", "mode": "ethernet"}})
     );
 
+    // a second ADD of the attachment is refused and leaves the live one as it was
+    let conf = rt.plugin_conf(json!({}));
+    assert_eq!(rt.code(&verb_env("ADD", &id, &ns), &conf), 102);
+    assert_eq!(rt.leases(), [addr.split('/').next().unwrap()]);
     rt.cnitool_ok("check", &ns, &[]);
     // a CHECK against a result that does not match fails with DockNet's code
     let mut forged = res.clone();

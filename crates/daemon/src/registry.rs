@@ -1489,7 +1489,7 @@ mod tests {
         let st: serde_json::Value =
             serde_json::from_slice(&fs::read(d.path().join("state.json")).unwrap()).unwrap();
         assert_eq!(st["pipes"][0]["labels"]["cni.dev/ifname"], "eth0");
-        let code = |l: BTreeMap<String, String>| {
+        let mut code = |l: BTreeMap<String, String>| {
             r.create_pipe_labeled("x", "10.9.0.2/24", None, None, l)
                 .unwrap_err()
                 .code
