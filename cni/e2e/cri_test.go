@@ -534,14 +534,28 @@ func TestCRIPodsGetPipesExchangeTCPAtDockNetLatencyAndLeaveNothing(t *testing.T)
 
 	base := e.baseline()
 
-	server := e.runPod("server", nil)
+	// the server and a third pod ask for a fast channel to each other (pod annotations, which
+	// containerd hands the plugin as runtimeConfig); the client asks for none, so its traffic
+	// to the server goes through the daemon
+	fc := "docknet.io/fast-channel-peers"
+	server := e.runPod("server", map[string]string{fc: "peer"})
 	client := e.runPod("client", nil)
+	peer := e.runPod("peer", map[string]string{fc: "server"})
 	// each sandbox has a pipe named after it, attached in its namespace, address = pod IP
 	byName := map[string]map[string]any{}
 	for _, p := range e.pipes() {
 		byName[p["name"].(string)] = p
 	}
-	for _, p := range []*pod{server, client} {
+	if chans, _ := byName[server.id]["fast_channels"].([]any); len(chans) != 1 || chans[0] != peer.id {
+		t.Fatalf("server's fast channels %v, want the peer's pipe %s", byName[server.id]["fast_channels"], peer.id)
+	}
+	if chans, _ := byName[client.id]["fast_channels"].([]any); len(chans) != 0 {
+		t.Fatalf("the client asked for no fast channel, has %v", chans)
+	}
+	if byName[server.id]["labels"].(map[string]any)["k8s.io/pod"] != "docknet-e2e/server" {
+		t.Fatalf("server's pipe labels %v", byName[server.id]["labels"])
+	}
+	for _, p := range []*pod{server, client, peer} {
 		pipe, ok := byName[p.id]
 		if !ok {
 			t.Fatalf("no pipe named after sandbox %s: %v", p.id, byName)
@@ -572,7 +586,7 @@ func TestCRIPodsGetPipesExchangeTCPAtDockNetLatencyAndLeaveNothing(t *testing.T)
 
 	// kubelet's teardown: StopPodSandbox (DEL), RemovePodSandbox
 	ctx := context.Background()
-	for _, p := range []*pod{client, server} {
+	for _, p := range []*pod{client, server, peer} {
 		if _, err := e.rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: p.id}); err != nil {
 			t.Fatalf("StopPodSandbox: %v", err)
 		}
