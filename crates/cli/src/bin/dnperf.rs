@@ -124,6 +124,7 @@ const EXAMPLES: &str = "Examples:
   dnperf client --stack kernel --connect 10.0.0.2:5000 --workload rr --size 64 --duration 2 --json
   docknet run --pipe db  -- dnperf server --stack docknet --bind 10.0.0.3:5000
   docknet run --pipe web -- dnperf client --stack docknet --connect 10.0.0.3:5000 --workload stream
+  echo go | docknet run --pipe web -- dnperf probe --connect 10.0.0.3:5000
 
 --stack docknet attaches to the container's DockPipe (/run/docknet/pipe or $DOCKNET_PIPE), so
 run it under `docknet run --pipe NAME`. With --json a client prints one JSON line: the
@@ -275,16 +276,11 @@ fn run_probe(connect: SocketAddrV4, idle: IdlePolicy) -> Result<()> {
 }
 
 fn main_inner(cli: Cli) -> Result<()> {
-    let c = match &cli.cmd {
-        Cmd::Server { c, .. } | Cmd::Client { c, .. } => c,
-        Cmd::Probe { connect, cpu, idle } => {
-            if let Some(core) = cpu {
-                pin(*core).with_context(|| format!("pinning to core {core}"))?;
-            }
-            return run_probe(*connect, *idle);
-        }
+    let cpu = match &cli.cmd {
+        Cmd::Server { c, .. } | Cmd::Client { c, .. } => c.cpu,
+        Cmd::Probe { cpu, .. } => *cpu,
     };
-    if let Some(core) = c.cpu {
+    if let Some(core) = cpu {
         pin(core).with_context(|| format!("pinning to core {core}"))?;
     }
     match &cli.cmd {
@@ -320,7 +316,7 @@ fn main_inner(cli: Cli) -> Result<()> {
                 *json,
             ),
         },
-        Cmd::Probe { .. } => unreachable!("handled above"),
+        Cmd::Probe { connect, idle, .. } => run_probe(*connect, *idle),
     }
 }
 
