@@ -16,13 +16,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 
 	"docknet/cni/internal/daemon"
 )
@@ -77,6 +80,8 @@ func firstIPv4(r *current.Result) (*current.IPConfig, error) {
 // fast channels the pod and its peers asked for, writes the device-info file and prints the
 // result. A step that fails undoes the ones before it.
 func Add(args *skel.CmdArgs) (err error) {
+	tm := newTimer()
+	defer tm.report("ADD")
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
@@ -121,10 +126,12 @@ func Add(args *skel.CmdArgs) (err error) {
 	case !daemon.IsCode(err, daemon.CodeNotFound):
 		return err
 	}
+	tm.step("check")
 	r, err := invoke.DelegateAdd(context.TODO(), conf.IPAM.Type, args.StdinData, nil)
 	if err != nil {
 		return err
 	}
+	tm.step("ipam")
 	undo = append(undo, func() { _ = invoke.DelegateDel(context.TODO(), conf.IPAM.Type, args.StdinData, nil) })
 	ipamRes, err := current.NewResultFromResult(r)
 	if err != nil {
@@ -152,10 +159,12 @@ func Add(args *skel.CmdArgs) (err error) {
 		return err
 	}
 	undo = append(undo, func() { _ = client.PipeRm(name) })
+	tm.step("pipe_create")
 
 	if err := client.PipeAttach(name, args.Netns, conf.SocketName); err != nil {
 		return err
 	}
+	tm.step("pipe_attach")
 	if rc := conf.RuntimeConfig; rc != nil && rc.Bandwidth != nil {
 		if err := setLimits(client, name, rc.Bandwidth); err != nil {
 			return err
@@ -173,6 +182,7 @@ func Add(args *skel.CmdArgs) (err error) {
 		return newErr(ErrDeviceInfo, "%v", err)
 	}
 	undo = append(undo, func() { _ = RemoveDeviceInfo(devPath) })
+	tm.step("limits_channels_devinfo")
 
 	iface := &current.Interface{Name: args.IfName, Mac: pipe.MAC, Mtu: int(pipe.MTU), Sandbox: args.Netns, SocketPath: socketPath}
 	ipc := &current.IPConfig{Address: addr.Address, Gateway: addr.Gateway}
@@ -445,4 +455,58 @@ func Status(args *skel.CmdArgs) error {
 		return types.NewError(ErrPluginNotAvailable, "docknet daemon not available", err.Error())
 	}
 	return invoke.DelegateStatus(context.TODO(), conf.IPAM.Type, args.StdinData, nil)
+}
+
+// timer: with DOCKNET_CNI_TIMING set, a verb prints how long its steps took (one line of JSON
+// on stderr, which runtimes log), from the process's start.
+type timer struct {
+	on    bool
+	last  time.Time
+	steps []string
+}
+
+func newTimer() *timer {
+	t := &timer{on: os.Getenv("DOCKNET_CNI_TIMING") != "", last: processStart()}
+	t.step("start")
+	return t
+}
+
+func (t *timer) step(name string) {
+	if !t.on {
+		return
+	}
+	now := time.Now()
+	t.steps = append(t.steps, fmt.Sprintf("%q: %.3f", name, float64(now.Sub(t.last).Microseconds())/1e3))
+	t.last = now
+}
+
+func (t *timer) report(verb string) {
+	if t.on {
+		t.step("result")
+		fmt.Fprintf(os.Stderr, "{\"verb\": %q, \"ms\": {%s}}\n", verb, strings.Join(t.steps, ", "))
+	}
+}
+
+// processStart is when the process started (its start time in /proc, against the boot clock),
+// so the first step includes the runtime's exec and Go's start-up.
+func processStart() time.Time {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Now()
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if len(f) < 20 {
+		return time.Now()
+	}
+	ticks, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return time.Now()
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
+		return time.Now()
+	}
+	sinceBoot := time.Duration(ts.Nano())
+	started := time.Duration(ticks) * (time.Second / 100)
+	return time.Now().Add(started - sinceBoot)
 }

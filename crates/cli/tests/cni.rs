@@ -374,6 +374,10 @@ fn cnitool_add_check_del_status_and_repeated_del() {
     // CHECK now: no pipe
     let conf = rt.plugin_conf(json!({"prevResult": res}));
     assert_eq!(rt.code(&verb_env("CHECK", &id, &ns), &conf), 103);
+    // ADD again in the same namespace at once: its socket name is free again
+    rt.cnitool_ok("add", &ns, &[]);
+    rt.cnitool_ok("del", &ns, &[]);
+    assert!(rt.pipes().is_empty());
 }
 
 #[test]

@@ -97,6 +97,12 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
         Request::PipeRm { name } => {
             reg.remove_pipe(&name)?;
             tracing::info!(pipe = %name, "pipe removed");
+            // the accept thread holds the pipe's listening socket until it looks again: until
+            // then the name stays bound in the container's namespace (a CNI DEL followed by an
+            // ADD in the same namespace found it taken)
+            if let Some(w) = ctx.attach.get() {
+                w.wake();
+            }
             to_json(Removed::Pipe { removed: name })
         }
         Request::PipeLs {} => {
