@@ -16,7 +16,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +24,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"golang.org/x/sys/unix"
 
 	"docknet/cni/internal/daemon"
 )
@@ -458,7 +456,8 @@ func Status(args *skel.CmdArgs) error {
 }
 
 // timer: with DOCKNET_CNI_TIMING set, a verb prints how long its steps took (one line of JSON
-// on stderr, which runtimes log), from the process's start.
+// on stderr, which runtimes log), from the verb's start (the process's own start-up is not in
+// it).
 type timer struct {
 	on    bool
 	last  time.Time
@@ -466,9 +465,7 @@ type timer struct {
 }
 
 func newTimer() *timer {
-	t := &timer{on: os.Getenv("DOCKNET_CNI_TIMING") != "", last: processStart()}
-	t.step("start")
-	return t
+	return &timer{on: os.Getenv("DOCKNET_CNI_TIMING") != "", last: time.Now()}
 }
 
 func (t *timer) step(name string) {
@@ -485,28 +482,4 @@ func (t *timer) report(verb string) {
 		t.step("result")
 		fmt.Fprintf(os.Stderr, "{\"verb\": %q, \"ms\": {%s}}\n", verb, strings.Join(t.steps, ", "))
 	}
-}
-
-// processStart is when the process started (its start time in /proc, against the boot clock),
-// so the first step includes the runtime's exec and Go's start-up.
-func processStart() time.Time {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return time.Now()
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	if len(f) < 20 {
-		return time.Now()
-	}
-	ticks, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return time.Now()
-	}
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) != nil {
-		return time.Now()
-	}
-	sinceBoot := time.Duration(ts.Nano())
-	started := time.Duration(ticks) * (time.Second / 100)
-	return time.Now().Add(started - sinceBoot)
 }
