@@ -54,16 +54,18 @@ type env struct {
 	// whether /run/containerd was there before (containerd 1.6 puts its shims' sockets in
 	// /run/containerd/s whatever its state directory)
 	hadRunDir bool
-	dir       string
-	netns     string // the namespace containerd runs in
-	docknet   string // the docknet binary
-	dnperf    string
-	sock      string // docknet's control socket
-	csock     string // containerd's
-	daemon    *exec.Cmd
-	ctrd      *exec.Cmd
-	conn      *grpc.ClientConn
-	rt        cri.RuntimeServiceClient
+	// whether /var/lib/cni was there (containerd's CNI library keeps its results cache there)
+	hadCNICache bool
+	dir         string
+	netns       string // the namespace containerd runs in
+	docknet     string // the docknet binary
+	dnperf      string
+	sock        string // docknet's control socket
+	csock       string // containerd's
+	daemon      *exec.Cmd
+	ctrd        *exec.Cmd
+	conn        *grpc.ClientConn
+	rt          cri.RuntimeServiceClient
 }
 
 func (e *env) run(name string, args ...string) string {
@@ -167,9 +169,8 @@ func setup(t *testing.T) *env {
 		target = filepath.Join(r, "target", "release")
 	}
 	e := &env{t: t, docknet: filepath.Join(target, "docknet"), dnperf: filepath.Join(target, "dnperf")}
-	if _, err := os.Stat("/run/containerd"); err == nil {
-		e.hadRunDir = true
-	}
+	e.hadRunDir = dirExists("/run/containerd")
+	e.hadCNICache = dirExists("/var/lib/cni")
 	for _, b := range []string{e.docknet, e.dnperf, filepath.Join(r, "bin", "docknet-cni"), filepath.Join(r, "bin", "docknet-cni-install"),
 		filepath.Join(r, "bin", "host-local"), filepath.Join(r, "bin", "loopback")} {
 		if _, err := os.Stat(b); err != nil {
@@ -328,6 +329,26 @@ func (e *env) images() {
 	}
 }
 
+// cgroupParent is the pods' cgroup parent, in every hierarchy.
+func (e *env) cgroupParent() string { return fmt.Sprintf("/dncri-%d", os.Getpid()) }
+
+// removeCgroups removes the pods' cgroup parent (empty once the containers are gone) from
+// every hierarchy.
+func (e *env) removeCgroups() {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", strings.TrimPrefix(e.cgroupParent(), "/")))
+	if d := filepath.Join("/sys/fs/cgroup", strings.TrimPrefix(e.cgroupParent(), "/")); dirExists(d) {
+		dirs = append(dirs, d) // cgroup v2
+	}
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}
+
+func dirExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
 func (e *env) teardown() {
 	if e.rt != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -343,6 +364,7 @@ func (e *env) teardown() {
 		_ = e.conn.Close()
 	}
 	stop(e.ctrd, 20*time.Second)
+	e.removeCgroups()
 	stop(e.daemon, 10*time.Second)
 	if b, err := os.ReadFile(filepath.Join(e.dir, "docknet", "holder.pid")); err == nil {
 		var pid int
@@ -357,9 +379,14 @@ func (e *env) teardown() {
 	for _, m := range left {
 		_ = syscall.Unmount(m, syscall.MNT_DETACH)
 	}
+	// only if empty: no shim and no cached result of anyone's is left
 	if !e.hadRunDir {
-		_ = os.Remove("/run/containerd/s") // only if empty: no shim of anyone's is left
+		_ = os.Remove("/run/containerd/s")
 		_ = os.Remove("/run/containerd")
+	}
+	if !e.hadCNICache {
+		_ = os.Remove("/var/lib/cni/results")
+		_ = os.Remove("/var/lib/cni")
 	}
 	if os.Getenv("DOCKNET_CRI_KEEP") == "" { // keep containerd's log and state to debug
 		_ = os.RemoveAll(e.dir)
@@ -383,9 +410,13 @@ func (e *env) runPod(name string, annotations map[string]string) *pod {
 		Hostname:     name,
 		LogDirectory: p.logDir,
 		Annotations:  annotations,
-		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_POD, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
-		}},
+		Linux: &cri.LinuxPodSandboxConfig{
+			// runc leaves the parent of the containers' cgroups: one of the test's own, removed
+			// at the end
+			CgroupParent: e.cgroupParent(),
+			SecurityContext: &cri.LinuxSandboxSecurityContext{
+				NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_POD, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
+			}},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -607,6 +638,9 @@ func TestCRIPodsGetPipesExchangeTCPAtDockNetLatencyAndLeaveNothing(t *testing.T)
 	}
 	if m := mountsUnder(e.dir, "/run/containerd/io.containerd"); len(m) != 0 {
 		t.Fatalf("mounts left behind: %v", m)
+	}
+	if left, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", strings.TrimPrefix(e.cgroupParent(), "/"), "*", "tasks")); len(left) != 0 {
+		t.Fatalf("containers' cgroups left behind: %v", left)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(e.dir, "devinfo")); len(ents) != 0 {
 		t.Fatalf("device-info files left behind: %v", ents)
