@@ -28,6 +28,9 @@ declare -A NEED=(
     [clang]=clang       # builds the XDP flow director (crates/daemon/bpf) in the daemon's build
     [ping]=iputils-ping # the NIC tests check the hosts keep their own traffic
     [tc]=iproute2       # shapes the two-host wire (--wire-rate)
+    [containerd]=containerd  # the CNI plugin's CRI test runs pods through containerd
+    [runc]=runc
+    [nsenter]=util-linux
 )
 # files -> Debian package
 declare -A NEED_FILES=(
@@ -63,3 +66,37 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 cargo build --release --locked
+
+# The CNI plugin (Go, cni/): bin/docknet-cni (also as bin/docknet, the name its type gives it),
+# its installer, and the reference plugins it works with (host-local, bridge, loopback), built
+# from the versions cni/go.mod pins; cnitool for the tests. bin/ is a CNI_PATH.
+GO=$(command -v go || true)
+[ -n "$GO" ] || [ ! -x /usr/local/go/bin/go ] || GO=/usr/local/go/bin/go
+if [ -z "$GO" ]; then
+    echo "docknet setup: no Go toolchain; installing Debian's" >&2
+    apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+    GO=$(command -v go)
+fi
+# the CRI test's module (k8s.io/cri-api v0.37) needs Go 1.26; an older go (Debian 12 has 1.19)
+# fetches that toolchain from the Go module proxy, where it is published as a module
+GO_NEED=go1.26.8
+if [ "$(printf '%s\n' "$GO_NEED" "$("$GO" env GOVERSION)" | sort -V | head -1)" != "$GO_NEED" ]; then
+    echo "docknet setup: $("$GO" env GOVERSION) is too old; fetching $GO_NEED as a module" >&2
+    mod=golang.org/toolchain@v0.0.1-$GO_NEED.linux-$("$GO" env GOARCH)
+    dir=$(cd /tmp && GOFLAGS=-mod=mod "$GO" mod download -json "$mod" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+    GO=$dir/bin/go
+fi
+mkdir -p bin
+echo "$GO" > bin/.go  # test.sh uses the same toolchain
+export GOFLAGS=${GOFLAGS:--mod=readonly}
+(
+    cd cni
+    "$GO" build -trimpath -ldflags='-s -w' -o ../bin/docknet-cni ./cmd/docknet-cni
+    "$GO" build -trimpath -ldflags='-s -w' -o ../bin/docknet-cni-install ./cmd/docknet-cni-install
+    "$GO" build -trimpath -o ../bin/ \
+        github.com/containernetworking/plugins/plugins/ipam/host-local \
+        github.com/containernetworking/plugins/plugins/main/bridge \
+        github.com/containernetworking/plugins/plugins/main/loopback
+)
+ln -sf docknet-cni bin/docknet
+[ -x bin/cnitool ] || GOBIN=$PWD/bin "$GO" install github.com/containernetworking/cni/cnitool@v1.3.1

@@ -20,6 +20,13 @@ echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 echo "== cargo test"
 DOCKNET_REQUIRE_ROOT_TESTS=1 cargo test --workspace --locked
+echo "== the CNI plugin: gofmt, go vet, go test (unit tests; pods through containerd's CRI)"
+GO=$(cat bin/.go)  # the toolchain setup.sh found or fetched
+export PATH="$(dirname "$GO"):$PATH"
+unformatted=$("$(dirname "$GO")"/gofmt -l cni)
+[ -z "$unformatted" ] || { echo "gofmt: not formatted: $unformatted" >&2; exit 1; }
+(cd cni && "$GO" vet ./... && "$GO" test -count=1 ./...)
+(cd cni/e2e && "$GO" vet ./... && DOCKNET_REQUIRE_CRI=1 "$GO" test -count=1 -v ./...)
 echo "== fuzz targets: format, lints, the corpus replayed, then each target fuzzed for 5 s (AFL++)"
 cargo fmt --manifest-path fuzz/Cargo.toml --check
 (cd fuzz && cargo clippy --release --locked --bins --lib --tests -- -D warnings)

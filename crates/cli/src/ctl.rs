@@ -61,6 +61,12 @@ pub fn print_pipe(p: &PipeInfo) {
     for (k, v) in fields {
         println!("{k:<14} {v}");
     }
+    if !p.labels.is_empty() {
+        println!("labels:");
+        for (k, v) in &p.labels {
+            println!("  {k} = {v}");
+        }
+    }
     if let Some(c) = &p.counters {
         println!("counters:");
         for (k, v) in c {

@@ -170,7 +170,7 @@ enum Cmd {
 enum PipeCmd {
     /// Create a pipe.
     Create {
-        /// Name (1-32 of A-Z a-z 0-9 _ . -).
+        /// Name (1-128 of A-Z a-z 0-9 _ . -).
         name: String,
         /// Address and prefix, A.B.C.D/LEN.
         #[arg(long)]
@@ -181,6 +181,9 @@ enum PipeCmd {
         /// Ring depth (power of two; default 1024 up to MTU 9000, else 256).
         #[arg(long)]
         ring_depth: Option<u32>,
+        /// A label recorded with the pipe, KEY=VALUE (repeatable; at most 16).
+        #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -403,9 +406,16 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             ip,
             mtu,
             ring_depth,
+            labels,
             json,
         }) => {
-            let p = ctl::client(sock)?.pipe_create(&name, &ip, mtu, ring_depth)?;
+            let p = ctl::client(sock)?.pipe_create_labeled(
+                &name,
+                &ip,
+                mtu,
+                ring_depth,
+                labels.into_iter().collect(),
+            )?;
             ctl::print(&p, json, ctl::print_created)?;
         }
         Cmd::Pipe(PipeCmd::Rm { name }) => {
@@ -528,4 +538,11 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `KEY=VALUE` of `pipe create --label`.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
 }

@@ -88,14 +88,21 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             ip,
             mtu,
             ring_depth,
+            labels,
         } => {
-            reg.create_pipe(&name, &ip, mtu, ring_depth)?;
+            reg.create_pipe_labeled(&name, &ip, mtu, ring_depth, labels)?;
             tracing::info!(pipe = %name, ip = %ip, "pipe created");
             to_json(reg.pipe_info(&name, false)?)
         }
         Request::PipeRm { name } => {
             reg.remove_pipe(&name)?;
             tracing::info!(pipe = %name, "pipe removed");
+            // the accept thread holds the pipe's listening socket until it looks again: until
+            // then the name stays bound in the container's namespace (a CNI DEL followed by an
+            // ADD in the same namespace found it taken)
+            if let Some(w) = ctx.attach.get() {
+                w.wake();
+            }
             to_json(Removed::Pipe { removed: name })
         }
         Request::PipeLs {} => {

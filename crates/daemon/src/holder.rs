@@ -22,8 +22,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Longest key.
-const MAX_KEY: usize = 120;
+/// Longest key (`sock/` + the longest pipe name, with room).
+const MAX_KEY: usize = 200;
 /// Most fds kept (a generous bound on pipes + channels + sockets).
 const MAX_KEPT: usize = 65536;
 

@@ -7,6 +7,7 @@
 //! error reply and change nothing.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -28,7 +29,7 @@ pub enum Request {
     Status {},
     /// Create a pipe.
     PipeCreate {
-        /// Name: 1–32 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
+        /// Name: 1–128 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
         name: String,
         /// Address with prefix, `A.B.C.D/LEN`.
         ip: String,
@@ -38,6 +39,11 @@ pub enum Request {
         /// Ring depth, a power of two (default by MTU).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ring_depth: Option<u32>,
+        /// Labels recorded with the pipe and reported with it (at most 16; keys 1-128 of
+        /// `[A-Za-z0-9_./-]`, values up to 1024 printable ASCII characters). The CNI plugin marks
+        /// the pipes it owns with them.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        labels: BTreeMap<String, String>,
     },
     /// Delete a pipe and its fast channels.
     PipeRm {
@@ -257,6 +263,9 @@ pub struct PipeInfo {
     pub connections: usize,
     /// Names of the pipes it has fast channels with.
     pub fast_channels: Vec<String>,
+    /// Labels its creator recorded with it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// Counters by name (`pipe show` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<std::collections::BTreeMap<String, u64>>,
@@ -513,11 +522,24 @@ impl Client {
         mtu: Option<u32>,
         ring_depth: Option<u32>,
     ) -> Result<PipeInfo, ClientError> {
+        self.pipe_create_labeled(name, ip, mtu, ring_depth, BTreeMap::new())
+    }
+
+    /// `pipe create --label KEY=VALUE ...`.
+    pub fn pipe_create_labeled(
+        &mut self,
+        name: &str,
+        ip: &str,
+        mtu: Option<u32>,
+        ring_depth: Option<u32>,
+        labels: BTreeMap<String, String>,
+    ) -> Result<PipeInfo, ClientError> {
         self.call_as(&Request::PipeCreate {
             name: name.into(),
             ip: ip.into(),
             mtu,
             ring_depth,
+            labels,
         })
     }
 
@@ -658,6 +680,7 @@ mod tests {
             ip: "10.0.0.1/24".into(),
             mtu: Some(9000),
             ring_depth: None,
+            labels: BTreeMap::from([("docknet.io/owner".into(), "cni".into())]),
         };
         assert_eq!(parse_request(&encode_request(&r)).unwrap(), r);
         assert_eq!(

@@ -174,6 +174,9 @@ struct PipeRec {
     /// Rate limits (checked again on load).
     #[serde(default, skip_serializing_if = "Limits::is_empty")]
     limits: Limits,
+    /// Labels from whoever created it (checked again on load).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +227,8 @@ pub struct Registry {
     gateway: Option<[u8; 6]>,
     /// Rate limits of the pipes that have any.
     limits: BTreeMap<String, Limits>,
+    /// Labels of the pipes that have any.
+    labels: BTreeMap<String, BTreeMap<String, String>>,
     /// The rate limiters' timers.
     timers: Timers,
 }
@@ -236,9 +241,10 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
     err(ErrorCode::Internal, format!("{what}: {e}"))
 }
 
-/// Checks a pipe name: 1–32 of `[A-Za-z0-9_.-]`, not starting with `.` or `-`.
+/// Checks a pipe name: 1–128 ([`delivery::MAX_NAME`]) of `[A-Za-z0-9_.-]`, not starting with
+/// `.` or `-`.
 pub fn validate_name(name: &str) -> Result<(), ApiError> {
-    let ok = (1..=32).contains(&name.len())
+    let ok = (1..=delivery::MAX_NAME).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
@@ -248,9 +254,49 @@ pub fn validate_name(name: &str) -> Result<(), ApiError> {
     } else {
         Err(err(
             ErrorCode::BadName,
-            format!("invalid pipe name {name:?}: use 1-32 of A-Z a-z 0-9 _ . - (not starting with . or -)"),
+            format!(
+                "invalid pipe name {name:?}: use 1-{} of A-Z a-z 0-9 _ . - (not starting with . or -)",
+                delivery::MAX_NAME
+            ),
         ))
     }
+}
+
+/// Most labels on one pipe.
+pub const MAX_LABELS: usize = 16;
+/// Longest label key.
+pub const MAX_LABEL_KEY: usize = 128;
+/// Longest label value.
+pub const MAX_LABEL_VALUE: usize = 1024;
+
+/// Checks a pipe's labels (what a creator such as the CNI plugin records with it, e.g. its
+/// owner): at most [`MAX_LABELS`]; keys 1-128 of `[A-Za-z0-9_./-]` starting with a letter or
+/// digit; values up to 1024 printable ASCII characters.
+pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    let bad = |why: String| err(ErrorCode::BadParams, format!("invalid labels: {why}"));
+    if labels.len() > MAX_LABELS {
+        return Err(bad(format!(
+            "{} labels, at most {MAX_LABELS}",
+            labels.len()
+        )));
+    }
+    for (k, v) in labels {
+        let key_ok = (1..=MAX_LABEL_KEY).contains(&k.len())
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-'))
+            && k.as_bytes()[0].is_ascii_alphanumeric();
+        if !key_ok {
+            return Err(bad(format!(
+                "key {k:?}: use 1-{MAX_LABEL_KEY} of A-Z a-z 0-9 _ . / - (starting with a letter or digit)"
+            )));
+        }
+        if v.len() > MAX_LABEL_VALUE || !v.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(bad(format!(
+                "value of {k:?}: at most {MAX_LABEL_VALUE} printable ASCII characters"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Parses `A.B.C.D/LEN` and refuses addresses a pipe cannot own.
@@ -340,6 +386,7 @@ fn pipe_layout(
 /// Checks a pipe record from `state.json` as strictly as a request.
 fn check_pipe_rec(p: &PipeRec) -> Result<RegionInfo, String> {
     validate_name(&p.name).map_err(|e| e.message)?;
+    validate_labels(&p.labels).map_err(|e| e.message)?;
     parse_cidr(&format!("{}/{}", p.ip, p.prefix)).map_err(|e| e.message)?;
     pipe_layout(p.ip, p.prefix, p.mtu, Some(p.ring_depth)).map_err(|e| e.message)
 }
@@ -439,6 +486,7 @@ impl Registry {
             next_channel: 1,
             gateway: None,
             limits: BTreeMap::new(),
+            labels: BTreeMap::new(),
             timers: Timers::default(),
         };
         let mut warnings = Vec::new();
@@ -608,6 +656,9 @@ impl Registry {
         if !rec.limits.is_empty() {
             self.limits.insert(rec.name.clone(), rec.limits);
         }
+        if !rec.labels.is_empty() {
+            self.labels.insert(rec.name.clone(), rec.labels.clone());
+        }
         pipe
     }
 
@@ -625,6 +676,7 @@ impl Registry {
                     mtu: p.mtu,
                     ring_depth: self.depth.get(&p.name).copied().unwrap_or(0),
                     limits: self.limits.get(&p.name).copied().unwrap_or_default(),
+                    labels: self.labels.get(&p.name).cloned().unwrap_or_default(),
                 })
                 .collect(),
             fcs: self.fcs.values().map(|c| c.rec.clone()).collect(),
@@ -710,7 +762,20 @@ impl Registry {
         mtu: Option<u32>,
         ring_depth: Option<u32>,
     ) -> Result<Arc<Pipe>, ApiError> {
+        self.create_pipe_labeled(name, ip, mtu, ring_depth, BTreeMap::new())
+    }
+
+    /// [`Registry::create_pipe`] with labels recorded with the pipe (and reported with it).
+    pub fn create_pipe_labeled(
+        &mut self,
+        name: &str,
+        ip: &str,
+        mtu: Option<u32>,
+        ring_depth: Option<u32>,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Arc<Pipe>, ApiError> {
         validate_name(name)?;
+        validate_labels(&labels)?;
         let (ip, prefix) = parse_cidr(ip)?;
         if self.pipes.contains_key(name) {
             return Err(err(
@@ -738,6 +803,7 @@ impl Registry {
             mtu,
             ring_depth: info.rings[0].depth,
             limits: Limits::default(),
+            labels,
         };
         let mut st = self.state();
         st.pipes.push(rec.clone());
@@ -771,6 +837,7 @@ impl Registry {
         self.conns.remove(name);
         self.depth.remove(name);
         self.limits.remove(name);
+        self.labels.remove(name);
         if let Some(pipe) = self.pipes.remove(name) {
             layout::set_flags(&pipe.region, layout::FLAG_CLOSED);
         }
@@ -1226,6 +1293,7 @@ impl Registry {
             socket: self.attached.get(name).map(|a| format!("@{}", a.socket)),
             connections,
             fast_channels: self.fc_peers(&p.name),
+            labels: self.labels.get(name).cloned().unwrap_or_default(),
             counters: counters.then(|| {
                 let mut m: BTreeMap<String, u64> = COUNTER_NAMES
                     .iter()
@@ -1248,10 +1316,10 @@ mod tests {
 
     #[test]
     fn names_and_addresses() {
-        for ok in ["a", "web-1", "db_2.x", &"n".repeat(32)] {
+        for ok in ["a", "web-1", "db_2.x", &"n".repeat(32), &"f".repeat(128)] {
             assert!(validate_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "-x", ".x", "a/b", "../x", "a b", &"n".repeat(33), "é"] {
+        for bad in ["", "-x", ".x", "a/b", "../x", "a b", &"n".repeat(129), "é"] {
             assert!(validate_name(bad).is_err(), "{bad}");
         }
         assert_eq!(
@@ -1374,7 +1442,8 @@ mod tests {
         let keeper = crate::holder::MemoryKeeper::default();
         let (mut r, _) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).unwrap();
         r.create_pipe("a", "10.9.0.1/24", None, None).unwrap();
-        r.create_pipe("b", "10.9.0.2/24", Some(9000), Some(64))
+        let labels = BTreeMap::from([("docknet.io/owner".to_string(), "cni".to_string())]);
+        r.create_pipe_labeled("b", "10.9.0.2/24", Some(9000), Some(64), labels)
             .unwrap();
         r.connect_fc("a", "b", None).unwrap();
         let ns = format!("/proc/{}/ns/net", std::process::id());
@@ -1406,19 +1475,58 @@ mod tests {
     }
 
     #[test]
+    fn long_names_and_labels_are_checked_recorded_and_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let (mut r, _) = Registry::open(d.path(), None).unwrap();
+        let id = "0123456789abcdef".repeat(4); // a container ID from containerd
+        let labels = BTreeMap::from([
+            ("docknet.io/owner".to_string(), "cni".to_string()),
+            ("cni.dev/ifname".to_string(), "eth0".to_string()),
+        ]);
+        r.create_pipe_labeled(&id, "10.9.0.1/24", None, None, labels.clone())
+            .unwrap();
+        assert_eq!(r.pipe_info(&id, false).unwrap().labels, labels);
+        let st: serde_json::Value =
+            serde_json::from_slice(&fs::read(d.path().join("state.json")).unwrap()).unwrap();
+        assert_eq!(st["pipes"][0]["labels"]["cni.dev/ifname"], "eth0");
+        let mut code = |l: BTreeMap<String, String>| {
+            r.create_pipe_labeled("x", "10.9.0.2/24", None, None, l)
+                .unwrap_err()
+                .code
+        };
+        let many: BTreeMap<String, String> =
+            (0..17).map(|i| (format!("k{i}"), String::new())).collect();
+        for bad in [
+            many,
+            BTreeMap::from([("/k".to_string(), "v".to_string())]),
+            BTreeMap::from([("k y".to_string(), "v".to_string())]),
+            BTreeMap::from([("k".to_string(), "new\nline".to_string())]),
+            BTreeMap::from([("k".to_string(), "v".repeat(1025))]),
+        ] {
+            assert_eq!(code(bad), ErrorCode::BadParams);
+        }
+        assert!(r.get("x").is_err(), "a refused pipe is not created");
+        r.remove_pipe(&id).unwrap();
+        assert!(r.labels.is_empty());
+    }
+
+    #[test]
     fn state_records_are_checked_again_on_load() {
         let d = tempfile::tempdir().unwrap();
         let bad = r#"{"version": 2, "pipes": [
             {"name": "../x", "ip": "10.0.0.1", "prefix": 24, "mtu": 1500, "ring_depth": 1024},
             {"name": "p0", "ip": "10.0.0.2", "prefix": 0, "mtu": 1500, "ring_depth": 1024},
             {"name": "huge", "ip": "10.0.0.3", "prefix": 24, "mtu": 65535, "ring_depth": 65536},
-            {"name": "mtu", "ip": "10.0.0.4", "prefix": 24, "mtu": 5, "ring_depth": 1024}],
+            {"name": "mtu", "ip": "10.0.0.4", "prefix": 24, "mtu": 5, "ring_depth": 1024},
+            {"name": "lab", "ip": "10.0.0.5", "prefix": 24, "mtu": 1500, "ring_depth": 1024,
+             "labels": {"-x": "y"}}],
             "fcs": [{"id": 1, "a": "x", "b": "x", "mtu": 1500, "ring_depth": 2}],
             "attached": [{"pipe": "p0", "socket": "@@"}]}"#;
         fs::write(d.path().join("state.json"), bad).unwrap();
         let (r, w) = Registry::open(d.path(), None).unwrap();
         assert_eq!(r.pipes().count(), 0);
-        assert_eq!(w.len(), 6, "{w:?}");
+        assert_eq!(w.len(), 7, "{w:?}");
+        assert!(w[4].contains("labels"), "{w:?}");
         assert!(w[1].contains("prefix"), "{w:?}");
     }
 

@@ -72,6 +72,18 @@ pub struct ClientReport {
     pub result: Outcome,
 }
 
+/// `dnperf probe`'s line: CLOCK_MONOTONIC times in nanoseconds (one clock for every
+/// namespace of the machine, so a caller compares them with its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    /// The go line arrived.
+    pub go_ns: u64,
+    /// The pipe was attached (its region mapped).
+    pub attached_ns: u64,
+    /// The TCP handshake through the pipe completed.
+    pub connected_ns: u64,
+}
+
 /// A server's closing line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerReport {

@@ -20,9 +20,10 @@ use std::net::Ipv4Addr;
 /// Version of the delivery messages.
 pub const VERSION: u8 = 1;
 /// Longest message.
-pub const MAX_MSG: usize = 128;
-/// Longest pipe name (as the daemon accepts them).
-pub const MAX_NAME: usize = 32;
+pub const MAX_MSG: usize = 256;
+/// Longest pipe name (as the daemon accepts them): room for a container runtime's IDs (64 hex
+/// digits from containerd and CRI-O) with a prefix.
+pub const MAX_NAME: usize = 128;
 /// The abstract socket name a container finds its pipe at, unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "docknet/pipe";
 

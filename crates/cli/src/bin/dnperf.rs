@@ -13,8 +13,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use docknet_lib::{Endpoint, Stack, StackConfig};
 use docknet_perf::net::{DockNet, KernelNet, Net};
-use docknet_perf::report::{ClientReport, Proto, RunEnv, ServerReport};
-use docknet_perf::stats::pin;
+use docknet_perf::report::{ClientReport, ProbeReport, Proto, RunEnv, ServerReport};
+use docknet_perf::stats::{now_ns, pin};
 use docknet_perf::workload::{self, Pace, Workload};
 use docknet_pipe::IdlePolicy;
 use std::net::SocketAddrV4;
@@ -108,6 +108,20 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// A pod's first exchange (ADD to first packet): waits for a line on stdin, then attaches
+    /// to the container's DockPipe and completes a TCP handshake with --connect; prints the
+    /// CLOCK_MONOTONIC times of the line, the attachment and the handshake as one JSON line.
+    Probe {
+        /// Server address.
+        #[arg(long)]
+        connect: SocketAddrV4,
+        /// Pin to this core.
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// What a waiting call does (spin, adaptive, adaptive:SPIN_US, block).
+        #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
+        idle: IdlePolicy,
+    },
 }
 
 const EXAMPLES: &str = "Examples:
@@ -115,6 +129,7 @@ const EXAMPLES: &str = "Examples:
   dnperf client --stack kernel --connect 10.0.0.2:5000 --workload rr --size 64 --duration 2 --json
   docknet run --pipe db  -- dnperf server --stack docknet --bind 10.0.0.3:5000
   docknet run --pipe web -- dnperf client --stack docknet --connect 10.0.0.3:5000 --workload stream
+  echo go | docknet run --pipe web -- dnperf probe --connect 10.0.0.3:5000
 
 --stack docknet attaches to the container's DockPipe (/run/docknet/pipe or $DOCKNET_PIPE), so
 run it under `docknet run --pipe NAME`. With --json a client prints one JSON line: the
@@ -229,11 +244,41 @@ fn run_client<N: Net>(
     Ok(())
 }
 
-fn main_inner(cli: Cli) -> Result<()> {
-    let c = match &cli.cmd {
-        Cmd::Server { c, .. } | Cmd::Client { c, .. } => c,
+/// `dnperf probe`: the times are taken around the calls a pod's program makes first.
+fn run_probe(connect: SocketAddrV4, idle: IdlePolicy) -> Result<()> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("waiting for the go line on stdin")?;
+    let go_ns = now_ns();
+    let ep = Endpoint::attach_default(idle)?;
+    let attached_ns = now_ns();
+    let stack = Stack::new(
+        ep,
+        StackConfig {
+            idle,
+            ..StackConfig::default()
+        },
+    );
+    let conn = docknet_lib::TcpStream::connect(&stack, connect)
+        .with_context(|| format!("connecting to {connect}"))?;
+    let connected_ns = now_ns();
+    drop(conn);
+    let r = ProbeReport {
+        go_ns,
+        attached_ns,
+        connected_ns,
     };
-    if let Some(core) = c.cpu {
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(())
+}
+
+fn main_inner(cli: Cli) -> Result<()> {
+    let cpu = match &cli.cmd {
+        Cmd::Server { c, .. } | Cmd::Client { c, .. } => c.cpu,
+        Cmd::Probe { cpu, .. } => *cpu,
+    };
+    if let Some(core) = cpu {
         pin(core).with_context(|| format!("pinning to core {core}"))?;
     }
     match &cli.cmd {
@@ -275,6 +320,7 @@ fn main_inner(cli: Cli) -> Result<()> {
                 ),
             }
         }
+        Cmd::Probe { connect, idle, .. } => run_probe(*connect, *idle),
     }
 }
 
