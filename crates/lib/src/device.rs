@@ -10,6 +10,7 @@ use crate::raw::{Endpoint, SendError};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Faults injected on received frames (for tests and experiments; none by default).
@@ -96,7 +97,17 @@ pub struct PipeDevice {
     /// A SYN that found no listening socket free: it waits here (in `rx_buf`) until the
     /// listener's pool has been refilled, and is the next frame received.
     pub(crate) held_syn: Option<usize>,
+    /// Neighbours told to smoltcp (see [`PipeDevice::learn`]): address, MAC, when.
+    learned: std::collections::HashMap<Ipv4Addr, ([u8; 6], std::time::Instant)>,
+    /// A received frame that waits (in `rx_buf`) behind the ARP reply announcing its sender.
+    after_arp: Option<usize>,
+    arp_buf: [u8; 42],
 }
+
+/// How long smoltcp is trusted to remember a neighbour it was told of (it forgets after 60 s).
+const LEARN_FOR: Duration = Duration::from_secs(30);
+/// Neighbours remembered at most (the table is emptied beyond).
+const LEARN_MAX: usize = 1024;
 
 impl PipeDevice {
     /// Wraps `ep`. With `checksums` false, IPv4/TCP/UDP checksums are neither computed nor
@@ -117,7 +128,47 @@ impl PipeDevice {
             stats: DeviceStats::default(),
             syn_room: Vec::new(),
             held_syn: None,
+            learned: std::collections::HashMap::new(),
+            after_arp: None,
+            arp_buf: [0; 42],
         }
+    }
+
+    /// Tells smoltcp the sender of an IPv4 frame from its own subnet, before the frame: an ARP
+    /// reply built from the frame's source address and MAC. smoltcp learns neighbours only from
+    /// ARP, and sends one ARP request per second at most: a server answering a new client
+    /// soon after asking for another waited a whole second for the client's address. The
+    /// daemon's proxy ARP would answer with the same MAC (the sender's pipe, a fast-channel
+    /// partner already checked for it, or the link towards the wire), so nothing is learnt
+    /// that asking would not have given. Returns true when an ARP reply is to be delivered
+    /// first (it is in `arp_buf`).
+    fn learn(&mut self, n: usize) -> bool {
+        let Some((ip, mac)) = crate::frame::ipv4_src(&self.rx_buf[..n]) else {
+            return false;
+        };
+        let (me, prefix) = (self.ep.ip(), self.ep.prefix());
+        let mask = u32::MAX.checked_shl(32 - prefix.min(32)).unwrap_or(0);
+        if ip == me
+            || u32::from(ip) & mask != u32::from(me) & mask
+            || ip.is_broadcast()
+            || ip.is_multicast()
+            || ip.is_unspecified()
+            || mac[0] & 1 == 1
+        {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        if let Some((m, t)) = self.learned.get(&ip) {
+            if *m == mac && now.duration_since(*t) < LEARN_FOR {
+                return false;
+            }
+        }
+        if self.learned.len() >= LEARN_MAX {
+            self.learned.clear();
+        }
+        self.learned.insert(ip, (mac, now));
+        self.arp_buf = crate::frame::arp_reply(mac, ip, self.ep.mac(), me);
+        true
     }
 
     /// The destination port of an IPv4 TCP SYN (without ACK) frame, if `f` is one.
@@ -267,22 +318,40 @@ impl phy::Device for PipeDevice {
     type TxToken<'a> = PipeTxToken<'a>;
 
     fn receive(&mut self, _now: Instant) -> Option<(PipeRxToken<'_>, PipeTxToken<'_>)> {
-        if self.rx_left == 0 {
-            return None;
-        }
-        let n = loop {
-            let n = match self.held_syn.take() {
-                Some(n) => n,
-                None => self.next_frame()?,
-            };
-            match self.admit(n) {
-                Admit::Pass => break n,
-                Admit::Hold => {
-                    self.held_syn = Some(n);
-                    return None;
-                }
-                Admit::Drop => self.stats.syn_dropped += 1,
+        // a frame behind its sender's announcement goes in the same poll, whatever the budget
+        let n = if let Some(n) = self.after_arp.take() {
+            n
+        } else {
+            if self.rx_left == 0 {
+                return None;
             }
+            let n = loop {
+                let n = match self.held_syn.take() {
+                    Some(n) => n,
+                    None => self.next_frame()?,
+                };
+                match self.admit(n) {
+                    Admit::Pass => break n,
+                    Admit::Hold => {
+                        self.held_syn = Some(n);
+                        return None;
+                    }
+                    Admit::Drop => self.stats.syn_dropped += 1,
+                }
+            };
+            if self.learn(n) {
+                self.after_arp = Some(n);
+                self.stats.rx += 1;
+                return Some((
+                    PipeRxToken(&self.arp_buf),
+                    PipeTxToken {
+                        ep: &mut self.ep,
+                        buf: &mut self.tx_buf,
+                        stats: &mut self.stats,
+                    },
+                ));
+            }
+            n
         };
         self.rx_left -= 1;
         self.stats.rx += 1;

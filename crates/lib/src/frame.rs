@@ -82,6 +82,28 @@ pub fn arp_request(mac: [u8; 6], ip: Ipv4Addr, target: Ipv4Addr) -> [u8; 42] {
     f
 }
 
+/// An ARP reply telling (`to_mac`, `to_ip`) that `ip` is at `mac`.
+pub fn arp_reply(mac: [u8; 6], ip: Ipv4Addr, to_mac: [u8; 6], to_ip: Ipv4Addr) -> [u8; 42] {
+    let mut f = arp_request(mac, ip, to_ip);
+    f[0..6].copy_from_slice(&to_mac);
+    f[20..22].copy_from_slice(&2u16.to_be_bytes());
+    f[32..38].copy_from_slice(&to_mac);
+    f
+}
+
+/// Source IPv4 address and source MAC of an Ethernet frame carrying IPv4, if it does.
+pub fn ipv4_src(frame: &[u8]) -> Option<(Ipv4Addr, [u8; 6])> {
+    if frame.len() < ETH + IPV4 || frame[12..14] != ETHERTYPE_IPV4.to_be_bytes() {
+        return None;
+    }
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&frame[6..12]);
+    Some((
+        Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]),
+        mac,
+    ))
+}
+
 /// If `frame` is an ARP reply, the (sender IP, sender MAC) it announces.
 pub fn arp_reply_sender(frame: &[u8]) -> Option<(Ipv4Addr, [u8; 6])> {
     if frame.len() < 42

@@ -391,9 +391,15 @@ impl Stack {
         }
         let epoch = Instant::now();
         let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
-        config.random_seed = u64::from(std::process::id())
-            ^ epoch.elapsed().as_nanos() as u64
-            ^ 0x9e37_79b9_7f4a_7c15;
+        // pids repeat from one container to the next (each has its own pid namespace): mix
+        // in the wall clock, so a restarted program neither starts with the same sequence
+        // numbers nor reuses the source ports its previous run left behind
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let seed = (u64::from(std::process::id()) << 32 ^ wall ^ 0x9e37_79b9_7f4a_7c15)
+            .wrapping_mul(0x2545_f491_4f6c_dd1d);
+        config.random_seed = seed;
         let mut iface = Interface::new(config, &mut dev, smoltcp::time::Instant::from_micros(0));
         iface.update_ip_addrs(|a| {
             let _ = a.push(IpCidr::new(to_ip(ip), prefix));
@@ -404,7 +410,7 @@ impl Stack {
                 sockets: SocketSet::new(Vec::new()),
                 dev,
                 epoch,
-                next_port: 49152 + (std::process::id() % 8000) as u16,
+                next_port: 49152 + ((seed >> 40) % (65000 - 49152)) as u16,
                 closing: Vec::new(),
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
