@@ -323,6 +323,9 @@ enum BenchCmd {
     /// hog with no limits, the UDP flow limited, and both limited; on the kernel's bridge with
     /// the CNI bandwidth plugin (TBF) and on DockNet's limiter (the paper's Fig. 9).
     Rate(docknet_lab::bench::RateArgs),
+    /// HTTP under load side by side (the paper's Fig. 11): docknet-httpd under docknet-load on
+    /// every mode, wrk and nginx beside them on the kernel's.
+    Http(docknet_lab::bench::HttpArgs),
     /// What an idle host costs and how fast it wakes: a daemon and N containers each waiting
     /// in accept, their CPU time together (exact, from schedstat), then the one-way latency of
     /// messages sent after a second of idle.
@@ -494,6 +497,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Stream(a)) => docknet_lab::bench::run(Workload::Stream, a)?,
         Cmd::Bench(BenchCmd::Pairs(a)) => docknet_lab::bench::run(Workload::Pairs, a)?,
         Cmd::Bench(BenchCmd::Rate(a)) => docknet_lab::bench::run_rate(a)?,
+        Cmd::Bench(BenchCmd::Http(a)) => docknet_lab::bench::run_http(a)?,
         Cmd::Bench(BenchCmd::Idle(a)) => {
             if !nix::unistd::geteuid().is_root() {
                 anyhow::bail!("docknet bench idle needs root (it builds containers)");

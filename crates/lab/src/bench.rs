@@ -276,6 +276,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         }
         (Workload::Rate, _) => "Rate limits side by side",
         (Workload::Idle, _) => "An idle host",
+        (Workload::Http, _) => "HTTP under load",
     };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";
@@ -445,6 +446,262 @@ impl RateArgs {
             },
         ))
     }
+}
+
+/// Options of `docknet bench http`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HttpArgs {
+    /// Modes to compare (one host): kernel modes run docknet-httpd under docknet-load and under
+    /// wrk, and nginx under wrk; DockNet modes run docknet-httpd under docknet-load.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "bridge,docknet,docknet-fc"
+    )]
+    pub modes: Vec<String>,
+    /// Servers: docknet-httpd (the project's, one program for both stacks), nginx (Debian's,
+    /// one worker, static file, keep-alive; kernel modes).
+    #[arg(long, value_delimiter = ',', default_value = "docknet-httpd,nginx")]
+    pub server: Vec<String>,
+    /// Connections of the load generator (several: one point each).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    pub connections: Vec<usize>,
+    /// The request path: / (the 451-byte index compiled into docknet-httpd, which nginx gets
+    /// too), /hello.txt, /bytes/N.
+    #[arg(long, default_value = "/")]
+    pub path: String,
+    /// Measured seconds per point.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Warm-up seconds per point (excluded).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Runs per point.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// Write all results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write tcp-http.json and tcp-http.md into this directory and (re)build its HTML report.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// Runs `docknet bench http`.
+pub fn run_http(args: HttpArgs) -> Result<()> {
+    use crate::row::Tool;
+    use crate::workload::http::{self as h, HttpNet, HttpPoint, HttpTiming, SERVERS};
+    let modes = args
+        .modes
+        .iter()
+        .map(|m| m.parse::<Mode>())
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(m) = modes
+        .iter()
+        .find(|m| !m.topologies().contains(&Topology::OneHost) || **m == Mode::Sriov)
+    {
+        bail!("{m}: bench http runs on one-host modes");
+    }
+    let servers: Vec<&'static str> = args
+        .server
+        .iter()
+        .map(|s| {
+            SERVERS.into_iter().find(|k| k == s).ok_or_else(|| {
+                anyhow::anyhow!("--server: {s:?} is not one of {}", SERVERS.join(", "))
+            })
+        })
+        .collect::<Result<_>>()?;
+    if args.connections.is_empty() || args.connections.iter().any(|c| !(1..=10_000).contains(c)) {
+        bail!("--connections takes numbers from 1 to 10000");
+    }
+    if args.duration <= 0.0 || args.warmup < 0.0 || args.repeat == 0 {
+        bail!("--duration must be positive, --warmup not negative, --repeat at least 1");
+    }
+    if !args.path.starts_with('/')
+        || args.path.len() > 1024
+        || args.path.contains(char::is_whitespace)
+    {
+        bail!("--path must start with / and hold no spaces");
+    }
+    need_root("docknet bench http")?;
+    let stop = Stop::on_signals()?;
+    let exe = std::env::current_exe()?;
+    h::beside(&exe, "docknet-httpd")?;
+    h::beside(&exe, "docknet-load")?;
+    let timing = HttpTiming {
+        duration: args.duration,
+        warmup: args.warmup,
+        path: args.path.clone(),
+    };
+    // the points of every mode, decided first (the progress bar's length)
+    let points_of = |m: Mode| -> Vec<HttpPoint> {
+        let mut v = Vec::new();
+        for repeat in 0..args.repeat {
+            for &connections in &args.connections {
+                for &server in &servers {
+                    let tools: &[Tool] = match (m.is_kernel(), server) {
+                        (true, "docknet-httpd") => &[Tool::DocknetLoad, Tool::Wrk],
+                        (true, _) => &[Tool::Wrk],
+                        (false, "docknet-httpd") => &[Tool::DocknetLoad],
+                        (false, _) => &[],
+                    };
+                    for &tool in tools {
+                        v.push(HttpPoint {
+                            server,
+                            tool,
+                            connections,
+                            repeat,
+                        });
+                    }
+                }
+            }
+        }
+        v
+    };
+    let total: usize = modes.iter().map(|m| points_of(*m).len()).sum();
+    let mut progress = crate::progress::Progress::new(total as u64);
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    let mut note =
+        |progress: &mut crate::progress::Progress, mode: &str, status, reason: String| {
+            progress.line(&format!(
+                "{mode}: {}: {reason}",
+                match status {
+                    Status::NotAvailable => "not available here",
+                    Status::Skipped => "skipped",
+                }
+            ));
+            skipped.push(NotAvailable {
+                mode: mode.into(),
+                topology: Topology::OneHost,
+                mtu: None,
+                status,
+                reason,
+            });
+        };
+    for mode in modes {
+        stop.check()?;
+        let points = points_of(mode);
+        if mode.is_docknet() && servers.contains(&"nginx") {
+            note(
+                &mut progress,
+                &format!("{mode} (nginx)"),
+                Status::NotAvailable,
+                "nginx is an unmodified program: on DockNet it needs the preload library".into(),
+            );
+        }
+        if let Some(why) = probe::unavailable(mode) {
+            progress.skip(points.len() as u64);
+            note(&mut progress, mode.name(), Status::NotAvailable, why);
+            continue;
+        }
+        let pl = h::placement(mode);
+        let built: Result<(
+            Option<crate::topology::KernelLab>,
+            Option<crate::topology::DocknetLab>,
+        )> = match &pl.daemon {
+            Some(setup) => crate::topology::DocknetLab::build(&exe, mode, setup, 1, 1500)
+                .map(|l| (None, Some(l))),
+            None => crate::topology::KernelLab::build(mode, 1, 1500).map(|l| (Some(l), None)),
+        };
+        let (kl, dl) = match built {
+            Ok(x) => x,
+            Err(e) => {
+                progress.skip(points.len() as u64);
+                note(
+                    &mut progress,
+                    mode.name(),
+                    Status::Skipped,
+                    format!("building it failed: {e:#}"),
+                );
+                continue;
+            }
+        };
+        let net = match (&kl, &dl) {
+            (Some(k), _) => HttpNet::Kernel(k),
+            (_, Some(d)) => HttpNet::Docknet(d),
+            _ => unreachable!("one of them is built"),
+        };
+        for pt in points {
+            stop.check()?;
+            let what = format!(
+                "{mode} {} ({}) {} conns",
+                pt.server, pt.tool, pt.connections
+            );
+            progress.start(&what);
+            let missing = match (pt.server, pt.tool) {
+                ("nginx", _) if !h::have("nginx") => Some("no nginx (apt-get install nginx-light)"),
+                (_, Tool::Wrk) if !h::have("wrk") => Some("no wrk (apt-get install wrk)"),
+                _ => None,
+            };
+            if let Some(why) = missing {
+                progress.done(&format!("  {what}: not available: {why}"));
+                note(
+                    &mut progress,
+                    &format!("{mode} ({} {})", pt.server, pt.tool),
+                    Status::NotAvailable,
+                    why.into(),
+                );
+                continue;
+            }
+            match h::measure(&exe, &net, mode, &pl, &pt, &timing, &stop, &mut progress) {
+                Ok(r) => {
+                    progress.done(&format!(
+                        "  {what}: {:.0} req/s, p50 {:.1} us, p99 {:.1} us",
+                        r.req_per_s.unwrap_or(0.0),
+                        r.p50_us.unwrap_or(0.0),
+                        r.p99_us.unwrap_or(0.0)
+                    ));
+                    rows.push(r);
+                }
+                Err(e) => {
+                    if stop.raised() {
+                        return Err(e);
+                    }
+                    progress.done(&format!("  {what}: failed: {e:#}"));
+                    note(
+                        &mut progress,
+                        &format!("{mode} ({} {})", pt.server, pt.tool),
+                        Status::Skipped,
+                        format!("failed: {e:#}"),
+                    );
+                }
+            }
+        }
+    }
+    progress.finish();
+    let summary = summarize(&rows);
+    print!("{}", crate::http::table(&summary));
+    for s in &skipped {
+        println!("{}", s.line());
+    }
+    let targets = lines(&crate::http::targets(&summary));
+    for t in &targets {
+        println!("target: {t}");
+    }
+    let mut env = Env::here(args.duration, args.warmup, args.repeat);
+    env.workload = Some(Workload::Http);
+    env.mtus = Some(vec![1500]);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows,
+        summary,
+        ratios: Vec::new(),
+        targets,
+        not_available: skipped,
+    };
+    write_outputs(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        "tcp-http",
+        || markdown::http(&res),
+    )?;
+    if let Some(dir) = &args.report {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
+    }
+    Ok(())
 }
 
 /// Runs `docknet bench rate`.

@@ -19,6 +19,7 @@
 
 pub mod bench;
 pub mod cpustat;
+pub mod http;
 pub mod mode;
 pub mod plan;
 pub mod proc;

@@ -24,6 +24,8 @@ pub enum Workload {
     /// An idle host: CPU of a daemon and N waiting containers, and the first packet after an
     /// idle second.
     Idle,
+    /// HTTP requests under a load generator: requests/s and latency (the paper's Fig. 11).
+    Http,
 }
 
 impl Workload {
@@ -35,6 +37,7 @@ impl Workload {
             Workload::Pairs => "pairs",
             Workload::Rate => "rate",
             Workload::Idle => "idle",
+            Workload::Http => "http",
         }
     }
 }
@@ -57,6 +60,10 @@ pub enum Tool {
     Iperf3,
     /// The raw-frame peer of `docknet raw bench` (no TCP).
     RawPeer,
+    /// `docknet-load`: the project's HTTP load generator (kernel and DockLib sockets).
+    DocknetLoad,
+    /// `wrk` (Debian's), the HTTP load generator people use.
+    Wrk,
 }
 
 impl Tool {
@@ -67,6 +74,8 @@ impl Tool {
             Tool::Sockperf => "sockperf",
             Tool::Iperf3 => "iperf3",
             Tool::RawPeer => "raw-peer",
+            Tool::DocknetLoad => "docknet-load",
+            Tool::Wrk => "wrk",
         }
     }
 }
@@ -199,6 +208,34 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub builder: Option<String>,
+    /// HTTP: the server (`docknet-httpd`, `nginx`).
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub server: Option<String>,
+    /// HTTP: answers per second.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub req_per_s: Option<f64>,
+    /// HTTP: the load generator's connections.
+    #[serde(
+        default,
+        deserialize_with = "small",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub connections: Option<usize>,
+    /// HTTP: errors the load generator counted (any kind).
+    #[serde(
+        default,
+        deserialize_with = "small",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub errors: Option<u64>,
     /// Idle: containers waiting, each a DockLib server.
     #[serde(
         default,
@@ -299,6 +336,10 @@ impl Row {
             pairs: None,
             mem_kib_per_pair: None,
             builder: None,
+            server: None,
+            req_per_s: None,
+            connections: None,
+            errors: None,
             containers: None,
             cpu_pct_of_core: None,
             idle: None,
@@ -315,8 +356,12 @@ impl Row {
     /// The series this row belongs to in a figure: mode, placement and tool.
     pub fn series(&self) -> String {
         let mut s = self.mode.name().to_string();
-        if self.cores != "-" {
+        // an HTTP run has one placement per mode: its server and generator say more
+        if self.cores != "-" && self.server.is_none() {
             s += &format!(" [{}]", self.cores);
+        }
+        if let Some(srv) = &self.server {
+            s += &format!(" {srv}");
         }
         if self.tool != Tool::Dnperf {
             s += &format!(" ({})", self.tool);

@@ -9,7 +9,7 @@ fn same_point(a: &Row, b: &Row) -> bool {
         a.mode, &a.cores, a.workload, a.size, a.mtu, a.tool, a.pairs, &a.idle,
     ) == (
         b.mode, &b.cores, b.workload, b.size, b.mtu, b.tool, b.pairs, &b.idle,
-    )
+    ) && (&a.server, a.connections) == (&b.server, b.connections)
 }
 
 /// The median of the values present (the upper median for an even count), if any.
@@ -48,6 +48,7 @@ pub fn summarize(rows: &[Row]) -> Vec<Row> {
                 msgs_per_s: med(|r| r.msgs_per_s),
                 cpu_s_per_op: med(|r| r.cpu_s_per_op),
                 cpu_cores: med(|r| r.cpu_cores),
+                req_per_s: med(|r| r.req_per_s),
                 mem_kib_per_pair: med(|r| r.mem_kib_per_pair),
                 lost: lost[lost.len() / 2],
                 path_ok: g.iter().all(|r| r.path_ok),

@@ -303,9 +303,20 @@ pub fn charts(rows: &[Row]) -> Vec<Chart> {
 /// the second.
 fn colors(rows: &[Row]) -> impl Fn(&Row) -> usize {
     // a mode's variants: its placements, and its peers' idle policies
-    let variant = |r: &Row| format!("{} {}", r.cores, r.idle.as_deref().unwrap_or(""));
+    let variant = |r: &Row| {
+        format!(
+            "{} {} {} {}",
+            r.cores,
+            r.idle.as_deref().unwrap_or(""),
+            r.server.as_deref().unwrap_or(""),
+            r.tool
+        )
+    };
     let mut placements: BTreeMap<crate::mode::Mode, Vec<String>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.cores != "-" || r.idle.is_some()) {
+    for r in rows
+        .iter()
+        .filter(|r| r.cores != "-" || r.idle.is_some() || r.server.is_some())
+    {
         let v = placements.entry(r.mode).or_default();
         if !v.contains(&variant(r)) {
             v.push(variant(r));
@@ -592,6 +603,67 @@ fn charts_for(rows: &[Row]) -> Vec<Chart> {
     }
     out.extend(pairs_charts(&of(Workload::Pairs), &color));
     out.extend(ratio_charts(rows, &color));
+    out
+}
+
+/// The HTTP figures: requests/s against connections, p50/p99 against connections, and a
+/// latency CDF per connection count (rows of docknet-load, which reports histograms).
+pub fn http_charts(rows: &[Row]) -> Vec<Chart> {
+    let http: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Http)
+        .collect();
+    if http.is_empty() {
+        return Vec::new();
+    }
+    let color = colors(rows);
+    let by_conns = |r: &Row| r.connections.map(|c| c as f64);
+    let mut out = vec![
+        chart(
+            "http-req-per-s".into(),
+            "HTTP requests/s vs connections (the paper's Fig. 11)".into(),
+            "connections (log)",
+            "requests/s (log)",
+            true,
+            group(&http, &color, &by_conns, &|r| r.req_per_s),
+        ),
+        chart(
+            "http-latency".into(),
+            "HTTP latency vs connections (p50 solid, p99 dashed)".into(),
+            "connections (log)",
+            "latency per request (us, log)",
+            true,
+            p50_p99(&http, &color, &by_conns),
+        ),
+    ];
+    let mut conns: Vec<usize> = http.iter().filter_map(|r| r.connections).collect();
+    conns.sort_unstable();
+    conns.dedup();
+    for c in conns {
+        let series: Vec<Series> = http
+            .iter()
+            .filter(|r| r.connections == Some(c))
+            .filter_map(|r| {
+                let h = r.one_way_hist.as_deref().filter(|h| !h.is_empty())?;
+                Some(Series {
+                    color: color(r),
+                    name: r.series(),
+                    points: cdf(h),
+                    dashed: false,
+                })
+            })
+            .collect();
+        if !series.is_empty() {
+            out.push(chart(
+                format!("cdf-http-{c}"),
+                format!("HTTP latency CDF under load, {c} connections"),
+                "latency per request (us, log)",
+                "fraction of requests",
+                false,
+                series,
+            ));
+        }
+    }
     out
 }
 

@@ -104,6 +104,23 @@ pub fn page(r: &Report) -> String {
             h += &table_html(&COLUMNS, rows.into_iter());
         }
     }
+    if let Some(x) = &r.http {
+        let _ = writeln!(
+            h,
+            "<h2>HTTP under load</h2>\n<p>{}</p>",
+            esc(super::HTTP_TEXT)
+        );
+        h += &table_html(&super::HTTP_COLUMNS, super::http_cells(&x.rows).into_iter());
+        h += "<ul>\n";
+        for t in &x.targets {
+            let class = if t.met { "met" } else { "notmet" };
+            let _ = writeln!(h, "<li class=\"{class}\">{}</li>", esc(&t.line()));
+        }
+        h += "</ul>\n";
+        for c in &x.charts {
+            h += &figure(c);
+        }
+    }
     if !r.idle.is_empty() {
         let _ = writeln!(h, "<h2>An idle host</h2>\n<p>{}</p>", esc(super::IDLE_TEXT));
         h += &table_html(&super::IDLE_COLUMNS, super::idle_cells(&r.idle).into_iter());

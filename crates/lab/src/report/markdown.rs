@@ -70,6 +70,17 @@ pub fn report(r: &Report) -> String {
             let _ = writeln!(m, "![{}](figures/{}.png)\n", c.title, c.file);
         }
     }
+    if let Some(x) = &r.http {
+        let _ = writeln!(m, "\n# HTTP under load\n\n{}\n", super::HTTP_TEXT);
+        m += &md_table(&super::HTTP_COLUMNS, super::http_cells(&x.rows).into_iter());
+        m += "\n";
+        for t in &x.targets {
+            let _ = writeln!(m, "- {}", t.line());
+        }
+        for c in &x.charts {
+            let _ = writeln!(m, "\n![{}](figures/{}.png)", c.title, c.file);
+        }
+    }
     if !r.idle.is_empty() {
         let _ = writeln!(m, "\n# An idle host\n\n{}\n", super::IDLE_TEXT);
         m += &md_table(&super::IDLE_COLUMNS, super::idle_cells(&r.idle).into_iter());
@@ -137,6 +148,29 @@ pub fn bench(title: &str, note: &str, res: &Results) -> String {
     for r in &res.ratios {
         let _ = writeln!(m, "- {r}");
     }
+    m += &targets_and_missing(res);
+    m += "\n## Placement\n\n";
+    for r in placements(&res.summary) {
+        let _ = writeln!(m, "- `{}` `{}`: {}", r.mode, r.cores, r.placement);
+    }
+    m
+}
+
+/// The Markdown of one `docknet bench http` run: command, table, targets, placements.
+pub fn http(res: &Results) -> String {
+    let env = &res.env;
+    let mut m = format!(
+        "# HTTP under load side by side\n\nCommand: `{}`  \nKernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) per point.\n\n{}\n\n```text\n",
+        env.command,
+        env.kernel.as_deref().unwrap_or("?"),
+        env.cores,
+        env.duration_s,
+        env.warmup_s,
+        env.repeat,
+        super::HTTP_TEXT
+    );
+    m += &crate::http::table(&res.summary);
+    m += "```\n";
     m += &targets_and_missing(res);
     m += "\n## Placement\n\n";
     for r in placements(&res.summary) {

@@ -129,6 +129,17 @@ impl RateSection {
     }
 }
 
+/// What a report shows of the HTTP benchmark.
+#[derive(Debug)]
+pub struct HttpSection {
+    /// Its summary rows.
+    pub rows: Vec<Row>,
+    /// The targets judged on them.
+    pub targets: Vec<Verdict>,
+    /// Requests/s against connections, latency CDFs.
+    pub charts: Vec<Chart>,
+}
+
 /// Everything a report shows, computed from the results before anything is written.
 #[derive(Debug)]
 pub struct Report {
@@ -138,6 +149,8 @@ pub struct Report {
     pub rate: Option<RateSection>,
     /// The idle host's rows (`docknet bench idle`), if any.
     pub idle: Vec<Row>,
+    /// The HTTP rows (`docknet bench http`), with their targets and figures.
+    pub http: Option<HttpSection>,
     /// The files' environments (the first is the report's).
     pub envs: Vec<Env>,
     /// Modes without figures, as lines (each once).
@@ -152,6 +165,8 @@ impl Report {
             all.into_iter().partition(|r| r.workload == Workload::Rate);
         let (idle, rows): (Vec<Row>, Vec<Row>) =
             rows.into_iter().partition(|r| r.workload == Workload::Idle);
+        let (http, rows): (Vec<Row>, Vec<Row>) =
+            rows.into_iter().partition(|r| r.workload == Workload::Http);
         let mut missing: Vec<String> = Vec::new();
         for line in files
             .iter()
@@ -174,6 +189,11 @@ impl Report {
             sections,
             rate: RateSection::of(&rate),
             idle,
+            http: (!http.is_empty()).then(|| HttpSection {
+                targets: crate::http::targets(&http),
+                charts: charts::http_charts(&http),
+                rows: http,
+            }),
             envs: files.iter().map(|f| f.env.clone()).collect(),
             missing,
         }
@@ -185,6 +205,7 @@ impl Report {
             .iter()
             .flat_map(|s| s.charts.iter())
             .chain(self.rate.iter().flat_map(|r| r.charts.iter()))
+            .chain(self.http.iter().flat_map(|h| h.charts.iter()))
     }
 
     /// Every section's targets.
@@ -193,6 +214,7 @@ impl Report {
             .iter()
             .flat_map(|s| s.targets.iter())
             .chain(self.rate.iter().flat_map(|r| r.targets.iter()))
+            .chain(self.http.iter().flat_map(|h| h.targets.iter()))
     }
 
     /// The report's environment: the first file's.
@@ -224,6 +246,49 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
             .map(PathBuf::from)
             .unwrap_or_else(|| charts::DEFAULT_FONT.into()),
     })
+}
+
+/// What the HTTP table says, in words.
+pub const HTTP_TEXT: &str = "docknet-httpd (the project's HTTP/1.1 server, one event loop, one \
+    program for kernel and DockLib sockets) loaded by docknet-load (likewise) on every mode; on \
+    kernel modes also by wrk (the cross-check of the generator), and nginx (one worker, static \
+    file, keep-alive) loaded by wrk: the server people deploy. Keep-alive connections, one \
+    request outstanding each; latency per request from the generator (wrk reports no p99.9); \
+    CPU per request is the whole machine's, from /proc/stat.";
+
+/// Column heads of the HTTP table.
+pub const HTTP_COLUMNS: [&str; 10] = [
+    "mode",
+    "server",
+    "load generator",
+    "cores",
+    "connections",
+    "requests/s",
+    "p50 (us)",
+    "p99 (us)",
+    "p99.9 (us)",
+    "CPU us/request",
+];
+
+/// The HTTP rows as cells under [`HTTP_COLUMNS`].
+pub fn http_cells(rows: &[Row]) -> Vec<Vec<String>> {
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));
+    rows.iter()
+        .map(|r| {
+            vec![
+                r.mode.name().to_string(),
+                r.server.clone().unwrap_or_else(|| "-".into()),
+                r.tool.name().to_string(),
+                r.cores.clone(),
+                r.connections.map_or("-".into(), |c| c.to_string()),
+                opt(r.req_per_s, 0),
+                opt(r.p50_us, 1),
+                opt(r.p99_us, 1),
+                opt(r.p999_us, 1),
+                opt(r.cpu_s_per_op.map(|c| c * 1e6), 2),
+            ]
+        })
+        .collect()
 }
 
 /// Column heads of the idle host's table.

@@ -9,6 +9,7 @@
 
 pub mod crosscheck;
 pub mod dnperf;
+pub mod http;
 pub mod idle;
 pub mod pairs;
 pub mod rate;

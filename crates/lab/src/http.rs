@@ -1,0 +1,198 @@
+//! The HTTP benchmark's targets and tables, judged on its summary rows (pure: no I/O).
+//!
+//! - DockNet's httpd serves at least 3x the requests/s of the same httpd on the kernel bridge,
+//!   both loaded by `docknet-load` (the paper measured 5.2x);
+//! - and more than nginx loaded by wrk on the bridge, with a p99 no worse;
+//! - `docknet-load` agrees with `wrk` within 15% on the same server (kernel modes).
+
+use crate::mode::Mode;
+use crate::row::{Row, Tool, Workload};
+use crate::verdict::Verdict;
+
+/// The HTTP rows of a mode, server and tool at `conns` connections.
+fn find<'a>(
+    rows: &'a [Row],
+    mode: Mode,
+    server: &str,
+    tool: Tool,
+    conns: Option<usize>,
+) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.workload == Workload::Http
+            && r.mode == mode
+            && r.server.as_deref() == Some(server)
+            && r.tool == tool
+            && r.connections == conns
+    })
+}
+
+fn fmt_rps(x: f64) -> String {
+    if x >= 1e4 {
+        format!("{:.0}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// The targets, one set per connection count present.
+pub fn targets(rows: &[Row]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let mut conns: Vec<Option<usize>> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Http)
+        .map(|r| r.connections)
+        .collect();
+    conns.sort_unstable();
+    conns.dedup();
+    for c in conns {
+        let at = c.map_or(String::new(), |n| format!(", {n} connections"));
+        let httpd_bridge = find(rows, Mode::Bridge, "docknet-httpd", Tool::DocknetLoad, c);
+        let nginx_bridge = find(rows, Mode::Bridge, "nginx", Tool::Wrk, c);
+        for m in [Mode::Docknet, Mode::DocknetFc] {
+            let Some(d) = find(rows, m, "docknet-httpd", Tool::DocknetLoad, c) else {
+                continue;
+            };
+            let Some(dr) = d.req_per_s else { continue };
+            if let Some(br) = httpd_bridge.and_then(|b| b.req_per_s) {
+                let x = dr / br;
+                out.push(Verdict {
+                    target: format!("docknet-httpd on {m} >= 3x the same on bridge{at}"),
+                    value: x,
+                    threshold: 3.0,
+                    measured: format!("{} vs {} req/s ({x:.2}x)", fmt_rps(dr), fmt_rps(br)),
+                    met: x >= 3.0,
+                });
+            }
+            if let Some(n) = nginx_bridge {
+                if let (Some(nr), Some(dp), Some(np)) = (n.req_per_s, d.p99_us, n.p99_us) {
+                    let met = dr > nr && dp <= np;
+                    out.push(Verdict {
+                        target: format!(
+                            "docknet-httpd on {m} above nginx + wrk on bridge, p99 no worse{at}"
+                        ),
+                        value: dr / nr,
+                        threshold: 1.0,
+                        measured: format!(
+                            "{} vs {} req/s, p99 {dp:.0} vs {np:.0} us",
+                            fmt_rps(dr),
+                            fmt_rps(nr)
+                        ),
+                        met,
+                    });
+                }
+            }
+        }
+        for m in Mode::ALL.into_iter().filter(|m| m.is_kernel()) {
+            let (Some(a), Some(b)) = (
+                find(rows, m, "docknet-httpd", Tool::DocknetLoad, c).and_then(|r| r.req_per_s),
+                find(rows, m, "docknet-httpd", Tool::Wrk, c).and_then(|r| r.req_per_s),
+            ) else {
+                continue;
+            };
+            let dev = (a / b - 1.0).abs();
+            out.push(Verdict {
+                target: format!("docknet-load within 15% of wrk on {m} (docknet-httpd){at}"),
+                value: dev,
+                threshold: 0.15,
+                measured: format!(
+                    "{} vs {} req/s ({:+.1}%)",
+                    fmt_rps(a),
+                    fmt_rps(b),
+                    (a / b - 1.0) * 100.0
+                ),
+                met: dev <= 0.15,
+            });
+        }
+    }
+    out
+}
+
+/// The HTTP rows as an aligned text table.
+pub fn table(rows: &[Row]) -> String {
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));
+    let mut s = format!(
+        "{:<11} {:<14} {:<13} {:<9} {:>5} {:>11} {:>9} {:>9} {:>9} {:>6} {:>8}\n",
+        "MODE",
+        "SERVER",
+        "TOOL",
+        "CORES",
+        "CONNS",
+        "REQ/S",
+        "p50(us)",
+        "p99(us)",
+        "p99.9",
+        "ERR",
+        "CPU/REQ"
+    );
+    for r in rows.iter().filter(|r| r.workload == Workload::Http) {
+        s += &format!(
+            "{:<11} {:<14} {:<13} {:<9} {:>5} {:>11} {:>9} {:>9} {:>9} {:>6} {:>8}\n",
+            r.mode.name(),
+            r.server.as_deref().unwrap_or("-"),
+            r.tool.name(),
+            r.cores,
+            r.connections.map_or("-".into(), |c| c.to_string()),
+            opt(r.req_per_s, 0),
+            opt(r.p50_us, 1),
+            opt(r.p99_us, 1),
+            opt(r.p999_us, 1),
+            r.errors.map_or("-".into(), |e| e.to_string()),
+            r.cpu_s_per_op
+                .map_or("-".into(), |c| format!("{:.2}us", c * 1e6)),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: Mode, server: &str, tool: Tool, rps: f64, p99: f64) -> Row {
+        Row {
+            server: Some(server.into()),
+            req_per_s: Some(rps),
+            p99_us: Some(p99),
+            connections: Some(64),
+            ..Row::new(mode, tool, Workload::Http, 451)
+        }
+    }
+
+    #[test]
+    fn targets_compare_docknet_with_the_bridge_and_the_tools_with_each_other() {
+        let rows = [
+            row(
+                Mode::Bridge,
+                "docknet-httpd",
+                Tool::DocknetLoad,
+                60_000.0,
+                300.0,
+            ),
+            row(Mode::Bridge, "docknet-httpd", Tool::Wrk, 55_000.0, 400.0),
+            row(Mode::Bridge, "nginx", Tool::Wrk, 80_000.0, 500.0),
+            row(
+                Mode::DocknetFc,
+                "docknet-httpd",
+                Tool::DocknetLoad,
+                240_000.0,
+                200.0,
+            ),
+            row(
+                Mode::Docknet,
+                "docknet-httpd",
+                Tool::DocknetLoad,
+                150_000.0,
+                600.0,
+            ),
+        ];
+        let t = targets(&rows);
+        let get = |s: &str| t.iter().find(|v| v.target.contains(s)).unwrap();
+        assert!(get("on docknet-fc >= 3x").met);
+        assert!(!get("on docknet >= 3x").met, "2.5x");
+        assert!(get("on docknet-fc above nginx").met);
+        assert!(!get("on docknet above nginx").met, "p99 worse");
+        let x = get("within 15% of wrk on bridge");
+        assert!(x.met && (x.value - 5.0 / 55.0).abs() < 1e-9, "{x:?}");
+        assert!(table(&rows).lines().count() == 6);
+    }
+}
