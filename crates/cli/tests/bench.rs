@@ -893,3 +893,61 @@ fn the_rate_experiment_limits_both_modes_and_cleans_up() {
         }
     }
 }
+
+#[test]
+fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
+    if !root_or_skip("http bench") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("http.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "http",
+            "--modes",
+            "bridge,docknet-fc",
+            "--connections",
+            "4",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.2",
+            "--json",
+        ],
+        &json,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    let rows = rows_of(&json, "http");
+    let has = |mode: &str, server: &str, tool: &str| {
+        rows.iter().any(|r| {
+            r["mode"] == mode
+                && r["server"] == server
+                && r["tool"] == tool
+                && r["req_per_s"].as_f64().unwrap() > 100.0
+                && r["errors"] == 0
+        })
+    };
+    assert!(has("bridge", "docknet-httpd", "docknet-load"), "{rows:?}");
+    assert!(
+        has("docknet-fc", "docknet-httpd", "docknet-load"),
+        "{rows:?}"
+    );
+    // wrk and nginx where Debian's packages are installed (scripts/setup.sh installs them)
+    for (prog, server, tool) in [("wrk", "docknet-httpd", "wrk"), ("nginx", "nginx", "wrk")] {
+        let there = Command::new("sh")
+            .args(["-c", &format!("command -v {prog}")])
+            .status()
+            .unwrap()
+            .success();
+        assert_eq!(has("bridge", server, tool), there, "{prog}: {rows:?}");
+    }
+    let v = valid(&json);
+    assert!(v["not_available"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n["mode"] == "docknet-fc (nginx)"));
+}

@@ -1,0 +1,331 @@
+//! docknet-httpd and docknet-load as programs: the protocol over kernel sockets (status,
+//! headers, bodies, pipelining, bad requests), and both over DockNet in containers, where the
+//! generator's counts must match the server's exactly.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
+const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
+
+/// A kernel-socket httpd on a free loopback port, ended (SIGTERM) on drop.
+struct Server {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(HTTPD)
+            .args(["--stack", "kernel", "--bind", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..100 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            child: Some(child),
+            port,
+        }
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s
+    }
+
+    /// Stops the server; what it said it served.
+    fn stop(mut self) -> serde_json::Value {
+        let c = self.child.take().unwrap();
+        stop_json(c)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// SIGTERM to a server; the JSON line it prints on the way out.
+fn stop_json(c: Child) -> serde_json::Value {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert!(o.status.success(), "the server exits cleanly on SIGTERM");
+    let out = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(out.lines().last().unwrap_or("")).unwrap_or_else(|_| panic!("{out}"))
+}
+
+/// Reads one answer: status, headers (lower-case names), body.
+fn answer(r: &mut impl BufRead) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l.split_once(':').unwrap();
+        headers.push((k.to_ascii_lowercase(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap();
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    (status, headers, body)
+}
+
+#[test]
+fn pipelined_keep_alive_requests_get_their_bodies_in_order() {
+    let srv = Server::start();
+    let mut s = srv.connect();
+    let reqs = "GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\
+                GET /bytes/100000 HTTP/1.1\r\nHost: t\r\n\r\n\
+                HEAD / HTTP/1.1\r\nHost: t\r\n\r\n\
+                GET /nope HTTP/1.1\r\nHost: t\r\n\r\n\
+                GET /work/100 HTTP/1.1\r\nHost: t\r\n\r\n";
+    s.write_all(reqs.as_bytes()).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let (st, h, b) = answer(&mut r);
+    assert_eq!(
+        (st, b.as_slice()),
+        (200, &b"hello from docknet-httpd\n"[..])
+    );
+    assert!(h
+        .iter()
+        .any(|(k, v)| k == "content-type" && v.starts_with("text/plain")));
+    let (st, _, b) = answer(&mut r);
+    assert!(st == 200 && b.len() == 100_000 && b.iter().all(|&c| c == b'x'));
+    // HEAD: the length of the body it would send, and no body
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let mut head = String::new();
+    while line.trim_end() != "" {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        head += &line;
+    }
+    assert!(head.contains("Content-Length: 451"), "{head}");
+    let (st, _, _) = answer(&mut r);
+    assert_eq!(st, 404);
+    let (st, _, b) = answer(&mut r);
+    assert_eq!((st, b.as_slice()), (200, &b"ok\n"[..]));
+    drop((r, s));
+    let served = srv.stop();
+    assert_eq!(served["responses_2xx"], 4);
+    assert_eq!(served["responses_4xx"], 1);
+}
+
+#[test]
+fn malformed_requests_get_400_and_the_connection_closes_cleanly() {
+    let srv = Server::start();
+    for bad in [
+        &b"NONSENSE\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: t\r\nContent-Length: nope\r\n\r\n",
+    ] {
+        let mut s = srv.connect();
+        s.write_all(bad).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap(); // the server closes after its answer
+        let text = String::from_utf8_lossy(&all);
+        assert!(text.starts_with("HTTP/1.1 400 Bad Request"), "{text}");
+        assert!(text.contains("Connection: close"), "{text}");
+    }
+    // an oversized head: 431, then closed
+    let mut s = srv.connect();
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: t\r\nX: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let _ = s.write_all(big.as_bytes());
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    assert!(String::from_utf8_lossy(&all).starts_with("HTTP/1.1 431"));
+    // a 404 keeps the connection
+    let mut s = srv.connect();
+    s.write_all(
+        b"GET /missing HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    assert_eq!(answer(&mut r).0, 404);
+    assert_eq!(answer(&mut r).0, 200);
+    // the server still serves everyone else
+    let mut s = srv.connect();
+    s.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    assert_eq!(answer(&mut BufReader::new(s)).0, 200);
+}
+
+#[test]
+fn concurrent_clients_each_get_their_own_bytes() {
+    let srv = Server::start();
+    let port = srv.port;
+    let clients: Vec<_> = (0..16)
+        .map(|k| {
+            std::thread::spawn(move || {
+                let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                for i in 0..50 {
+                    let n = 1 + (k * 997 + i * 131) % 20_000;
+                    write!(w, "GET /bytes/{n} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+                    let (st, _, b) = answer(&mut r);
+                    assert_eq!((st, b.len()), (200, n));
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert_eq!(srv.stop()["responses_2xx"], 800);
+}
+
+#[test]
+fn the_generator_counts_what_the_server_served_over_kernel_sockets() {
+    let srv = Server::start();
+    let o = Command::new(LOAD)
+        .args([
+            "--requests",
+            "3000",
+            "-c",
+            "8",
+            "-t",
+            "2",
+            "--pipeline",
+            "4",
+            "--json",
+            &format!("http://127.0.0.1:{}/hello.txt", srv.port),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (r["requests"].as_u64(), r["ok"].as_u64()),
+        (Some(3000), Some(3000)),
+        "{r}"
+    );
+    assert!(r["errors"].as_object().unwrap().is_empty(), "{r}");
+    assert_eq!(srv.stop()["responses_2xx"], 3000);
+    // bad input: one line, non-zero
+    for args in [
+        &["ftp://x/"][..],
+        &["http://name.example/"],
+        &["-c", "0", "http://127.0.0.1:1/"],
+    ] {
+        let o = Command::new(LOAD).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.trim().lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn httpd_and_load_over_docknet_agree_on_every_request() {
+    if !root_or_skip("httpd over docknet") {
+        return;
+    }
+    for fc in [false, true] {
+        let mut lab = Lab::start("adaptive");
+        lab.ok(&["pipe", "create", "web", "--ip", "10.61.0.2/24"]);
+        lab.ok(&["pipe", "create", "cli", "--ip", "10.61.0.3/24"]);
+        if fc {
+            lab.ok(&["fc", "connect", "cli", "web"]);
+        }
+        let srv = lab.spawn_in(
+            "web",
+            None,
+            &[
+                HTTPD,
+                "--stack",
+                "docknet",
+                "--idle",
+                "block",
+                "--bind",
+                "10.61.0.2:80",
+            ],
+        );
+        let attached = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(25));
+            !lab.json(&["pipe", "show", "web", "--json"])["socket"].is_null()
+        });
+        assert!(attached, "the server attached to its pipe");
+        let o = lab.in_container(
+            "cli",
+            &[
+                LOAD,
+                "--stack",
+                "docknet",
+                "--idle",
+                "block",
+                "--requests",
+                "5000",
+                "-c",
+                "16",
+                "--pipeline",
+                "2",
+                "--json",
+                "http://10.61.0.2/bytes/3000",
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            (r["requests"].as_u64(), r["ok"].as_u64()),
+            (Some(5000), Some(5000)),
+            "{r}"
+        );
+        assert!(r["errors"].as_object().unwrap().is_empty(), "{r}");
+        // every answer's bytes arrived: 5000 bodies of 3000 bytes, and their heads
+        assert!(
+            r["transfer_bytes_per_s"].as_f64().unwrap() * r["duration_s"].as_f64().unwrap()
+                >= 5000.0 * 3000.0 * 0.999
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(lab.child_pid(srv) as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let out = lab.wait(srv, Duration::from_secs(10));
+        let line = String::from_utf8_lossy(&out.stdout);
+        let served: serde_json::Value = serde_json::from_str(line.lines().last().unwrap_or(""))
+            .unwrap_or_else(|_| panic!("{line}"));
+        assert_eq!(served["responses_2xx"], 5000, "fast channel: {fc}");
+        assert_eq!(served["connections"], 16);
+    }
+}
