@@ -252,8 +252,7 @@ impl Balancer {
             self.no_connection(seg, Dest::Client, tx);
             return None;
         };
-        self.backends[usize::from(old)].active =
-            self.backends[usize::from(old)].active.saturating_sub(1);
+        release(&mut self.backends[usize::from(old)]);
         self.assign(b, port, seg.seq, now);
         if let Some(c) = self.table.get_mut(port) {
             c.backend = b;
@@ -357,13 +356,16 @@ impl Balancer {
             c.c2b_next = seg.seq_end();
         }
         c.fin_c2b |= seg.flags.fin;
-        closing(c, now);
+        let ended = closing(c, now);
         let to = Rewrite {
             src_mac: self.cfg.mac,
             dst_mac: mac,
             src: Addr::new(self.cfg.vip, port),
             dst: self.backends[bi].addr,
         };
+        if ended {
+            release(&mut self.backends[bi]);
+        }
         packet::rewrite(frame, seg, &to);
         if let Some(mss) = self.cfg.mss {
             packet::clamp_mss(frame, seg, mss);
@@ -406,7 +408,7 @@ impl Balancer {
             c.b2c_next = seg.seq_end();
         }
         c.fin_b2c |= seg.flags.fin;
-        closing(c, now);
+        let ended = closing(c, now);
         let to = Rewrite {
             src_mac: self.cfg.mac,
             dst_mac: c.client_mac,
@@ -414,6 +416,9 @@ impl Balancer {
             dst: c.key.client,
         };
         let port = seg.dport;
+        if ended {
+            release(&mut self.backends[usize::from(b)]);
+        }
         if answered {
             // a SYN-ACK proves the backend alive
             let _ = self.backends[usize::from(b)].success(now, &self.cfg.health);
@@ -486,8 +491,9 @@ impl Balancer {
     /// Removes the connection on `port` (its backend's count goes down).
     fn close(&mut self, port: u16, now: Instant) {
         if let Some(c) = self.table.remove(port, now) {
-            let b = &mut self.backends[usize::from(c.backend)];
-            b.active = b.active.saturating_sub(1);
+            if !matches!(c.phase, Phase::Closing { .. }) {
+                release(&mut self.backends[usize::from(c.backend)]);
+            }
             self.counters.conns_closed += 1;
         }
     }
@@ -598,8 +604,9 @@ impl Balancer {
         let backends = &mut self.backends;
         let counters = &mut self.counters;
         self.table.sweep(now, budget, |_, c| {
-            let b = &mut backends[usize::from(c.backend)];
-            b.active = b.active.saturating_sub(1);
+            if !matches!(c.phase, Phase::Closing { .. }) {
+                release(&mut backends[usize::from(c.backend)]);
+            }
             counters.conns_expired += 1;
         });
     }
@@ -746,9 +753,18 @@ impl Balancer {
     }
 }
 
-/// Enters the closing linger once FIN has passed both ways.
-fn closing(c: &mut Conn, now: Instant) {
+/// Enters the closing linger once FIN has passed both ways; `true` when it just did. A
+/// connection that lingers no longer counts as active on its backend (least-conn would
+/// otherwise avoid a backend for the linger after its connections ended).
+fn closing(c: &mut Conn, now: Instant) -> bool {
     if c.fin_c2b && c.fin_b2c && !matches!(c.phase, Phase::Closing { .. }) {
         c.phase = Phase::Closing { since: now };
+        return true;
     }
+    false
+}
+
+/// One connection fewer on backend `b`.
+fn release(b: &mut Backend) {
+    b.active = b.active.saturating_sub(1);
 }

@@ -222,6 +222,14 @@ impl Table {
         }
     }
 
+    /// Every connection with its balancer port (a whole scan: for stats and tests).
+    pub fn iter(&self) -> impl Iterator<Item = (u16, &Conn)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|c| (FIRST_PORT + i as u16, c)))
+    }
+
     /// Balancer ports of every connection pinned to `backend` (a whole scan: for the rare
     /// moment a backend is taken out).
     pub fn ports_of(&self, backend: u16) -> Vec<u16> {
