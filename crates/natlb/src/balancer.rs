@@ -343,8 +343,8 @@ impl Balancer {
         };
         let (Some(mac), true) = (self.backends[bi].mac, self.backends[bi].available()) else {
             // taken out: the connection ends here (its reset may still be queued)
-            if phase != Phase::SynSent {
-                self.reset_client_side(port, now, tx);
+            if phase != Phase::SynSent && self.reset_client_side(port, now, tx) {
+                self.backends[bi].counters.conns_reset += 1;
             }
             return self.drop_for(Reason::BackendOut);
         };

@@ -95,20 +95,26 @@ Example:
   docknet run --pipe lb --cpu 1 -- docknet-natlb --backend 10.0.0.11:80 --backend 10.0.0.12:80 --port 80
   docknet run --pipe client -- dnperf client --stack docknet --connect 10.0.0.1:80 --workload rr";
 
-/// The way out over the container's endpoint.
-struct EpTx<'a>(&'a mut Endpoint);
+/// The way out over the container's endpoint; `queued` says whether a flush is due.
+struct EpTx<'a> {
+    ep: &'a mut Endpoint,
+    queued: &'a mut bool,
+}
 
 impl Tx for EpTx<'_> {
     fn send(&mut self, frame: &[u8], dest: Dest) -> Sent {
         // a backend is reached over its fast channel or not at all (the endpoint would
         // otherwise route it through the daemon)
         if let Dest::Backend(ip) = dest {
-            if self.0.fc_peer_mac(ip).is_none() {
+            if self.ep.fc_peer_mac(ip).is_none() {
                 return Sent::NoChannel;
             }
         }
-        match self.0.send(frame) {
-            Ok(_) => Sent::Ok,
+        match self.ep.send(frame) {
+            Ok(_) => {
+                *self.queued = true;
+                Sent::Ok
+            }
             Err(SendError::Full) => Sent::Full,
             Err(SendError::BadLength(_)) => Sent::TooBig,
             // the pipe is gone: the loop notices and ends
@@ -225,15 +231,27 @@ fn serve(
     loop {
         let now = Instant::now();
         let mut got = 0;
+        let mut queued = false;
         while got < BATCH {
             let Some((n, _)) = ep.recv(&mut buf) else {
                 break;
             };
-            lb.handle(&mut buf[..n], now, &mut EpTx(ep));
+            let mut tx = EpTx {
+                ep,
+                queued: &mut queued,
+            };
+            lb.handle(&mut buf[..n], now, &mut tx);
             got += 1;
         }
-        lb.tick(now, &mut EpTx(ep));
-        ep.flush();
+        let mut tx = EpTx {
+            ep,
+            queued: &mut queued,
+        };
+        lb.tick(now, &mut tx);
+        // publishing costs a fence per ring: only when something was queued
+        if queued {
+            ep.flush();
+        }
         if now >= next_house {
             next_house = now + HOUSEKEEPING;
             if stop.load(Ordering::Relaxed) {
