@@ -286,3 +286,43 @@ fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(&tmp, format!("{text}\n"))?;
     std::fs::rename(&tmp, path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_replaced_whole_and_leave_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("stats.json");
+        write_atomically(&p, r#"{"a":1}"#).unwrap();
+        write_atomically(&p, r#"{"a":2}"#).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "{\"a\":2}\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["stats.json"]);
+        assert!(write_atomically(&dir.path().join("no/such/dir"), "x").is_err());
+    }
+
+    #[test]
+    fn the_command_line_parses_and_refuses_in_clap_terms() {
+        let c = Cli::try_parse_from([
+            "docknet-natlb",
+            "--backend",
+            "10.0.0.2:80",
+            "--port",
+            "8080:80",
+            "--policy",
+            "least-conn",
+            "--idle",
+            "block",
+        ])
+        .unwrap();
+        assert_eq!(c.policy, Policy::LeastConn);
+        assert_eq!(c.idle, IdlePolicy::Block);
+        assert!(Cli::try_parse_from(["docknet-natlb", "--port", "80"]).is_err());
+        assert!(Cli::try_parse_from(["docknet-natlb", "--backend", "x", "--port", "80"]).is_err());
+    }
+}
