@@ -326,6 +326,9 @@ enum BenchCmd {
     /// HTTP under load side by side (the paper's Fig. 11): docknet-httpd under docknet-load on
     /// every mode, wrk and nginx beside them on the kernel's.
     Http(docknet_lab::bench::HttpArgs),
+    /// The one-way latency the NAT load balancer (docknet-natlb) adds: rr through it against
+    /// rr direct, alternated in one run.
+    Nat(docknet_lab::workload::nat::NatArgs),
     /// What an idle host costs and how fast it wakes: a daemon and N containers each waiting
     /// in accept, their CPU time together (exact, from schedstat), then the one-way latency of
     /// messages sent after a second of idle.
@@ -498,6 +501,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Pairs(a)) => docknet_lab::bench::run(Workload::Pairs, a)?,
         Cmd::Bench(BenchCmd::Rate(a)) => docknet_lab::bench::run_rate(a)?,
         Cmd::Bench(BenchCmd::Http(a)) => docknet_lab::bench::run_http(a)?,
+        Cmd::Bench(BenchCmd::Nat(a)) => docknet_lab::bench::run_nat(a)?,
         Cmd::Bench(BenchCmd::Idle(a)) => {
             if !nix::unistd::geteuid().is_root() {
                 anyhow::bail!("docknet bench idle needs root (it builds containers)");

@@ -277,6 +277,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         (Workload::Rate, _) => "Rate limits side by side",
         (Workload::Idle, _) => "An idle host",
         (Workload::Http, _) => "HTTP under load",
+        (Workload::Nat, _) => "NAT load balancer",
     };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";
@@ -696,6 +697,53 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
         args.report.as_ref(),
         "tcp-http",
         || markdown::http(&res),
+    )?;
+    if let Some(dir) = &args.report {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
+    }
+    Ok(())
+}
+
+/// Runs `docknet bench nat`.
+pub fn run_nat(args: crate::workload::nat::NatArgs) -> Result<()> {
+    if args.rounds == 0 || args.duration <= 0.0 || args.warmup < 0.0 {
+        bail!("--rounds must be at least 1, --duration positive, --warmup not negative");
+    }
+    need_root("docknet bench nat")?;
+    let stop = Stop::on_signals()?;
+    let mut progress = crate::progress::Progress::new(2 * args.rounds as u64);
+    let rows = crate::workload::nat::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let targets = lines(&crate::http::nat_targets(&rows));
+    print!("{}", crate::http::nat_table(&rows));
+    for t in &targets {
+        println!("target: {t}");
+    }
+    let mut env = Env::here(args.duration, args.warmup, args.rounds);
+    env.workload = Some(Workload::Nat);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows.clone(),
+        summary: rows,
+        ratios: Vec::new(),
+        targets,
+        not_available: Vec::new(),
+    };
+    write_outputs(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        "tcp-nat",
+        || {
+            format!(
+            "# NAT load balancer: the latency it adds\n\nCommand: `{}`\n\n```text\n{}```\n\n{}\n",
+            res.env.command,
+            crate::http::nat_table(&res.summary),
+            res.targets.iter().map(|t| format!("- {t}\n")).collect::<String>()
+        )
+        },
     )?;
     if let Some(dir) = &args.report {
         let index = report::build_dir(dir)?;

@@ -107,6 +107,49 @@ pub fn targets(rows: &[Row]) -> Vec<Verdict> {
     out
 }
 
+/// The NAT target: the balancer adds at most 1.5 us one-way at p50.
+pub fn nat_targets(rows: &[Row]) -> Vec<Verdict> {
+    rows.iter()
+        .filter(|r| r.workload == Workload::Nat)
+        .filter_map(|r| {
+            let (a, d) = (r.added_p50_us?, r.direct_p50_us?);
+            Some(Verdict {
+                target: "the NAT load balancer adds <= 1.5 us one-way at p50".into(),
+                value: a,
+                threshold: 1.5,
+                measured: format!(
+                    "{a:.2} us ({:.2} through it against {d:.2} direct, {})",
+                    r.p50_us.unwrap_or(0.0),
+                    r.cores
+                ),
+                met: a <= 1.5,
+            })
+        })
+        .collect()
+}
+
+/// The NAT rows as an aligned text table.
+pub fn nat_table(rows: &[Row]) -> String {
+    let opt = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
+    let mut s = format!(
+        "{:<15} {:<10} {:>9} {:>9} {:>9} {:>11} {:>11}\n",
+        "PATH", "CORES", "p50(us)", "p99(us)", "p99.9", "ADDED p50", "ADDED p99"
+    );
+    for r in rows.iter().filter(|r| r.workload == Workload::Nat) {
+        s += &format!(
+            "{:<15} {:<10} {:>9} {:>9} {:>9} {:>11} {:>11}\n",
+            r.server.as_deref().unwrap_or("-"),
+            r.cores,
+            opt(r.p50_us),
+            opt(r.p99_us),
+            opt(r.p999_us),
+            opt(r.added_p50_us),
+            opt(r.added_p99_us)
+        );
+    }
+    s
+}
+
 /// The HTTP rows as an aligned text table.
 pub fn table(rows: &[Row]) -> String {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));

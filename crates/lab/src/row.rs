@@ -26,6 +26,8 @@ pub enum Workload {
     Idle,
     /// HTTP requests under a load generator: requests/s and latency (the paper's Fig. 11).
     Http,
+    /// The one-way latency a NAT load balancer adds.
+    Nat,
 }
 
 impl Workload {
@@ -38,6 +40,7 @@ impl Workload {
             Workload::Rate => "rate",
             Workload::Idle => "idle",
             Workload::Http => "http",
+            Workload::Nat => "nat",
         }
     }
 }
@@ -100,6 +103,12 @@ fn default_true() -> bool {
 fn figure<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let v = Value::deserialize(d)?;
     Ok(v.as_f64().filter(|x| x.is_finite() && *x >= 0.0))
+}
+
+/// A finite number that may be negative (a difference of two figures).
+fn signed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(v.as_f64().filter(|x| x.is_finite()))
 }
 
 fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -236,6 +245,27 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub errors: Option<u64>,
+    /// NAT: the direct path's one-way p50 (us), measured in the same run.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub direct_p50_us: Option<f64>,
+    /// NAT: one-way p50 through the balancer minus direct (us).
+    #[serde(
+        default,
+        deserialize_with = "signed",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub added_p50_us: Option<f64>,
+    /// NAT: the same at p99 (us).
+    #[serde(
+        default,
+        deserialize_with = "signed",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub added_p99_us: Option<f64>,
     /// Idle: containers waiting, each a DockLib server.
     #[serde(
         default,
@@ -340,6 +370,9 @@ impl Row {
             req_per_s: None,
             connections: None,
             errors: None,
+            direct_p50_us: None,
+            added_p50_us: None,
+            added_p99_us: None,
             containers: None,
             cpu_pct_of_core: None,
             idle: None,

@@ -3,6 +3,7 @@
 
 use super::table::{headline_cells, headline_columns, COLUMNS};
 use super::Report;
+use crate::row::Workload;
 use std::fmt::Write as _;
 
 /// HTML-escapes `s`.
@@ -111,6 +112,11 @@ pub fn page(r: &Report) -> String {
             esc(super::HTTP_TEXT)
         );
         h += &table_html(&super::HTTP_COLUMNS, super::http_cells(&x.rows).into_iter());
+        if x.rows.iter().any(|r| r.workload == Workload::Nat) {
+            h += "<h3>NAT load balancer: the one-way latency it adds (64 B rr)</h3>\n<pre>";
+            h += &esc(&crate::http::nat_table(&x.rows));
+            h += "</pre>\n";
+        }
         h += "<ul>\n";
         for t in &x.targets {
             let class = if t.met { "met" } else { "notmet" };

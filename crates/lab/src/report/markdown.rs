@@ -73,6 +73,14 @@ pub fn report(r: &Report) -> String {
     if let Some(x) = &r.http {
         let _ = writeln!(m, "\n# HTTP under load\n\n{}\n", super::HTTP_TEXT);
         m += &md_table(&super::HTTP_COLUMNS, super::http_cells(&x.rows).into_iter());
+        if x.rows
+            .iter()
+            .any(|r| r.workload == crate::row::Workload::Nat)
+        {
+            m += "\nNAT load balancer, the one-way latency it adds (64 B rr):\n\n```text\n";
+            m += &crate::http::nat_table(&x.rows);
+            m += "```\n";
+        }
         m += "\n";
         for t in &x.targets {
             let _ = writeln!(m, "- {}", t.line());

@@ -165,8 +165,9 @@ impl Report {
             all.into_iter().partition(|r| r.workload == Workload::Rate);
         let (idle, rows): (Vec<Row>, Vec<Row>) =
             rows.into_iter().partition(|r| r.workload == Workload::Idle);
-        let (http, rows): (Vec<Row>, Vec<Row>) =
-            rows.into_iter().partition(|r| r.workload == Workload::Http);
+        let (http, rows): (Vec<Row>, Vec<Row>) = rows
+            .into_iter()
+            .partition(|r| matches!(r.workload, Workload::Http | Workload::Nat));
         let mut missing: Vec<String> = Vec::new();
         for line in files
             .iter()
@@ -190,7 +191,7 @@ impl Report {
             rate: RateSection::of(&rate),
             idle,
             http: (!http.is_empty()).then(|| HttpSection {
-                targets: crate::http::targets(&http),
+                targets: [crate::http::targets(&http), crate::http::nat_targets(&http)].concat(),
                 charts: charts::http_charts(&http),
                 rows: http,
             }),
@@ -274,6 +275,7 @@ pub const HTTP_COLUMNS: [&str; 10] = [
 pub fn http_cells(rows: &[Row]) -> Vec<Vec<String>> {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));
     rows.iter()
+        .filter(|r| r.workload == Workload::Http)
         .map(|r| {
             vec![
                 r.mode.name().to_string(),

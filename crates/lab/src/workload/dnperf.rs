@@ -30,9 +30,12 @@ impl Side {
 pub fn perf_workload(w: Workload) -> Perf {
     match w {
         Workload::Rr => Perf::Rr,
-        Workload::Stream | Workload::Pairs | Workload::Rate | Workload::Idle | Workload::Http => {
-            Perf::Stream
-        }
+        Workload::Stream
+        | Workload::Pairs
+        | Workload::Rate
+        | Workload::Idle
+        | Workload::Http
+        | Workload::Nat => Perf::Stream,
     }
 }
 

@@ -11,6 +11,7 @@ pub mod crosscheck;
 pub mod dnperf;
 pub mod http;
 pub mod idle;
+pub mod nat;
 pub mod pairs;
 pub mod rate;
 pub mod raw;
