@@ -951,3 +951,72 @@ fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
         .iter()
         .any(|n| n["mode"] == "docknet-fc (nginx)"));
 }
+
+#[test]
+fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
+    if !root_or_skip("nat and cluster") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let nat = dir.path().join("nat.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "nat",
+            "--rounds",
+            "1",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.2",
+            "--json",
+        ],
+        &nat,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]));
+    let rows = rows_of(&nat, "nat");
+    let through = rows
+        .iter()
+        .find(|r| r["server"] == "docknet-natlb")
+        .expect("a row through the balancer");
+    assert!(through["added_p50_us"].is_number() && through["p50_us"].as_f64().unwrap() > 0.0);
+    let cl = dir.path().join("cluster.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "http",
+            "--backends",
+            "1,2",
+            "--work-us",
+            "5",
+            "--connections",
+            "8",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.2",
+            "--json",
+        ],
+        &cl,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]));
+    let rows = rows_of(&cl, "http");
+    for mode in ["bridge", "docknet-fc"] {
+        for b in [1, 2] {
+            let r = rows
+                .iter()
+                .find(|r| r["mode"] == mode && r["backends"] == b)
+                .unwrap_or_else(|| panic!("{mode} with {b} backends: {rows:?}"));
+            assert!(
+                r["req_per_s"].as_f64().unwrap() > 100.0 && r["errors"] == 0,
+                "{r}"
+            );
+            assert!(
+                r["cpu_us_per_req"]["backends"].as_f64().unwrap() > 0.0,
+                "{r}"
+            );
+        }
+    }
+}

@@ -480,6 +480,20 @@ pub struct HttpArgs {
     /// Runs per point.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// The web cluster instead: this many docknet-httpd backends behind a load balancer
+    /// (docknet-natlb on docknet-fc; iptables DNAT on bridge), each request spending --work-us
+    /// of a backend's CPU; requests/s and the scaling against one backend.
+    #[arg(long, value_delimiter = ',', value_name = "N")]
+    pub backends: Option<Vec<usize>>,
+    /// Web cluster: CPU microseconds per request in a backend (GET /work/US).
+    #[arg(long, default_value_t = 10)]
+    pub work_us: u64,
+    /// Web cluster: how DockNet's generator, balancer and backends wait (spin, adaptive,
+    /// adaptive:0, block). They share two cores: waiting without spinning or yielding leaves
+    /// the CPU to whoever has work (measured: 1.42x from one to three backends with block,
+    /// 0.86x with adaptive).
+    #[arg(long, default_value = "block")]
+    pub peer_idle: String,
     /// Write all results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -488,8 +502,170 @@ pub struct HttpArgs {
     pub report: Option<PathBuf>,
 }
 
+/// Runs `docknet bench http --backends ...`: the web cluster.
+fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
+    use crate::workload::cluster::{self, ClusterPoint};
+    let modes = args
+        .modes
+        .iter()
+        .map(|m| match m.parse::<Mode>()? {
+            Mode::Docknet | Mode::DocknetFc => Ok(Mode::DocknetFc),
+            Mode::Bridge => Ok(Mode::Bridge),
+            m => bail!("{m}: the web cluster runs on bridge (iptables DNAT) and docknet-fc (docknet-natlb)"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut modes = modes;
+    modes.dedup();
+    if backends.is_empty() || backends.iter().any(|b| !(1..=16).contains(b)) {
+        bail!("--backends takes numbers from 1 to 16");
+    }
+    if !(1..=1_000_000).contains(&args.work_us) {
+        bail!("--work-us must be 1 .. 1000000");
+    }
+    let connections = *args.connections.first().unwrap_or(&64);
+    let idle = crate::plan::PEER_IDLE
+        .into_iter()
+        .find(|p| *p == args.peer_idle)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--peer-idle: {:?} is not one of {}",
+                args.peer_idle,
+                crate::plan::PEER_IDLE.join(", ")
+            )
+        })?;
+    need_root("docknet bench http")?;
+    let stop = Stop::on_signals()?;
+    let exe = std::env::current_exe()?;
+    let mut progress =
+        crate::progress::Progress::new((modes.len() * backends.len() * args.repeat) as u64);
+    let (mut rows, mut skipped) = (Vec::new(), Vec::new());
+    let most = backends.iter().copied().max().unwrap_or(1);
+    for mode in modes {
+        stop.check()?;
+        let why = match mode {
+            Mode::DocknetFc if cluster::natlb_built(&exe).is_none() => {
+                Some("docknet-natlb is not built next to docknet".to_string())
+            }
+            Mode::Bridge if !crate::workload::http::have("iptables") => {
+                Some("no iptables (apt-get install iptables)".to_string())
+            }
+            m => probe::unavailable(m),
+        };
+        if let Some(reason) = why {
+            progress.skip((backends.len() * args.repeat) as u64);
+            skipped.push(NotAvailable {
+                mode: mode.name().into(),
+                topology: Topology::OneHost,
+                mtu: None,
+                status: Status::NotAvailable,
+                reason,
+            });
+            continue;
+        }
+        let lab = if mode == Mode::Bridge {
+            Some(
+                crate::topology::KernelLab::build(mode, most, 1500)
+                    .context("building the bridge")?,
+            )
+        } else {
+            None
+        };
+        for repeat in 0..args.repeat {
+            for &n in backends {
+                stop.check()?;
+                let p = ClusterPoint {
+                    backends: n,
+                    connections,
+                    work_us: args.work_us,
+                    duration: args.duration,
+                    warmup: args.warmup,
+                    repeat,
+                    idle,
+                };
+                progress.start(&format!("{mode} cluster, {n} backends"));
+                let r = match &lab {
+                    Some(l) => cluster::kernel(&exe, l, &p, &stop),
+                    None => cluster::docknet(&exe, &p, &stop),
+                };
+                match r {
+                    Ok(row) => {
+                        progress.done(&format!(
+                            "  {mode} cluster, {n} backends: {:.0} req/s, p99 {:.0} us",
+                            row.req_per_s.unwrap_or(0.0),
+                            row.p99_us.unwrap_or(0.0)
+                        ));
+                        rows.push(row);
+                    }
+                    Err(e) => {
+                        if stop.raised() {
+                            return Err(e);
+                        }
+                        progress.done(&format!("  {mode} cluster, {n} backends: failed: {e:#}"));
+                        skipped.push(NotAvailable {
+                            mode: format!("{mode} ({n} backends)"),
+                            topology: Topology::OneHost,
+                            mtu: Some(1500),
+                            status: Status::Skipped,
+                            reason: format!("failed: {e:#}"),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    progress.finish();
+    let summary = summarize(&rows);
+    print!("{}", crate::http::cluster_table(&summary));
+    for s in &skipped {
+        println!("{}", s.line());
+    }
+    let targets = lines(&crate::http::cluster_targets(&summary));
+    for t in &targets {
+        println!("target: {t}");
+    }
+    println!("{}", crate::http::CLUSTER_CEILING);
+    let mut env = Env::here(args.duration, args.warmup, args.repeat);
+    env.workload = Some(Workload::Http);
+    env.mtus = Some(vec![1500]);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows,
+        summary,
+        ratios: Vec::new(),
+        targets,
+        not_available: skipped,
+    };
+    write_outputs(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        "tcp-cluster",
+        || {
+            format!(
+                "# Web cluster\n\nCommand: `{}`\n\n```text\n{}```\n\n{}\n{}\n",
+                res.env.command,
+                crate::http::cluster_table(&res.summary),
+                res.targets
+                    .iter()
+                    .map(|t| format!("- {t}\n"))
+                    .collect::<String>(),
+                crate::http::CLUSTER_CEILING
+            )
+        },
+    )?;
+    if let Some(dir) = &args.report {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
+    }
+    Ok(())
+}
+
 /// Runs `docknet bench http`.
 pub fn run_http(args: HttpArgs) -> Result<()> {
+    if let Some(b) = args.backends.clone() {
+        return run_cluster(&args, &b);
+    }
     use crate::row::Tool;
     use crate::workload::http::{self as h, HttpNet, HttpPoint, HttpTiming, SERVERS};
     let modes = args

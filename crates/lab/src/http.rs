@@ -19,6 +19,7 @@ fn find<'a>(
 ) -> Option<&'a Row> {
     rows.iter().find(|r| {
         r.workload == Workload::Http
+            && r.backends.is_none()
             && r.mode == mode
             && r.server.as_deref() == Some(server)
             && r.tool == tool
@@ -107,6 +108,74 @@ pub fn targets(rows: &[Row]) -> Vec<Verdict> {
     out
 }
 
+/// What the cluster's scaling can be here, in words.
+pub const CLUSTER_CEILING: &str = "The ceiling on two cores: the load generator (and on DockNet \
+    the balancer) run on core 0, backend 1 on core 1, backend 2 on core 0 again, so a second \
+    backend adds only the part of core 0 the generator and balancer leave; a third and fourth \
+    share cores already busy. Where a free core exists for each backend, the scaling would be \
+    bounded by the backends' work instead (not measurable on this machine).";
+
+/// Requests/s of a cluster row relative to the same mode's one-backend row.
+pub fn scaling(rows: &[Row], r: &Row) -> Option<f64> {
+    let one = rows.iter().find(|x| {
+        x.workload == Workload::Http
+            && x.mode == r.mode
+            && x.backends == Some(1)
+            && x.work_us == r.work_us
+            && x.connections == r.connections
+    })?;
+    Some(r.req_per_s? / one.req_per_s?)
+}
+
+/// The cluster's target: DockNet's scaling from one to two backends at least the kernel's.
+pub fn cluster_targets(rows: &[Row]) -> Vec<Verdict> {
+    let two = |m: Mode| {
+        rows.iter()
+            .find(|r| r.mode == m && r.backends == Some(2))
+            .and_then(|r| scaling(rows, r))
+    };
+    match (two(Mode::DocknetFc), two(Mode::Bridge)) {
+        (Some(d), Some(k)) => vec![Verdict {
+            target: "web cluster: DockNet's scaling from 1 to 2 backends at least the kernel's \
+                     on the same cores"
+                .into(),
+            value: d,
+            threshold: k,
+            measured: format!("{d:.2}x against {k:.2}x"),
+            met: d >= k,
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// The cluster rows as an aligned text table, with the CPU per request by component.
+pub fn cluster_table(rows: &[Row]) -> String {
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));
+    let mut s = format!(
+        "{:<11} {:>8} {:>11} {:>8} {:>9} {:>9} {:>6}  CPU us/request by component\n",
+        "MODE", "BACKENDS", "REQ/S", "SCALING", "p50(us)", "p99(us)", "ERR"
+    );
+    for r in rows.iter().filter(|r| r.backends.is_some()) {
+        let cpu = r.cpu_us_per_req.as_ref().map_or(String::new(), |m| {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        s += &format!(
+            "{:<11} {:>8} {:>11} {:>8} {:>9} {:>9} {:>6}  {cpu}\n",
+            r.mode.name(),
+            r.backends.map_or("-".into(), |b| b.to_string()),
+            opt(r.req_per_s, 0),
+            scaling(rows, r).map_or("-".into(), |x| format!("{x:.2}x")),
+            opt(r.p50_us, 1),
+            opt(r.p99_us, 1),
+            r.errors.map_or("-".into(), |e| e.to_string()),
+        );
+    }
+    s
+}
+
 /// The NAT target: the balancer adds at most 1.5 us one-way at p50.
 pub fn nat_targets(rows: &[Row]) -> Vec<Verdict> {
     rows.iter()
@@ -167,7 +236,10 @@ pub fn table(rows: &[Row]) -> String {
         "ERR",
         "CPU/REQ"
     );
-    for r in rows.iter().filter(|r| r.workload == Workload::Http) {
+    for r in rows
+        .iter()
+        .filter(|r| r.workload == Workload::Http && r.backends.is_none())
+    {
         s += &format!(
             "{:<11} {:<14} {:<13} {:<9} {:>5} {:>11} {:>9} {:>9} {:>9} {:>6} {:>8}\n",
             r.mode.name(),

@@ -105,6 +105,25 @@ fn figure<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     Ok(v.as_f64().filter(|x| x.is_finite() && *x >= 0.0))
 }
 
+/// Named figures (at most 16 names of at most 64 bytes; other entries are dropped).
+fn parts<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::collections::BTreeMap<String, f64>>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(v.as_object().map(|o| {
+        o.iter()
+            .filter(|(k, _)| k.len() <= 64)
+            .filter_map(|(k, v)| {
+                Some((
+                    k.clone(),
+                    v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)?,
+                ))
+            })
+            .take(16)
+            .collect()
+    }))
+}
+
 /// A finite number that may be negative (a difference of two figures).
 fn signed<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let v = Value::deserialize(d)?;
@@ -245,6 +264,28 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub errors: Option<u64>,
+    /// Web cluster: backends behind the balancer.
+    #[serde(
+        default,
+        deserialize_with = "small",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backends: Option<usize>,
+    /// Web cluster: CPU microseconds each request costs a backend (`/work/US`).
+    #[serde(
+        default,
+        deserialize_with = "small",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub work_us: Option<u64>,
+    /// Web cluster: CPU microseconds per request by component (load generator, balancer,
+    /// backends, daemon, kernel and other).
+    #[serde(
+        default,
+        deserialize_with = "parts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_us_per_req: Option<std::collections::BTreeMap<String, f64>>,
     /// NAT: the direct path's one-way p50 (us), measured in the same run.
     #[serde(
         default,
@@ -370,6 +411,9 @@ impl Row {
             req_per_s: None,
             connections: None,
             errors: None,
+            backends: None,
+            work_us: None,
+            cpu_us_per_req: None,
             direct_p50_us: None,
             added_p50_us: None,
             added_p99_us: None,

@@ -9,7 +9,7 @@ fn same_point(a: &Row, b: &Row) -> bool {
         a.mode, &a.cores, a.workload, a.size, a.mtu, a.tool, a.pairs, &a.idle,
     ) == (
         b.mode, &b.cores, b.workload, b.size, b.mtu, b.tool, b.pairs, &b.idle,
-    ) && (&a.server, a.connections) == (&b.server, b.connections)
+    ) && (&a.server, a.connections, a.backends) == (&b.server, b.connections, b.backends)
 }
 
 /// The median of the values present (the upper median for an even count), if any.

@@ -206,8 +206,13 @@ pub fn measure(a: &NatArgs, stop: &Stop, progress: &mut Progress) -> Result<Vec<
         builder: Some("docknet".into()),
         ..Row::new(Mode::DocknetFc, Tool::Dnperf, Workload::Nat, 64)
     };
+    // the client's CPU per transaction, averaged over the rounds
+    let cpu = |f: fn(&(ClientReport, ClientReport)) -> f64| {
+        Some(rounds.iter().map(f).sum::<f64>() / rounds.len().max(1) as f64)
+    };
     let d_row = Row {
         server: Some("direct".into()),
+        cpu_s_per_op: cpu(|r| r.0.result.cpu_s_per_op),
         ..base(&buckets(&direct), &sd)
     };
     let t_row = Row {
@@ -215,6 +220,7 @@ pub fn measure(a: &NatArgs, stop: &Stop, progress: &mut Progress) -> Result<Vec<
         direct_p50_us: Some(us(sd.p50)),
         added_p50_us: Some(us(st.p50) - us(sd.p50)),
         added_p99_us: Some(us(st.p99) - us(sd.p99)),
+        cpu_s_per_op: cpu(|r| r.1.result.cpu_s_per_op),
         ..base(&buckets(&through), &st)
     };
     Ok(vec![d_row, t_row])
