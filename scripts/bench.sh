@@ -6,13 +6,17 @@
 # short pairs sweep (1, 4, 16 concurrent pairs); then two hosts joined by a wire: host, routed,
 # nat, vxlan against DockNet's daemons on the wire (docknet: AF_XDP, docknet-packet: AF_PACKET);
 # then rate limits (a TCP flow under stepped limits, and beside a UDP hog) on the bridge with the
-# CNI bandwidth plugin against DockNet's limiter.
+# CNI bandwidth plugin against DockNet's limiter; then HTTP: docknet-httpd under docknet-load
+# on the bridge, through the daemon and over a fast channel, with wrk and nginx on the bridge,
+# the latency the NAT load balancer adds, and a web cluster of one and two backends.
 # Prints the tables and writes the report: results/index.html (figures and tables),
-# results/report.md, results/tcp-*.{json,md}, results/rate.{json,md}. About 4.5 minutes once built.
+# results/report.md, results/tcp-*.{json,md}, results/rate.{json,md}. About 5 minutes once built.
 #
 #   FULL=1 ./scripts/bench.sh    the full lab (every mode, MTU 1500 and 9000, the size sweeps,
-#                                1..128 pairs, sockperf/iperf3 cross-check; two hosts with the
-#                                wire unshaped and shaped to 10 Gbit/s): about 35 minutes
+#                                1..128 pairs, the paper's Fig. 10 on one core, sockperf/iperf3
+#                                cross-check; two hosts with the wire unshaped and shaped to
+#                                10 Gbit/s; HTTP at 8, 64 and 256 connections, the NAT overhead,
+#                                the web cluster with 1-4 backends; an idle host): about 45 minutes
 #
 # Extra arguments go to every `docknet bench` run (see `docknet bench rr --help`). Runs as
 # root; a normal user is re-run under sudo.
@@ -27,7 +31,7 @@ docknet_root "$@"
 D=target/release/docknet
 OUT=${OUT:-results}
 mkdir -p "$OUT"
-rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md "$OUT"/rate.json "$OUT"/rate.md
+rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md "$OUT"/rate.json "$OUT"/rate.md "$OUT"/idle.json
 if [ "${FULL:-0}" = 1 ]; then
     MODES=loopback,container,veth,bridge,bridge-nat,macvlan,ipvlan,ovs,sriov,docknet,docknet-fc
     COMMON=(--repeat 2 --duration 1 --warmup 0.3 --mtus 1500,9000 --report "$OUT")
@@ -48,9 +52,18 @@ if [ "${FULL:-0}" = 1 ]; then
     # with the unshaped wire's)
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 --wire-rate 10gbit \
         --report "$OUT/wire-10gbit" "$@"
+    # the paper's Fig. 10: every container on core 1, the master alone on core 0, each idle policy
+    $D bench pairs --modes bridge,docknet,docknet-fc --cores 1 --peer-idle spin,adaptive,block \
+        --pairs 1,2,4,8,16 --sizes 1024 --duration 1 --warmup 0.3 --repeat 2 \
+        --json "$OUT/tcp-pairs-one-core.json" "$@"
     # rate limits: the paper's Fig. 9 on the bridge (CNI bandwidth, TBF) and on DockNet
     $D bench rate --report "$OUT"
-    $D report "$OUT"/tcp-*.json "$OUT"/rate.json --out "$OUT"
+    # the paper's services (Fig. 11): HTTP, the NAT load balancer, the web cluster
+    $D bench http --connections 8,64,256 --duration 5 --warmup 1 --repeat 2 --report "$OUT"
+    $D bench nat --rounds 5 --duration 2 --report "$OUT"
+    $D bench http --backends 1,2,3,4 --work-us 10 --duration 4 --warmup 1 --repeat 2 --report "$OUT"
+    $D bench idle --containers 32 --seconds 10 --report "$OUT"
+    $D report "$OUT"/tcp-*.json "$OUT"/rate.json "$OUT"/idle.json --out "$OUT"
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
     COMMON=(--sizes 64,1024,65536 --repeat 2 --duration 0.6 --warmup 0.2 --report "$OUT")
@@ -63,5 +76,8 @@ else
     $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
     $D bench rate --steps 50%,10mbit --step 1 --timeline 1,2.5,3.5 --report "$OUT"
+    $D bench http --duration 1 --warmup 0.3 --report "$OUT"
+    $D bench nat --rounds 1 --duration 1 --warmup 0.3 --report "$OUT"
+    $D bench http --backends 1,2 --duration 1 --warmup 0.3 --report "$OUT"
 fi
 echo "report: $OUT/index.html (also $OUT/report.md; per workload $OUT/tcp-*.md)"

@@ -609,16 +609,32 @@ fn charts_for(rows: &[Row]) -> Vec<Chart> {
 /// The HTTP figures: requests/s against connections, p50/p99 against connections, and a
 /// latency CDF per connection count (rows of docknet-load, which reports histograms).
 pub fn http_charts(rows: &[Row]) -> Vec<Chart> {
+    let color = colors(rows);
+    let cluster: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Http && r.backends.is_some())
+        .collect();
+    let mut out = Vec::new();
+    if !cluster.is_empty() {
+        let by_backends = |r: &Row| r.backends.map(|b| b as f64);
+        out.push(chart(
+            "cluster-req-per-s".into(),
+            "Web cluster: requests/s vs backends behind the load balancer".into(),
+            "backends (log)",
+            "requests/s (log)",
+            true,
+            group(&cluster, &color, &by_backends, &|r| r.req_per_s),
+        ));
+    }
     let http: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.workload == Workload::Http)
+        .filter(|r| r.workload == Workload::Http && r.backends.is_none())
         .collect();
     if http.is_empty() {
-        return Vec::new();
+        return out;
     }
-    let color = colors(rows);
     let by_conns = |r: &Row| r.connections.map(|c| c as f64);
-    let mut out = vec![
+    out.extend([
         chart(
             "http-req-per-s".into(),
             "HTTP requests/s vs connections (the paper's Fig. 11)".into(),
@@ -635,7 +651,7 @@ pub fn http_charts(rows: &[Row]) -> Vec<Chart> {
             true,
             p50_p99(&http, &color, &by_conns),
         ),
-    ];
+    ]);
     let mut conns: Vec<usize> = http.iter().filter_map(|r| r.connections).collect();
     conns.sort_unstable();
     conns.dedup();

@@ -112,6 +112,12 @@ pub fn page(r: &Report) -> String {
             esc(super::HTTP_TEXT)
         );
         h += &table_html(&super::HTTP_COLUMNS, super::http_cells(&x.rows).into_iter());
+        if x.rows.iter().any(|r| r.backends.is_some()) {
+            h += "<h3>Web cluster: backends behind the load balancer</h3>\n<pre>";
+            h += &esc(&crate::http::cluster_table(&x.rows));
+            h += "</pre>\n";
+            let _ = writeln!(h, "<p>{}</p>", esc(crate::http::CLUSTER_CEILING));
+        }
         if x.rows.iter().any(|r| r.workload == Workload::Nat) {
             h += "<h3>NAT load balancer: the one-way latency it adds (64 B rr)</h3>\n<pre>";
             h += &esc(&crate::http::nat_table(&x.rows));

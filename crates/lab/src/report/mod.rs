@@ -191,7 +191,12 @@ impl Report {
             rate: RateSection::of(&rate),
             idle,
             http: (!http.is_empty()).then(|| HttpSection {
-                targets: [crate::http::targets(&http), crate::http::nat_targets(&http)].concat(),
+                targets: [
+                    crate::http::targets(&http),
+                    crate::http::nat_targets(&http),
+                    crate::http::cluster_targets(&http),
+                ]
+                .concat(),
                 charts: charts::http_charts(&http),
                 rows: http,
             }),
@@ -275,7 +280,7 @@ pub const HTTP_COLUMNS: [&str; 10] = [
 pub fn http_cells(rows: &[Row]) -> Vec<Vec<String>> {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |x| format!("{x:.p$}"));
     rows.iter()
-        .filter(|r| r.workload == Workload::Http)
+        .filter(|r| r.workload == Workload::Http && r.backends.is_none())
         .map(|r| {
             vec![
                 r.mode.name().to_string(),
