@@ -66,7 +66,7 @@ if [ "${FULL:-0}" = 1 ]; then
     $D report "$OUT"/tcp-*.json "$OUT"/rate.json "$OUT"/idle.json --out "$OUT"
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
-    COMMON=(--sizes 64,1024,65536 --repeat 2 --duration 0.6 --warmup 0.2 --report "$OUT")
+    COMMON=(--sizes 64,1024,65536 --repeat 1 --duration 0.8 --warmup 0.2 --report "$OUT")
     $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,docknet,docknet-fc --pairs 1,4,16 --sizes 1024 \

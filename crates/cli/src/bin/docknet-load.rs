@@ -36,7 +36,7 @@ Examples:\n  docknet-load -c 64 -t 2 -d 10s http://10.0.0.2:8080/\n  docknet-loa
 docknet-load --stack docknet -c 64 -d 5s http://10.0.0.2/"
 )]
 struct Cli {
-    /// The URL: http://A.B.C.D[:PORT]/PATH (an IPv4 address: no name resolution).
+    /// The URL: `http://A.B.C.D[:PORT]/PATH` (an IPv4 address: no name resolution).
     url: String,
     /// Which network stack to load from.
     #[arg(long, value_enum, default_value = "kernel")]
