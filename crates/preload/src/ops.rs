@@ -314,6 +314,9 @@ pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
                 Err(e) => return Some(Err(errno::of(&e, Op::Connect))),
             };
             apply_stream_opts(&s, &t);
+            if !nonblock {
+                s.established.store(true, Ordering::Relaxed);
+            }
             let _ = s.conn.set(Conn::Stream(t));
             if nonblock {
                 s.connecting.store(true, Ordering::Relaxed);
@@ -334,9 +337,14 @@ fn connect_again(s: &Sock, c: &Conn, addr: Option<Option<SocketAddrV4>>) -> R<()
         Conn::Listener(..) => Err(libc::EINVAL),
         Conn::Stream(t) => match t.connect_result() {
             None => Err(libc::EALREADY),
+            // the first connect after a non-blocking one completed returns 0, as in Linux
             Some(Ok(())) => {
-                s.connecting.store(false, Ordering::Relaxed);
-                Err(libc::EISCONN)
+                s.established.store(true, Ordering::Relaxed);
+                if s.connecting.swap(false, Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err(libc::EISCONN)
+                }
             }
             Some(Err(e)) => {
                 if s.err_taken.swap(true, Ordering::Relaxed) {
@@ -457,10 +465,10 @@ fn stream_err(s: &Sock, e: io::Error, write: bool, flags: i32) -> Errno {
             }
             return 0;
         }
-        if s.connecting.load(Ordering::Relaxed) {
-            return libc::ECONNREFUSED;
+        if s.established.load(Ordering::Relaxed) {
+            return libc::ECONNRESET;
         }
-        return libc::ECONNRESET;
+        return libc::ECONNREFUSED;
     }
     if write && k == ErrorKind::BrokenPipe && flags & libc::MSG_NOSIGNAL == 0 {
         sys::raise_sigpipe();
@@ -503,7 +511,12 @@ pub fn recv(
                 t.read_timeout(buf, to)
             };
             match r {
-                Ok(n) => Ok((n, n, None)),
+                Ok(n) => {
+                    if n > 0 {
+                        s.established.store(true, Ordering::Relaxed);
+                    }
+                    Ok((n, n, None))
+                }
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock && s.shut_rd.load(Ordering::Relaxed) =>
                 {
@@ -893,14 +906,14 @@ fn so_error(s: &Sock) -> i32 {
     };
     match t.connect_result() {
         Some(Err(_)) if !s.err_taken.swap(true, Ordering::Relaxed) => {
-            if s.connecting.load(Ordering::Relaxed) {
-                libc::ECONNREFUSED
-            } else {
+            if s.established.load(Ordering::Relaxed) {
                 libc::ECONNRESET
+            } else {
+                libc::ECONNREFUSED
             }
         }
         Some(Ok(())) => {
-            s.connecting.store(false, Ordering::Relaxed);
+            s.established.store(true, Ordering::Relaxed);
             0
         }
         _ => 0,
@@ -1046,4 +1059,9 @@ pub fn epoll_created(fd: i32) {
 /// Whether `fd` is a socket on DockNet (its descriptor is ours).
 pub fn is_docknet(fd: i32) -> bool {
     TABLE.maybe(fd) && TABLE.sock(fd).is_some_and(|s| s.adopted())
+}
+
+/// Whether `fd` is a TCP socket of ours (decided or not).
+pub fn is_tcp(fd: i32) -> bool {
+    TABLE.maybe(fd) && TABLE.sock(fd).is_some_and(|s| s.proto == Proto::Tcp)
 }

@@ -447,7 +447,8 @@ pub unsafe extern "C" fn sendto(
                 Ok(s) => s,
                 Err(e) => return Some(Err(e)),
             };
-            let to = if addr.is_null() {
+            let to = if addr.is_null() || ops::is_tcp(fd) {
+                // TCP ignores a destination, as Linux does
                 None
             } else {
                 // SAFETY: the caller's address of `alen` bytes.
@@ -603,7 +604,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
         // SAFETY: `msg` is the caller's valid msghdr.
         let m = unsafe { &*msg };
         let r = guard(|| {
-            let to = if m.msg_name.is_null() {
+            let to = if m.msg_name.is_null() || ops::is_tcp(fd) {
                 None
             } else {
                 // SAFETY: the caller's name of msg_namelen bytes.

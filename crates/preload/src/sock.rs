@@ -132,6 +132,8 @@ pub struct Sock {
     pub shut_wr: AtomicBool,
     /// A non-blocking connect is (or was) in progress and has not been seen to succeed.
     pub connecting: AtomicBool,
+    /// The connection has been seen established (a later error is a reset, not a refusal).
+    pub established: AtomicBool,
     /// The socket's pending error (a refusal or a reset) has been reported once (by
     /// SO_ERROR or a failed call); Linux reports it once, then end of stream / EPIPE.
     pub err_taken: AtomicBool,
@@ -155,6 +157,7 @@ impl Sock {
             shut_rd: AtomicBool::new(false),
             shut_wr: AtomicBool::new(false),
             connecting: AtomicBool::new(false),
+            established: AtomicBool::new(false),
             err_taken: AtomicBool::new(false),
             rd_gen: AtomicU32::new(0),
             wr_gen: AtomicU32::new(0),
@@ -166,6 +169,7 @@ impl Sock {
         let s = Sock::new(proto, nonblock);
         let _ = s.conn.set(conn);
         s.pre().adopted = true;
+        s.established.store(true, Ordering::Relaxed);
         s
     }
 
@@ -207,6 +211,9 @@ impl Sock {
 
     /// Poll bits for `r` (what DockLib says the socket is ready for).
     pub fn bits(&self, r: Ready) -> u32 {
+        if r.write && !r.error {
+            self.established.store(true, Ordering::Relaxed);
+        }
         poll_bits(
             r,
             self.shut_wr.load(Ordering::Relaxed),
