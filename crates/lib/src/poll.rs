@@ -133,28 +133,28 @@ impl Stack {
         timeout: Option<Duration>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<()> {
-        self.wait_inner(watches, timeout, None, out).map(|_| ())
+        self.wait_inner(watches, timeout, &[], out).map(|_| ())
     }
 
-    /// [`Stack::wait`] that also ends when `waker` is woken after `token` was read from it
+    /// [`Stack::wait`] that also ends when one of `wakers` is woken after its token was read
     /// ([`Waker::token`]): how a thread that waits for sockets is told that something else
     /// (a signal, a change of what to watch) needs it.
     pub fn wait_wakeable(
         &self,
         watches: &[Watch<'_>],
         timeout: Option<Duration>,
-        waker: &Waker,
-        token: u32,
+        wakers: &[(&Waker, u32)],
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
-        self.wait_inner(watches, timeout, Some((&waker.word, token)), out)
+        let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        self.wait_inner(watches, timeout, &words, out)
     }
 
     fn wait_inner(
         &self,
         watches: &[Watch<'_>],
         timeout: Option<Duration>,
-        woken: Option<(&AtomicU32, u32)>,
+        woken: &[(&AtomicU32, u32)],
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
         out.clear();

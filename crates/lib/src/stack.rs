@@ -489,15 +489,15 @@ impl Stack {
         timeout: Option<Duration>,
         f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
-        self.block_on_woken(timeout, None, f)
+        self.block_on_woken(timeout, &[], f)
     }
 
-    /// [`Stack::block_on`] that also ends, failing with `Interrupted`, when the word of
-    /// `woken` no longer holds its value.
+    /// [`Stack::block_on`] that also ends, failing with `Interrupted`, when a word of `woken`
+    /// no longer holds its value.
     pub(crate) fn block_on_woken<T>(
         &self,
         timeout: Option<Duration>,
-        woken: Option<(&AtomicU32, u32)>,
+        woken: &[(&AtomicU32, u32)],
         mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
@@ -525,10 +525,8 @@ impl Stack {
                     continue;
                 }
             }
-            if let Some((w, v)) = woken {
-                if w.load(Ordering::Acquire) != v {
-                    return Err(io::Error::from(io::ErrorKind::Interrupted));
-                }
+            if woken.iter().any(|(w, v)| w.load(Ordering::Acquire) != *v) {
+                return Err(io::Error::from(io::ErrorKind::Interrupted));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timed_out(&self.lock().dev.ep));
@@ -538,11 +536,7 @@ impl Stack {
             }
             // the sleep ends early for a frame, a kick, a channel change, the waker or the
             // stack's next timer; the cap only bounds how long a lost wake-up could cost
-            let extra: &[(&AtomicU32, u32)] = match &woken {
-                Some(w) => std::slice::from_ref(w),
-                None => &[],
-            };
-            self.shared.sleep(CALL_SLEEP_MAX, deadline, extra);
+            self.shared.sleep(CALL_SLEEP_MAX, deadline, woken);
         }
     }
 

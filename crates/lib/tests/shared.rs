@@ -26,8 +26,7 @@ fn a_waker_ends_a_wait_from_another_thread_and_a_wake_before_the_wait_is_not_los
         n.b.wait_wakeable(
             &[Watch::Listener(&l)],
             Some(Duration::from_secs(5)),
-            &waker,
-            token,
+            &[(&waker, token)],
             &mut out,
         )
         .unwrap();
@@ -46,8 +45,7 @@ fn a_waker_ends_a_wait_from_another_thread_and_a_wake_before_the_wait_is_not_los
         n.b.wait_wakeable(
             &[Watch::Listener(&l)],
             Some(Duration::from_secs(5)),
-            &waker,
-            token,
+            &[(&waker, token)],
             &mut out,
         )
         .unwrap();
@@ -65,8 +63,7 @@ fn a_waker_ends_a_wait_from_another_thread_and_a_wake_before_the_wait_is_not_los
         n.b.wait_wakeable(
             &[Watch::Listener(&l)],
             Some(Duration::from_millis(100)),
-            &waker,
-            token,
+            &[(&waker, token)],
             &mut out,
         )
         .unwrap();
@@ -80,8 +77,7 @@ fn a_waker_ends_a_wait_from_another_thread_and_a_wake_before_the_wait_is_not_los
         n.b.wait_wakeable(
             &[Watch::Listener(&l)],
             Some(Duration::from_secs(5)),
-            &waker,
-            token,
+            &[(&waker, token)],
             &mut out,
         )
         .unwrap();
