@@ -207,8 +207,10 @@ impl Epoll {
             return sys::epoll_wait(self.kfd, out, timeout_ms);
         };
         let deadline = deadline(timeout_ms);
+        let mut mark = crate::sig::mark();
         loop {
             let token = self.waker.token();
+            let stoken = crate::sig::SIG_WAKER.token();
             let mut socks = self.active();
             let mut n = self.collect(st, &mut socks, out, false);
             let kernel = self.kernel_members.load(Ordering::Relaxed) > 0
@@ -236,8 +238,11 @@ impl Epoll {
                 let watches: Vec<Watch<'_>> =
                     socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
                 let mut ready = Vec::new();
-                match st.wait_wakeable(&watches, left, &self.waker, token, &mut ready) {
+                let wakers = [(&self.waker, token), (&crate::sig::SIG_WAKER, stoken)];
+                match st.wait_wakeable(&watches, left, &wakers, &mut ready) {
                     Ok(Waited::TimedOut) => return Ok(0),
+                    // epoll_wait is never restarted after a handler
+                    Ok(Waited::Woken) if mark.take().is_some() => return Err(libc::EINTR),
                     Ok(_) => continue,
                     Err(e) => return Err(crate::errno::of(&e, crate::errno::Op::Io)),
                 }
@@ -453,6 +458,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         .map(|(i, s)| (s.clone(), fds[*i].events as u16 as u32))
         .collect();
     let deadline = deadline(timeout_ms);
+    let mut mark = crate::sig::mark();
     Some(loop {
         for p in fds.iter_mut() {
             p.revents = 0;
@@ -489,8 +495,14 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         if kfds.is_empty() {
             let watches: Vec<Watch<'_>> = socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
             let mut ready = Vec::new();
-            let token = THREAD_WAKER.token();
-            match st.wait_wakeable(&watches, left, &THREAD_WAKER, token, &mut ready) {
+            let token = crate::sig::SIG_WAKER.token();
+            if mark.take().is_some() {
+                break Err(libc::EINTR);
+            }
+            let wakers = [(&crate::sig::SIG_WAKER, token)];
+            match st.wait_wakeable(&watches, left, &wakers, &mut ready) {
+                // poll and select are never restarted after a handler
+                Ok(Waited::Woken) if mark.take().is_some() => break Err(libc::EINTR),
                 Ok(_) => continue,
                 Err(e) => break Err(crate::errno::of(&e, crate::errno::Op::Io)),
             }
@@ -515,9 +527,6 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         }
     })
 }
-
-/// Wakes the userspace waits of poll (signals are not routed here yet: see docs/preload.md).
-static THREAD_WAKER: Waker = Waker::new();
 
 thread_local! {
     static WAKE_FD: WakeFd = const { WakeFd(AtomicI32::new(-1)) };
@@ -585,9 +594,12 @@ impl Notifier {
 
     fn register(&'static self, socks: &[(Arc<Sock>, u32)], fd: i32) -> u64 {
         if !self.started.swap(true, Ordering::AcqRel) {
+            // the notifier must not take the program's signals
+            let old = sys::block_all_signals();
             let _ = std::thread::Builder::new()
                 .name("docknet-notify".into())
                 .spawn(move || self.run());
+            sys::sigmask_set(old.as_ref());
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().push(Waiter {
@@ -642,8 +654,7 @@ impl Notifier {
             match st.wait_wakeable(
                 &watches,
                 Some(Duration::from_secs(1)),
-                &self.waker,
-                token,
+                &[(&self.waker, token)],
                 &mut ready,
             ) {
                 Ok(Waited::Ready) => {

@@ -8,8 +8,8 @@
 //!
 //! Layout: `shim` (the `extern "C"` entry points) and `sys` (libc's own functions, errno)
 //! hold every `unsafe` block; `ops` (the socket calls), `event` (poll, select, epoll and the
-//! notifier), `sock` (a socket's state, routes, poll bits), `table` (descriptor table) and
-//! `errno` are safe code.
+//! notifier), `sock` (a socket's state, routes, poll bits), `sig` (signals and blocked calls),
+//! `table` (descriptor table) and `errno` are safe code.
 
 #![deny(unsafe_code)]
 
@@ -18,6 +18,7 @@ pub mod event;
 pub mod ops;
 #[cfg(not(test))]
 mod shim;
+pub mod sig;
 pub mod sock;
 pub mod sys;
 pub mod table;

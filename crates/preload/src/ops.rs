@@ -4,6 +4,7 @@
 
 use crate::errno::{self, Op};
 use crate::event::Epoll;
+use crate::sig;
 use crate::sock::{route_bind, route_to, Conn, Proto, Route, Sock, Udp};
 use crate::sys::{self, Errno, R};
 use crate::table::{Entry, Table};
@@ -77,7 +78,11 @@ pub fn stack() -> Option<&'static Stack> {
                     Err(e) => log_once(&format!("DOCKNET_IDLE: {e}")),
                 }
             }
-            match Stack::attach_default(cfg) {
+            // the engine thread DockLib starts must not take the program's signals
+            let old = sys::block_all_signals();
+            let r = Stack::attach_default(cfg);
+            sys::sigmask_set(old.as_ref());
+            match r {
                 Ok(s) => Some(s),
                 Err(e) => {
                     log_once(&format!("sockets stay the kernel's: {e}"));
@@ -304,26 +309,38 @@ pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
                 release_port(b.port()); // DockLib picks the local port of a connection
             }
             let nonblock = s.nonblocking(0);
-            let r = if nonblock {
-                TcpStream::connect_start(st, a)
-            } else {
-                TcpStream::connect(st, a)
-            };
-            let t = match r {
+            let t = match TcpStream::connect_start(st, a) {
                 Ok(t) => t,
                 Err(e) => return Some(Err(errno::of(&e, Op::Connect))),
             };
             apply_stream_opts(&s, &t);
-            if !nonblock {
-                s.established.store(true, Ordering::Relaxed);
-            }
             let _ = s.conn.set(Conn::Stream(t));
+            s.connecting.store(true, Ordering::Relaxed);
             if nonblock {
-                s.connecting.store(true, Ordering::Relaxed);
-                Some(Err(libc::EINPROGRESS))
-            } else {
-                Some(Ok(()))
+                return Some(Err(libc::EINPROGRESS));
             }
+            let Some(Conn::Stream(t)) = s.conn.get() else {
+                return Some(Err(libc::EIO));
+            };
+            let limit = Some(st.config().connect_timeout);
+            let r = blocking(&s, libc::POLLOUT as u32, limit, false, || {
+                t.connect_result()
+                    .unwrap_or(Err(io::Error::from(ErrorKind::WouldBlock)))
+            });
+            Some(match r {
+                Ok(()) => {
+                    s.connecting.store(false, Ordering::Relaxed);
+                    s.established.store(true, Ordering::Relaxed);
+                    Ok(())
+                }
+                // interrupted: the connection goes on being made (EALREADY, then EISCONN)
+                Err(e) if e.kind() == ErrorKind::Interrupted => Err(libc::EINTR),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Err(libc::ETIMEDOUT),
+                Err(e) => {
+                    s.err_taken.store(true, Ordering::Relaxed);
+                    Err(errno::of(&e, Op::Connect))
+                }
+            })
         }
     }
 }
@@ -380,7 +397,7 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
         l.try_accept()
     } else {
         let t = s.opts().rcvtimeo;
-        l.accept_timeout(t)
+        blocking(&s, libc::POLLIN as u32, t, t.is_some(), || l.try_accept())
     };
     let (t, peer) = match r {
         Ok(x) => x,
@@ -500,15 +517,20 @@ pub fn recv(
     Some(match c {
         Conn::Listener(..) => Err(libc::ENOTCONN),
         Conn::Stream(t) => {
-            let r = if peek {
-                block_while(&s, nonblock, s.opts().rcvtimeo, || t.try_peek(buf))
-            } else if nonblock {
-                t.try_read(buf)
+            let to = s.opts().rcvtimeo;
+            let pin = libc::POLLIN as u32;
+            let r = if nonblock {
+                if peek {
+                    t.try_peek(buf)
+                } else {
+                    t.try_read(buf)
+                }
+            } else if peek {
+                blocking(&s, pin, to, to.is_some(), || t.try_peek(buf))
             } else if flags & libc::MSG_WAITALL != 0 {
-                read_all(t, buf, s.opts().rcvtimeo)
+                read_all(&s, t, buf, to)
             } else {
-                let to = s.opts().rcvtimeo;
-                t.read_timeout(buf, to)
+                blocking(&s, pin, to, to.is_some(), || t.try_read(buf))
             };
             match r {
                 Ok(n) => {
@@ -531,7 +553,7 @@ pub fn recv(
         Conn::Udp(u) => {
             let peer = *u.peer.lock().unwrap_or_else(|e| e.into_inner());
             let to = s.opts().rcvtimeo;
-            block_while(&s, nonblock, to, || loop {
+            let mut once = || loop {
                 let (n, whole, from) = u.sock.try_recv_msg(buf, peek)?;
                 match peer {
                     // a connected UDP socket hears only its peer
@@ -543,42 +565,58 @@ pub fn recv(
                     }
                     _ => return Ok((n, whole, Some(from))),
                 }
-            })
+            };
+            if nonblock {
+                once()
+            } else {
+                blocking(&s, libc::POLLIN as u32, to, to.is_some(), once)
+            }
             .map_err(|e| errno::of(&e, Op::Io))
         }
     })
 }
 
-fn read_all(t: &TcpStream, buf: &mut [u8], to: Option<Duration>) -> io::Result<usize> {
+fn read_all(s: &Sock, t: &TcpStream, buf: &mut [u8], to: Option<Duration>) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match t.read_timeout(&mut buf[got..], to) {
+        let rest = &mut buf[got..];
+        match blocking(s, libc::POLLIN as u32, to, to.is_some(), || {
+            t.try_read(rest)
+        }) {
             Ok(0) => break,
             Ok(n) => got += n,
-            Err(e) if got > 0 && e.kind() != ErrorKind::Interrupted => break,
+            Err(_) if got > 0 => break,
             Err(e) => return Err(e),
         }
     }
     Ok(got)
 }
 
-/// Runs `f` until it does not fail with `WouldBlock`, waiting on the socket between tries
-/// (at most `timeout`), or once when `nonblock`.
-fn block_while<T>(
+/// A blocking call: runs `op` until it does not fail with `WouldBlock`, waiting between tries
+/// until `s` is ready for `events` (poll bits), at most `timeout` (then `WouldBlock`). A signal
+/// handler that runs on this thread meanwhile ends it with `Interrupted` unless the handler
+/// has `SA_RESTART` and the socket no timeout (`timed`), as in Linux.
+fn blocking<T>(
     s: &Sock,
-    nonblock: bool,
+    events: u32,
     timeout: Option<Duration>,
-    mut f: impl FnMut() -> io::Result<T>,
+    timed: bool,
+    mut op: impl FnMut() -> io::Result<T>,
 ) -> io::Result<T> {
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut mark = sig::mark();
+    let mut out = Vec::new();
     loop {
-        match f() {
-            Err(e) if e.kind() == ErrorKind::WouldBlock && !nonblock => {}
+        let token = sig::SIG_WAKER.token();
+        match op() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             r => return r,
         }
-        let Some(st) = stack_if_attached() else {
-            return Err(io::Error::from(ErrorKind::NotConnected));
-        };
+        if let Some(restart) = mark.take() {
+            if !restart || timed {
+                return Err(io::Error::from(ErrorKind::Interrupted));
+            }
+        }
         let left = match deadline {
             Some(d) => {
                 let now = std::time::Instant::now();
@@ -589,11 +627,13 @@ fn block_while<T>(
             }
             None => None,
         };
-        let ev = (libc::POLLIN | libc::POLLOUT) as u32;
-        if let Some(w) = s.watch(ev) {
-            let mut out = Vec::new();
-            st.wait(&[w], left.or(Some(Duration::from_secs(1))), &mut out)?;
-        }
+        let Some(st) = stack_if_attached() else {
+            return Err(io::Error::from(ErrorKind::NotConnected));
+        };
+        let Some(w) = s.watch(events) else {
+            return Err(io::Error::from(ErrorKind::NotConnected));
+        };
+        st.wait_wakeable(&[w], left, &[(&sig::SIG_WAKER, token)], &mut out)?;
     }
 }
 
@@ -637,9 +677,11 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
             } else {
                 // a blocking send returns when everything is in the send buffer
                 let to = s.opts().sndtimeo;
+                let pout = libc::POLLOUT as u32;
                 let mut sent = 0;
                 while sent < buf.len() {
-                    match t.write_timeout(&buf[sent..], to) {
+                    let rest = &buf[sent..];
+                    match blocking(&s, pout, to, to.is_some(), || t.try_write(rest)) {
                         Ok(n) => sent += n,
                         Err(_) if sent > 0 => break,
                         Err(e) => return Some(Err(stream_err(&s, e, true, flags))),
@@ -661,8 +703,14 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
                 return Some(Err(libc::EMSGSIZE));
             }
             let to = s.opts().sndtimeo;
-            block_while(&s, nonblock, to, || u.sock.try_send_to(buf, dst))
-                .map_err(|e| errno::of(&e, Op::Io))
+            if nonblock {
+                u.sock.try_send_to(buf, dst)
+            } else {
+                blocking(&s, libc::POLLOUT as u32, to, to.is_some(), || {
+                    u.sock.try_send_to(buf, dst)
+                })
+            }
+            .map_err(|e| errno::of(&e, Op::Io))
         }
     })
 }

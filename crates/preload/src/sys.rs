@@ -255,3 +255,13 @@ pub fn at_fork(child: extern "C" fn()) {
     // SAFETY: registers plain function pointers with no captured state.
     unsafe { libc::pthread_atfork(None, None, Some(child)) };
 }
+
+/// Blocks every signal in this thread (so threads it spawns never take the program's
+/// signals), returning the old mask for [`sigmask_set`].
+pub fn block_all_signals() -> Option<libc::sigset_t> {
+    // SAFETY: an all-zero sigset_t is valid; sigfillset fills a live one.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a live sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    sigmask_set(Some(&all))
+}

@@ -130,6 +130,18 @@ static int conn(char code) {
   return s;
 }
 
+static void on_alarm(int sig) { (void)sig; }
+
+static void *late_writer(void *arg) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  usleep(300000);
+  if (write((int)(long)arg, "late", 4) != 4)
+    perror("late write");
+  return NULL;
+}
+
 static int wait_fd(int fd, short ev, int ms) {
   struct pollfd p = {fd, ev, 0};
   return poll(&p, 1, ms) > 0 ? p.revents : 0;
@@ -370,6 +382,42 @@ static int client(void) {
   struct iovec rv[2] = {{r1, 3}, {r2, 10}};
   show("iov.readv", readv(s, rv, 2));
   printf("iov.data: %.3s%.3s\n", r1, r2);
+  close(s);
+
+  /* signals: a handler without SA_RESTART interrupts blocking calls and waits */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  s = conn('e');
+  ualarm(100000, 0);
+  show("eintr.recv", recv(s, buf, sizeof buf, 0));
+  ep = epoll_create1(0);
+  ev.events = EPOLLIN;
+  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+  ualarm(100000, 0);
+  show("eintr.epoll_wait", epoll_wait(ep, out, 4, 5000));
+  struct pollfd pf = {s, POLLIN, 0};
+  ualarm(100000, 0);
+  show("eintr.poll", poll(&pf, 1, 5000));
+  close(ep);
+  /* with SA_RESTART a blocking recv goes on after the handler (the answer comes at 300 ms) */
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct sigaction got;
+  sigaction(SIGALRM, NULL, &got);
+  show("restart.handler_read_back", got.sa_handler == on_alarm && (got.sa_flags & SA_RESTART));
+  pthread_t lw;
+  pthread_create(&lw, NULL, late_writer, (void *)(long)s);
+  ualarm(100000, 0);
+  show("restart.recv", recv(s, buf, sizeof buf, 0));
+  pthread_join(lw, NULL);
+  /* ... but not when the socket has a receive timeout */
+  rt.tv_sec = 2;
+  rt.tv_usec = 0;
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+  ualarm(100000, 0);
+  show("restart.recv_with_timeout", recv(s, buf, sizeof buf, 0));
   close(s);
 
   close(conn('q'));
