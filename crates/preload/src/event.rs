@@ -10,7 +10,7 @@
 //!
 //! An epoll instance keeps its DockNet members beside the kernel's epoll (which holds the
 //! kernel members), by descriptor and socket id: a socket closed without `EPOLL_CTL_DEL`
-//! leaves the set, as the kernel's epoll forgets a closed file. Edge-triggered members report
+//! leaves the set once its last descriptor is closed, as the kernel's epoll forgets a file. Edge-triggered members report
 //! a direction again only after a read-side (write-side) call on the socket since the last
 //! report (see [`Member::edge_ok`]); one-shot members are disabled after a report until
 //! `EPOLL_CTL_MOD`.
@@ -159,7 +159,7 @@ impl Epoll {
             return Some(Err(libc::EINVAL));
         }
         let mut m = self.members();
-        m.retain(|x| alive(x).is_some());
+        m.retain(|x| x.sock.strong_count() > 0);
         let pos = m.iter().position(|x| x.fd == fd && x.id == s.id);
         let r = match op {
             libc::EPOLL_CTL_ADD => match (pos, ev) {
@@ -247,7 +247,28 @@ impl Epoll {
                     Err(e) => return Err(crate::errno::of(&e, crate::errno::Op::Io)),
                 }
             }
-            // mixed: sleep in the kernel, the notifier signals our eventfd
+            // mixed: look at both for the idle policy's spin and yield time, then sleep in the
+            // kernel, the notifier signals our eventfd
+            let mut spin = Spin::new(deadline);
+            let mut n = 0;
+            while spin.next() {
+                socks = self.active();
+                n = self.collect(st, &mut socks, out, false);
+                n += self.kernel_events(&mut out[n..], 0)?;
+                if n > 0 {
+                    break;
+                }
+                if mark.take().is_some() {
+                    spin.interrupted = true;
+                    break;
+                }
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+            if spin.interrupted {
+                return Err(libc::EINTR);
+            }
             let wfd = self.wake_fd()?;
             let id = NOTIFIER.register(&socks, wfd);
             let r = self.kernel_events(out, ms(left));
@@ -265,10 +286,12 @@ impl Epoll {
         }
     }
 
-    /// The live, enabled DockNet members as (socket, events they want now).
+    /// The live, enabled DockNet members as (socket, events they want now). A member whose
+    /// socket is gone (its last descriptor closed) leaves the set here; one whose descriptor
+    /// was closed while a `dup` keeps the socket open stays, as in the kernel's epoll.
     fn active(&self) -> Vec<(Arc<Sock>, u32)> {
         let mut m = self.members();
-        m.retain(|x| alive(x).is_some());
+        m.retain(|x| x.sock.strong_count() > 0);
         m.iter()
             .filter(|x| !x.disabled)
             .filter_map(|x| {
@@ -374,12 +397,43 @@ impl Epoll {
     }
 }
 
-/// The member's socket if it is still the one at its descriptor.
-fn alive(x: &Member) -> Option<Arc<Sock>> {
-    let s = x.sock.upgrade()?;
-    match TABLE.sock(x.fd) {
-        Some(t) if t.id == x.id => Some(s),
-        _ => None,
+/// The busy phase of a mixed wait: rounds while the idle policy's spin time lasts, then
+/// rounds that yield the core until its yield time has passed too (the deadline permitting).
+struct Spin {
+    start: Instant,
+    spin: Duration,
+    total: Duration,
+    deadline: Option<Instant>,
+    /// Set by a caller that stopped its rounds for a signal.
+    interrupted: bool,
+}
+
+impl Spin {
+    fn new(deadline: Option<Instant>) -> Spin {
+        let (spin, total) = match ops::idle_policy() {
+            docknet_pipe::IdlePolicy::Spin => (Duration::MAX, Duration::MAX),
+            docknet_pipe::IdlePolicy::Adaptive { spin, yield_for } => (spin, spin + yield_for),
+            docknet_pipe::IdlePolicy::Block => (Duration::ZERO, Duration::ZERO),
+        };
+        Spin {
+            start: Instant::now(),
+            spin,
+            total,
+            deadline,
+            interrupted: false,
+        }
+    }
+
+    /// Whether to take another round (yielding first once the spin time is over).
+    fn next(&mut self) -> bool {
+        let e = self.start.elapsed();
+        if e >= self.total || self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        if e >= self.spin {
+            std::thread::yield_now();
+        }
+        true
     }
 }
 
@@ -459,6 +513,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         .collect();
     let deadline = deadline(timeout_ms);
     let mut mark = crate::sig::mark();
+    let mut spin = Spin::new(deadline);
     Some(loop {
         for p in fds.iter_mut() {
             p.revents = 0;
@@ -507,7 +562,15 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
                 Err(e) => break Err(crate::errno::of(&e, crate::errno::Op::Io)),
             }
         }
-        // mixed: the kernel descriptors plus our eventfd, which the notifier signals
+        // mixed: look at both for the idle policy's spin and yield time (the loop's next
+        // rounds), then sleep on the kernel descriptors plus our eventfd, which the notifier
+        // signals
+        if spin.next() {
+            continue;
+        }
+        if mark.take().is_some() {
+            break Err(libc::EINTR);
+        }
         let wfd = match thread_wake_fd() {
             Ok(f) => f,
             Err(e) => break Err(e),

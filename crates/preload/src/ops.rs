@@ -19,6 +19,7 @@ use std::time::Duration;
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static FORKED: AtomicBool = AtomicBool::new(false);
 static STACK: OnceLock<Option<Stack>> = OnceLock::new();
+static IDLE: OnceLock<docknet_pipe::IdlePolicy> = OnceLock::new();
 static PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 static LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
@@ -72,12 +73,7 @@ pub fn stack() -> Option<&'static Stack> {
     STACK
         .get_or_init(|| {
             let mut cfg = StackConfig::default();
-            if let Ok(s) = std::env::var("DOCKNET_IDLE") {
-                match docknet_pipe::IdlePolicy::parse(&s) {
-                    Ok(p) => cfg.idle = p,
-                    Err(e) => log_once(&format!("DOCKNET_IDLE: {e}")),
-                }
-            }
+            cfg.idle = idle_policy();
             // the engine thread DockLib starts must not take the program's signals
             let old = sys::block_all_signals();
             let r = Stack::attach_default(cfg);
@@ -91,6 +87,17 @@ pub fn stack() -> Option<&'static Stack> {
             }
         })
         .as_ref()
+}
+
+/// The idle policy of waits (`DOCKNET_IDLE`, default adaptive).
+pub fn idle_policy() -> docknet_pipe::IdlePolicy {
+    *IDLE.get_or_init(|| match std::env::var("DOCKNET_IDLE") {
+        Ok(s) => docknet_pipe::IdlePolicy::parse(&s).unwrap_or_else(|e| {
+            log_once(&format!("DOCKNET_IDLE: {e}"));
+            docknet_pipe::IdlePolicy::ADAPTIVE
+        }),
+        Err(_) => docknet_pipe::IdlePolicy::ADAPTIVE,
+    })
 }
 
 /// The stack, once attached (never attaches).

@@ -1,10 +1,9 @@
 //! Which descriptors are DockNet's: a bitmap read without locks (every `read` and `write` of
-//! the program asks, most about files and kernel sockets) in front of a map from descriptor to
-//! socket or epoll instance.
+//! the program asks, most about files and kernel sockets) in front of a vector indexed by
+//! descriptor (descriptor numbers are small and dense) holding the socket or epoll instance.
 
 use crate::event::Epoll;
 use crate::sock::Sock;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -25,7 +24,7 @@ pub enum Entry {
 #[derive(Debug)]
 pub struct Table {
     bits: Box<[AtomicU64]>,
-    map: RwLock<HashMap<i32, Entry>>,
+    map: RwLock<Vec<Option<Entry>>>,
 }
 
 impl Default for Table {
@@ -39,7 +38,7 @@ impl Table {
     pub fn new() -> Table {
         Table {
             bits: (0..BITMAP_FDS / 64).map(|_| AtomicU64::new(0)).collect(),
-            map: RwLock::new(HashMap::new()),
+            map: RwLock::new(Vec::new()),
         }
     }
 
@@ -67,11 +66,11 @@ impl Table {
         }
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<i32, Entry>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<Entry>>> {
         self.map.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<i32, Entry>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Option<Entry>>> {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -80,7 +79,7 @@ impl Table {
         if !self.maybe(fd) {
             return None;
         }
-        self.read().get(&fd).cloned()
+        self.read().get(fd as usize).and_then(Clone::clone)
     }
 
     /// The socket at `fd`.
@@ -104,7 +103,12 @@ impl Table {
         if fd < 0 {
             return None;
         }
-        let old = self.write().insert(fd, e);
+        let mut m = self.write();
+        let i = fd as usize;
+        if m.len() <= i {
+            m.resize(i + 1, None);
+        }
+        let old = m[i].replace(e);
         self.mark(fd, true);
         old
     }
@@ -115,14 +119,14 @@ impl Table {
             return None;
         }
         let mut m = self.write();
-        let old = m.remove(&fd);
+        let old = m.get_mut(fd as usize).and_then(Option::take);
         self.mark(fd, false);
         old
     }
 
-    /// Every entry (for the fork handler and diagnostics).
+    /// How many descriptors are in the table.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.read().iter().filter(|e| e.is_some()).count()
     }
 
     /// Whether the table is empty.
