@@ -224,3 +224,35 @@ fn udp_messages_longer_than_the_buffer_are_cut_and_peek_keeps_them() {
         ErrorKind::WouldBlock
     );
 }
+
+#[test]
+fn ready_now_reads_the_sockets_state_without_polling() {
+    let n = net(false, 1500);
+    let l = TcpListener::bind(&n.b, 7103).unwrap();
+    let c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7103)).unwrap();
+    let (s, _) = l.accept_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut out = Vec::new();
+    n.b.ready_now(&[Watch::Stream(&s, Interest::READ)], &mut out);
+    assert!(out.is_empty());
+    c.write_timeout(b"x", None).unwrap();
+    // the byte may still be in the rings: a wait polls it in, ready_now sees it afterwards
+    n.b.wait(
+        &[Watch::Stream(&s, Interest::READ)],
+        Some(Duration::from_secs(5)),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), 1);
+    n.b.ready_now(&[Watch::Stream(&s, Interest::BOTH)], &mut out);
+    assert_eq!(
+        out,
+        vec![(
+            0,
+            Ready {
+                read: true,
+                write: true,
+                ..Ready::default()
+            }
+        )]
+    );
+}
