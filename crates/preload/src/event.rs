@@ -477,7 +477,13 @@ fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Vec<(usize, u32)> {
         }
     }
     let mut out = Vec::new();
-    if !watches.is_empty() && st.wait(&watches, Some(Duration::ZERO), &mut out).is_ok() {
+    if !watches.is_empty() {
+        // from the sockets' state first; a poll of the stack only when nothing is ready
+        st.ready_now(&watches, &mut out);
+        if out.is_empty() && st.wait(&watches, Some(Duration::ZERO), &mut out).is_err() {
+            out.clear();
+        }
+
         for (j, r) in out {
             let i = idx[j];
             res.push((i, socks[i].0.bits(r)));
