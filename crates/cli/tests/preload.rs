@@ -465,3 +465,53 @@ fn iperf3_and_sockperf_complete_through_the_daemon_and_over_a_fast_channel() {
         }
     }
 }
+
+#[test]
+fn the_lab_measures_docknet_with_sockperf_and_iperf3_on_the_preload_modes() {
+    if !root_or_skip("preload lab modes")
+        || !tools_or_skip(
+            "preload lab modes",
+            &[
+                ("sockperf", "sockperf"),
+                ("iperf3", "iperf3"),
+                ("taskset", "util-linux"),
+            ],
+        )
+    {
+        return;
+    }
+    library();
+    let dir = workdir("lab");
+    for (workload, tool, modes) in [
+        ("rr", "sockperf", "docknet-fc-preload"),
+        ("stream", "iperf3", "docknet-preload"),
+    ] {
+        let json = dir.path().join(format!("{workload}.json"));
+        let o = Command::new(EXE)
+            .args([
+                "bench",
+                workload,
+                "--modes",
+                modes,
+                "--sizes",
+                "1024",
+                "--crosscheck",
+            ])
+            .args(["--duration", "1", "--warmup", "0.2", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        must(&o, &format!("docknet bench {workload}"));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let rows = v["results"].as_array().unwrap();
+        let of = |t: &str| rows.iter().find(|r| r["mode"] == modes && r["tool"] == t);
+        let (d, x) = (of("dnperf"), of(tool));
+        assert!(d.is_some() && x.is_some(), "{workload}: rows {rows:?}");
+        let figure = if workload == "rr" { "p50_us" } else { "gbps" };
+        for r in [d.unwrap(), x.unwrap()] {
+            let f = r[figure].as_f64().unwrap_or(0.0);
+            assert!(f > 0.0, "{workload}: {figure} {f} in {r}");
+        }
+    }
+}
