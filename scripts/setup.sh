@@ -28,6 +28,11 @@ declare -A NEED=(
     [clang]=clang       # builds the XDP flow director (crates/daemon/bpf) in the daemon's build
     [ping]=iputils-ping # the NIC tests check the hosts keep their own traffic
     [tc]=iproute2       # shapes the two-host wire (--wire-rate)
+    [nginx]=nginx       # unmodified programs over DockNet (docknet run --preload): tests, benchmarks
+    [curl]=curl
+    [wrk]=wrk
+    [redis-server]=redis-server
+    [redis-benchmark]=redis-tools
 )
 # files -> Debian package
 declare -A NEED_FILES=(
