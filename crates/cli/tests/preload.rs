@@ -391,9 +391,9 @@ fn redis_benchmark_runs_get_and_set_against_redis_and_a_value_reads_back() {
     for t in ["SET", "GET"] {
         let rps: f64 = out
             .split(['\r', '\n'])
+            .rev()
             .filter_map(|l| l.trim().strip_prefix(&format!("{t}: ")))
-            .filter_map(|r| r.split_whitespace().next()?.parse().ok())
-            .last()
+            .find_map(|r| r.split_whitespace().next()?.parse().ok())
             .unwrap_or_else(|| panic!("no {t} figure: {out}"));
         assert!(rps > 100.0, "{t}: {rps} requests/s");
     }

@@ -152,9 +152,7 @@ impl Epoll {
     /// `epoll_ctl`: `None` when the kernel's epoll takes it (a kernel descriptor; for a socket
     /// not yet decided the caller passes it to the kernel as well and mirrors it here).
     pub fn ctl(&self, op: i32, fd: i32, ev: Option<(u32, u64)>) -> Option<R<()>> {
-        let Some(s) = TABLE.sock(fd) else {
-            return None;
-        };
+        let s = TABLE.sock(fd)?;
         if fd == self.kfd {
             return Some(Err(libc::EINVAL));
         }
@@ -323,7 +321,7 @@ impl Epoll {
     fn collect(
         &self,
         st: &Stack,
-        socks: &mut Vec<(Arc<Sock>, u32)>,
+        socks: &mut [(Arc<Sock>, u32)],
         out: &mut [libc::epoll_event],
         _after_sleep: bool,
     ) -> usize {
@@ -628,6 +626,9 @@ fn thread_wake_fd() -> R<i32> {
 // ---------------------------------------------------------------------------------------
 // the notifier
 
+/// Sockets a waiter waits for, with the poll bits it wants.
+type Watched = Vec<(Arc<Sock>, u32)>;
+
 struct Waiter {
     id: u64,
     socks: Vec<(Arc<Sock>, u32)>,
@@ -698,7 +699,7 @@ impl Notifier {
                 return;
             }
             let token = self.waker.token();
-            let snap: Vec<(u64, Vec<(Arc<Sock>, u32)>)> = self
+            let snap: Vec<(u64, Watched)> = self
                 .lock()
                 .iter()
                 .map(|w| (w.id, w.socks.clone()))

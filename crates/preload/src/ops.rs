@@ -72,8 +72,10 @@ pub fn unsupported(what: &str, e: Errno) -> Errno {
 pub fn stack() -> Option<&'static Stack> {
     STACK
         .get_or_init(|| {
-            let mut cfg = StackConfig::default();
-            cfg.idle = idle_policy();
+            let cfg = StackConfig {
+                idle: idle_policy(),
+                ..StackConfig::default()
+            };
             // the engine thread DockLib starts must not take the program's signals
             let old = sys::block_all_signals();
             let r = Stack::attach_default(cfg);
@@ -1021,7 +1023,7 @@ pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
 /// `ioctl(2)` on a socket: FIONBIO (`arg`: the int), FIONREAD, SIOCOUTQ.
 pub fn ioctl(fd: i32, req: u64, arg: Option<i32>) -> Option<R<Option<i32>>> {
     let s = sock(fd)?;
-    if req == libc::FIONBIO as u64 {
+    if req == libc::FIONBIO {
         s.nonblock.store(arg.unwrap_or(0) != 0, Ordering::Relaxed);
         return if s.adopted() { Some(Ok(None)) } else { None };
     }
@@ -1029,16 +1031,12 @@ pub fn ioctl(fd: i32, req: u64, arg: Option<i32>) -> Option<R<Option<i32>>> {
         return None;
     }
     Some(match (req, s.conn.get()) {
-        (r, Some(Conn::Stream(t))) if r == libc::FIONREAD as u64 => {
-            Ok(Some(t.bytes_readable() as i32))
-        }
-        (r, Some(Conn::Udp(u))) if r == libc::FIONREAD as u64 => {
+        (r, Some(Conn::Stream(t))) if r == libc::FIONREAD => Ok(Some(t.bytes_readable() as i32)),
+        (r, Some(Conn::Udp(u))) if r == libc::FIONREAD => {
             Ok(Some(u.sock.next_len().unwrap_or(0) as i32))
         }
-        (r, Some(Conn::Stream(t))) if r == libc::TIOCOUTQ as u64 => {
-            Ok(Some(t.bytes_unacked() as i32))
-        }
-        (r, Some(Conn::Listener(..))) if r == libc::FIONREAD as u64 => Err(libc::EINVAL),
+        (r, Some(Conn::Stream(t))) if r == libc::TIOCOUTQ => Ok(Some(t.bytes_unacked() as i32)),
+        (r, Some(Conn::Listener(..))) if r == libc::FIONREAD => Err(libc::EINVAL),
         (r, _) => Err(unsupported(&format!("ioctl {r:#x}"), libc::ENOTTY)),
     })
 }

@@ -825,10 +825,10 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_int {
     if TABLE.maybe(fd) {
         let r = guard(|| {
-            let int = (req == libc::FIONBIO as c_ulong && !arg.is_null())
+            let int = (req == libc::FIONBIO && !arg.is_null())
                 // SAFETY: FIONBIO's argument is a pointer to an int.
                 .then(|| unsafe { std::ptr::read_unaligned(arg as *const c_int) });
-            ops::ioctl(fd, req as u64, int)
+            ops::ioctl(fd, req, int)
         });
         if let Some(r) = r {
             return ret(r.and_then(|out| {
