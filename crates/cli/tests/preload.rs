@@ -13,28 +13,31 @@ use std::time::{Duration, Instant};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// The preload library beside the docknet binary, built if `cargo test` did not build it.
+/// The preload library beside the docknet binary. `cargo test` builds it into `deps/`
+/// (`cargo build` puts it beside the binary): the newer of the two is put beside the binary.
 fn library() -> PathBuf {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(find_library).clone()
+}
+
+fn find_library() -> PathBuf {
     let dir = Path::new(EXE).parent().unwrap();
     let lib = dir.join("libdocknet_preload.so");
-    if !lib.is_file() {
-        let deps = dir.join("deps/libdocknet_preload.so");
-        if deps.is_file() {
-            std::fs::copy(&deps, &lib).unwrap();
-        } else {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut c = Command::new(cargo);
-            c.args(["build", "-p", "docknet-preload"]);
-            if dir.file_name().is_some_and(|n| n == "release") {
-                c.arg("--release");
-            }
-            if let Some(t) = dir.parent() {
-                c.env("CARGO_TARGET_DIR", t);
-            }
-            assert!(c.status().unwrap().success(), "building docknet-preload");
+    let deps = dir.join("deps/libdocknet_preload.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let Some(d) = mtime(&deps) {
+        if mtime(&lib).is_none_or(|l| l < d) {
+            // copied to a temporary name and renamed: a program loading it never sees half a file
+            let tmp = dir.join(format!(".libdocknet_preload.so.{}", std::process::id()));
+            std::fs::copy(&deps, &tmp).unwrap();
+            std::fs::rename(&tmp, &lib).unwrap();
         }
     }
-    assert!(lib.is_file(), "{} missing", lib.display());
+    assert!(
+        lib.is_file(),
+        "{} missing: cargo build -p docknet-preload",
+        lib.display()
+    );
     lib
 }
 
