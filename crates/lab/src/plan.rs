@@ -248,11 +248,6 @@ fn kernel_placement(mode: Mode, (c, s): (usize, usize), topology: Topology) -> P
 }
 
 fn crosscheck_placement(mode: Mode, tool: Tool) -> Placement {
-    let stack = if mode.is_preload() {
-        "kernel sockets on DockLib by the preload library, peers spin"
-    } else {
-        "kernel TCP"
-    };
     Placement {
         client: Some(0),
         server: Some(1),
@@ -260,7 +255,9 @@ fn crosscheck_placement(mode: Mode, tool: Tool) -> Placement {
         master_b: None,
         idle: "spin",
         pairs_cores: Vec::new(),
-        description: format!("client core 0, server core 1, {stack} ({mode}), measured by {tool}"),
+        description: format!(
+            "client core 0, server core 1, kernel TCP ({mode}), measured by {tool}"
+        ),
     }
 }
 
@@ -498,13 +495,20 @@ impl Plan {
                             run.points
                                 .push(point(Measure::Dnperf(p.clone()), size, repeat));
                         }
-                        // unmodified kernel tools run over DockNet too, in the kernel's
-                        // cross-check placement
+                        // unmodified kernel tools run over DockNet too, placed as dnperf is
+                        // on this mode (the daemon's master keeps its core)
                         let tool = crosscheck_tool(req.workload)
                             .filter(|_| req.crosscheck && mode.is_preload());
                         for tool in tool.into_iter() {
                             for &size in &req.sizes {
-                                let p = crosscheck_placement(mode, tool);
+                                let p = Placement {
+                                    description: format!(
+                                        "{}; kernel sockets on DockLib by the preload library, \
+                                         measured by {tool}",
+                                        p.description
+                                    ),
+                                    ..p.clone()
+                                };
                                 run.points
                                     .push(point(Measure::Crosscheck(tool, p), size, repeat));
                             }
@@ -672,8 +676,11 @@ mod tests {
                 .map(|x| (x.placement().cores(), x.size, x.tool()))
                 .collect()
         };
-        // through the daemon: the placement of `docknet`, then sockperf as on a kernel mode
+        // through the daemon: the placement of `docknet` for dnperf and sockperf alike (the
+        // master keeps core 0); over a fast channel that of `docknet-fc`
         assert_eq!(p.runs[0].points[0].placement().cores(), "c1 s1 m0");
+        assert_eq!(p.runs[0].points[3].placement().cores(), "c1 s1 m0");
+        assert_eq!(p.runs[0].points[3].tool(), Tool::Sockperf);
         assert_eq!(
             tools(&p.runs[1]),
             [
