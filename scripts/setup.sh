@@ -34,6 +34,8 @@ declare -A NEED=(
     [containerd]=containerd  # the CNI plugin's CRI test runs pods through containerd
     [runc]=runc
     [nsenter]=util-linux
+    [redis-server]=redis-server  # unmodified programs over DockNet (docknet run --preload)
+    [redis-benchmark]=redis-tools
 )
 # files -> Debian package
 declare -A NEED_FILES=(

@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// Also show this host directory, read-only, at the same path (repeatable).
     #[arg(long = "bind")]
     pub binds: Vec<PathBuf>,
+    /// Run the command unmodified over the pipe: LD_PRELOAD the socket library built beside
+    /// the docknet binary (libdocknet_preload.so). AF_INET TCP and UDP sockets on the pipe's
+    /// network go to DockNet, everything else to the kernel (docs/preload.md).
+    #[arg(long)]
+    pub preload: bool,
     /// The command and its arguments (after --).
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,
@@ -73,6 +78,11 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         }
     }
     let exe = std::env::current_exe().context("locating the docknet binary")?;
+    let preload = if a.preload {
+        Some(preload_library(&exe)?)
+    } else {
+        None
+    };
     let mut binds = a.binds.clone();
     if a.rootfs.is_none() {
         for prog in [resolve(&a.cmd[0]), Some(exe.clone())]
@@ -114,6 +124,9 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     for b in &binds {
         init.arg("--bind").arg(b);
     }
+    if let Some(p) = &preload {
+        init.arg("--preload").arg(p);
+    }
     init.arg("--")
         .args(&a.cmd)
         .env("DOCKNET_PIPE", &attached.socket);
@@ -131,6 +144,25 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         }
     }
     code
+}
+
+/// The file name of the preload library, beside the `docknet` binary.
+pub const PRELOAD_LIB: &str = "libdocknet_preload.so";
+
+/// The preload library beside `exe` (the container shows the binary's directory, so the
+/// library is visible inside at the same path).
+fn preload_library(exe: &Path) -> Result<PathBuf> {
+    let p = exe
+        .parent()
+        .map(|d| d.join(PRELOAD_LIB))
+        .context("the docknet binary has no directory")?;
+    if !p.is_file() {
+        bail!(
+            "--preload: {} not found (build it beside docknet: cargo build --release -p docknet-preload)",
+            p.display()
+        );
+    }
+    Ok(p)
 }
 
 /// Signals forwarded to the container; SIGCHLD tells us a child exited.
@@ -184,7 +216,12 @@ fn supervise(pid: Pid) -> Result<ExitCode> {
 }
 
 /// The container's pid 1 (`docknet __init`): builds the walls, then runs the command.
-pub fn init(cpu: Option<usize>, walls: &Walls, cmd: &[String]) -> Result<ExitCode> {
+pub fn init(
+    cpu: Option<usize>,
+    walls: &Walls,
+    preload: Option<&Path>,
+    cmd: &[String],
+) -> Result<ExitCode> {
     if cmd.is_empty() {
         bail!("__init: no command");
     }
@@ -223,8 +260,13 @@ pub fn init(cpu: Option<usize>, walls: &Walls, cmd: &[String]) -> Result<ExitCod
             .context("installing signal handlers")?;
     }
     sandbox::install_seccomp()?;
-    let child = Command::new(&cmd[0])
-        .args(&cmd[1..])
+    let mut command = Command::new(&cmd[0]);
+    command.args(&cmd[1..]);
+    if let Some(p) = preload {
+        // only the command: the init itself stays free of it
+        command.env("LD_PRELOAD", p);
+    }
+    let child = command
         .spawn()
         .with_context(|| format!("starting {:?}", cmd[0]))?;
     // the init only waits from here: it keeps no capability either

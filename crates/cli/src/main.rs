@@ -155,6 +155,8 @@ enum Cmd {
         rootfs: Option<PathBuf>,
         #[arg(long = "bind")]
         binds: Vec<PathBuf>,
+        #[arg(long)]
+        preload: Option<PathBuf>,
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
@@ -492,8 +494,16 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             cpu,
             rootfs,
             binds,
+            preload,
             cmd,
-        } => return container::init(cpu, &sandbox::Walls { rootfs, binds }, &cmd),
+        } => {
+            return container::init(
+                cpu,
+                &sandbox::Walls { rootfs, binds },
+                preload.as_deref(),
+                &cmd,
+            )
+        }
         Cmd::Holder { socket } => docknet_daemon::holder::serve(&socket)
             .with_context(|| format!("fd holder on {}", socket.display()))?,
         Cmd::Bench(BenchCmd::Rr(a)) => docknet_lab::bench::run(Workload::Rr, a)?,

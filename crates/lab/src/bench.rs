@@ -24,7 +24,8 @@ pub struct BenchArgs {
     /// Modes to compare. One host, kernel: loopback, container (shared netns), veth, bridge,
     /// bridge-nat (port mapping), macvlan, ipvlan (where the kernel has it), ovs (Open vSwitch
     /// userspace datapath, where installed); DockNet: docknet (through the daemon), docknet-fc
-    /// (fast channel); sriov is probed and reported as not available where it cannot run.
+    /// (fast channel), docknet-preload and docknet-fc-preload (the same, with dnperf's kernel
+    /// sockets and the cross-check tools unmodified under the preload library); sriov is probed and reported as not available where it cannot run.
     /// Two hosts, kernel: host, routed, nat, macvlan, vxlan; DockNet: docknet (daemons on the
     /// wire with AF_XDP), docknet-packet (AF_PACKET) [default: one host
     /// bridge,docknet,docknet-fc; two hosts host,routed,nat,vxlan,docknet,docknet-packet].
@@ -71,9 +72,9 @@ pub struct BenchArgs {
     /// (MTU 65536) and run once.
     #[arg(long, value_delimiter = ',', default_value = "1500")]
     pub mtus: Vec<u32>,
-    /// rr and stream: also measure the kernel modes with sockperf (rr) and iperf3 (stream),
-    /// client core 0 and server core 1, as a cross-check of dnperf (rows with `tool` sockperf /
-    /// iperf3).
+    /// rr and stream: also measure the kernel modes and the preload modes with sockperf (rr) and
+    /// iperf3 (stream), client core 0 and server core 1, as a cross-check of dnperf (rows with
+    /// `tool` sockperf / iperf3).
     #[arg(long)]
     pub crosscheck: bool,
     /// Write all results as JSON here.

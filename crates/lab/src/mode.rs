@@ -44,6 +44,11 @@ pub enum Mode {
     /// Two hosts: DockLib through daemons that drive the wire with AF_PACKET (the daemons'
     /// AF_XDP path is `docknet`).
     DocknetPacket,
+    /// Unmodified kernel-socket programs through the DockNet daemon, by the preload library
+    /// (`docknet run --preload`).
+    DocknetPreload,
+    /// Unmodified kernel-socket programs over a fast channel, by the preload library.
+    DocknetFcPreload,
 }
 
 /// How many hosts a topology spans.
@@ -169,7 +174,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 16] = [
+    pub const ALL: [Mode; 18] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -186,6 +191,8 @@ impl Mode {
         Mode::Nat,
         Mode::Vxlan,
         Mode::DocknetPacket,
+        Mode::DocknetPreload,
+        Mode::DocknetFcPreload,
     ];
 
     /// The name used on the command line and in results.
@@ -207,6 +214,8 @@ impl Mode {
             Mode::Nat => "nat",
             Mode::Vxlan => "vxlan",
             Mode::DocknetPacket => "docknet-packet",
+            Mode::DocknetPreload => "docknet-preload",
+            Mode::DocknetFcPreload => "docknet-fc-preload",
         }
     }
 
@@ -229,6 +238,8 @@ impl Mode {
             Mode::Nat => "private networks, port mapping + masquerade",
             Mode::Vxlan => "kernel VXLAN overlay, bridge per host",
             Mode::DocknetPacket => "DockNet daemons on the wire with AF_PACKET",
+            Mode::DocknetPreload => "unmodified programs through DockNet's daemon (preload)",
+            Mode::DocknetFcPreload => "unmodified programs over a DockNet fast channel (preload)",
         }
     }
 
@@ -245,7 +256,19 @@ impl Mode {
 
     /// A DockNet mode (DockLib sockets over pipes)?
     pub fn is_docknet(self) -> bool {
-        matches!(self, Mode::Docknet | Mode::DocknetFc | Mode::DocknetPacket)
+        matches!(
+            self,
+            Mode::Docknet
+                | Mode::DocknetFc
+                | Mode::DocknetPacket
+                | Mode::DocknetPreload
+                | Mode::DocknetFcPreload
+        )
+    }
+
+    /// A DockNet mode whose programs use kernel sockets under the preload library?
+    pub fn is_preload(self) -> bool {
+        matches!(self, Mode::DocknetPreload | Mode::DocknetFcPreload)
     }
 
     /// A kernel mode the lab builds in namespaces?
@@ -263,8 +286,8 @@ impl Mode {
             Mode::Ipvlan => Link::Ipvlan,
             Mode::Ovs => Link::Ovs,
             Mode::Sriov => Link::Vf,
-            Mode::Docknet => Link::Pipe,
-            Mode::DocknetFc => Link::FastChannel,
+            Mode::Docknet | Mode::DocknetPreload => Link::Pipe,
+            Mode::DocknetFc | Mode::DocknetFcPreload => Link::FastChannel,
             Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan => Link::Wire,
             Mode::DocknetPacket => Link::Nic,
         }
@@ -288,7 +311,11 @@ impl Mode {
             | Mode::Nat
             | Mode::Vxlan => Builder::Cni,
             Mode::Ovs => Builder::OvsVsctl,
-            Mode::Docknet | Mode::DocknetFc | Mode::DocknetPacket => Builder::Docknet,
+            Mode::Docknet
+            | Mode::DocknetFc
+            | Mode::DocknetPacket
+            | Mode::DocknetPreload
+            | Mode::DocknetFcPreload => Builder::Docknet,
         }
     }
 

@@ -265,7 +265,7 @@ fn crosscheck_placement(mode: Mode, tool: Tool) -> Placement {
 /// cores with the daemon off the path; through the daemon, the master spins on core 0 and both
 /// containers share core 1, yielding when idle.
 fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
-    if mode == Mode::DocknetFc {
+    if mode.link() == crate::mode::Link::FastChannel {
         (
             Placement {
                 client: Some(0),
@@ -495,6 +495,24 @@ impl Plan {
                             run.points
                                 .push(point(Measure::Dnperf(p.clone()), size, repeat));
                         }
+                        // unmodified kernel tools run over DockNet too, placed as dnperf is
+                        // on this mode (the daemon's master keeps its core)
+                        let tool = crosscheck_tool(req.workload)
+                            .filter(|_| req.crosscheck && mode.is_preload());
+                        for tool in tool.into_iter() {
+                            for &size in &req.sizes {
+                                let p = Placement {
+                                    description: format!(
+                                        "{}; kernel sockets on DockLib by the preload library, \
+                                         measured by {tool}",
+                                        p.description
+                                    ),
+                                    ..p.clone()
+                                };
+                                run.points
+                                    .push(point(Measure::Crosscheck(tool, p), size, repeat));
+                            }
+                        }
                     } else {
                         for cores in KERNEL_PLACEMENTS {
                             let p = kernel_placement(mode, cores, req.topology);
@@ -640,6 +658,55 @@ mod tests {
         let fc = &p.runs[1];
         assert_eq!(fc.points[0].placement().cores(), "c0 s1");
         assert_eq!(fc.daemon.as_ref().unwrap().idle, "adaptive");
+    }
+
+    #[test]
+    fn preload_modes_run_dnperf_on_kernel_sockets_and_the_cross_check_tools() {
+        let mut r = req(
+            Workload::Rr,
+            &[Mode::DocknetPreload, Mode::DocknetFcPreload],
+        );
+        r.mtus = vec![1500];
+        r.repeat = 1;
+        let p = Plan::new(&r, |_| None);
+        assert_eq!(p.runs.len(), 2);
+        let tools = |run: &ModeRun| -> Vec<(String, usize, Tool)> {
+            run.points
+                .iter()
+                .map(|x| (x.placement().cores(), x.size, x.tool()))
+                .collect()
+        };
+        // through the daemon: the placement of `docknet` for dnperf and sockperf alike (the
+        // master keeps core 0); over a fast channel that of `docknet-fc`
+        assert_eq!(p.runs[0].points[0].placement().cores(), "c1 s1 m0");
+        assert_eq!(p.runs[0].points[3].placement().cores(), "c1 s1 m0");
+        assert_eq!(p.runs[0].points[3].tool(), Tool::Sockperf);
+        assert_eq!(
+            tools(&p.runs[1]),
+            [
+                ("c0 s1".into(), 64, Tool::Dnperf),
+                ("c0 s1".into(), 1024, Tool::Dnperf),
+                ("c0 s1".into(), 64, Tool::Sockperf),
+                ("c0 s1".into(), 1024, Tool::Sockperf),
+            ]
+        );
+        assert!(p.runs[1].points[2]
+            .placement()
+            .description
+            .contains("preload library"));
+        assert!(p.runs.iter().all(|r| r.daemon.is_some()));
+        // without --crosscheck, dnperf only; the stream workload takes iperf3
+        r.crosscheck = false;
+        assert!(Plan::new(&r, |_| None).runs[1]
+            .points
+            .iter()
+            .all(|x| x.tool() == Tool::Dnperf));
+        r.crosscheck = true;
+        r.workload = Workload::Stream;
+        assert_eq!(
+            Plan::new(&r, |_| None).runs[1].points[3].tool(),
+            Tool::Iperf3
+        );
     }
 
     #[test]

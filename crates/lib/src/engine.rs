@@ -39,7 +39,7 @@ pub(crate) fn engine(shared: Weak<Shared>) {
                 continue;
             }
             if let Some(armed) = s.arm(IDLE_SLEEP, None) {
-                armed.wait();
+                armed.wait(&[]);
                 // ends this sleep only: a call asleep on the same words keeps them armed
                 s.disarm();
             }

@@ -25,7 +25,7 @@ pub mod tcp;
 pub mod udp;
 
 pub use device::Faults;
-pub use poll::{Interest, Ready, Watch};
+pub use poll::{Interest, Ready, Waited, Waker, Watch};
 pub use raw::{AttachError, Endpoint, SendError, Via};
 pub use stack::{Stack, StackConfig};
 pub use tcp::{TcpListener, TcpStream};

@@ -15,7 +15,55 @@ use crate::stack::Stack;
 use crate::tcp::{TcpListener, TcpStream};
 use crate::udp::UdpSocket;
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+/// Wakes a [`Stack::wait_wakeable`] from another thread (or from a signal handler: waking is
+/// one atomic add and one futex wake, both async-signal-safe).
+///
+/// A waiter reads [`Waker::token`] before it decides to wait and passes it in; a
+/// [`Waker::wake`] after that read ends the wait (or keeps it from starting), so no wake-up is
+/// lost between the decision and the sleep.
+#[derive(Debug, Default)]
+pub struct Waker {
+    word: AtomicU32,
+}
+
+impl Waker {
+    /// A waker nobody has woken yet.
+    pub const fn new() -> Waker {
+        Waker {
+            word: AtomicU32::new(0),
+        }
+    }
+
+    /// The current token: a wait given it ends at the next [`Waker::wake`].
+    pub fn token(&self) -> u32 {
+        self.word.load(Ordering::Acquire)
+    }
+
+    /// Ends every wait given a token older than this call.
+    pub fn wake(&self) {
+        self.word.fetch_add(1, Ordering::AcqRel);
+        docknet_pipe::wake::wake(&self.word);
+    }
+
+    /// Sleeps (outside any stack) until woken after `token` was read, or `timeout` passes.
+    pub fn wait(&self, token: u32, timeout: Option<Duration>) {
+        let _ = docknet_pipe::wake::wait_any(&[(&self.word, token)], timeout);
+    }
+}
+
+/// How a [`Stack::wait_wakeable`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// Sockets are ready (in `out`).
+    Ready,
+    /// The time ran out.
+    TimedOut,
+    /// The waker was woken.
+    Woken,
+}
 
 /// What a watched socket should be reported for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,31 +134,77 @@ impl Stack {
         timeout: Option<Duration>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<()> {
+        self.wait_inner(watches, timeout, &[], out).map(|_| ())
+    }
+
+    /// [`Stack::wait`] that also ends when one of `wakers` is woken after its token was read
+    /// ([`Waker::token`]): how a thread that waits for sockets is told that something else
+    /// (a signal, a change of what to watch) needs it.
+    pub fn wait_wakeable(
+        &self,
+        watches: &[Watch<'_>],
+        timeout: Option<Duration>,
+        wakers: &[(&Waker, u32)],
+        out: &mut Vec<(usize, Ready)>,
+    ) -> io::Result<Waited> {
+        let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        self.wait_inner(watches, timeout, &words, out)
+    }
+
+    /// What `watches` are ready for now, from the sockets' state alone, into `out` (cleared
+    /// first): no poll of the interface, so frames still in the rings are not seen. A busy
+    /// event loop looks here first and waits ([`Stack::wait`]) only when nothing is ready,
+    /// saving the poll of every socket that a zero-timeout wait makes.
+    pub fn ready_now(&self, watches: &[Watch<'_>], out: &mut Vec<(usize, Ready)>) {
         out.clear();
+        collect(self, &mut self.lock(), watches, out);
+    }
+
+    fn wait_inner(
+        &self,
+        watches: &[Watch<'_>],
+        timeout: Option<Duration>,
+        woken: &[(&AtomicU32, u32)],
+        out: &mut Vec<(usize, Ready)>,
+    ) -> io::Result<Waited> {
+        out.clear();
+        // the first poll also sends what try_write_deferred left for it
         self.lock().poll();
-        let r = self.block_on(timeout, |g| {
-            for (i, w) in watches.iter().enumerate() {
-                let (ready, interest) = match w {
-                    Watch::Stream(s, int) if s.stack_is(self) => (s.readiness(g), *int),
-                    Watch::Listener(l) if l.stack_is(self) => (
-                        Ready {
-                            read: l.acceptable(g),
-                            ..Ready::default()
-                        },
-                        Interest::READ,
-                    ),
-                    Watch::Udp(u, int) if u.stack_is(self) => (u.readiness(g), *int),
-                    _ => continue,
-                };
-                if ready.any(interest) {
-                    out.push((i, ready));
-                }
-            }
+        let r = self.block_on_woken(timeout, woken, |g| {
+            collect(self, g, watches, out);
             (!out.is_empty()).then_some(Ok(()))
         });
         match r {
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(()),
-            r => r,
+            Ok(()) => Ok(Waited::Ready),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(Waited::TimedOut),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Waited::Woken),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The ready ones of `watches` (`g`: the stack, locked) into `out`.
+fn collect(
+    stack: &Stack,
+    g: &mut crate::stack::Inner,
+    watches: &[Watch<'_>],
+    out: &mut Vec<(usize, Ready)>,
+) {
+    for (i, w) in watches.iter().enumerate() {
+        let (ready, interest) = match w {
+            Watch::Stream(s, int) if s.stack_is(stack) => (s.readiness(g), *int),
+            Watch::Listener(l) if l.stack_is(stack) => (
+                Ready {
+                    read: l.acceptable(g),
+                    ..Ready::default()
+                },
+                Interest::READ,
+            ),
+            Watch::Udp(u, int) if u.stack_is(stack) => (u.readiness(g), *int),
+            _ => continue,
+        };
+        if ready.any(interest) {
+            out.push((i, ready));
         }
     }
 }

@@ -244,6 +244,7 @@ pub(crate) struct Shared {
     pub(crate) calls: AtomicU32,
     pub(crate) cfg: StackConfig,
     ip: Ipv4Addr,
+    prefix: u8,
 }
 
 /// Rings armed for one sleep: the futex words, and how long the sleep may last.
@@ -253,9 +254,10 @@ pub(crate) struct Armed {
 }
 
 impl Armed {
-    /// Sleeps until a producer kicks a ring, the fast channels change, or the timeout passes.
-    pub(crate) fn wait(self) {
-        self.set.wait(&[], self.timeout);
+    /// Sleeps until a producer kicks a ring, the fast channels change, any of `extra` (word,
+    /// expected value) changes, or the timeout passes.
+    pub(crate) fn wait(self, extra: &[(&AtomicU32, u32)]) {
+        self.set.wait(extra, self.timeout);
     }
 }
 
@@ -293,10 +295,15 @@ impl Shared {
         self.lock().dev.ep.disarm_sleep();
     }
 
-    /// One sleep on the rings: arm, wait, disarm.
-    pub(crate) fn sleep(&self, max: Duration, deadline: Option<Instant>) {
+    /// One sleep on the rings (and on `extra` words): arm, wait, disarm.
+    pub(crate) fn sleep(
+        &self,
+        max: Duration,
+        deadline: Option<Instant>,
+        extra: &[(&AtomicU32, u32)],
+    ) {
         if let Some(armed) = self.arm(max, deadline) {
-            armed.wait();
+            armed.wait(extra);
             self.disarm();
         }
     }
@@ -383,7 +390,7 @@ impl Stack {
     /// Builds a stack over `ep` and starts its engine thread.
     pub fn new(ep: Endpoint, cfg: StackConfig) -> Stack {
         let ip = ep.ip();
-        let prefix = ep.prefix() as u8;
+        let prefix = ep.prefix().min(32) as u8;
         let mac = ep.mac();
         let mut dev = PipeDevice::new(ep, cfg.checksums);
         if let Some(f) = cfg.faults {
@@ -420,6 +427,7 @@ impl Stack {
             calls: AtomicU32::new(0),
             cfg,
             ip,
+            prefix,
         });
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
@@ -437,6 +445,19 @@ impl Stack {
     /// This stack's address.
     pub fn ip(&self) -> Ipv4Addr {
         self.shared.ip
+    }
+
+    /// The prefix length of the pipe's network (`ip()/prefix()`).
+    pub fn prefix(&self) -> u8 {
+        self.shared.prefix
+    }
+
+    /// Whether `a` lies in the pipe's network (the addresses this stack can reach).
+    pub fn on_link(&self, a: Ipv4Addr) -> bool {
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(self.shared.prefix))
+            .unwrap_or(0);
+        u32::from(a) & mask == u32::from(self.shared.ip) & mask
     }
 
     /// Device counters.
@@ -479,6 +500,17 @@ impl Stack {
     pub(crate) fn block_on<T>(
         &self,
         timeout: Option<Duration>,
+        f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
+        self.block_on_woken(timeout, &[], f)
+    }
+
+    /// [`Stack::block_on`] that also ends, failing with `Interrupted`, when a word of `woken`
+    /// no longer holds its value.
+    pub(crate) fn block_on_woken<T>(
+        &self,
+        timeout: Option<Duration>,
+        woken: &[(&AtomicU32, u32)],
         mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
@@ -506,15 +538,18 @@ impl Stack {
                     continue;
                 }
             }
+            if woken.iter().any(|(w, v)| w.load(Ordering::Acquire) != *v) {
+                return Err(io::Error::from(io::ErrorKind::Interrupted));
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timed_out(&self.lock().dev.ep));
             }
             if !idler.step() {
                 continue;
             }
-            // the sleep ends early for a frame, a kick, a channel change or the stack's next
-            // timer; the cap only bounds how long a lost wake-up could cost
-            self.shared.sleep(CALL_SLEEP_MAX, deadline);
+            // the sleep ends early for a frame, a kick, a channel change, the waker or the
+            // stack's next timer; the cap only bounds how long a lost wake-up could cost
+            self.shared.sleep(CALL_SLEEP_MAX, deadline, woken);
         }
     }
 
@@ -531,6 +566,6 @@ impl Stack {
 
     /// Sleeps once on the rings (armed under the lock, waited on outside it), at most `max`.
     pub(crate) fn sleep_once(&self, max: Duration) {
-        self.shared.sleep(max, None);
+        self.shared.sleep(max, None, &[]);
     }
 }

@@ -5,6 +5,7 @@ use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A TCP listener (std-like). Connections wait to be accepted up to the stack's backlog
@@ -17,12 +18,22 @@ pub struct TcpListener {
 }
 
 impl TcpListener {
-    /// Listens on `port` of the stack's address.
+    /// Listens on `port` of the stack's address (0: an ephemeral port, as the kernel picks one
+    /// for `listen` on an unbound socket).
     pub fn bind(stack: &Stack, port: u16) -> io::Result<TcpListener> {
-        if port == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "port 0"));
-        }
         let mut g = stack.lock();
+        let port = if port == 0 {
+            let mut p = g.ephemeral_port();
+            for _ in 0..16_000 {
+                if !g.listeners.iter().any(|l| l.port == p) {
+                    break;
+                }
+                p = g.ephemeral_port();
+            }
+            p
+        } else {
+            port
+        };
         let taken = g.listeners.iter().any(|l| l.port == port);
         if taken {
             return Err(io::Error::new(
@@ -52,9 +63,14 @@ impl TcpListener {
         self.accept_timeout(None)
     }
 
+    /// The port listened on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Waits for a connection, at most `timeout`.
     pub fn accept_timeout(
-        &mut self,
+        &self,
         timeout: Option<Duration>,
     ) -> io::Result<(TcpStream, SocketAddrV4)> {
         let port = self.port;
@@ -63,7 +79,7 @@ impl TcpListener {
     }
 
     /// Takes a connection that has arrived, or fails with `WouldBlock` at once.
-    pub fn try_accept(&mut self) -> io::Result<(TcpStream, SocketAddrV4)> {
+    pub fn try_accept(&self) -> io::Result<(TcpStream, SocketAddrV4)> {
         let port = self.port;
         let (h, peer) = self.stack.try_now(true, |g| accept_step(g, port))?;
         Ok(self.accepted(h, peer))
@@ -123,13 +139,14 @@ impl Drop for TcpListener {
     }
 }
 
-/// A TCP connection (std-like, implements [`Read`] and [`Write`]).
+/// A TCP connection (std-like, implements [`Read`] and [`Write`], also through `&TcpStream`:
+/// every call takes `&self`, so threads may share one stream, e.g. in an `Arc`).
 #[derive(Debug)]
 pub struct TcpStream {
     stack: Stack,
     h: SocketHandle,
-    fin_seen: bool,
-    closed_by_us: bool,
+    fin_seen: AtomicBool,
+    closed_by_us: AtomicBool,
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
 }
@@ -139,8 +156,8 @@ impl TcpStream {
         TcpStream {
             stack: stack.clone(),
             h,
-            fin_seen: false,
-            closed_by_us: false,
+            fin_seen: AtomicBool::new(false),
+            closed_by_us: AtomicBool::new(false),
             read_timeout: None,
             write_timeout: None,
         }
@@ -202,11 +219,32 @@ impl TcpStream {
         self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep)
     }
 
+    /// Local address (the stack's address and this connection's port).
+    pub fn local_addr(&self) -> Option<SocketAddrV4> {
+        self.stack.lock().tcp(self.h).local_endpoint().map(from_ep)
+    }
+
     /// Disables (true) or enables (false) Nagle's algorithm, like `std`'s `set_nodelay`. The
     /// stack's default comes from [`crate::StackConfig::nagle`] (off: request/response latency);
     /// bulk senders writing small messages gain throughput with Nagle on.
-    pub fn set_nodelay(&mut self, nodelay: bool) {
+    pub fn set_nodelay(&self, nodelay: bool) {
         self.stack.lock().tcp(self.h).set_nagle_enabled(!nodelay);
+    }
+
+    /// Whether Nagle's algorithm is off.
+    pub fn nodelay(&self) -> bool {
+        !self.stack.lock().tcp(self.h).nagle_enabled()
+    }
+
+    /// Sends keep-alive probes after `interval` of silence (`None`: none, the default).
+    pub fn set_keepalive(&self, interval: Option<Duration>) {
+        let d = interval.map(|d| smoltcp::time::Duration::from_micros(d.as_micros() as u64));
+        self.stack.lock().tcp(self.h).set_keep_alive(d);
+    }
+
+    /// Bytes written and not yet acknowledged by the peer.
+    pub fn bytes_unacked(&self) -> usize {
+        self.stack.lock().tcp(self.h).send_queue()
     }
 
     /// Sets the read timeout (`None`: wait forever).
@@ -220,8 +258,8 @@ impl TcpStream {
     }
 
     /// Sends FIN: the peer reads end-of-stream after what was written.
-    pub fn shutdown_write(&mut self) {
-        self.closed_by_us = true;
+    pub fn shutdown_write(&self) {
+        self.closed_by_us.store(true, Ordering::Relaxed);
         self.stack.lock().tcp(self.h).close();
         let _ = self
             .stack
@@ -229,15 +267,21 @@ impl TcpStream {
     }
 
     /// Resets the connection (RST) at once.
-    pub fn abort(mut self) {
-        self.closed_by_us = true;
+    pub fn abort(self) {
+        self.abort_ref();
+    }
+
+    /// Resets the connection (RST) at once, through a shared reference (reads then give end
+    /// of stream, writes `BrokenPipe`).
+    pub fn abort_ref(&self) {
+        self.closed_by_us.store(true, Ordering::Relaxed);
         let mut g = self.stack.lock();
         g.tcp(self.h).abort();
         g.poll();
     }
 
     /// Waits until everything written has been acknowledged by the peer.
-    pub fn flush_acked(&mut self, timeout: Duration) -> io::Result<()> {
+    pub fn flush_acked(&self, timeout: Duration) -> io::Result<()> {
         let h = self.h;
         self.stack.block_on(Some(timeout), |g| {
             let s = g.tcp(h);
@@ -248,18 +292,59 @@ impl TcpStream {
 
 impl TcpStream {
     /// Reads what has arrived, or fails with `WouldBlock` at once (0: end of stream).
-    pub fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
-        let (h, closed_by_us) = (self.h, self.closed_by_us);
-        let fin_seen = &mut self.fin_seen;
+        let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
+        let fin_seen = &self.fin_seen;
         self.stack
             .try_now(false, |g| read_step(g, h, buf, fin_seen, closed_by_us))
     }
 
+    /// Copies what has arrived without consuming it, or fails with `WouldBlock` at once (0:
+    /// end of stream): `recv` with `MSG_PEEK`.
+    pub fn try_peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
+        let fin_seen = &self.fin_seen;
+        self.stack.try_now(false, |g| {
+            let s = g.tcp(h);
+            if s.can_recv() {
+                return Some(
+                    s.peek_slice(buf)
+                        .map_err(|e| io::Error::other(e.to_string())),
+                );
+            }
+            // nothing buffered: the same outcome as a read (end of stream, reset, or wait)
+            read_step(g, h, &mut [], fin_seen, closed_by_us)
+        })
+    }
+
+    /// Reads, waiting at most `timeout` (`None`: no limit) for something to arrive.
+    pub fn read_timeout(&self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
+        let fin_seen = &self.fin_seen;
+        self.stack
+            .block_on(timeout, |g| read_step(g, h, buf, fin_seen, closed_by_us))
+    }
+
+    /// Writes, waiting at most `timeout` for room in the send buffer.
+    pub fn write_timeout(&self, buf: &[u8], timeout: Option<Duration>) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let h = self.h;
+        self.stack.block_on(timeout, |g| write_step(g, h, buf))
+    }
+
     /// Writes what fits in the send buffer, or fails with `WouldBlock` at once.
-    pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -294,7 +379,9 @@ impl TcpStream {
             read: s.can_recv() || (!s.may_recv() && !connecting),
             write: s.can_send() || (!s.may_send() && !connecting),
             hup: !s.may_recv() && !connecting,
-            error: closed && !self.fin_seen && !self.closed_by_us,
+            error: closed
+                && !self.fin_seen.load(Ordering::Relaxed)
+                && !self.closed_by_us.load(Ordering::Relaxed),
         }
     }
 
@@ -322,11 +409,11 @@ fn read_step(
     g: &mut Inner,
     h: SocketHandle,
     buf: &mut [u8],
-    fin_seen: &mut bool,
+    fin_seen: &AtomicBool,
     closed_by_us: bool,
 ) -> Option<io::Result<usize>> {
     let s = g.tcp(h);
-    if s.can_recv() {
+    if s.can_recv() && !buf.is_empty() {
         return Some(
             s.recv_slice(buf)
                 .map_err(|e| io::Error::other(e.to_string())),
@@ -336,13 +423,12 @@ fn read_step(
         return None;
     }
     match s.state() {
-        tcp::State::Closed if !*fin_seen && !closed_by_us => Some(Err(io::Error::new(
-            io::ErrorKind::ConnectionReset,
-            "connection reset by peer",
-        ))),
+        tcp::State::Closed if !fin_seen.load(Ordering::Relaxed) && !closed_by_us => Some(Err(
+            io::Error::new(io::ErrorKind::ConnectionReset, "connection reset by peer"),
+        )),
         tcp::State::Listen | tcp::State::SynSent | tcp::State::SynReceived => None,
         _ => {
-            *fin_seen = true;
+            fin_seen.store(true, Ordering::Relaxed);
             Some(Ok(0))
         }
     }
@@ -374,29 +460,33 @@ fn write_step(g: &mut Inner, h: SocketHandle, buf: &[u8]) -> Option<io::Result<u
 
 impl Read for TcpStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let (h, closed_by_us) = (self.h, self.closed_by_us);
-        let fin_seen = &mut self.fin_seen;
-        self.stack.block_on(self.read_timeout, |g| {
-            read_step(g, h, buf, fin_seen, closed_by_us)
-        })
+        TcpStream::read_timeout(self, buf, self.read_timeout)
+    }
+}
+
+impl Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        TcpStream::read_timeout(self, buf, self.read_timeout)
     }
 }
 
 impl Write for TcpStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        let h = self.h;
-        self.stack
-            .block_on(self.write_timeout, |g| write_step(g, h, buf))
+        TcpStream::write_timeout(self, buf, self.write_timeout)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         // Data is handed to the stack by `write`; nothing is buffered in front of it.
+        Ok(())
+    }
+}
+
+impl Write for &TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        TcpStream::write_timeout(self, buf, self.write_timeout)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }

@@ -86,6 +86,40 @@ impl UdpSocket {
         self.stack.try_now(false, |g| recv_step(g, h, buf))
     }
 
+    /// Receives (or with `peek`, looks at) one datagram that has arrived, or fails with
+    /// `WouldBlock` at once: `(bytes copied, the datagram's whole length, sender)`. A
+    /// datagram longer than `buf` is cut to fit and the rest dropped, as `recvmsg` does.
+    pub fn try_recv_msg(
+        &self,
+        buf: &mut [u8],
+        peek: bool,
+    ) -> io::Result<(usize, usize, SocketAddrV4)> {
+        let h = self.h;
+        self.stack.try_now(false, |g| {
+            let s = g.sockets.get_mut::<udp::Socket>(h);
+            let r = if peek {
+                s.peek().map(|(d, m)| (d, *m))
+            } else {
+                s.recv()
+            };
+            match r {
+                Ok((data, meta)) => {
+                    let n = data.len().min(buf.len());
+                    buf[..n].copy_from_slice(&data[..n]);
+                    Some(Ok((n, data.len(), from_ep(meta.endpoint))))
+                }
+                Err(_) => None,
+            }
+        })
+    }
+
+    /// The length of the next datagram waiting, if one is (`FIONREAD` on a UDP socket).
+    pub fn next_len(&self) -> Option<usize> {
+        let mut g = self.stack.lock();
+        let s = g.sockets.get_mut::<udp::Socket>(self.h);
+        s.peek().ok().map(|(d, _)| d.len())
+    }
+
     pub(crate) fn stack_is(&self, stack: &Stack) -> bool {
         self.stack.same(stack)
     }

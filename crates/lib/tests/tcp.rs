@@ -296,7 +296,7 @@ fn stack_rx_callback_sees_every_frame() {
 fn one_thread_serves_many_connections_with_wait_and_the_non_blocking_calls() {
     use docknet_lib::{Interest, Watch};
     let n = net(false, 1500);
-    let mut listener = TcpListener::bind(&n.b, 7020).unwrap();
+    let listener = TcpListener::bind(&n.b, 7020).unwrap();
     let b = n.b.clone();
     const CLIENTS: usize = 16;
     const ROUNDS: usize = 50;
@@ -418,7 +418,7 @@ fn connections_beyond_the_backlog_are_not_refused_but_retried() {
         ..StackConfig::default()
     };
     let n = net_with(false, 1500, cfg);
-    let mut listener = TcpListener::bind(&n.b, 7030).unwrap();
+    let listener = TcpListener::bind(&n.b, 7030).unwrap();
     assert_eq!(
         TcpListener::bind(&n.b, 7030).unwrap_err().kind(),
         ErrorKind::AddrInUse

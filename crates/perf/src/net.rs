@@ -189,7 +189,7 @@ impl Net for DockNet {
                 {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                Ok(mut s) => {
+                Ok(s) => {
                     s.set_nodelay(nodelay);
                     return Ok(s);
                 }

@@ -46,7 +46,7 @@ impl DocknetLab {
                 .with_context(|| format!("creating pipe {cl}"))?;
             c.pipe_create(&sv, &format!("{}/16", Self::server_ip(i)), Some(mtu), None)
                 .with_context(|| format!("creating pipe {sv}"))?;
-            if mode == Mode::DocknetFc {
+            if matches!(mode, Mode::DocknetFc | Mode::DocknetFcPreload) {
                 c.fc_connect(&cl, &sv, None)
                     .with_context(|| format!("connecting {cl} and {sv}"))?;
             }
@@ -157,7 +157,9 @@ impl DocknetLab {
         Ipv4Addr::new(10, 78, 2 + (i / 250) as u8 * 2, (i % 250) as u8 + 1)
     }
 
-    /// `docknet run --pipe PIPE [--cpu N] -- PROG ARGS` on this lab's daemon.
+    /// `docknet run --pipe PIPE [--cpu N] -- PROG ARGS` on this lab's daemon; in the preload
+    /// modes with `--preload` (the program's kernel sockets go to DockNet) and the DockLib
+    /// idle policy `idle` (`DOCKNET_IDLE`).
     pub fn run_in(
         &self,
         exe: &Path,
@@ -170,6 +172,9 @@ impl DocknetLab {
         c.args(["run", "--pipe", pipe]);
         if let Some(core) = core {
             c.args(["--cpu", &core.to_string()]);
+        }
+        if self.mode.is_preload() {
+            c.arg("--preload");
         }
         c.arg("--").arg(prog).args(args);
         c

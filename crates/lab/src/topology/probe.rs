@@ -48,6 +48,7 @@ pub fn unavailable(mode: Mode) -> Option<String> {
                 .unwrap_or(false);
             (!vfs).then(|| "no SR-IOV capable NIC on this machine".to_string())
         }
+        Mode::DocknetPreload | Mode::DocknetFcPreload => preload_library(),
         Mode::Loopback
         | Mode::Veth
         | Mode::Docknet
@@ -55,6 +56,19 @@ pub fn unavailable(mode: Mode) -> Option<String> {
         | Mode::Host
         | Mode::DocknetPacket => None,
     }
+}
+
+/// The preload library must sit beside the `docknet` binary (`docknet run --preload` loads it
+/// from there).
+fn preload_library() -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    let lib = exe.with_file_name("libdocknet_preload.so");
+    (!lib.is_file()).then(|| {
+        format!(
+            "{} is missing (cargo build --release -p docknet-preload)",
+            lib.display()
+        )
+    })
 }
 
 /// The CNI plugins, and iptables for `bridge-nat`'s port mapping.

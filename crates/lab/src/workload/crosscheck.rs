@@ -1,12 +1,13 @@
 //! The cross-check: sockperf (rr) and iperf3 (stream) on the kernel modes beside dnperf, so
-//! dnperf's figures are checked by the tools people know. Their output is parsed by pure
-//! functions tested on real output.
+//! dnperf's figures are checked by the tools people know, and on the preload modes, where the
+//! same unmodified tools run over DockNet (`docknet run --preload`). Their output is parsed by
+//! pure functions tested on real output.
 
 use super::{Fleet, Runner};
 use crate::plan::{ModeRun, Placement, Point};
 use crate::proc::{in_ns, Proc};
 use crate::row::{NotAvailable, Row, Status, Tool};
-use crate::topology::Pair;
+use crate::topology::{DocknetLab, Pair};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use std::path::Path;
@@ -140,9 +141,6 @@ impl Runner {
         tool: Tool,
         pl: &Placement,
     ) -> Result<()> {
-        let Fleet::Kernel(lab) = fleet else {
-            bail!("the cross-check runs on kernel modes only");
-        };
         let size = p.size;
         if Command::new(tool.name()).arg("--version").output().is_err() {
             let why = format!("{tool} is not installed (apt-get install {tool})");
@@ -156,30 +154,46 @@ impl Runner {
         }
         self.progress
             .start(&format!("{} {tool} {size} B", run.mode));
-        let pair = &lab.pairs[0];
+        let docknet_pair;
+        let (pair, at) = match fleet {
+            Fleet::Kernel(lab) => (&lab.pairs[0], At::Kernel),
+            Fleet::Docknet(lab) if lab.mode.is_preload() => {
+                let ip = DocknetLab::server_ip(0).to_string();
+                docknet_pair = Pair {
+                    client_ns: DocknetLab::client_pipe(0),
+                    server_ns: DocknetLab::server_pipe(0),
+                    bind: ip.clone(),
+                    target: ip,
+                    port: self.next_port(),
+                };
+                (&docknet_pair, At::Docknet(lab))
+            }
+            Fleet::Docknet(_) => bail!("the cross-check runs on kernel and preload modes only"),
+        };
         let mut row = Row {
             placement: pl.description.clone(),
             cores: pl.cores(),
-            mtu: Some(lab.mtu),
+            mtu: Some(fleet.mtu()),
             repeat: p.repeat,
-            builder: Some(lab.builder().name().into()),
+            builder: Some(fleet.builder().name().into()),
             ..Row::new(run.mode, tool, self.workload, size)
         };
         if tool == Tool::Sockperf {
-            self.sockperf(pair, pl, &mut row)?;
+            self.sockperf(pair, &at, pl, &mut row)?;
         } else {
-            self.iperf3(pair, pl, &mut row)?;
+            self.iperf3(pair, &at, pl, &mut row)?;
         }
         self.push(row);
         Ok(())
     }
 
     /// sockperf ping-pong into `row`.
-    fn sockperf(&self, pair: &Pair, pl: &Placement, row: &mut Row) -> Result<()> {
+    fn sockperf(&self, pair: &Pair, at: &At, pl: &Placement, row: &mut Row) -> Result<()> {
         let (port, m) = (pair.port.to_string(), row.size.to_string());
         let secs = (self.timing.duration.ceil() as u64).max(1).to_string();
         let (out, cpu) = self.tool_pair(
             pair,
+            at,
             Tool::Sockperf,
             pl,
             &["sr", "--tcp", "-i", &pair.bind, "-p", &port],
@@ -212,12 +226,13 @@ impl Runner {
     }
 
     /// iperf3 into `row`.
-    fn iperf3(&self, pair: &Pair, pl: &Placement, row: &mut Row) -> Result<()> {
+    fn iperf3(&self, pair: &Pair, at: &At, pl: &Placement, row: &mut Row) -> Result<()> {
         let (port, l) = (pair.port.to_string(), row.size.to_string());
         let secs = (self.timing.duration.ceil() as u64).max(1).to_string();
         let warm = (self.timing.warmup.ceil() as u64).to_string();
         let (out, cpu) = self.tool_pair(
             pair,
+            at,
             Tool::Iperf3,
             pl,
             &["-s", "-1", "-B", &pair.bind, "-p", &port],
@@ -247,24 +262,40 @@ impl Runner {
     }
 
     /// A cross-check tool on `pair`: its server (`server` arguments) pinned in the server's
-    /// namespace, given time to start, then its client in the client's, run to completion.
-    /// Returns the client's output and CPU seconds; the server is ended on return.
+    /// namespace (or container, on a preload mode), given time to start, then its client in the
+    /// client's, run to completion. Returns the client's output and CPU seconds; the server is
+    /// ended on return.
     fn tool_pair(
         &self,
         pair: &Pair,
+        at: &At,
         tool: Tool,
         pl: &Placement,
         server: &[&str],
         client: &[&str],
     ) -> Result<(std::process::Output, f64)> {
-        let pinned = |ns: &str, core: Option<usize>, args: &[&str]| {
-            let core = core.unwrap_or(0).to_string();
-            let argv = [&["-c", &core, tool.name()][..], args].concat();
-            in_ns(
-                ns,
-                Path::new("taskset"),
-                argv.iter().map(|s| s.to_string()).collect(),
-            )
+        let pinned = |ns: &str, core: Option<usize>, args: &[&str]| match at {
+            At::Kernel => {
+                let core = core.unwrap_or(0).to_string();
+                let argv = [&["-c", &core, tool.name()][..], args].concat();
+                in_ns(
+                    ns,
+                    Path::new("taskset"),
+                    argv.iter().map(|s| s.to_string()).collect(),
+                )
+            }
+            // `ns` is the pipe: the unmodified tool in a container with the preload library
+            At::Docknet(lab) => {
+                let mut c = lab.run_in(
+                    &self.exe,
+                    ns,
+                    core,
+                    Path::new(tool.name()),
+                    args.iter().map(|s| s.to_string()).collect(),
+                );
+                c.env("DOCKNET_IDLE", pl.idle);
+                c
+            }
         };
         let _server = Proc::spawn(
             pinned(&pair.server_ns, pl.server, server),
@@ -277,6 +308,15 @@ impl Runner {
             .with_context(|| format!("running {tool}"))?;
         Ok((out, docknet_perf::stats::children_cpu_seconds() - cpu0))
     }
+}
+
+/// Where a cross-check tool runs.
+#[derive(Debug)]
+enum At<'a> {
+    /// In a kernel mode's namespaces.
+    Kernel,
+    /// In containers on a preload mode's pipes.
+    Docknet(&'a DocknetLab),
 }
 
 #[cfg(test)]

@@ -227,8 +227,16 @@ impl Runner {
                     Side::Server => DocknetLab::server_pipe(i),
                     Side::Client(..) => DocknetLab::client_pipe(i),
                 };
-                let args = dnperf::args("docknet", &addr, core, idle, side, self.timing);
-                Proc::spawn(l.run_in(&self.exe, &pipe, core, &self.dnperf, args), what)
+                // the preload modes: dnperf's kernel sockets, on DockLib by the preload library
+                let stack = if l.mode.is_preload() {
+                    "kernel"
+                } else {
+                    "docknet"
+                };
+                let args = dnperf::args(stack, &addr, core, idle, side, self.timing);
+                let mut c = l.run_in(&self.exe, &pipe, core, &self.dnperf, args);
+                c.env("DOCKNET_IDLE", idle);
+                Proc::spawn(c, what)
             }
         }
     }

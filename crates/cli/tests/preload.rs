@@ -1,0 +1,520 @@
+//! Unmodified programs over DockNet with `docknet run --preload`: a C program's every socket
+//! call against the same program on kernel sockets, curl against nginx, redis-benchmark
+//! against redis-server, iperf3 and sockperf; through the daemon and over fast channels.
+//! Needs root; a test whose Debian tool is missing is skipped with the package to install.
+
+mod common;
+
+use common::{root_or_skip, Lab, EXE};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The preload library beside the docknet binary. `cargo test` builds it into `deps/`
+/// (`cargo build` puts it beside the binary): the newer of the two is put beside the binary.
+fn library() -> PathBuf {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(find_library).clone()
+}
+
+fn find_library() -> PathBuf {
+    let dir = Path::new(EXE).parent().unwrap();
+    let lib = dir.join("libdocknet_preload.so");
+    let deps = dir.join("deps/libdocknet_preload.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let Some(d) = mtime(&deps) {
+        if mtime(&lib).is_none_or(|l| l < d) {
+            // copied to a temporary name and renamed: a program loading it never sees half a file
+            let tmp = dir.join(format!(".libdocknet_preload.so.{}", std::process::id()));
+            std::fs::copy(&deps, &tmp).unwrap();
+            std::fs::rename(&tmp, &lib).unwrap();
+        }
+    }
+    assert!(
+        lib.is_file(),
+        "{} missing: cargo build -p docknet-preload",
+        lib.display()
+    );
+    lib
+}
+
+/// Whether the programs are installed; otherwise says which package to install.
+fn tools_or_skip(test: &str, tools: &[(&str, &str)]) -> bool {
+    for (bin, pkg) in tools {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
+            .unwrap_or(false);
+        if !found {
+            eprintln!("skipping {test}: {bin} is not installed (apt-get install {pkg})");
+            return false;
+        }
+    }
+    true
+}
+
+/// A daemon with a server pipe and a client pipe (a fast channel between them if `fc`).
+fn lab(fc: bool) -> (Lab, String, String, String) {
+    let lab = Lab::start("adaptive");
+    let n = std::process::id() % 200 + 20;
+    let k = SEQ.fetch_add(1, Ordering::Relaxed);
+    let (s, c) = (format!("pls{n}x{k}"), format!("plc{n}x{k}"));
+    let net = format!("10.{}.{}", 60 + k % 30, n);
+    lab.ok(&["pipe", "create", &s, "--ip", &format!("{net}.2/24")]);
+    lab.ok(&["pipe", "create", &c, "--ip", &format!("{net}.3/24")]);
+    if fc {
+        lab.ok(&["fc", "connect", &s, &c]);
+    }
+    (lab, s, c, format!("{net}.2"))
+}
+
+fn run_args(
+    lab: &Lab,
+    pipe: &str,
+    binds: &[&Path],
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Command {
+    let mut c = lab.cmd();
+    c.args(["run", "--pipe", pipe, "--preload"]);
+    for b in binds {
+        c.arg("--bind").arg(b);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.arg("--").args(args);
+    c
+}
+
+/// A server container, killed (with its container) when dropped.
+struct Server(Child);
+
+impl Server {
+    fn start(lab: &Lab, pipe: &str, binds: &[&Path], args: &[&str]) -> Server {
+        let c = run_args(lab, pipe, binds, &[], args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("server container");
+        Server(c)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGKILL to `docknet run`: its init dies with it (parent-death signal), and with the
+        // init the container's PID namespace
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs a client container to completion (at most `limit`).
+fn client(
+    lab: &Lab,
+    pipe: &str,
+    binds: &[&Path],
+    env: &[(&str, &str)],
+    args: &[&str],
+    limit: Duration,
+) -> Output {
+    let mut child = run_args(lab, pipe, binds, env, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("client container");
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{args:?} did not finish in {limit:?}: stdout {} stderr {}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn must(o: &Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}\nstdout {}\nstderr {}",
+        o.status,
+        text(o),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text(o)
+}
+
+/// A directory for the test's files, shown read-only in the containers.
+fn workdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("dnpl-{name}-{}-", std::process::id()))
+        .tempdir_in("/tmp")
+        .unwrap()
+}
+
+/// Runs the C program's client in a fresh network namespace against its server on
+/// loopback: the kernel's answers.
+fn kernel_run(bin: &Path) -> String {
+    let ns = format!(
+        "dnpl{}x{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let ok = |args: &[&str]| {
+        assert!(
+            Command::new("ip").args(args).status().unwrap().success(),
+            "ip {args:?}"
+        )
+    };
+    ok(&["netns", "add", &ns]);
+    struct Del(String);
+    impl Drop for Del {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _del = Del(ns.clone());
+    ok(&["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
+    let mut srv = Command::new("ip")
+        .args(["netns", "exec", &ns])
+        .arg(bin)
+        .args(["server", "127.0.0.1", "7300"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let o = Command::new("timeout")
+        .args(["60", "ip", "netns", "exec", &ns])
+        .arg(bin)
+        .args(["client", "127.0.0.1", "7300"])
+        .output()
+        .unwrap();
+    let _ = srv.kill();
+    let _ = srv.wait();
+    must(&o, "the C program on kernel sockets")
+}
+
+#[test]
+fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
+    if !root_or_skip("preload C program") || !tools_or_skip("preload C program", &[("cc", "gcc")]) {
+        return;
+    }
+    library();
+    let dir = workdir("check");
+    let bin = dir.path().join("check");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/preload/check.c");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .arg("-lpthread")
+        .output()
+        .unwrap();
+    must(&cc, "cc check.c");
+    let kernel = kernel_run(&bin);
+    assert!(kernel.lines().count() > 80, "kernel run: {kernel}");
+    let b = bin.to_str().unwrap();
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        let _srv = Server::start(&lab, &s, &[], &[b, "server", "0.0.0.0", "7300"]);
+        let o = client(
+            &lab,
+            &c,
+            &[],
+            &[],
+            &[b, "client", &ip, "7300"],
+            Duration::from_secs(60),
+        );
+        let dn = must(&o, "the C program over DockNet");
+        let diff: Vec<String> = kernel
+            .lines()
+            .zip(dn.lines())
+            .filter(|(k, d)| k != d)
+            .map(|(k, d)| format!("kernel {k:?} docknet {d:?}"))
+            .collect();
+        assert!(
+            diff.is_empty() && kernel.lines().count() == dn.lines().count(),
+            "fast channel {fc}: outcomes differ:\n{}\nkernel:\n{kernel}\ndocknet:\n{dn}",
+            diff.join("\n")
+        );
+        if !fc {
+            // DOCKNET_PRELOAD=off: the kernel's sockets, and the container has only lo (the
+            // first case tells; the rest would wait for a server it cannot reach)
+            let o = client(
+                &lab,
+                &c,
+                &[dir.path()],
+                &[("DOCKNET_PRELOAD", "off")],
+                &["timeout", "3", b, "client", &ip, "7301"],
+                Duration::from_secs(30),
+            );
+            let first = text(&o).lines().next().unwrap_or("").to_string();
+            assert_eq!(first, "refused.connect: -1 ENETUNREACH", "{}", text(&o));
+        }
+    }
+}
+
+#[test]
+fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
+    if !root_or_skip("preload nginx")
+        || !tools_or_skip(
+            "preload nginx",
+            &[
+                ("nginx", "nginx-light"),
+                ("curl", "curl"),
+                ("wrk", "wrk"),
+                ("sha256sum", "coreutils"),
+            ],
+        )
+    {
+        return;
+    }
+    library();
+    let dir = workdir("nginx");
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    std::fs::write(www.join("file.bin"), &data).unwrap();
+    std::fs::write(www.join("small.txt"), b"hello from nginx\n").unwrap();
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "user root;\ndaemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr warn;\npid /tmp/nginx.pid;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{ access_log off; sendfile on;\n client_body_temp_path /tmp/b; proxy_temp_path /tmp/p; fastcgi_temp_path /tmp/f; uwsgi_temp_path /tmp/u; scgi_temp_path /tmp/s;\n\
+             server {{ listen 80; root {}; }} }}\n",
+            www.display()
+        ),
+    )
+    .unwrap();
+    let sum = |b: &[u8]| -> String {
+        let t = dir.path().join("expect.bin");
+        std::fs::write(&t, b).unwrap();
+        let o = Command::new("sha256sum").arg(&t).output().unwrap();
+        text(&o).split_whitespace().next().unwrap().to_string()
+    };
+    let want = sum(&data);
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        let d = dir.path();
+        let _srv = Server::start(&lab, &s, &[d], &["nginx", "-c", conf.to_str().unwrap()]);
+        let script = format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do curl -sS -o /tmp/got.bin http://{ip}/file.bin && break; sleep 0.2; done; sha256sum /tmp/got.bin; \
+             wrk -t1 -c4 -d1s http://{ip}/small.txt"
+        );
+        let o = client(
+            &lab,
+            &c,
+            &[d],
+            &[],
+            &["sh", "-c", &script],
+            Duration::from_secs(60),
+        );
+        let out = must(&o, "curl and wrk");
+        let got = out.split_whitespace().next().unwrap_or("");
+        assert_eq!(
+            got, want,
+            "fast channel {fc}: the file came back different: {out}"
+        );
+        let rps: f64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Requests/sec:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no wrk figure: {out}"));
+        assert!(rps > 100.0, "wrk: {rps} requests/s\n{out}");
+        assert!(!out.contains("Non-2xx"), "wrk saw errors: {out}");
+    }
+}
+
+#[test]
+fn redis_benchmark_runs_get_and_set_against_redis_and_a_value_reads_back() {
+    if !root_or_skip("preload redis")
+        || !tools_or_skip(
+            "preload redis",
+            &[
+                ("redis-server", "redis-server"),
+                ("redis-benchmark", "redis-tools"),
+                ("redis-cli", "redis-tools"),
+            ],
+        )
+    {
+        return;
+    }
+    library();
+    let (lab, s, c, ip) = lab(true);
+    let _srv = Server::start(
+        &lab,
+        &s,
+        &[],
+        &[
+            "redis-server",
+            "--bind",
+            "0.0.0.0",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--dir",
+            "/tmp",
+        ],
+    );
+    let value = format!("docknet-{}", std::process::id());
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do redis-cli -h {ip} ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done; \
+         redis-cli -h {ip} set checked {value} && redis-benchmark -h {ip} -t set,get -n 5000 -c 10 -d 64 -q && redis-cli -h {ip} get checked"
+    );
+    let o = client(
+        &lab,
+        &c,
+        &[],
+        &[],
+        &["sh", "-c", &script],
+        Duration::from_secs(60),
+    );
+    let out = must(&o, "redis-cli and redis-benchmark");
+    for t in ["SET", "GET"] {
+        let rps: f64 = out
+            .split(['\r', '\n'])
+            .rev()
+            .filter_map(|l| l.trim().strip_prefix(&format!("{t}: ")))
+            .find_map(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {t} figure: {out}"));
+        assert!(rps > 100.0, "{t}: {rps} requests/s");
+    }
+    assert_eq!(
+        out.lines().last().map(str::trim),
+        Some(value.as_str()),
+        "{out}"
+    );
+}
+
+#[test]
+fn iperf3_and_sockperf_complete_through_the_daemon_and_over_a_fast_channel() {
+    if !root_or_skip("preload iperf3 and sockperf")
+        || !tools_or_skip(
+            "preload iperf3 and sockperf",
+            &[("iperf3", "iperf3"), ("sockperf", "sockperf")],
+        )
+    {
+        return;
+    }
+    library();
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        {
+            let _srv = Server::start(&lab, &s, &[], &["iperf3", "-s", "-B", &ip, "-p", "5201"]);
+            let script = format!(
+                "for i in 1 2 3 4 5 6 7 8 9 10; do iperf3 -c {ip} -p 5201 -t 1 -l 1024 -J > /tmp/i.json && break; sleep 0.3; done; cat /tmp/i.json"
+            );
+            let o = client(
+                &lab,
+                &c,
+                &[],
+                &[],
+                &["sh", "-c", &script],
+                Duration::from_secs(60),
+            );
+            let out = must(&o, "iperf3");
+            let v: serde_json::Value =
+                serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+            let bps = v["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .unwrap_or(0.0);
+            assert!(bps > 1e6, "fast channel {fc}: iperf3 {bps} bit/s");
+        }
+        {
+            let _srv = Server::start(
+                &lab,
+                &s,
+                &[],
+                &["sockperf", "server", "--tcp", "-i", &ip, "-p", "11111"],
+            );
+            let script = format!(
+                "for i in 1 2 3 4 5 6 7 8 9 10; do sockperf ping-pong --tcp -i {ip} -p 11111 -m 64 -t 1 > /tmp/s.txt 2>&1 && grep -q Summary /tmp/s.txt && break; sleep 0.3; done; cat /tmp/s.txt"
+            );
+            let o = client(
+                &lab,
+                &c,
+                &[],
+                &[],
+                &["sh", "-c", &script],
+                Duration::from_secs(60),
+            );
+            let out = must(&o, "sockperf");
+            assert!(
+                out.contains("Summary: Latency is"),
+                "fast channel {fc}: {out}"
+            );
+            assert!(!out.contains("ERROR"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn the_lab_measures_docknet_with_sockperf_and_iperf3_on_the_preload_modes() {
+    if !root_or_skip("preload lab modes")
+        || !tools_or_skip(
+            "preload lab modes",
+            &[
+                ("sockperf", "sockperf"),
+                ("iperf3", "iperf3"),
+                ("taskset", "util-linux"),
+            ],
+        )
+    {
+        return;
+    }
+    library();
+    let dir = workdir("lab");
+    for (workload, tool, modes) in [
+        ("rr", "sockperf", "docknet-fc-preload"),
+        ("stream", "iperf3", "docknet-preload"),
+    ] {
+        let json = dir.path().join(format!("{workload}.json"));
+        let o = Command::new(EXE)
+            .args([
+                "bench",
+                workload,
+                "--modes",
+                modes,
+                "--sizes",
+                "1024",
+                "--crosscheck",
+            ])
+            .args(["--duration", "1", "--warmup", "0.2", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        must(&o, &format!("docknet bench {workload}"));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let rows = v["results"].as_array().unwrap();
+        let of = |t: &str| rows.iter().find(|r| r["mode"] == modes && r["tool"] == t);
+        let (d, x) = (of("dnperf"), of(tool));
+        assert!(d.is_some() && x.is_some(), "{workload}: rows {rows:?}");
+        let figure = if workload == "rr" { "p50_us" } else { "gbps" };
+        for r in [d.unwrap(), x.unwrap()] {
+            let f = r[figure].as_f64().unwrap_or(0.0);
+            assert!(f > 0.0, "{workload}: {figure} {f} in {r}");
+        }
+    }
+}

@@ -1,0 +1,438 @@
+/* The socket calls' outcomes, printed one per line: the test runs this program on kernel
+ * sockets and under libdocknet_preload.so and requires the two outputs to be the same.
+ *
+ *   check server BIND_IP PORT     TCP server (a thread per connection) + UDP echo on PORT
+ *   check client SERVER_IP PORT   runs every case against the server, prints the outcomes
+ *
+ * A connection's first byte says what the server does with it:
+ *   'e' echo until end of stream, then close      'h' read to end of stream, answer "bye", close
+ *   'r' reset (SO_LINGER 0, close)                'c' close at once
+ *   'q' stop the server
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static struct sockaddr_in at(const char *ip, int port) {
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+/* prints "name: value" or "name: -1 ERRNO" */
+static long show(const char *name, long r) {
+  if (r < 0)
+    printf("%s: -1 %s\n", name, strerrorname_np(errno));
+  else
+    printf("%s: %ld\n", name, r);
+  fflush(stdout);
+  return r;
+}
+
+static void *conn_thread(void *arg) {
+  int c = (int)(long)arg;
+  char code, buf[4096];
+  if (read(c, &code, 1) != 1) {
+    close(c);
+    return NULL;
+  }
+  if (code == 'e') {
+    ssize_t n;
+    while ((n = read(c, buf, sizeof buf)) > 0)
+      if (write(c, buf, n) != n)
+        break;
+  } else if (code == 'h') {
+    while (read(c, buf, sizeof buf) > 0) {
+    }
+    if (write(c, "bye", 3) != 3)
+      perror("server write");
+  } else if (code == 'r') {
+    struct linger l = {1, 0};
+    setsockopt(c, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  } else if (code == 'q') {
+    exit(0);
+  }
+  close(c);
+  return NULL;
+}
+
+static void *udp_echo(void *arg) {
+  int u = (int)(long)arg;
+  char buf[2048];
+  for (;;) {
+    struct sockaddr_in from;
+    socklen_t fl = sizeof from;
+    ssize_t n = recvfrom(u, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+    if (n >= 0)
+      sendto(u, buf, n, 0, (struct sockaddr *)&from, fl);
+  }
+  return NULL;
+}
+
+static int server(const char *ip, int port) {
+  struct sockaddr_in a = at(ip, port);
+  int one = 1;
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 64)) {
+    perror("server bind/listen");
+    return 1;
+  }
+  int u = socket(AF_INET, SOCK_DGRAM, 0);
+  if (bind(u, (struct sockaddr *)&a, sizeof a)) {
+    perror("server udp bind");
+    return 1;
+  }
+  pthread_t t;
+  pthread_create(&t, NULL, udp_echo, (void *)(long)u);
+  fprintf(stderr, "listening\n");
+  for (;;) {
+    int c = accept(l, NULL, NULL);
+    if (c < 0)
+      continue;
+    pthread_create(&t, NULL, conn_thread, (void *)(long)c);
+    pthread_detach(t);
+  }
+}
+
+static const char *SIP;
+static int PORT;
+
+/* a blocking connection whose first byte is `code` */
+static int conn(char code) {
+  struct sockaddr_in a = at(SIP, PORT);
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  for (int i = 0; i < 100; i++) {
+    if (connect(s, (struct sockaddr *)&a, sizeof a) == 0)
+      break;
+    usleep(20000);
+  }
+  if (write(s, &code, 1) != 1)
+    perror("conn write");
+  return s;
+}
+
+static void on_alarm(int sig) { (void)sig; }
+
+static void *late_writer(void *arg) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  usleep(300000);
+  if (write((int)(long)arg, "late", 4) != 4)
+    perror("late write");
+  return NULL;
+}
+
+static int wait_fd(int fd, short ev, int ms) {
+  struct pollfd p = {fd, ev, 0};
+  return poll(&p, 1, ms) > 0 ? p.revents : 0;
+}
+
+static int client(void) {
+  char buf[256];
+  int one = 1, v;
+  socklen_t vl = sizeof v;
+  struct sockaddr_in srv = at(SIP, PORT), bad = at(SIP, PORT + 1);
+
+  /* the server may still be starting */
+  close(conn('c'));
+
+  /* refused, blocking and non-blocking */
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  show("refused.connect", connect(s, (struct sockaddr *)&bad, sizeof bad));
+  close(s);
+  s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  show("refused_nb.connect", connect(s, (struct sockaddr *)&bad, sizeof bad));
+  show("refused_nb.poll_revents", wait_fd(s, POLLOUT, 3000) & (POLLOUT | POLLERR | POLLHUP | POLLIN));
+  vl = sizeof v;
+  getsockopt(s, SOL_SOCKET, SO_ERROR, &v, &vl);
+  printf("refused_nb.so_error: %s\n", v ? strerrorname_np(v) : "0");
+  getsockopt(s, SOL_SOCKET, SO_ERROR, &v, &vl);
+  printf("refused_nb.so_error_again: %d\n", v);
+  close(s);
+
+  /* non-blocking connect, then epoll for writability */
+  s = socket(AF_INET, SOCK_STREAM, 0);
+  fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+  show("nb.getfl_nonblock", (fcntl(s, F_GETFL) & O_NONBLOCK) != 0);
+  show("nb.connect", connect(s, (struct sockaddr *)&srv, sizeof srv));
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {.events = EPOLLOUT, .data.u64 = 7}, out[4];
+  show("nb.epoll_add", epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev));
+  show("nb.epoll_add_again", epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev));
+  int n = epoll_wait(ep, out, 4, 3000);
+  show("nb.epoll_out", n == 1 && (out[0].events & EPOLLOUT) && out[0].data.u64 == 7);
+  vl = sizeof v;
+  getsockopt(s, SOL_SOCKET, SO_ERROR, &v, &vl);
+  show("nb.so_error", v);
+  show("nb.connect_again", connect(s, (struct sockaddr *)&srv, sizeof srv));
+  struct sockaddr_in pa;
+  socklen_t pl = sizeof pa;
+  getpeername(s, (struct sockaddr *)&pa, &pl);
+  show("nb.peer_port_ok", ntohs(pa.sin_port) == PORT && pl == sizeof pa);
+  pl = sizeof pa;
+  getsockname(s, (struct sockaddr *)&pa, &pl);
+  show("nb.local_family_port", pa.sin_family == AF_INET && pa.sin_port != 0);
+  show("nb.send_code", send(s, "e", 1, 0));
+  show("nb.recv_empty", recv(s, buf, sizeof buf, 0));
+  ioctl(s, FIONREAD, &v);
+  show("nb.fionread_empty", v);
+
+  /* level-triggered: reported while readable */
+  ev.events = EPOLLIN;
+  show("lt.epoll_mod", epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev));
+  show("lt.send", send(s, "hello", 5, 0));
+  show("lt.wait1", epoll_wait(ep, out, 4, 3000));
+  show("lt.wait2", epoll_wait(ep, out, 4, 100));
+  usleep(50000);
+  ioctl(s, FIONREAD, &v);
+  show("lt.fionread", v);
+  show("lt.peek", recv(s, buf, sizeof buf, MSG_PEEK));
+  show("lt.read", read(s, buf, sizeof buf));
+  show("lt.wait_drained", epoll_wait(ep, out, 4, 100));
+
+  /* edge-triggered: once per arrival */
+  ev.events = EPOLLIN | EPOLLET;
+  show("et.epoll_mod", epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev));
+  show("et.send", send(s, "world", 5, 0));
+  show("et.wait1", epoll_wait(ep, out, 4, 3000));
+  show("et.wait2", epoll_wait(ep, out, 4, 100));
+  usleep(50000);
+  show("et.read", read(s, buf, sizeof buf));
+  show("et.read_again", read(s, buf, sizeof buf));
+  show("et.send2", send(s, "again", 5, 0));
+  show("et.wait3", epoll_wait(ep, out, 4, 3000));
+  usleep(50000);
+  show("et.read2", read(s, buf, sizeof buf));
+
+  /* one-shot */
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  show("os.epoll_mod", epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev));
+  show("os.send", send(s, "x", 1, 0));
+  show("os.wait1", epoll_wait(ep, out, 4, 3000));
+  show("os.wait2", epoll_wait(ep, out, 4, 100));
+  show("os.rearm", epoll_ctl(ep, EPOLL_CTL_MOD, s, &ev));
+  show("os.wait3", epoll_wait(ep, out, 4, 3000));
+  usleep(20000);
+  show("os.read", read(s, buf, sizeof buf));
+
+  /* select and poll on the same socket */
+  send(s, "sel", 3, 0);
+  fd_set rs;
+  FD_ZERO(&rs);
+  FD_SET(s, &rs);
+  struct timeval tv = {3, 0};
+  show("select.n", select(s + 1, &rs, NULL, NULL, &tv));
+  show("select.isset", FD_ISSET(s, &rs) != 0);
+  usleep(20000);
+  show("select.read", read(s, buf, sizeof buf));
+  FD_ZERO(&rs);
+  FD_SET(s, &rs);
+  tv.tv_sec = 0;
+  tv.tv_usec = 100000;
+  show("select.timeout", select(s + 1, &rs, NULL, NULL, &tv));
+
+  /* dup: the same connection through two descriptors */
+  int d = dup(s);
+  show("dup.write", write(d, "dup", 3));
+  wait_fd(s, POLLIN, 3000);
+  usleep(20000);
+  show("dup.read", read(s, buf, sizeof buf));
+  close(d);
+  show("dup.still_open", write(s, "", 0));
+
+  /* half-close by us: the echo server closes after our FIN */
+  show("halfclose.shutdown_wr", shutdown(s, SHUT_WR));
+  show("halfclose.poll", wait_fd(s, POLLIN, 3000) & (POLLIN | POLLHUP | POLLRDHUP));
+  usleep(50000);
+  show("halfclose.read_eof", read(s, buf, sizeof buf));
+  show("halfclose.poll_after", wait_fd(s, POLLIN | POLLOUT, 100) & (POLLIN | POLLHUP | POLLRDHUP));
+  show("halfclose.send_after_shutdown", send(s, "x", 1, MSG_NOSIGNAL));
+  /* closed without EPOLL_CTL_DEL: it leaves the set */
+  close(s);
+  show("epoll.closed_member", epoll_wait(ep, out, 4, 100));
+  close(ep);
+
+  /* half-close by the server: it answers after our FIN */
+  s = conn('h');
+  show("srvhalf.write", write(s, "abc", 3));
+  show("srvhalf.shutdown_wr", shutdown(s, SHUT_WR));
+  wait_fd(s, POLLIN, 3000);
+  usleep(50000);
+  n = read(s, buf, sizeof buf);
+  show("srvhalf.read", n);
+  printf("srvhalf.data: %.*s\n", n > 0 ? n : 0, buf);
+  show("srvhalf.read_eof", read(s, buf, sizeof buf));
+  close(s);
+
+  /* reset by the server */
+  s = conn('r');
+  show("reset.poll", wait_fd(s, POLLIN, 3000) & (POLLIN | POLLERR | POLLHUP));
+  show("reset.recv", recv(s, buf, sizeof buf, 0));
+  show("reset.recv_again", recv(s, buf, sizeof buf, 0));
+  show("reset.send", send(s, "x", 1, MSG_NOSIGNAL));
+  close(s);
+
+  /* closed by the server */
+  s = conn('c');
+  show("peerclose.poll", wait_fd(s, POLLIN | POLLRDHUP, 3000) & (POLLIN | POLLRDHUP | POLLHUP));
+  show("peerclose.read", read(s, buf, sizeof buf));
+  close(s);
+
+  /* receive timeout */
+  s = conn('e');
+  struct timeval rt = {0, 100000};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+  show("rcvtimeo.recv", recv(s, buf, sizeof buf, 0));
+  show("rcvtimeo.dontwait", recv(s, buf, sizeof buf, MSG_DONTWAIT));
+  close(s);
+
+  /* options */
+  s = socket(AF_INET, SOCK_STREAM, 0);
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  vl = sizeof v;
+  getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl);
+  show("opt.nodelay_unconnected", v != 0);
+  close(s);
+  s = conn('e');
+  vl = sizeof v;
+  getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl);
+  show("opt.nodelay_default", v);
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  vl = sizeof v;
+  getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &v, &vl);
+  show("opt.nodelay_set", v != 0);
+  vl = sizeof v;
+  getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &vl);
+  show("opt.so_type", v);
+  show("opt.keepalive", setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one));
+  vl = sizeof v;
+  getsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &v, &vl);
+  show("opt.keepalive_get", v);
+  int fl = 1;
+  show("opt.fionbio", ioctl(s, FIONBIO, &fl));
+  show("opt.fionbio_recv", recv(s, buf, sizeof buf, 0));
+  close(s);
+
+  /* a listener of our own: nothing to accept yet */
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in any = at("0.0.0.0", 0);
+  show("listen.bind", bind(l, (struct sockaddr *)&any, sizeof any));
+  show("listen.listen", listen(l, 8));
+  pl = sizeof pa;
+  getsockname(l, (struct sockaddr *)&pa, &pl);
+  show("listen.port_assigned", pa.sin_port != 0);
+  vl = sizeof v;
+  getsockopt(l, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl);
+  show("listen.acceptconn", v);
+  fcntl(l, F_SETFL, O_NONBLOCK);
+  show("listen.accept_eagain", accept(l, NULL, NULL));
+  int l2 = socket(AF_INET, SOCK_STREAM, 0);
+  show("listen.bind_in_use", bind(l2, (struct sockaddr *)&pa, sizeof pa));
+  close(l2);
+  close(l);
+
+  /* UDP */
+  int u = socket(AF_INET, SOCK_DGRAM, 0);
+  show("udp.recv_nb_empty", recvfrom(u, buf, sizeof buf, MSG_DONTWAIT, NULL, NULL));
+  show("udp.sendto", sendto(u, "datagram", 8, 0, (struct sockaddr *)&srv, sizeof srv));
+  struct sockaddr_in from;
+  socklen_t fromlen = sizeof from;
+  wait_fd(u, POLLIN, 3000);
+  n = recvfrom(u, buf, 4, MSG_TRUNC, (struct sockaddr *)&from, &fromlen);
+  show("udp.recv_trunc", n);
+  show("udp.from_server", from.sin_port == htons(PORT) && fromlen == sizeof from);
+  show("udp.connect", connect(u, (struct sockaddr *)&srv, sizeof srv));
+  show("udp.send", send(u, "again", 5, 0));
+  wait_fd(u, POLLIN, 3000);
+  struct iovec iov[2] = {{buf, 2}, {buf + 2, 10}};
+  struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+  show("udp.recvmsg", recvmsg(u, &mh, 0));
+  show("udp.recvmsg_flags", mh.msg_flags);
+  printf("udp.data: %.5s\n", buf);
+  show("udp.listen", listen(u, 1));
+  close(u);
+
+  /* writev and readv on a connection */
+  s = conn('e');
+  struct iovec wv[3] = {{"ab", 2}, {"cde", 3}, {"f", 1}};
+  show("iov.writev", writev(s, wv, 3));
+  wait_fd(s, POLLIN, 3000);
+  usleep(20000);
+  char r1[3], r2[10];
+  struct iovec rv[2] = {{r1, 3}, {r2, 10}};
+  show("iov.readv", readv(s, rv, 2));
+  printf("iov.data: %.3s%.3s\n", r1, r2);
+  close(s);
+
+  /* signals: a handler without SA_RESTART interrupts blocking calls and waits */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  s = conn('e');
+  ualarm(100000, 0);
+  show("eintr.recv", recv(s, buf, sizeof buf, 0));
+  ep = epoll_create1(0);
+  ev.events = EPOLLIN;
+  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+  ualarm(100000, 0);
+  show("eintr.epoll_wait", epoll_wait(ep, out, 4, 5000));
+  struct pollfd pf = {s, POLLIN, 0};
+  ualarm(100000, 0);
+  show("eintr.poll", poll(&pf, 1, 5000));
+  close(ep);
+  /* with SA_RESTART a blocking recv goes on after the handler (the answer comes at 300 ms) */
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct sigaction got;
+  sigaction(SIGALRM, NULL, &got);
+  show("restart.handler_read_back", got.sa_handler == on_alarm && (got.sa_flags & SA_RESTART));
+  pthread_t lw;
+  pthread_create(&lw, NULL, late_writer, (void *)(long)s);
+  ualarm(100000, 0);
+  show("restart.recv", recv(s, buf, sizeof buf, 0));
+  pthread_join(lw, NULL);
+  /* ... but not when the socket has a receive timeout */
+  rt.tv_sec = 2;
+  rt.tv_usec = 0;
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+  ualarm(100000, 0);
+  show("restart.recv_with_timeout", recv(s, buf, sizeof buf, 0));
+  close(s);
+
+  close(conn('q'));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s server|client IP PORT\n", argv[0]);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  SIP = argv[2];
+  PORT = atoi(argv[3]);
+  if (!strcmp(argv[1], "server"))
+    return server(argv[2], PORT);
+  return client();
+}

@@ -1,0 +1,806 @@
+//! poll, select and epoll over DockNet sockets and kernel descriptors mixed.
+//!
+//! * **DockNet only**: served in userspace by [`Stack::wait_wakeable`] (spins, then sleeps on
+//!   the pipe's rings), the kernel never involved.
+//! * **Kernel only**: passed to libc.
+//! * **Mixed**: first a check of both without waiting; if nothing is ready, the thread
+//!   sleeps in the kernel on its kernel descriptors plus one eventfd, and registers the
+//!   DockNet sockets it waits for with the **notifier**, a thread that waits for them on the
+//!   stack and signals the eventfd when one is ready.
+//!
+//! An epoll instance keeps its DockNet members beside the kernel's epoll (which holds the
+//! kernel members), by descriptor and socket id: a socket closed without `EPOLL_CTL_DEL`
+//! leaves the set once its last descriptor is closed, as the kernel's epoll forgets a file. Edge-triggered members report
+//! a direction again only after a read-side (write-side) call on the socket since the last
+//! report (see [`Member::edge_ok`]); one-shot members are disabled after a report until
+//! `EPOLL_CTL_MOD`.
+
+use crate::ops::{self, stack_if_attached, TABLE};
+use crate::sock::Sock;
+use crate::sys::{self, R};
+use docknet_lib::{Ready, Stack, Waited, Waker, Watch};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// The epoll data our wake-up eventfd carries in a kernel epoll (filtered out of results).
+const WAKE_DATA: u64 = 0xd0c4_7e70_0000_0001;
+
+/// One DockNet member of an epoll set.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Its descriptor.
+    pub fd: i32,
+    /// Its socket's id (the descriptor may be closed and reused).
+    pub id: u64,
+    /// The socket.
+    pub sock: Weak<Sock>,
+    /// EPOLLIN | EPOLLET | ...
+    pub events: u32,
+    /// The user's data.
+    pub data: u64,
+    /// `rd_gen` / `wr_gen` of the socket at the last edge-triggered report.
+    pub seen: (u32, u32),
+    /// One-shot and already reported.
+    pub disabled: bool,
+}
+
+impl Member {
+    fn new(fd: i32, s: &Arc<Sock>, events: u32, data: u64) -> Member {
+        Member {
+            fd,
+            id: s.id,
+            sock: Arc::downgrade(s),
+            events,
+            data,
+            seen: (u32::MAX, u32::MAX),
+            disabled: false,
+        }
+    }
+
+    fn et(&self) -> bool {
+        self.events & libc::EPOLLET as u32 != 0
+    }
+
+    /// Which of read (0) and write (1) may still be reported edge-triggered, given the
+    /// socket's call counters now.
+    pub fn edge_ok(&self, gens: (u32, u32)) -> (bool, bool) {
+        if !self.et() {
+            return (true, true);
+        }
+        (gens.0 != self.seen.0, gens.1 != self.seen.1)
+    }
+
+    /// The events to report for `bits` (what the socket is ready for), updating the
+    /// edge-triggered and one-shot state. 0: nothing.
+    pub fn report(&mut self, bits: u32, gens: (u32, u32)) -> u32 {
+        if self.disabled {
+            return 0;
+        }
+        let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+        let mut ev = bits & (self.events | always);
+        let (r_ok, w_ok) = self.edge_ok(gens);
+        let rd =
+            (libc::EPOLLIN | libc::EPOLLRDNORM | libc::EPOLLRDHUP | libc::EPOLLPRI) as u32 | always;
+        let wr = (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32;
+        if !r_ok {
+            ev &= !rd;
+        }
+        if !w_ok {
+            ev &= !wr;
+        }
+        if ev == 0 {
+            return 0;
+        }
+        if self.et() {
+            if ev & rd != 0 {
+                self.seen.0 = gens.0;
+            }
+            if ev & wr != 0 {
+                self.seen.1 = gens.1;
+            }
+        }
+        if self.events & libc::EPOLLONESHOT as u32 != 0 {
+            self.disabled = true;
+        }
+        ev
+    }
+}
+
+/// An epoll instance.
+#[derive(Debug)]
+pub struct Epoll {
+    /// The kernel's epoll descriptor (the program's).
+    pub kfd: i32,
+    /// DockNet members (and sockets not yet decided, mirrored here while the kernel's epoll
+    /// holds them).
+    pub members: Mutex<Vec<Member>>,
+    /// Kernel descriptors added (an upper bound: a closed one leaves the kernel's set
+    /// silently).
+    pub kernel_members: AtomicUsize,
+    /// Wakes this instance's waits when its set changes.
+    pub waker: Waker,
+    /// The eventfd in the kernel's epoll that the notifier signals (-1: not yet made).
+    wake_fd: AtomicI32,
+}
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        let fd = self.wake_fd.load(Ordering::Relaxed);
+        if fd >= 0 && !ops::forked() {
+            let _ = sys::close(fd);
+        }
+    }
+}
+
+impl Epoll {
+    /// The record of the kernel epoll `kfd`.
+    pub fn new(kfd: i32) -> Epoll {
+        Epoll {
+            kfd,
+            members: Mutex::new(Vec::new()),
+            kernel_members: AtomicUsize::new(0),
+            waker: Waker::new(),
+            wake_fd: AtomicI32::new(-1),
+        }
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `epoll_ctl`: `None` when the kernel's epoll takes it (a kernel descriptor; for a socket
+    /// not yet decided the caller passes it to the kernel as well and mirrors it here).
+    pub fn ctl(&self, op: i32, fd: i32, ev: Option<(u32, u64)>) -> Option<R<()>> {
+        let s = TABLE.sock(fd)?;
+        if fd == self.kfd {
+            return Some(Err(libc::EINVAL));
+        }
+        let mut m = self.members();
+        m.retain(|x| x.sock.strong_count() > 0);
+        let pos = m.iter().position(|x| x.fd == fd && x.id == s.id);
+        let r = match op {
+            libc::EPOLL_CTL_ADD => match (pos, ev) {
+                (Some(_), _) => Err(libc::EEXIST),
+                (None, None) => Err(libc::EFAULT),
+                (None, Some((e, d))) => {
+                    m.push(Member::new(fd, &s, e, d));
+                    Ok(())
+                }
+            },
+            libc::EPOLL_CTL_MOD => match (pos, ev) {
+                (None, _) => Err(libc::ENOENT),
+                (Some(_), None) => Err(libc::EFAULT),
+                (Some(i), Some((e, _))) if e & libc::EPOLLEXCLUSIVE as u32 != 0 => {
+                    let _ = i;
+                    Err(libc::EINVAL)
+                }
+                (Some(i), Some((e, d))) => {
+                    m[i] = Member::new(fd, &s, e, d);
+                    Ok(())
+                }
+            },
+            libc::EPOLL_CTL_DEL => match pos {
+                None => Err(libc::ENOENT),
+                Some(i) => {
+                    m.remove(i);
+                    Ok(())
+                }
+            },
+            _ => Err(libc::EINVAL),
+        };
+        drop(m);
+        self.waker.wake();
+        if s.adopted() {
+            Some(r)
+        } else {
+            // the kernel's epoll holds it until it goes to DockNet; its answer counts
+            None
+        }
+    }
+
+    /// `epoll_wait` with DockNet members: events into `out` (at most its length).
+    pub fn wait(&self, out: &mut [libc::epoll_event], timeout_ms: i32) -> R<usize> {
+        let Some(st) = stack_if_attached() else {
+            return sys::epoll_wait(self.kfd, out, timeout_ms);
+        };
+        let deadline = deadline(timeout_ms);
+        let mut mark = crate::sig::mark();
+        loop {
+            let token = self.waker.token();
+            let stoken = crate::sig::SIG_WAKER.token();
+            let mut socks = self.active();
+            let mut n = self.collect(st, &mut socks, out, false);
+            let kernel = self.kernel_members.load(Ordering::Relaxed) > 0
+                || self.wake_fd.load(Ordering::Relaxed) >= 0;
+            if kernel && n < out.len() {
+                n += self.kernel_events(&mut out[n..], 0)?;
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = remaining(deadline);
+            if left == Some(Duration::ZERO) {
+                return Ok(0);
+            }
+            if socks.is_empty() && !kernel {
+                // nothing to wait for but time (or a change of the set)
+                self.waker.wait(token, left);
+                if remaining(deadline) == Some(Duration::ZERO) {
+                    return Ok(0);
+                }
+                continue;
+            }
+            if self.kernel_members.load(Ordering::Relaxed) == 0 {
+                // DockNet only: wait in userspace
+                let watches: Vec<Watch<'_>> =
+                    socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
+                let mut ready = Vec::new();
+                let wakers = [(&self.waker, token), (&crate::sig::SIG_WAKER, stoken)];
+                match st.wait_wakeable(&watches, left, &wakers, &mut ready) {
+                    Ok(Waited::TimedOut) => return Ok(0),
+                    // epoll_wait is never restarted after a handler
+                    Ok(Waited::Woken) if mark.take().is_some() => return Err(libc::EINTR),
+                    Ok(_) => continue,
+                    Err(e) => return Err(crate::errno::of(&e, crate::errno::Op::Io)),
+                }
+            }
+            // mixed: look at both for the idle policy's spin and yield time, then sleep in the
+            // kernel, the notifier signals our eventfd
+            let mut spin = Spin::new(deadline);
+            let mut n = 0;
+            while spin.next() {
+                socks = self.active();
+                n = self.collect(st, &mut socks, out, false);
+                n += self.kernel_events(&mut out[n..], 0)?;
+                if n > 0 {
+                    break;
+                }
+                if mark.take().is_some() {
+                    spin.interrupted = true;
+                    break;
+                }
+            }
+            if n > 0 {
+                return Ok(n);
+            }
+            if spin.interrupted {
+                return Err(libc::EINTR);
+            }
+            let wfd = self.wake_fd()?;
+            let id = NOTIFIER.register(&socks, wfd);
+            let r = self.kernel_events(out, ms(left));
+            NOTIFIER.deregister(id);
+            sys::eventfd_drain(wfd);
+            let k = r?;
+            socks = self.active();
+            let d = self.collect(st, &mut socks, &mut out[k..], true);
+            if k + d > 0 {
+                return Ok(k + d);
+            }
+            if remaining(deadline) == Some(Duration::ZERO) {
+                return Ok(0);
+            }
+        }
+    }
+
+    /// The live, enabled DockNet members as (socket, events they want now). A member whose
+    /// socket is gone (its last descriptor closed) leaves the set here; one whose descriptor
+    /// was closed while a `dup` keeps the socket open stays, as in the kernel's epoll.
+    fn active(&self) -> Vec<(Arc<Sock>, u32)> {
+        let mut m = self.members();
+        m.retain(|x| x.sock.strong_count() > 0);
+        m.iter()
+            .filter(|x| !x.disabled)
+            .filter_map(|x| {
+                let s = x.sock.upgrade()?;
+                if !s.adopted() {
+                    return None;
+                }
+                let gens = (
+                    s.rd_gen.load(Ordering::Relaxed),
+                    s.wr_gen.load(Ordering::Relaxed),
+                );
+                let (r, w) = x.edge_ok(gens);
+                let mut ev = x.events;
+                if !r {
+                    ev &= !((libc::EPOLLIN | libc::EPOLLRDNORM | libc::EPOLLRDHUP | libc::EPOLLPRI)
+                        as u32);
+                }
+                if !w {
+                    ev &= !((libc::EPOLLOUT | libc::EPOLLWRNORM) as u32);
+                }
+                (ev & (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLPRI) as u32
+                    != 0)
+                    .then_some((s, ev))
+            })
+            .collect()
+    }
+
+    /// Checks the DockNet members once (one poll of the stack) and writes their events.
+    fn collect(
+        &self,
+        st: &Stack,
+        socks: &mut [(Arc<Sock>, u32)],
+        out: &mut [libc::epoll_event],
+        _after_sleep: bool,
+    ) -> usize {
+        if socks.is_empty() || out.is_empty() {
+            return 0;
+        }
+        let ready = check(st, socks);
+        let mut m = self.members();
+        let mut n = 0;
+        for (i, bits) in ready {
+            let s = &socks[i].0;
+            let gens = (
+                s.rd_gen.load(Ordering::Relaxed),
+                s.wr_gen.load(Ordering::Relaxed),
+            );
+            if let Some(x) = m.iter_mut().find(|x| x.id == s.id) {
+                let ev = x.report(bits, gens);
+                if ev != 0 && n < out.len() {
+                    out[n] = libc::epoll_event {
+                        events: ev,
+                        u64: x.data,
+                    };
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    fn kernel_events(&self, out: &mut [libc::epoll_event], timeout_ms: i32) -> R<usize> {
+        let n = sys::epoll_wait(self.kfd, out, timeout_ms)?;
+        // our wake-up eventfd is not the program's
+        let mut k = 0;
+        for i in 0..n {
+            let (ev, data) = (out[i].events, out[i].u64);
+            if data != WAKE_DATA {
+                out[k] = libc::epoll_event {
+                    events: ev,
+                    u64: data,
+                };
+                k += 1;
+            }
+        }
+        Ok(k)
+    }
+
+    fn wake_fd(&self) -> R<i32> {
+        let fd = self.wake_fd.load(Ordering::Acquire);
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let e = sys::eventfd(true)?;
+        let ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: WAKE_DATA,
+        };
+        if let Err(err) = sys::epoll_ctl(self.kfd, libc::EPOLL_CTL_ADD, e, Some(ev)) {
+            let _ = sys::close(e);
+            return Err(err);
+        }
+        match self
+            .wake_fd
+            .compare_exchange(-1, e, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(e),
+            Err(other) => {
+                let _ = sys::close(e);
+                Ok(other)
+            }
+        }
+    }
+}
+
+/// The busy phase of a mixed wait: rounds while the idle policy's spin time lasts, then
+/// rounds that yield the core until its yield time has passed too (the deadline permitting).
+struct Spin {
+    start: Instant,
+    spin: Duration,
+    total: Duration,
+    deadline: Option<Instant>,
+    /// Set by a caller that stopped its rounds for a signal.
+    interrupted: bool,
+}
+
+impl Spin {
+    fn new(deadline: Option<Instant>) -> Spin {
+        let (spin, total) = match ops::idle_policy() {
+            docknet_pipe::IdlePolicy::Spin => (Duration::MAX, Duration::MAX),
+            docknet_pipe::IdlePolicy::Adaptive { spin, yield_for } => (spin, spin + yield_for),
+            docknet_pipe::IdlePolicy::Block => (Duration::ZERO, Duration::ZERO),
+        };
+        Spin {
+            start: Instant::now(),
+            spin,
+            total,
+            deadline,
+            interrupted: false,
+        }
+    }
+
+    /// Whether to take another round (yielding first once the spin time is over).
+    fn next(&mut self) -> bool {
+        let e = self.start.elapsed();
+        if e >= self.total || self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        if e >= self.spin {
+            std::thread::yield_now();
+        }
+        true
+    }
+}
+
+fn deadline(timeout_ms: i32) -> Option<Instant> {
+    (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
+}
+
+fn remaining(d: Option<Instant>) -> Option<Duration> {
+    d.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+fn ms(d: Option<Duration>) -> i32 {
+    match d {
+        None => -1,
+        Some(d) => {
+            d.as_millis().min(i32::MAX as u128) as i32
+                + i32::from(d.subsec_nanos() % 1_000_000 != 0)
+        }
+    }
+}
+
+/// One look at `socks` (one poll of the stack): (index, poll bits) of those ready for what
+/// they are watched for (errors always count).
+fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Vec<(usize, u32)> {
+    let mut idx = Vec::with_capacity(socks.len());
+    let mut watches = Vec::with_capacity(socks.len());
+    let mut res = Vec::new();
+    for (i, (s, ev)) in socks.iter().enumerate() {
+        match s.watch(*ev) {
+            Some(w) => {
+                idx.push(i);
+                watches.push(w);
+            }
+            // bound, neither connected nor listening
+            None => {
+                let b = s.idle_bits() & (*ev | (libc::POLLHUP | libc::POLLERR) as u32);
+                if b != 0 {
+                    res.push((i, b));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if !watches.is_empty() {
+        // from the sockets' state first; a poll of the stack only when nothing is ready
+        st.ready_now(&watches, &mut out);
+        if out.is_empty() && st.wait(&watches, Some(Duration::ZERO), &mut out).is_err() {
+            out.clear();
+        }
+
+        for (j, r) in out {
+            let i = idx[j];
+            res.push((i, socks[i].0.bits(r)));
+        }
+    }
+    res
+}
+
+// ---------------------------------------------------------------------------------------
+// poll and select
+
+/// `poll` over `fds` where at least one is a DockNet socket; `None` when none is.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
+    let mut dn: Vec<(usize, Arc<Sock>)> = Vec::new();
+    for (i, p) in fds.iter().enumerate() {
+        if TABLE.maybe(p.fd) {
+            if let Some(s) = TABLE.sock(p.fd).filter(|s| s.adopted()) {
+                dn.push((i, s));
+            }
+        }
+    }
+    if dn.is_empty() {
+        return None;
+    }
+    let st = stack_if_attached()?;
+    let kidx: Vec<usize> = (0..fds.len())
+        .filter(|i| !dn.iter().any(|(j, _)| j == i))
+        .collect();
+    let mut kfds: Vec<libc::pollfd> = kidx.iter().map(|&i| fds[i]).collect();
+    let socks: Vec<(Arc<Sock>, u32)> = dn
+        .iter()
+        .map(|(i, s)| (s.clone(), fds[*i].events as u16 as u32))
+        .collect();
+    let deadline = deadline(timeout_ms);
+    let mut mark = crate::sig::mark();
+    let mut spin = Spin::new(deadline);
+    Some(loop {
+        for p in fds.iter_mut() {
+            p.revents = 0;
+        }
+        let mut n = 0;
+        for (j, bits) in check(st, &socks) {
+            let i = dn[j].0;
+            let want = fds[i].events as u16 as u32 | (libc::POLLERR | libc::POLLHUP) as u32;
+            let b = bits & want;
+            if b != 0 {
+                fds[i].revents = b as i16;
+                n += 1;
+            }
+        }
+        if !kfds.is_empty() {
+            match sys::poll(&mut kfds, 0) {
+                Ok(k) if k > 0 => {
+                    for (j, &i) in kidx.iter().enumerate() {
+                        fds[i].revents = kfds[j].revents;
+                    }
+                    n += k;
+                }
+                Ok(_) => {}
+                Err(e) => break Err(e),
+            }
+        }
+        if n > 0 {
+            break Ok(n);
+        }
+        let left = remaining(deadline);
+        if left == Some(Duration::ZERO) {
+            break Ok(0);
+        }
+        if kfds.is_empty() {
+            let watches: Vec<Watch<'_>> = socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
+            let mut ready = Vec::new();
+            let token = crate::sig::SIG_WAKER.token();
+            if mark.take().is_some() {
+                break Err(libc::EINTR);
+            }
+            let wakers = [(&crate::sig::SIG_WAKER, token)];
+            match st.wait_wakeable(&watches, left, &wakers, &mut ready) {
+                // poll and select are never restarted after a handler
+                Ok(Waited::Woken) if mark.take().is_some() => break Err(libc::EINTR),
+                Ok(_) => continue,
+                Err(e) => break Err(crate::errno::of(&e, crate::errno::Op::Io)),
+            }
+        }
+        // mixed: look at both for the idle policy's spin and yield time (the loop's next
+        // rounds), then sleep on the kernel descriptors plus our eventfd, which the notifier
+        // signals
+        if spin.next() {
+            continue;
+        }
+        if mark.take().is_some() {
+            break Err(libc::EINTR);
+        }
+        let wfd = match thread_wake_fd() {
+            Ok(f) => f,
+            Err(e) => break Err(e),
+        };
+        let mut all = kfds.clone();
+        all.push(libc::pollfd {
+            fd: wfd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let id = NOTIFIER.register(&socks, wfd);
+        let r = sys::poll(&mut all, ms(left));
+        NOTIFIER.deregister(id);
+        sys::eventfd_drain(wfd);
+        if let Err(e) = r {
+            break Err(e);
+        }
+    })
+}
+
+thread_local! {
+    static WAKE_FD: WakeFd = const { WakeFd(AtomicI32::new(-1)) };
+}
+
+struct WakeFd(AtomicI32);
+
+impl Drop for WakeFd {
+    fn drop(&mut self) {
+        let fd = self.0.load(Ordering::Relaxed);
+        if fd >= 0 {
+            let _ = sys::close(fd);
+        }
+    }
+}
+
+/// This thread's eventfd for mixed poll/select waits.
+fn thread_wake_fd() -> R<i32> {
+    WAKE_FD.with(|w| {
+        let fd = w.0.load(Ordering::Relaxed);
+        if fd >= 0 {
+            return Ok(fd);
+        }
+        let fd = sys::eventfd(true)?;
+        w.0.store(fd, Ordering::Relaxed);
+        Ok(fd)
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// the notifier
+
+/// Sockets a waiter waits for, with the poll bits it wants.
+type Watched = Vec<(Arc<Sock>, u32)>;
+
+struct Waiter {
+    id: u64,
+    socks: Vec<(Arc<Sock>, u32)>,
+    fd: i32,
+}
+
+/// Waits on the stack for the DockNet sockets of threads that sleep in the kernel (mixed
+/// sets) and signals their eventfds.
+pub struct Notifier {
+    waiters: Mutex<Vec<Waiter>>,
+    waker: Waker,
+    next: AtomicU64,
+    started: AtomicBool,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier").finish_non_exhaustive()
+    }
+}
+
+static NOTIFIER: LazyLock<Notifier> = LazyLock::new(|| Notifier {
+    waiters: Mutex::new(Vec::new()),
+    waker: Waker::new(),
+    next: AtomicU64::new(1),
+    started: AtomicBool::new(false),
+});
+
+impl Notifier {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Waiter>> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn register(&'static self, socks: &[(Arc<Sock>, u32)], fd: i32) -> u64 {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            // the notifier must not take the program's signals
+            let old = sys::block_all_signals();
+            let _ = std::thread::Builder::new()
+                .name("docknet-notify".into())
+                .spawn(move || self.run());
+            sys::sigmask_set(old.as_ref());
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().push(Waiter {
+            id,
+            socks: socks.to_vec(),
+            fd,
+        });
+        self.waker.wake();
+        id
+    }
+
+    fn deregister(&self, id: u64) {
+        let mut g = self.lock();
+        let before = g.len();
+        g.retain(|w| w.id != id);
+        let changed = g.len() != before;
+        drop(g);
+        if changed {
+            self.waker.wake();
+        }
+    }
+
+    fn run(&self) {
+        let mut ready = Vec::new();
+        loop {
+            if ops::forked() {
+                return;
+            }
+            let token = self.waker.token();
+            let snap: Vec<(u64, Watched)> = self
+                .lock()
+                .iter()
+                .map(|w| (w.id, w.socks.clone()))
+                .collect();
+            let Some(st) = stack_if_attached() else {
+                return;
+            };
+            if snap.is_empty() {
+                self.waker.wait(token, Some(Duration::from_secs(1)));
+                continue;
+            }
+            let mut owner = Vec::new();
+            let mut watches = Vec::new();
+            for (id, socks) in &snap {
+                for (s, ev) in socks {
+                    if let Some(w) = s.watch(*ev) {
+                        owner.push(*id);
+                        watches.push(w);
+                    }
+                }
+            }
+            match st.wait_wakeable(
+                &watches,
+                Some(Duration::from_secs(1)),
+                &[(&self.waker, token)],
+                &mut ready,
+            ) {
+                Ok(Waited::Ready) => {
+                    let mut ids: Vec<u64> = ready.iter().map(|(i, _)| owner[*i]).collect();
+                    ids.dedup();
+                    let mut g = self.lock();
+                    // signalled waiters leave the set (their sockets stay ready until they look)
+                    g.retain(|w| {
+                        if ids.contains(&w.id) {
+                            sys::eventfd_signal(w.fd);
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+            let _: &[(usize, Ready)] = &ready;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sock::Proto;
+
+    fn member(events: u32) -> (Arc<Sock>, Member) {
+        let s = Arc::new(Sock::new(Proto::Tcp, true));
+        let m = Member::new(3, &s, events, 42);
+        (s, m)
+    }
+
+    const IN: u32 = libc::EPOLLIN as u32;
+    const OUT: u32 = libc::EPOLLOUT as u32;
+    const ET: u32 = libc::EPOLLET as u32;
+
+    #[test]
+    fn level_triggered_reports_while_ready() {
+        let (_s, mut m) = member(IN);
+        assert_eq!(m.report(IN | OUT, (0, 0)), IN);
+        assert_eq!(m.report(IN | OUT, (0, 0)), IN);
+        assert_eq!(m.report(OUT, (0, 0)), 0);
+        // errors and hang-ups are reported whatever was asked
+        let hup = libc::EPOLLHUP as u32;
+        assert_eq!(m.report(hup, (0, 0)), hup);
+    }
+
+    #[test]
+    fn edge_triggered_reports_again_only_after_a_call_on_that_side() {
+        let (_s, mut m) = member(IN | OUT | ET);
+        assert_eq!(m.report(IN | OUT, (0, 0)), IN | OUT);
+        // still ready, no call since: nothing
+        assert_eq!(m.report(IN | OUT, (0, 0)), 0);
+        assert_eq!(m.edge_ok((0, 0)), (false, false));
+        // a read: the read side may report again, the write side not
+        assert_eq!(m.edge_ok((1, 0)), (true, false));
+        assert_eq!(m.report(IN | OUT, (1, 0)), IN);
+        assert_eq!(m.report(IN | OUT, (1, 1)), OUT);
+    }
+
+    #[test]
+    fn one_shot_reports_once_until_modified() {
+        let (_s, mut m) = member(IN | libc::EPOLLONESHOT as u32);
+        assert_eq!(m.report(IN, (0, 0)), IN);
+        assert_eq!(m.report(IN, (1, 0)), 0);
+        assert!(m.disabled);
+    }
+
+    #[test]
+    fn timeouts_round_up_to_milliseconds() {
+        assert_eq!(ms(None), -1);
+        assert_eq!(ms(Some(Duration::ZERO)), 0);
+        assert_eq!(ms(Some(Duration::from_micros(1))), 1);
+        assert_eq!(ms(Some(Duration::from_millis(5))), 5);
+    }
+}

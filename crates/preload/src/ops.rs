@@ -1,0 +1,1120 @@
+//! The socket calls on DockNet sockets, in safe code. Each returns `None` when the call is
+//! not DockNet's (the entry point then passes it to libc unchanged) or `Some(result)`, the
+//! error being the errno Linux gives.
+
+use crate::errno::{self, Op};
+use crate::event::Epoll;
+use crate::sig;
+use crate::sock::{route_bind, route_to, Conn, Proto, Route, Sock, Udp};
+use crate::sys::{self, Errno, R};
+use crate::table::{Entry, Table};
+use docknet_lib::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
+use std::collections::HashSet;
+use std::io::{self, ErrorKind};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::time::Duration;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static FORKED: AtomicBool = AtomicBool::new(false);
+static STACK: OnceLock<Option<Stack>> = OnceLock::new();
+static IDLE: OnceLock<docknet_pipe::IdlePolicy> = OnceLock::new();
+static PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+static LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// The descriptor table.
+pub static TABLE: LazyLock<Table> = LazyLock::new(Table::new);
+
+/// Called by the library's constructor: reads `DOCKNET_PRELOAD` and registers the fork
+/// handler.
+pub fn init() {
+    let off = matches!(
+        std::env::var("DOCKNET_PRELOAD").as_deref(),
+        Ok("off") | Ok("0") | Ok("false") | Ok("no")
+    );
+    LazyLock::force(&TABLE);
+    sys::at_fork(after_fork_child);
+    ENABLED.store(!off, Ordering::Release);
+}
+
+extern "C" fn after_fork_child() {
+    FORKED.store(true, Ordering::Release);
+}
+
+/// Whether this process is the child of a `fork` of a process that loaded the library (its
+/// DockNet sockets are the parent's).
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// Whether the library takes new sockets (enabled, not a forked child).
+pub fn active() -> bool {
+    ENABLED.load(Ordering::Relaxed) && !forked()
+}
+
+/// One line on stderr, once per distinct message.
+pub fn log_once(msg: &str) {
+    let mut g = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    if g.get_or_insert_with(HashSet::new).insert(msg.to_string()) {
+        sys::log_line(msg);
+    }
+}
+
+/// Logs an unsupported call on a DockNet socket and returns its errno.
+pub fn unsupported(what: &str, e: Errno) -> Errno {
+    log_once(&format!("{what} is not supported on a DockNet socket"));
+    e
+}
+
+/// The process's stack, attached at the first AF_INET socket; `None` when there is no pipe
+/// (every socket then stays the kernel's).
+pub fn stack() -> Option<&'static Stack> {
+    STACK
+        .get_or_init(|| {
+            let cfg = StackConfig {
+                idle: idle_policy(),
+                ..StackConfig::default()
+            };
+            // the engine thread DockLib starts must not take the program's signals
+            let old = sys::block_all_signals();
+            let r = Stack::attach_default(cfg);
+            sys::sigmask_set(old.as_ref());
+            match r {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    log_once(&format!("sockets stay the kernel's: {e}"));
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// The idle policy of waits (`DOCKNET_IDLE`, default adaptive).
+pub fn idle_policy() -> docknet_pipe::IdlePolicy {
+    *IDLE.get_or_init(|| match std::env::var("DOCKNET_IDLE") {
+        Ok(s) => docknet_pipe::IdlePolicy::parse(&s).unwrap_or_else(|e| {
+            log_once(&format!("DOCKNET_IDLE: {e}"));
+            docknet_pipe::IdlePolicy::ADAPTIVE
+        }),
+        Err(_) => docknet_pipe::IdlePolicy::ADAPTIVE,
+    })
+}
+
+/// The stack, once attached (never attaches).
+pub fn stack_if_attached() -> Option<&'static Stack> {
+    STACK.get().and_then(Option::as_ref)
+}
+
+fn ports<T>(f: impl FnOnce(&mut HashSet<u16>) -> T) -> T {
+    let mut g = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(HashSet::new))
+}
+
+/// Frees a TCP port bound on DockNet.
+pub fn release_port(p: u16) {
+    ports(|s| s.remove(&p));
+}
+
+fn take_port(p: u16) -> R<u16> {
+    ports(|s| {
+        if p == 0 {
+            // an ephemeral port nobody holds
+            for _ in 0..16_000 {
+                let c = 49152 + (rand16() % 16_000);
+                if s.insert(c) {
+                    return Ok(c);
+                }
+            }
+            return Err(libc::EADDRINUSE);
+        }
+        if s.insert(p) {
+            Ok(p)
+        } else {
+            Err(libc::EADDRINUSE)
+        }
+    })
+}
+
+fn rand16() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u16
+}
+
+fn sock(fd: i32) -> Option<Arc<Sock>> {
+    TABLE.sock(fd)
+}
+
+// ---------------------------------------------------------------------------------------
+// creation, addresses
+
+/// `socket(2)`: an AF_INET TCP or UDP socket is recorded (it stays the kernel socket until
+/// an address decides); everything else is not ours.
+pub fn socket_created(fd: i32, domain: i32, ty: i32, proto: i32) {
+    if !active() || domain != libc::AF_INET || fd < 0 {
+        return;
+    }
+    let p = match (ty & 0xf, proto) {
+        (libc::SOCK_STREAM, 0 | libc::IPPROTO_TCP) => Proto::Tcp,
+        (libc::SOCK_DGRAM, 0 | libc::IPPROTO_UDP) => Proto::Udp,
+        _ => return,
+    };
+    if stack().is_none() {
+        return;
+    }
+    let s = Sock::new(p, ty & libc::SOCK_NONBLOCK != 0);
+    TABLE.insert(fd, Entry::Sock(Arc::new(s)));
+}
+
+/// Replaces the kernel socket at `fd` by an eventfd of ours (keeping close-on-exec).
+fn adopt(fd: i32, s: &Sock) -> R<()> {
+    let mut pre = s.pre();
+    if pre.adopted {
+        return Ok(());
+    }
+    let cloexec = sys::fcntl_int(fd, libc::F_GETFD, 0)? & libc::FD_CLOEXEC != 0;
+    let e = sys::eventfd(true)?;
+    let r = sys::dup3(e, fd, cloexec);
+    let _ = sys::close(e);
+    r?;
+    pre.adopted = true;
+    Ok(())
+}
+
+/// The socket goes to the kernel: forget it (its descriptor is the kernel socket).
+fn to_kernel(fd: i32, s: &Arc<Sock>) {
+    if let Some(Entry::Sock(t)) = TABLE.get(fd) {
+        if t.id == s.id {
+            drop(TABLE.remove(fd));
+        }
+    }
+}
+
+fn v4(addr: Option<SocketAddrV4>) -> R<SocketAddrV4> {
+    addr.ok_or(libc::EAFNOSUPPORT)
+}
+
+/// `bind(2)`. `addr`: the address if it is AF_INET (`None`: another family).
+pub fn bind(fd: i32, addr: Option<SocketAddrV4>) -> Option<R<()>> {
+    let s = sock(fd)?;
+    if s.adopted() {
+        return Some(Err(libc::EINVAL));
+    }
+    let a = match v4(addr) {
+        Ok(a) => a,
+        Err(e) => return Some(Err(e)),
+    };
+    let st = stack()?;
+    if route_bind(*a.ip(), st.ip()) == Route::Kernel {
+        to_kernel(fd, &s);
+        return None;
+    }
+    Some(bind_docknet(fd, &s, st, a))
+}
+
+fn bind_docknet(fd: i32, s: &Sock, st: &Stack, a: SocketAddrV4) -> R<()> {
+    match s.proto {
+        Proto::Tcp => {
+            let port = take_port(a.port())?;
+            if let Err(e) = adopt(fd, s) {
+                release_port(port);
+                return Err(e);
+            }
+            s.pre().bound = Some(SocketAddrV4::new(*a.ip(), port));
+            Ok(())
+        }
+        Proto::Udp => {
+            let u = UdpSocket::bind(st, a.port()).map_err(|e| errno::of(&e, Op::Bind))?;
+            adopt(fd, s)?;
+            let _ = s.conn.set(Conn::Udp(Udp {
+                sock: u,
+                bound_ip: *a.ip(),
+                peer: Mutex::new(None),
+            }));
+            Ok(())
+        }
+    }
+}
+
+/// `listen(2)`.
+pub fn listen(fd: i32) -> Option<R<()>> {
+    let s = sock(fd)?;
+    if s.proto == Proto::Udp {
+        return if s.adopted() {
+            Some(Err(libc::EOPNOTSUPP))
+        } else {
+            None
+        };
+    }
+    match s.conn.get() {
+        Some(Conn::Listener(..)) => return Some(Ok(())),
+        Some(_) => return Some(Err(libc::EINVAL)),
+        None => {}
+    }
+    let st = stack()?;
+    let bound = s.pre().bound;
+    let a = match bound {
+        Some(a) => a,
+        // listen on an unbound socket binds the wildcard and an ephemeral port
+        None => match bind_docknet(fd, &s, st, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)) {
+            Ok(()) => s
+                .pre()
+                .bound
+                .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            Err(e) => return Some(Err(e)),
+        },
+    };
+    let l = match TcpListener::bind(st, a.port()) {
+        Ok(l) => l,
+        Err(e) => return Some(Err(errno::of(&e, Op::Bind))),
+    };
+    let _ = s.conn.set(Conn::Listener(l, *a.ip()));
+    s.pre().bound = None; // the listener holds the port now
+    Some(Ok(()))
+}
+
+/// `connect(2)`. `addr`: `Some(Some(a))` AF_INET, `Some(None)` AF_UNSPEC, `None` other.
+pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
+    let s = sock(fd)?;
+    if let Some(c) = s.conn.get() {
+        return Some(connect_again(&s, c, addr));
+    }
+    let a = match addr {
+        Some(Some(a)) => a,
+        Some(None) if !s.adopted() => return None,
+        Some(None) => return Some(Ok(())),
+        None => return Some(Err(libc::EAFNOSUPPORT)),
+    };
+    let st = stack()?;
+    if route_to(*a.ip(), st.ip(), st.prefix()) == Route::Kernel {
+        if s.adopted() {
+            // bound on DockNet, so it cannot reach the kernel's addresses
+            return Some(Err(libc::ENETUNREACH));
+        }
+        to_kernel(fd, &s);
+        return None;
+    }
+    if let Err(e) = adopt(fd, &s) {
+        return Some(Err(e));
+    }
+    match s.proto {
+        Proto::Udp => {
+            let u = match UdpSocket::bind(st, 0) {
+                Ok(u) => u,
+                Err(e) => return Some(Err(errno::of(&e, Op::Bind))),
+            };
+            let _ = s.conn.set(Conn::Udp(Udp {
+                sock: u,
+                bound_ip: Ipv4Addr::UNSPECIFIED,
+                peer: Mutex::new(Some(a)),
+            }));
+            Some(Ok(()))
+        }
+        Proto::Tcp => {
+            if let Some(b) = s.pre().bound.take() {
+                release_port(b.port()); // DockLib picks the local port of a connection
+            }
+            let nonblock = s.nonblocking(0);
+            let t = match TcpStream::connect_start(st, a) {
+                Ok(t) => t,
+                Err(e) => return Some(Err(errno::of(&e, Op::Connect))),
+            };
+            apply_stream_opts(&s, &t);
+            let _ = s.conn.set(Conn::Stream(t));
+            s.connecting.store(true, Ordering::Relaxed);
+            if nonblock {
+                return Some(Err(libc::EINPROGRESS));
+            }
+            let Some(Conn::Stream(t)) = s.conn.get() else {
+                return Some(Err(libc::EIO));
+            };
+            let limit = Some(st.config().connect_timeout);
+            let r = blocking(&s, libc::POLLOUT as u32, limit, false, || {
+                t.connect_result()
+                    .unwrap_or(Err(io::Error::from(ErrorKind::WouldBlock)))
+            });
+            Some(match r {
+                Ok(()) => {
+                    s.connecting.store(false, Ordering::Relaxed);
+                    s.established.store(true, Ordering::Relaxed);
+                    Ok(())
+                }
+                // interrupted: the connection goes on being made (EALREADY, then EISCONN)
+                Err(e) if e.kind() == ErrorKind::Interrupted => Err(libc::EINTR),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Err(libc::ETIMEDOUT),
+                Err(e) => {
+                    s.err_taken.store(true, Ordering::Relaxed);
+                    Err(errno::of(&e, Op::Connect))
+                }
+            })
+        }
+    }
+}
+
+fn connect_again(s: &Sock, c: &Conn, addr: Option<Option<SocketAddrV4>>) -> R<()> {
+    match c {
+        Conn::Udp(u) => {
+            *u.peer.lock().unwrap_or_else(|e| e.into_inner()) = addr.flatten();
+            Ok(())
+        }
+        Conn::Listener(..) => Err(libc::EINVAL),
+        Conn::Stream(t) => match t.connect_result() {
+            None => Err(libc::EALREADY),
+            // the first connect after a non-blocking one completed returns 0, as in Linux
+            Some(Ok(())) => {
+                s.established.store(true, Ordering::Relaxed);
+                if s.connecting.swap(false, Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err(libc::EISCONN)
+                }
+            }
+            Some(Err(e)) => {
+                if s.err_taken.swap(true, Ordering::Relaxed) {
+                    Err(libc::ECONNABORTED)
+                } else {
+                    Err(errno::of(&e, Op::Connect))
+                }
+            }
+        },
+    }
+}
+
+fn apply_stream_opts(s: &Sock, t: &TcpStream) {
+    let o = s.opts();
+    t.set_nodelay(o.nodelay);
+    if o.keepalive {
+        t.set_keepalive(Some(Duration::from_secs(7200)));
+    }
+}
+
+/// `accept4(2)`: the new connection's descriptor and its peer.
+pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
+    let s = sock(fd)?;
+    let Some(Conn::Listener(l, _)) = s.conn.get() else {
+        return if s.adopted() {
+            Some(Err(libc::EINVAL))
+        } else {
+            None
+        };
+    };
+    s.rd_gen.fetch_add(1, Ordering::Relaxed);
+    let r = if s.nonblocking(0) {
+        l.try_accept()
+    } else {
+        let t = s.opts().rcvtimeo;
+        blocking(&s, libc::POLLIN as u32, t, t.is_some(), || l.try_accept())
+    };
+    let (t, peer) = match r {
+        Ok(x) => x,
+        Err(e) => return Some(Err(errno::of(&e, Op::Io))),
+    };
+    // Linux: the accepted socket inherits TCP_NODELAY and SO_KEEPALIVE, not O_NONBLOCK
+    let inherited = s.opts().clone();
+    let n = Sock::with_conn(
+        Proto::Tcp,
+        flags & libc::SOCK_NONBLOCK != 0,
+        Conn::Stream(t),
+    );
+    *n.opts() = crate::sock::Opts {
+        nodelay: inherited.nodelay,
+        keepalive: inherited.keepalive,
+        ..Default::default()
+    };
+    if let Some(Conn::Stream(t)) = n.conn.get() {
+        apply_stream_opts(&n, t);
+    }
+    let nfd = match sys::eventfd(flags & libc::SOCK_CLOEXEC != 0) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    TABLE.insert(nfd, Entry::Sock(Arc::new(n)));
+    Some(Ok((nfd, peer)))
+}
+
+/// `getsockname(2)`.
+pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
+    let s = sock(fd)?;
+    let st = stack_if_attached()?;
+    Some(match s.conn.get() {
+        Some(Conn::Stream(t)) => Ok(t
+            .local_addr()
+            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
+        Some(Conn::Listener(l, ip)) => Ok(SocketAddrV4::new(*ip, l.port())),
+        Some(Conn::Udp(u)) => {
+            let ip = if u.peer.lock().map(|p| p.is_some()).unwrap_or(false) {
+                st.ip()
+            } else {
+                u.bound_ip
+            };
+            Ok(SocketAddrV4::new(ip, u.sock.local_addr().port()))
+        }
+        None => match s.pre().bound {
+            Some(b) => Ok(b),
+            None if s.adopted() => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            None => return None,
+        },
+    })
+}
+
+/// `getpeername(2)`.
+pub fn peer_name(fd: i32) -> Option<R<SocketAddrV4>> {
+    let s = sock(fd)?;
+    Some(match s.conn.get() {
+        Some(Conn::Stream(t)) => match t.connect_result() {
+            Some(Ok(())) => t.peer_addr().ok_or(libc::ENOTCONN),
+            _ => Err(libc::ENOTCONN),
+        },
+        Some(Conn::Udp(u)) => u.peer.lock().ok().and_then(|p| *p).ok_or(libc::ENOTCONN),
+        Some(Conn::Listener(..)) => Err(libc::ENOTCONN),
+        None if s.adopted() => Err(libc::ENOTCONN),
+        None => return None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// data
+
+fn stream_err(s: &Sock, e: io::Error, write: bool, flags: i32) -> Errno {
+    let k = e.kind();
+    if matches!(k, ErrorKind::ConnectionReset | ErrorKind::ConnectionRefused) {
+        // reported once; afterwards the connection reads as ended and writes as broken
+        if s.err_taken.swap(true, Ordering::Relaxed) {
+            if write {
+                if flags & libc::MSG_NOSIGNAL == 0 {
+                    sys::raise_sigpipe();
+                }
+                return libc::EPIPE;
+            }
+            return 0;
+        }
+        if s.established.load(Ordering::Relaxed) {
+            return libc::ECONNRESET;
+        }
+        return libc::ECONNREFUSED;
+    }
+    if write && k == ErrorKind::BrokenPipe && flags & libc::MSG_NOSIGNAL == 0 {
+        sys::raise_sigpipe();
+    }
+    errno::of(&e, Op::Io)
+}
+
+/// `recvfrom(2)` and friends: bytes read into `buf`, the datagram's whole length (UDP) and
+/// the sender.
+pub fn recv(
+    fd: i32,
+    buf: &mut [u8],
+    flags: i32,
+) -> Option<R<(usize, usize, Option<SocketAddrV4>)>> {
+    let s = sock(fd)?;
+    let Some(c) = s.conn.get() else {
+        return if s.adopted() {
+            Some(Err(libc::ENOTCONN))
+        } else {
+            None
+        };
+    };
+    if flags & libc::MSG_OOB != 0 {
+        return Some(Err(unsupported("MSG_OOB", libc::EOPNOTSUPP)));
+    }
+    s.rd_gen.fetch_add(1, Ordering::Relaxed);
+    let nonblock = s.nonblocking(flags);
+    let peek = flags & libc::MSG_PEEK != 0;
+    Some(match c {
+        Conn::Listener(..) => Err(libc::ENOTCONN),
+        Conn::Stream(t) => {
+            let to = s.opts().rcvtimeo;
+            let pin = libc::POLLIN as u32;
+            let r = if nonblock {
+                if peek {
+                    t.try_peek(buf)
+                } else {
+                    t.try_read(buf)
+                }
+            } else if peek {
+                blocking(&s, pin, to, to.is_some(), || t.try_peek(buf))
+            } else if flags & libc::MSG_WAITALL != 0 {
+                read_all(&s, t, buf, to)
+            } else {
+                blocking(&s, pin, to, to.is_some(), || t.try_read(buf))
+            };
+            match r {
+                Ok(n) => {
+                    if n > 0 {
+                        s.established.store(true, Ordering::Relaxed);
+                    }
+                    Ok((n, n, None))
+                }
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock && s.shut_rd.load(Ordering::Relaxed) =>
+                {
+                    Ok((0, 0, None))
+                }
+                Err(e) => match stream_err(&s, e, false, flags) {
+                    0 => Ok((0, 0, None)),
+                    n => Err(n),
+                },
+            }
+        }
+        Conn::Udp(u) => {
+            let peer = *u.peer.lock().unwrap_or_else(|e| e.into_inner());
+            let to = s.opts().rcvtimeo;
+            let mut once = || loop {
+                let (n, whole, from) = u.sock.try_recv_msg(buf, peek)?;
+                match peer {
+                    // a connected UDP socket hears only its peer
+                    Some(p) if p != from => {
+                        if peek {
+                            let _ = u.sock.try_recv_msg(&mut [], false);
+                        }
+                        continue;
+                    }
+                    _ => return Ok((n, whole, Some(from))),
+                }
+            };
+            if nonblock {
+                once()
+            } else {
+                blocking(&s, libc::POLLIN as u32, to, to.is_some(), once)
+            }
+            .map_err(|e| errno::of(&e, Op::Io))
+        }
+    })
+}
+
+fn read_all(s: &Sock, t: &TcpStream, buf: &mut [u8], to: Option<Duration>) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let rest = &mut buf[got..];
+        match blocking(s, libc::POLLIN as u32, to, to.is_some(), || {
+            t.try_read(rest)
+        }) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(_) if got > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// A blocking call: runs `op` until it does not fail with `WouldBlock`, waiting between tries
+/// until `s` is ready for `events` (poll bits), at most `timeout` (then `WouldBlock`). A signal
+/// handler that runs on this thread meanwhile ends it with `Interrupted` unless the handler
+/// has `SA_RESTART` and the socket no timeout (`timed`), as in Linux.
+fn blocking<T>(
+    s: &Sock,
+    events: u32,
+    timeout: Option<Duration>,
+    timed: bool,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let mut mark = sig::mark();
+    let mut out = Vec::new();
+    loop {
+        let token = sig::SIG_WAKER.token();
+        match op() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        if let Some(restart) = mark.take() {
+            if !restart || timed {
+                return Err(io::Error::from(ErrorKind::Interrupted));
+            }
+        }
+        let left = match deadline {
+            Some(d) => {
+                let now = std::time::Instant::now();
+                if now >= d {
+                    return Err(io::Error::from(ErrorKind::WouldBlock));
+                }
+                Some(d - now)
+            }
+            None => None,
+        };
+        let Some(st) = stack_if_attached() else {
+            return Err(io::Error::from(ErrorKind::NotConnected));
+        };
+        let Some(w) = s.watch(events) else {
+            return Err(io::Error::from(ErrorKind::NotConnected));
+        };
+        st.wait_wakeable(&[w], left, &[(&sig::SIG_WAKER, token)], &mut out)?;
+    }
+}
+
+/// `sendto(2)` and friends: bytes taken from `buf`. `to`: the destination given, if any.
+pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option<R<usize>> {
+    let s = sock(fd)?;
+    let c = match s.conn.get() {
+        Some(c) => c,
+        None if s.proto == Proto::Udp && to.is_some() => {
+            // an unbound UDP socket sending: its destination decides where it goes
+            let a = to?;
+            let st = stack()?;
+            if route_to(*a.ip(), st.ip(), st.prefix()) == Route::Kernel {
+                if s.adopted() {
+                    return Some(Err(libc::ENETUNREACH));
+                }
+                to_kernel(fd, &s);
+                return None;
+            }
+            if let Err(e) = bind_docknet(fd, &s, st, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)) {
+                return Some(Err(e));
+            }
+            s.conn.get()?
+        }
+        None if s.adopted() => return Some(Err(libc::ENOTCONN)),
+        None => return None,
+    };
+    s.wr_gen.fetch_add(1, Ordering::Relaxed);
+    let nonblock = s.nonblocking(flags);
+    Some(match c {
+        Conn::Listener(..) => Err(libc::ENOTCONN),
+        Conn::Stream(t) => {
+            if s.shut_wr.load(Ordering::Relaxed) {
+                if flags & libc::MSG_NOSIGNAL == 0 {
+                    sys::raise_sigpipe();
+                }
+                return Some(Err(libc::EPIPE));
+            }
+            if nonblock {
+                t.try_write(buf).map_err(|e| stream_err(&s, e, true, flags))
+            } else {
+                // a blocking send returns when everything is in the send buffer
+                let to = s.opts().sndtimeo;
+                let pout = libc::POLLOUT as u32;
+                let mut sent = 0;
+                while sent < buf.len() {
+                    let rest = &buf[sent..];
+                    match blocking(&s, pout, to, to.is_some(), || t.try_write(rest)) {
+                        Ok(n) => sent += n,
+                        Err(_) if sent > 0 => break,
+                        Err(e) => return Some(Err(stream_err(&s, e, true, flags))),
+                    }
+                }
+                Ok(sent)
+            }
+        }
+        Conn::Udp(u) => {
+            let dst = match to.or(*u.peer.lock().unwrap_or_else(|e| e.into_inner())) {
+                Some(d) => d,
+                None => return Some(Err(libc::EDESTADDRREQ)),
+            };
+            let st = stack_if_attached()?;
+            if route_to(*dst.ip(), st.ip(), st.prefix()) == Route::Kernel {
+                return Some(Err(libc::ENETUNREACH));
+            }
+            if buf.len() > 65_507 {
+                return Some(Err(libc::EMSGSIZE));
+            }
+            let to = s.opts().sndtimeo;
+            if nonblock {
+                u.sock.try_send_to(buf, dst)
+            } else {
+                blocking(&s, libc::POLLOUT as u32, to, to.is_some(), || {
+                    u.sock.try_send_to(buf, dst)
+                })
+            }
+            .map_err(|e| errno::of(&e, Op::Io))
+        }
+    })
+}
+
+/// `shutdown(2)`.
+pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
+    let s = sock(fd)?;
+    let c = match s.conn.get() {
+        Some(c) => c,
+        None if s.adopted() => return Some(Err(libc::ENOTCONN)),
+        None => return None,
+    };
+    if !matches!(how, libc::SHUT_RD | libc::SHUT_WR | libc::SHUT_RDWR) {
+        return Some(Err(libc::EINVAL));
+    }
+    Some(match c {
+        Conn::Stream(t) => {
+            if t.connect_result().is_none() {
+                return Some(Err(libc::ENOTCONN));
+            }
+            if how != libc::SHUT_WR {
+                s.shut_rd.store(true, Ordering::Relaxed);
+            }
+            if how != libc::SHUT_RD && !s.shut_wr.swap(true, Ordering::Relaxed) {
+                t.shutdown_write();
+            }
+            Ok(())
+        }
+        Conn::Listener(..) => Ok(()),
+        Conn::Udp(u) => {
+            if u.peer.lock().map(|p| p.is_none()).unwrap_or(true) {
+                Err(libc::ENOTCONN)
+            } else {
+                Ok(())
+            }
+        }
+    })
+}
+
+/// `close(2)` of anything: takes `fd` out of the table first (so a descriptor number the
+/// kernel hands out again is never mistaken for the old one). The caller closes `fd` in the
+/// kernel afterwards.
+pub fn closing(fd: i32) {
+    if let Some(e) = TABLE.remove(fd) {
+        if forked() {
+            std::mem::forget(e);
+        } else {
+            drop(e);
+        }
+    }
+}
+
+/// After the kernel duplicated `old` to `new` (`dup`, `dup2`, `dup3`, `F_DUPFD`): `new`
+/// refers to the same socket or epoll instance.
+pub fn duplicated(old: i32, new: i32) {
+    if old == new {
+        return;
+    }
+    closing(new);
+    if let Some(e) = TABLE.get(old) {
+        TABLE.insert(new, e);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// options and control
+
+/// What a `getsockopt` returns: an int or a raw value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptVal {
+    /// An int option.
+    Int(i32),
+    /// `struct linger`: on, seconds.
+    Linger(bool, i32),
+    /// `struct timeval`.
+    Time(Option<Duration>),
+    /// Raw bytes (TCP_INFO, TCP_CONGESTION).
+    Bytes(Vec<u8>),
+}
+
+/// `setsockopt(2)`. `val`: the option's value as an int (None when shorter than one),
+/// `time`/`linger` parsed by the caller where the option takes one.
+pub fn setsockopt(
+    fd: i32,
+    level: i32,
+    name: i32,
+    val: Option<i32>,
+    time: Option<Option<Duration>>,
+    linger: Option<(bool, i32)>,
+) -> Option<R<()>> {
+    let s = sock(fd)?;
+    if !s.adopted() {
+        // still the kernel's socket: the kernel applies it too (the caller passes it on),
+        // and it is recorded for the DockNet socket it may become
+        let _ = record_opt(&s, level, name, val, time, linger);
+        return None;
+    }
+    Some(record_opt(&s, level, name, val, time, linger))
+}
+
+fn record_opt(
+    s: &Sock,
+    level: i32,
+    name: i32,
+    val: Option<i32>,
+    time: Option<Option<Duration>>,
+    linger: Option<(bool, i32)>,
+) -> R<()> {
+    let int = || val.ok_or(libc::EINVAL);
+    let mut o = s.opts();
+    match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_REUSEADDR) => o.reuseaddr = int()? != 0,
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => o.reuseport = int()? != 0,
+        (libc::SOL_SOCKET, libc::SO_BROADCAST) => o.broadcast = int()? != 0,
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf = Some(int()?),
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf = Some(int()?),
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => o.rcvtimeo = time.ok_or(libc::EINVAL)?,
+        (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => o.sndtimeo = time.ok_or(libc::EINVAL)?,
+        (libc::SOL_SOCKET, libc::SO_LINGER) => {
+            let (on, secs) = linger.ok_or(libc::EINVAL)?;
+            o.linger = on.then_some(secs.max(0));
+        }
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => {
+            o.keepalive = int()? != 0;
+            if let Some(Conn::Stream(t)) = s.conn.get() {
+                t.set_keepalive(o.keepalive.then_some(Duration::from_secs(7200)));
+            }
+        }
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) if s.proto == Proto::Tcp => {
+            o.nodelay = int()? != 0;
+            if let Some(Conn::Stream(t)) = s.conn.get() {
+                t.set_nodelay(o.nodelay);
+            }
+        }
+        // accepted and recorded; DockNet has no use for them
+        (
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY | libc::SO_OOBINLINE | libc::SO_RCVLOWAT | libc::SO_SNDLOWAT,
+        )
+        | (
+            libc::IPPROTO_IP,
+            libc::IP_TOS | libc::IP_TTL | libc::IP_BIND_ADDRESS_NO_PORT | libc::IP_RECVERR,
+        )
+        | (
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK
+            | libc::TCP_CORK
+            | libc::TCP_KEEPIDLE
+            | libc::TCP_KEEPINTVL
+            | libc::TCP_KEEPCNT
+            | libc::TCP_DEFER_ACCEPT
+            | libc::TCP_MAXSEG
+            | libc::TCP_USER_TIMEOUT
+            | libc::TCP_FASTOPEN
+            | libc::TCP_NOTSENT_LOWAT,
+        ) => {
+            let v = int()?;
+            o.other.retain(|(k, _)| *k != (level, name));
+            o.other.push(((level, name), v));
+        }
+        (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => {}
+        _ => {
+            return Err(unsupported(
+                &format!("setsockopt(level {level}, option {name})"),
+                libc::ENOPROTOOPT,
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// `getsockopt(2)`.
+pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
+    let s = sock(fd)?;
+    if !s.adopted() {
+        return None;
+    }
+    let o = s.opts().clone();
+    let st = stack_if_attached()?;
+    let buf = 256 * 1024;
+    Some(Ok(match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_ERROR) => OptVal::Int(so_error(&s)),
+        (libc::SOL_SOCKET, libc::SO_TYPE) => OptVal::Int(match s.proto {
+            Proto::Tcp => libc::SOCK_STREAM,
+            Proto::Udp => libc::SOCK_DGRAM,
+        }),
+        (libc::SOL_SOCKET, libc::SO_DOMAIN) => OptVal::Int(libc::AF_INET),
+        (libc::SOL_SOCKET, libc::SO_PROTOCOL) => OptVal::Int(match s.proto {
+            Proto::Tcp => libc::IPPROTO_TCP,
+            Proto::Udp => libc::IPPROTO_UDP,
+        }),
+        (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => {
+            OptVal::Int(matches!(s.conn.get(), Some(Conn::Listener(..))) as i32)
+        }
+        (libc::SOL_SOCKET, libc::SO_REUSEADDR) => OptVal::Int(o.reuseaddr as i32),
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => OptVal::Int(o.reuseport as i32),
+        (libc::SOL_SOCKET, libc::SO_BROADCAST) => OptVal::Int(o.broadcast as i32),
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => OptVal::Int(o.keepalive as i32),
+        // Linux doubles what was set (bookkeeping overhead); unset: DockLib's buffer
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
+            OptVal::Int(o.rcvbuf.map_or(buf, |v| v.saturating_mul(2)))
+        }
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => {
+            OptVal::Int(o.sndbuf.map_or(buf, |v| v.saturating_mul(2)))
+        }
+        (libc::SOL_SOCKET, libc::SO_LINGER) => {
+            OptVal::Linger(o.linger.is_some(), o.linger.unwrap_or(0))
+        }
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => OptVal::Time(o.rcvtimeo),
+        (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => OptVal::Time(o.sndtimeo),
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) if s.proto == Proto::Tcp => {
+            OptVal::Int(o.nodelay as i32)
+        }
+        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) if s.proto == Proto::Tcp => OptVal::Int(
+            o.other
+                .iter()
+                .find(|(k, _)| *k == (level, name))
+                .map_or(1460, |(_, v)| *v),
+        ),
+        (libc::IPPROTO_TCP, libc::TCP_CONGESTION) if s.proto == Proto::Tcp => {
+            OptVal::Bytes(b"cubic\0".to_vec())
+        }
+        (libc::IPPROTO_TCP, libc::TCP_INFO) if s.proto == Proto::Tcp => OptVal::Bytes(tcp_info(&s)),
+        _ => match o.other.iter().find(|(k, _)| *k == (level, name)) {
+            Some((_, v)) => OptVal::Int(*v),
+            None => {
+                let _ = st;
+                return Some(Err(unsupported(
+                    &format!("getsockopt(level {level}, option {name})"),
+                    libc::ENOPROTOOPT,
+                )));
+            }
+        },
+    }))
+}
+
+/// SO_ERROR: the pending error (refused, reset), reported once.
+fn so_error(s: &Sock) -> i32 {
+    let Some(Conn::Stream(t)) = s.conn.get() else {
+        return 0;
+    };
+    match t.connect_result() {
+        Some(Err(_)) if !s.err_taken.swap(true, Ordering::Relaxed) => {
+            if s.established.load(Ordering::Relaxed) {
+                libc::ECONNRESET
+            } else {
+                libc::ECONNREFUSED
+            }
+        }
+        Some(Ok(())) => {
+            s.established.store(true, Ordering::Relaxed);
+            0
+        }
+        _ => 0,
+    }
+}
+
+/// A `struct tcp_info` with the fields DockNet knows (state, MSS, unacknowledged bytes);
+/// the rest zero.
+fn tcp_info(s: &Sock) -> Vec<u8> {
+    let mut v = vec![0u8; 232];
+    let state: u8 = match s.conn.get() {
+        Some(Conn::Listener(..)) => 10, // TCP_LISTEN
+        Some(Conn::Stream(t)) => match t.connect_result() {
+            None => 2, // SYN_SENT
+            Some(Ok(())) => 1,
+            Some(Err(_)) => 7,
+        },
+        _ => 7,
+    };
+    v[0] = state;
+    // tcpi_snd_mss at offset 16, tcpi_rcv_mss at 20
+    v[16..20].copy_from_slice(&1460u32.to_ne_bytes());
+    v[20..24].copy_from_slice(&1460u32.to_ne_bytes());
+    v
+}
+
+/// `fcntl(2)` commands that concern a socket's status flags.
+pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
+    let s = sock(fd)?;
+    match cmd {
+        libc::F_GETFL if s.adopted() => Some(Ok(libc::O_RDWR
+            | if s.nonblock.load(Ordering::Relaxed) {
+                libc::O_NONBLOCK
+            } else {
+                0
+            })),
+        libc::F_SETFL => {
+            s.nonblock
+                .store(arg & libc::O_NONBLOCK != 0, Ordering::Relaxed);
+            if s.adopted() {
+                Some(Ok(0))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `ioctl(2)` on a socket: FIONBIO (`arg`: the int), FIONREAD, SIOCOUTQ.
+pub fn ioctl(fd: i32, req: u64, arg: Option<i32>) -> Option<R<Option<i32>>> {
+    let s = sock(fd)?;
+    if req == libc::FIONBIO {
+        s.nonblock.store(arg.unwrap_or(0) != 0, Ordering::Relaxed);
+        return if s.adopted() { Some(Ok(None)) } else { None };
+    }
+    if !s.adopted() {
+        return None;
+    }
+    Some(match (req, s.conn.get()) {
+        (r, Some(Conn::Stream(t))) if r == libc::FIONREAD => Ok(Some(t.bytes_readable() as i32)),
+        (r, Some(Conn::Udp(u))) if r == libc::FIONREAD => {
+            Ok(Some(u.sock.next_len().unwrap_or(0) as i32))
+        }
+        (r, Some(Conn::Stream(t))) if r == libc::TIOCOUTQ => Ok(Some(t.bytes_unacked() as i32)),
+        (r, Some(Conn::Listener(..))) if r == libc::FIONREAD => Err(libc::EINVAL),
+        (r, _) => Err(unsupported(&format!("ioctl {r:#x}"), libc::ENOTTY)),
+    })
+}
+
+/// `sendfile(2)` to a DockNet socket: read from `in_fd` and write to the socket. `off`:
+/// the file offset to read at (updated), or `None` to use and advance the file position.
+pub fn sendfile(out_fd: i32, in_fd: i32, off: Option<&mut i64>, count: usize) -> Option<R<usize>> {
+    if TABLE.sock(in_fd).is_some_and(|s| s.adopted()) {
+        return Some(Err(libc::EINVAL));
+    }
+    let s = sock(out_fd)?;
+    if !s.adopted() {
+        return None;
+    }
+    let nonblock = s.nonblocking(0);
+    let mut pos = match &off {
+        Some(o) => **o,
+        None => match sys::lseek(in_fd, 0, libc::SEEK_CUR) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        },
+    };
+    let mut buf = vec![0u8; count.min(64 * 1024)];
+    let mut sent = 0usize;
+    let mut result = Ok(());
+    while sent < count {
+        let want = (count - sent).min(buf.len());
+        let n = match sys::pread(in_fd, &mut buf[..want], pos) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        };
+        let flags = if nonblock { libc::MSG_DONTWAIT } else { 0 };
+        match send(out_fd, &buf[..n], flags, None)? {
+            Ok(w) => {
+                sent += w;
+                pos += w as i64;
+                if w < n {
+                    break;
+                }
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+        if nonblock {
+            break;
+        }
+    }
+    match off {
+        Some(o) => *o = pos,
+        None => {
+            let _ = sys::lseek(in_fd, pos, libc::SEEK_SET);
+        }
+    }
+    Some(match result {
+        Err(e) if sent == 0 => Err(e),
+        _ => Ok(sent),
+    })
+}
+
+/// An epoll instance was created at `fd`.
+pub fn epoll_created(fd: i32) {
+    if active() && fd >= 0 {
+        TABLE.insert(fd, Entry::Epoll(Arc::new(Epoll::new(fd))));
+    }
+}
+
+/// Whether `fd` is a socket on DockNet (its descriptor is ours).
+pub fn is_docknet(fd: i32) -> bool {
+    TABLE.maybe(fd) && TABLE.sock(fd).is_some_and(|s| s.adopted())
+}
+
+/// Whether `fd` is a TCP socket of ours (decided or not).
+pub fn is_tcp(fd: i32) -> bool {
+    TABLE.maybe(fd) && TABLE.sock(fd).is_some_and(|s| s.proto == Proto::Tcp)
+}

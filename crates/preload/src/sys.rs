@@ -1,0 +1,267 @@
+//! The kernel's side: libc's own functions (found with `dlsym(RTLD_NEXT)`, since calling
+//! `libc::close` from here would call this library's `close` again), errno, and safe wrappers
+//! for the few calls the safe modules make. Every `unsafe` block of the library outside the
+//! interposed entry points (`shim.rs`) is here.
+
+#![allow(unsafe_code)]
+
+use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use std::sync::OnceLock;
+
+/// An errno value.
+pub type Errno = c_int;
+/// A result whose error is an errno value.
+pub type R<T> = Result<T, Errno>;
+
+macro_rules! real_fns {
+    ($($name:ident : unsafe extern "C" fn($($a:ty),*) -> $r:ty;)*) => {
+        /// libc's functions, as the next object after this library defines them.
+        #[allow(missing_debug_implementations)]
+        pub struct Real {
+            $(#[doc = concat!("libc's `", stringify!($name), "`")]
+              pub $name: Option<unsafe extern "C" fn($($a),*) -> $r>,)*
+            /// libc's `fcntl` (variadic)
+            pub fcntl: Option<unsafe extern "C" fn(c_int, c_int, ...) -> c_int>,
+            /// libc's `ioctl` (variadic)
+            pub ioctl: Option<unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int>,
+        }
+
+        fn resolve() -> Real {
+            Real {
+                $($name: {
+                    let p = sym(concat!(stringify!($name), "\0"));
+                    // SAFETY: `p` is null or libc's function of this name, whose C signature
+                    // is the one declared; Option<fn> is null-optimised, so null maps to None.
+                    unsafe { std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn($($a),*) -> $r>>(p) }
+                },)*
+                // SAFETY: as above, for the variadic `fcntl`.
+                fcntl: unsafe { std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(c_int, c_int, ...) -> c_int>>(sym("fcntl\0")) },
+                // SAFETY: as above, for the variadic `ioctl`.
+                ioctl: unsafe { std::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int>>(sym("ioctl\0")) },
+            }
+        }
+    };
+}
+
+real_fns! {
+    socket: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+    bind: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
+    listen: unsafe extern "C" fn(c_int, c_int) -> c_int;
+    accept: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+    accept4: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int;
+    connect: unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int;
+    read: unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
+    write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
+    readv: unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    writev: unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    pread: unsafe extern "C" fn(c_int, *mut c_void, size_t, libc::off_t) -> ssize_t;
+    lseek: unsafe extern "C" fn(c_int, libc::off_t, c_int) -> libc::off_t;
+    recv: unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int) -> ssize_t;
+    send: unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
+    recvfrom: unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t;
+    sendto: unsafe extern "C" fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t;
+    recvmsg: unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> ssize_t;
+    sendmsg: unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> ssize_t;
+    recvmmsg: unsafe extern "C" fn(c_int, *mut libc::mmsghdr, c_uint, c_int, *mut libc::timespec) -> c_int;
+    sendmmsg: unsafe extern "C" fn(c_int, *mut libc::mmsghdr, c_uint, c_int) -> c_int;
+    close: unsafe extern "C" fn(c_int) -> c_int;
+    shutdown: unsafe extern "C" fn(c_int, c_int) -> c_int;
+    setsockopt: unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+    getsockopt: unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+    getsockname: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+    getpeername: unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int;
+    poll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+    ppoll: unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int;
+    select: unsafe extern "C" fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int;
+    pselect: unsafe extern "C" fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *const libc::timespec, *const libc::sigset_t) -> c_int;
+    epoll_create: unsafe extern "C" fn(c_int) -> c_int;
+    epoll_create1: unsafe extern "C" fn(c_int) -> c_int;
+    epoll_ctl: unsafe extern "C" fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
+    epoll_wait: unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int;
+    epoll_pwait: unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int, *const libc::sigset_t) -> c_int;
+    dup: unsafe extern "C" fn(c_int) -> c_int;
+    dup2: unsafe extern "C" fn(c_int, c_int) -> c_int;
+    dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+    sendfile: unsafe extern "C" fn(c_int, c_int, *mut libc::off_t, size_t) -> ssize_t;
+    eventfd: unsafe extern "C" fn(c_uint, c_int) -> c_int;
+    pthread_sigmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+    sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+}
+
+fn sym(name: &str) -> *mut c_void {
+    debug_assert!(name.ends_with('\0'));
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT asks for the next definition after this
+    // object's, i.e. libc's.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) }
+}
+
+static REAL: OnceLock<Real> = OnceLock::new();
+
+/// libc's functions (resolved at load by the library's constructor, or at first use when
+/// another library's constructor calls in earlier).
+pub fn real() -> &'static Real {
+    REAL.get_or_init(resolve)
+}
+
+/// Sets errno.
+pub fn set_errno(e: Errno) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// Reads errno.
+pub fn errno() -> Errno {
+    // SAFETY: as in `set_errno`.
+    unsafe { *libc::__errno_location() }
+}
+
+fn check(r: c_int) -> R<c_int> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+fn checkl(r: ssize_t) -> R<usize> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+macro_rules! f {
+    ($name:ident) => {
+        real()
+            .$name
+            .expect(concat!("libc has no ", stringify!($name)))
+    };
+}
+
+/// `close(2)` in the kernel.
+pub fn close(fd: c_int) -> R<()> {
+    // SAFETY: closing a descriptor number touches no memory of ours.
+    check(unsafe { f!(close)(fd) }).map(|_| ())
+}
+
+/// A new eventfd: the kernel descriptor a DockNet socket is known by.
+pub fn eventfd(cloexec: bool) -> R<c_int> {
+    let flags = libc::EFD_NONBLOCK | if cloexec { libc::EFD_CLOEXEC } else { 0 };
+    // SAFETY: plain syscall wrapper, no pointers.
+    check(unsafe { f!(eventfd)(0, flags) })
+}
+
+/// `dup3(2)`.
+pub fn dup3(old: c_int, new: c_int, cloexec: bool) -> R<c_int> {
+    // SAFETY: plain syscall wrapper, no pointers.
+    check(unsafe { f!(dup3)(old, new, if cloexec { libc::O_CLOEXEC } else { 0 }) })
+}
+
+/// `fcntl(fd, cmd, arg)` with an integer argument.
+pub fn fcntl_int(fd: c_int, cmd: c_int, arg: c_int) -> R<c_int> {
+    // SAFETY: the commands used with this wrapper take an int (or nothing).
+    check(unsafe { f!(fcntl)(fd, cmd, arg) })
+}
+
+/// Adds 1 to an eventfd's counter (wakes whoever polls it).
+pub fn eventfd_signal(fd: c_int) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64.
+    let _ = unsafe { f!(write)(fd, &one as *const u64 as *const c_void, 8) };
+}
+
+/// Empties an eventfd's counter (non-blocking).
+pub fn eventfd_drain(fd: c_int) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a live u64.
+    let _ = unsafe { f!(read)(fd, &mut v as *mut u64 as *mut c_void, 8) };
+}
+
+/// `poll(2)` in the kernel.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> R<usize> {
+    // SAFETY: `fds` is a live slice of pollfd of the length passed.
+    check(unsafe { f!(poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) })
+        .map(|n| n as usize)
+}
+
+/// `epoll_wait(2)` in the kernel.
+pub fn epoll_wait(epfd: c_int, out: &mut [libc::epoll_event], timeout_ms: c_int) -> R<usize> {
+    // SAFETY: `out` is a live slice of epoll_event of the length passed.
+    check(unsafe { f!(epoll_wait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout_ms) })
+        .map(|n| n as usize)
+}
+
+/// `epoll_ctl(2)` in the kernel.
+pub fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: Option<libc::epoll_event>) -> R<()> {
+    let mut e = ev.unwrap_or(libc::epoll_event { events: 0, u64: 0 });
+    let p = if ev.is_some() {
+        &mut e as *mut libc::epoll_event
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: `p` is null or points to a live epoll_event.
+    check(unsafe { f!(epoll_ctl)(epfd, op, fd, p) }).map(|_| ())
+}
+
+/// `pread(2)` in the kernel.
+pub fn pread(fd: c_int, buf: &mut [u8], off: i64) -> R<usize> {
+    // SAFETY: `buf` is a live writable slice of the length passed.
+    checkl(unsafe { f!(pread)(fd, buf.as_mut_ptr() as *mut c_void, buf.len(), off) })
+}
+
+/// `read(2)` in the kernel.
+pub fn read(fd: c_int, buf: &mut [u8]) -> R<usize> {
+    // SAFETY: `buf` is a live writable slice of the length passed.
+    checkl(unsafe { f!(read)(fd, buf.as_mut_ptr() as *mut c_void, buf.len()) })
+}
+
+/// `lseek(2)` in the kernel.
+pub fn lseek(fd: c_int, off: i64, whence: c_int) -> R<i64> {
+    // SAFETY: plain syscall wrapper, no pointers.
+    let r = unsafe { f!(lseek)(fd, off, whence) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Sets this thread's signal mask (`None`: leaves it), returning the old one.
+pub fn sigmask_set(mask: Option<&libc::sigset_t>) -> Option<libc::sigset_t> {
+    let m = mask?;
+    // SAFETY: an all-zero sigset_t is a valid (empty) set.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live sigset_t values.
+    unsafe { f!(pthread_sigmask)(libc::SIG_SETMASK, m, &mut old) };
+    Some(old)
+}
+
+/// Raises SIGPIPE in this thread, as a write to a closed connection does.
+pub fn raise_sigpipe() {
+    // SAFETY: raise has no memory effects on our side.
+    unsafe { libc::raise(libc::SIGPIPE) };
+}
+
+/// One line on stderr, written with libc's `write` (no allocation after formatting).
+pub fn log_line(msg: &str) {
+    let line = format!("docknet-preload: {msg}\n");
+    // SAFETY: writes the bytes of a live String.
+    let _ = unsafe { f!(write)(2, line.as_ptr() as *const c_void, line.len()) };
+}
+
+/// Registers the fork handler: the child of a `fork` marks the library forked.
+pub fn at_fork(child: extern "C" fn()) {
+    // SAFETY: registers plain function pointers with no captured state.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
+/// Blocks every signal in this thread (so threads it spawns never take the program's
+/// signals), returning the old mask for [`sigmask_set`].
+pub fn block_all_signals() -> Option<libc::sigset_t> {
+    // SAFETY: an all-zero sigset_t is valid; sigfillset fills a live one.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a live sigset_t.
+    unsafe { libc::sigfillset(&mut all) };
+    sigmask_set(Some(&all))
+}

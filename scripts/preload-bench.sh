@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Unmodified servers and load generators over the kernel's bridge and over DockNet with the
+# preload library, same placement (server core 1, client core 0), same run:
+#   wrk against nginx (a 612-byte page, keep-alive), redis-benchmark GET/SET against redis.
+# Builds everything it uses under a name unique to this run and removes it on exit.
+#
+#   ./scripts/preload-bench.sh [SECONDS]      (root; after cargo build --release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+docknet_usage "$@"
+docknet_root "$@"
+
+SECS=${1:-5}
+BIN=$PWD/target/release
+[ -f "$BIN/libdocknet_preload.so" ] || { echo "build first: cargo build --release" >&2; exit 1; }
+for t in nginx wrk redis-server redis-benchmark; do
+    command -v $t >/dev/null || { echo "$t is missing (./scripts/setup.sh installs it)" >&2; exit 1; }
+done
+TAG=dnplb$$
+WORK=$(mktemp -d /tmp/$TAG.XXXX)
+RUN=/dev/shm/$TAG
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+    # the daemon's fd holder outlives a killed daemon on purpose: end it by its pid
+    [ -f "$RUN/holder.pid" ] && kill -9 "$(cat "$RUN/holder.pid")" 2>/dev/null || true
+    for ns in h s c; do ip netns del $TAG$ns 2>/dev/null || true; done
+    rm -rf "$WORK" "$RUN"
+}
+trap cleanup EXIT INT TERM
+
+mkdir -p "$WORK/www" "$RUN"
+head -c 612 /dev/zero | tr '\0' 'x' > "$WORK/www/index.html"
+cat > "$WORK/nginx.conf" <<EOF
+user root; daemon off; master_process off; worker_processes 1;
+error_log stderr error; pid /tmp/$TAG-nginx.pid;
+events { worker_connections 4096; }
+http { access_log off; sendfile on; keepalive_requests 1000000;
+  client_body_temp_path /tmp/$TAG-b; proxy_temp_path /tmp/$TAG-p; fastcgi_temp_path /tmp/$TAG-f;
+  uwsgi_temp_path /tmp/$TAG-u; scgi_temp_path /tmp/$TAG-s;
+  server { listen 80; root $WORK/www; } }
+EOF
+NGINX=(nginx -c "$WORK/nginx.conf")
+REDIS=(redis-server --bind 0.0.0.0 --port 6379 --save '' --appendonly no --protected-mode no --dir /tmp)
+WRK=(wrk -t1 -c32 -d${SECS}s)
+RB=(redis-benchmark -p 6379 -t set,get -n 400000 -c 50 -q)
+
+# the kernel's bridge (Docker's default network): a bridge in a host namespace, a veth per side
+ip netns add ${TAG}h; ip netns add ${TAG}s; ip netns add ${TAG}c
+ip -n ${TAG}h link add br0 type bridge; ip -n ${TAG}h link set br0 up
+for x in s c; do
+    ip link add ${TAG}$x type veth peer name eth0 netns ${TAG}$x
+    ip link set ${TAG}$x netns ${TAG}h
+    ip -n ${TAG}h link set ${TAG}$x master br0 up
+    ip -n ${TAG}$x link set lo up; ip -n ${TAG}$x link set eth0 up
+done
+ip -n ${TAG}s addr add 10.79.0.2/24 dev eth0
+ip -n ${TAG}c addr add 10.79.0.3/24 dev eth0
+
+kernel() { # kernel NAME SERVER... -- CLIENT...
+    local name=$1; shift
+    local srv=() cli=()
+    while [ "$1" != "--" ]; do srv+=("$1"); shift; done; shift; cli=("$@")
+    ip netns exec ${TAG}s taskset -c 1 "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
+    sleep 1
+    echo "== $name over the bridge"
+    ip netns exec ${TAG}c taskset -c 0 "${cli[@]}" 2>&1 | tr '\r' '\n' | grep -E "Requests/sec|requests per second" | sed 's/^ *//'
+    kill -9 "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+}
+
+"$BIN/docknet" --log warn daemon --run-dir "$RUN" --socket "$RUN/ctl.sock" --idle adaptive >/dev/null 2>&1 & PIDS+=($!)
+sleep 1
+D=("$BIN/docknet" --socket "$RUN/ctl.sock")
+"${D[@]}" pipe create ${TAG}s --ip 10.78.0.2/24 >/dev/null
+"${D[@]}" pipe create ${TAG}c --ip 10.78.0.3/24 >/dev/null
+"${D[@]}" fc connect ${TAG}s ${TAG}c >/dev/null
+
+docknet() { # docknet NAME SERVER... -- CLIENT...
+    local name=$1; shift
+    local srv=() cli=()
+    while [ "$1" != "--" ]; do srv+=("$1"); shift; done; shift; cli=("$@")
+    "${D[@]}" run --pipe ${TAG}s --cpu 1 --preload --bind "$WORK" -- "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
+    sleep 1
+    echo "== $name over docknet-fc-preload"
+    "${D[@]}" run --pipe ${TAG}c --cpu 0 --preload -- "${cli[@]}" 2>&1 | tr '\r' '\n' | grep -E "Requests/sec|requests per second" | sed 's/^ *//'
+    kill -9 "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
+    sleep 0.5
+}
+
+kernel "wrk -> nginx" "${NGINX[@]}" -- "${WRK[@]}" http://10.79.0.2/
+docknet "wrk -> nginx" "${NGINX[@]}" -- "${WRK[@]}" http://10.78.0.2/
+kernel "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.79.0.2
+docknet "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.78.0.2
