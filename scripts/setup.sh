@@ -34,6 +34,7 @@ declare -A NEED=(
     [containerd]=containerd  # the CNI plugin's CRI test runs pods through containerd
     [runc]=runc
     [nsenter]=util-linux
+    [tcpdump]=tcpdump   # the capture test reads docknet capture's pcap back
     [redis-server]=redis-server  # unmodified programs over DockNet (docknet run --preload)
     [redis-benchmark]=redis-tools
 )

@@ -292,6 +292,8 @@ fn ctx_of(reg: Registry) -> Ctx {
             nic: None,
         },
         attach: std::sync::OnceLock::new(),
+        ops: Default::default(),
+        captures: Mutex::new(Vec::new()),
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod container;
 mod ctl;
+mod ops;
 mod sandbox;
 
 use anyhow::{bail, Context, Result};
@@ -114,7 +115,16 @@ enum Cmd {
         /// rate). 1ms to 1s, at least the fine timer.
         #[arg(long, default_value = "10ms", value_parser = parse_interval)]
         rate_coarse: Duration,
+        /// Serve Prometheus metrics at http://ADDR:PORT/metrics (a bare PORT binds to
+        /// 127.0.0.1): per pipe packets, bytes and drops by reason, fast channels, the master
+        /// threads' busy, idle and sleeping time, the link's counters, control requests.
+        #[arg(long, value_name = "ADDR:PORT", value_parser = docknet_daemon::metrics::parse_addr)]
+        metrics: Option<std::net::SocketAddr>,
     },
+    /// Mirror a pipe's frames into a pcap file (tcpdump -r and Wireshark read it).
+    Capture(ops::CaptureArgs),
+    /// Pipes by traffic, drops and limits, and the master threads' load, live.
+    Top(ops::TopArgs),
     /// Show the daemon's status.
     Status {
         /// Print JSON.
@@ -371,6 +381,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             nic_queues,
             rate_fine,
             rate_coarse,
+            metrics,
         } => {
             init_logging(&cli.log);
             if !(Duration::from_micros(10)..=Duration::from_millis(10)).contains(&rate_fine)
@@ -405,9 +416,12 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                     fine: rate_fine,
                     coarse: rate_coarse,
                 },
+                metrics,
             })
             .context("docknet daemon")?;
         }
+        Cmd::Capture(a) => ops::capture(sock, a)?,
+        Cmd::Top(a) => ops::top(sock, a)?,
         Cmd::Status { json } => ctl::print(&ctl::client(sock)?.status()?, json, ctl::print_status)?,
         Cmd::Pipe(PipeCmd::Create {
             name,

@@ -6,6 +6,7 @@
 //! reply to be taken. All state changes go through one mutex-guarded [`Registry`]; each change
 //! publishes a new snapshot to the master thread.
 
+use crate::capture::{Summary, Tap};
 use crate::master::MasterShared;
 use crate::proto::{
     parse_request, ApiError, Attached, ErrorCode, Removed, Reply, Request, Status, MAX_LINE,
@@ -38,6 +39,10 @@ pub struct Ctx {
     pub info: Status,
     /// Wakes the accept thread when attachments change.
     pub attach: std::sync::OnceLock<crate::attach::Waker>,
+    /// Requests and errors by kind, for the metrics.
+    pub ops: crate::metrics::OpStats,
+    /// Captures running.
+    pub captures: Mutex<Vec<Arc<Tap>>>,
 }
 
 fn to_json(v: impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
@@ -111,6 +116,41 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             to_json(list?)
         }
         Request::PipeShow { name } => to_json(reg.pipe_info(&name, true)?),
+        Request::Stats {} => {
+            let names: Vec<String> = reg.pipes().map(|p| p.name.clone()).collect();
+            let pipes: Result<Vec<_>, _> = names.iter().map(|n| reg.pipe_info(n, true)).collect();
+            let m = &ctx.master;
+            to_json(crate::proto::Stats {
+                at_ns: docknet_pipe::wake::monotonic_ns(),
+                pipes: pipes?,
+                masters: m
+                    .stats
+                    .iter()
+                    .enumerate()
+                    .map(|(k, s)| crate::proto::MasterLoad {
+                        master: k,
+                        pipes: s.pipes.load(Ordering::Relaxed),
+                        rounds: s.rounds.load(Ordering::Relaxed),
+                        frames: s.frames.load(Ordering::Relaxed),
+                        busy_ns: s.busy_ns.load(Ordering::Relaxed),
+                        idle_ns: s.idle_ns.load(Ordering::Relaxed),
+                        asleep_ns: s.asleep_ns.load(Ordering::Relaxed),
+                        sleeps: s.sleeps.load(Ordering::Relaxed),
+                    })
+                    .collect(),
+                forwarded: m.forwarded.load(Ordering::Relaxed),
+                captures: ctx.captures.lock().map(|c| c.len()).unwrap_or(0),
+                limits: names
+                    .iter()
+                    .filter_map(|n| reg.rate_info(n).ok())
+                    .filter(|r| r.egress_bps.is_some() || r.ingress_bps.is_some())
+                    .collect(),
+            })
+        }
+        Request::Capture { .. } => Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "capture streams on its own connection (docknet capture)",
+        )),
         Request::RateSet {
             name,
             egress_bps,
@@ -213,13 +253,31 @@ async fn serve_conn(ctx: Arc<Ctx>, stream: UnixStream) {
                 continue;
             }
             match parse_request(text) {
-                Ok(req) => {
-                    let ctx2 = ctx.clone();
-                    tokio::task::spawn_blocking(move || handle(&ctx2, req))
-                        .await
-                        .unwrap_or_else(|e| Err(ApiError::new(ErrorCode::Internal, e.to_string())))
+                Ok(Request::Capture {
+                    name,
+                    snaplen,
+                    count,
+                }) => {
+                    // the connection becomes the capture's stream, then ends
+                    let r = capture(&ctx, &name, snaplen, count, rd, wr).await;
+                    ctx.ops
+                        .count("capture", r.err().map(|e| e.code.name()).as_deref());
+                    return;
                 }
-                Err(e) => Err(e),
+                Ok(req) => {
+                    let op = req.op();
+                    let ctx2 = ctx.clone();
+                    let r = tokio::task::spawn_blocking(move || handle(&ctx2, req))
+                        .await
+                        .unwrap_or_else(|e| Err(ApiError::new(ErrorCode::Internal, e.to_string())));
+                    ctx.ops
+                        .count(op, r.as_ref().err().map(|e| e.code.name()).as_deref());
+                    r
+                }
+                Err(e) => {
+                    ctx.ops.count("invalid", Some(&e.code.name()));
+                    Err(e)
+                }
             }
         };
         let out = reply_bytes(reply);
@@ -228,6 +286,128 @@ async fn serve_conn(ctx: Arc<Ctx>, stream: UnixStream) {
             _ => return,
         }
     }
+}
+
+/// Streams a capture of pipe `name` to the client (see [`crate::capture`]). Errors before the
+/// stream starts are sent as the reply; an error is returned for the metrics.
+async fn capture(
+    ctx: &Arc<Ctx>,
+    name: &str,
+    snaplen: Option<u32>,
+    count: Option<u64>,
+    mut rd: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut wr: tokio::net::unix::OwnedWriteHalf,
+) -> Result<(), ApiError> {
+    use crate::capture::{encode_summary, MAX_CAPTURES, MAX_SNAPLEN, MIN_SNAPLEN};
+    let snaplen = snaplen.unwrap_or(MAX_SNAPLEN);
+    let started = (|| {
+        if !(MIN_SNAPLEN..=MAX_SNAPLEN).contains(&snaplen) {
+            return Err(ApiError::new(
+                ErrorCode::BadParams,
+                format!("snap length {snaplen}: give {MIN_SNAPLEN} to {MAX_SNAPLEN} bytes"),
+            ));
+        }
+        let reg = ctx
+            .registry
+            .lock()
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "registry lock poisoned"))?;
+        let p = reg.get(name)?.clone();
+        let fcs = reg.fc_peers(name);
+        let mut caps = ctx
+            .captures
+            .lock()
+            .map_err(|_| ApiError::new(ErrorCode::Internal, "capture lock poisoned"))?;
+        if caps.len() >= MAX_CAPTURES {
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!("{MAX_CAPTURES} captures run already; try again later"),
+            ));
+        }
+        if caps.iter().any(|t| t.pipe == p.id) {
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!("pipe {name} is being captured already"),
+            ));
+        }
+        let tap = Arc::new(Tap::new(p.id, snaplen));
+        caps.push(tap.clone());
+        ctx.master.set_taps(caps.clone());
+        Ok((tap, fcs))
+    })();
+    let (tap, fcs) = match started {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = tokio::time::timeout(WRITE, wr.write_all(&reply_bytes(Err(e.clone())))).await;
+            return Err(e);
+        }
+    };
+    tracing::info!(pipe = %name, snaplen, "capture started");
+    let reply = to_json(crate::proto::CaptureStarted {
+        pipe: name.to_string(),
+        snaplen,
+        fast_channels: fcs,
+    });
+    let mut summary = Summary::default();
+    let mut out = reply_bytes(reply);
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    let mut probe = [0u8; 64];
+    let pipe_id = tap.pipe;
+    'stream: loop {
+        while out.len() < 256 * 1024 {
+            if count.is_some_and(|c| summary.captured >= c) {
+                summary.ended = "count".into();
+                break;
+            }
+            let Some(r) = tap.pop() else { break };
+            r.encode(&mut out);
+            summary.captured += 1;
+        }
+        if !out.is_empty() {
+            match tokio::time::timeout(WRITE, wr.write_all(&out)).await {
+                Ok(Ok(())) => out.clear(),
+                _ => {
+                    summary.ended = "client".into();
+                    break 'stream;
+                }
+            }
+        }
+        if !summary.ended.is_empty() {
+            break;
+        }
+        let gone = ctx
+            .registry
+            .lock()
+            .map(|r| !r.pipes().any(|p| p.id == pipe_id))
+            .unwrap_or(true);
+        if gone {
+            summary.ended = "removed".into();
+            break;
+        }
+        tokio::select! {
+            _ = tick.tick() => {}
+            // the client sends nothing more: a read returns only when it closes
+            r = rd.read(&mut probe) => {
+                if matches!(r, Ok(0) | Err(_)) {
+                    summary.ended = "client".into();
+                    break;
+                }
+            }
+        }
+    }
+    tap.closed.store(true, Ordering::Relaxed);
+    if let Ok(mut caps) = ctx.captures.lock() {
+        caps.retain(|t| !Arc::ptr_eq(t, &tap));
+        ctx.master.set_taps(caps.clone());
+    }
+    summary.dropped = tap.dropped.load(Ordering::Relaxed);
+    tracing::info!(pipe = %name, captured = summary.captured, dropped = summary.dropped, ended = %summary.ended, "capture ended");
+    if summary.ended != "client" {
+        let mut b = Vec::new();
+        encode_summary(&summary, &mut b);
+        let _ = tokio::time::timeout(WRITE, wr.write_all(&b)).await;
+        let _ = wr.shutdown().await;
+    }
+    Ok(())
 }
 
 /// Accepts clients until `stop` resolves. Never waits for a free place: a client beyond

@@ -8,9 +8,11 @@
 #![deny(unsafe_code)]
 
 pub mod attach;
+pub mod capture;
 pub mod control;
 pub mod holder;
 pub mod master;
+pub mod metrics;
 pub mod nic;
 pub mod proto;
 pub mod rate;
@@ -105,6 +107,8 @@ pub struct Config {
     pub nic: Option<nic::NicConfig>,
     /// The rate limiters' fine and coarse timers.
     pub rate_timers: rate::Timers,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (`None`: no metrics server).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Binds the control socket at `path` with mode 0600 from the start: bound inside a private
@@ -209,6 +213,23 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             .map_err(io(format!("binding {}", cfg.socket.display())))?
     };
 
+    let metrics_listener = match cfg.metrics {
+        Some(addr) => {
+            let _g = rt.enter();
+            let l = std::net::TcpListener::bind(addr)
+                .and_then(|l| {
+                    l.set_nonblocking(true)?;
+                    Ok(l)
+                })
+                .map_err(io(format!("binding the metrics address {addr}")))?;
+            Some(
+                tokio::net::TcpListener::from_std(l)
+                    .map_err(io(format!("binding the metrics address {addr}")))?,
+            )
+        }
+        None => None,
+    };
+
     let mut edge = edge;
     let mut master_threads = Vec::with_capacity(masters);
     for k in 0..masters {
@@ -270,6 +291,8 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             nic: None,
         },
         attach: std::sync::OnceLock::new(),
+        ops: metrics::OpStats::default(),
+        captures: Mutex::new(Vec::new()),
     });
     let waker = attach::start(ctx.clone()).map_err(io("starting the accept thread"))?;
     let _ = ctx.attach.set(waker);
@@ -309,8 +332,17 @@ pub fn run(cfg: Config) -> Result<(), Error> {
                 }
             }
         });
+        let metrics = metrics_listener.map(|l| {
+            if let Ok(a) = l.local_addr() {
+                tracing::info!(addr = %a, "serving metrics at http://{a}/metrics");
+            }
+            tokio::spawn(metrics::serve(ctx.clone(), l))
+        });
         control::serve(ctx.clone(), listener, stop).await;
         mirror.abort();
+        if let Some(m) = metrics {
+            m.abort();
+        }
     });
     tracing::info!("shutting down");
     shared.shutdown.store(true, Ordering::Release);

@@ -15,6 +15,7 @@
 //! for a pipe are checked and delivered like any other. While the master sleeps, a small waker
 //! thread waits on the link's descriptors and rings the master's futex when frames arrive.
 
+use crate::capture::{Dir, Tap};
 use crate::nic::{Edge, EdgeShared, Sent};
 use crate::rate::{Bucket, Limit, Timers};
 use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
@@ -92,6 +93,27 @@ impl Shard {
     }
 }
 
+/// What one master thread did, for the metrics: written by that master alone (a line of its
+/// own, so the readers' loads never slow it).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct MasterStats {
+    /// Rounds over its pipes.
+    pub rounds: AtomicU64,
+    /// Nanoseconds in rounds that moved frames.
+    pub busy_ns: AtomicU64,
+    /// Nanoseconds awake without work (rounds that found none, spinning, yielding).
+    pub idle_ns: AtomicU64,
+    /// Nanoseconds asleep on its futexes.
+    pub asleep_ns: AtomicU64,
+    /// Times it went to sleep.
+    pub sleeps: AtomicU64,
+    /// Frames it took from tx rings, inboxes and the link.
+    pub frames: AtomicU64,
+    /// Pipes it owns.
+    pub pipes: AtomicU64,
+}
+
 /// The master that owns pipe `id` among `masters`.
 pub fn shard_of(id: u64, masters: usize) -> usize {
     (id % masters.max(1) as u64) as usize
@@ -127,6 +149,10 @@ pub struct MasterShared {
     pub cross: AtomicU64,
     /// Frames dropped because the owning master's inbox was full, or their pipe was gone.
     pub cross_drops: AtomicU64,
+    /// One per master thread.
+    pub stats: Vec<MasterStats>,
+    /// Running captures (the masters pick them up with the next snapshot version).
+    pub taps: ArcSwap<Vec<Arc<Tap>>>,
 }
 
 impl MasterShared {
@@ -140,6 +166,8 @@ impl MasterShared {
         let masters = masters.clamp(1, MAX_MASTERS);
         MasterShared {
             shards: (0..masters).map(|_| Shard::new(masters)).collect(),
+            stats: (0..masters).map(|_| MasterStats::default()).collect(),
+            taps: ArcSwap::from_pointee(Vec::new()),
             cross: AtomicU64::new(0),
             cross_drops: AtomicU64::new(0),
             snap: ArcSwap::from_pointee(snap),
@@ -158,6 +186,12 @@ impl MasterShared {
     /// Installs a new snapshot and wakes the master.
     pub fn publish(&self, snap: Snapshot) {
         self.snap.store(Arc::new(snap));
+        self.poke();
+    }
+
+    /// Installs the running captures and wakes the masters to pick them up.
+    pub fn set_taps(&self, taps: Vec<Arc<Tap>>) {
+        self.taps.store(Arc::new(taps));
         self.poke();
     }
 
@@ -231,6 +265,8 @@ struct Local {
     last_tx: Instant,
     /// This master owns it: only then are its rings and counters touched.
     owned: bool,
+    /// A capture of its frames, while one runs.
+    tap: Option<Arc<Tap>>,
 }
 
 /// Whether a frame for a pipe may go into its rx ring now.
@@ -273,6 +309,7 @@ impl Local {
             cold: None,
             last_tx: Instant::now(),
             owned: true,
+            tap: None,
         }
     }
 
@@ -328,6 +365,9 @@ impl Local {
             let f = self.inq.pop_front().unwrap_or_default();
             self.inq_bytes -= len;
             if self.rx.push(&p.region, &f, 0).is_ok() {
+                if let Some(t) = &self.tap {
+                    t.offer_bytes(&f, Dir::In);
+                }
                 self.count(Counter::RxPackets, 1);
                 self.count(Counter::RxBytes, len as u64);
                 n += 1;
@@ -401,7 +441,13 @@ impl Local {
     }
 }
 
-fn rebuild(snap: &Snapshot, old: Vec<Local>, me: usize, masters: usize) -> Vec<Local> {
+fn rebuild(
+    snap: &Snapshot,
+    old: Vec<Local>,
+    me: usize,
+    masters: usize,
+    taps: &[Arc<Tap>],
+) -> Vec<Local> {
     let mut old: HashMap<u64, Local> = old.into_iter().map(|l| (l.id, l)).collect();
     let now = wake::monotonic_ns();
     snap.pipes
@@ -410,6 +456,7 @@ fn rebuild(snap: &Snapshot, old: Vec<Local>, me: usize, masters: usize) -> Vec<L
         .map(|(i, p)| {
             let mut l = old.remove(&p.id).unwrap_or_else(|| Local::new(p));
             l.owned = shard_of(p.id, masters) == me;
+            l.tap = taps.iter().find(|t| t.pipe == p.id).cloned();
             if !l.owned {
                 return l;
             }
@@ -531,6 +578,9 @@ fn deliver(
     {
         return false;
     }
+    if let Some(t) = &dl.tap {
+        t.offer_region(&dp.region, slot.off, frame.len, hdr, Dir::In);
+    }
     dl.count(Counter::RxPackets, 1);
     dl.count(Counter::RxBytes, frame.len as u64);
     mark(dl, dst, dirty);
@@ -566,6 +616,9 @@ fn deliver_bytes(
     }
     match l.rx.push(&p.region, bytes, 0) {
         Ok(()) => {
+            if let Some(t) = &l.tap {
+                t.offer_bytes(bytes, Dir::In);
+            }
             l.count(Counter::RxPackets, 1);
             l.count(Counter::RxBytes, bytes.len() as u64);
             mark(l, idx, dirty);
@@ -622,6 +675,9 @@ fn pump(
         let hdr = &mut hdr_buf[..hl];
         if !sp.region.read(frame.off, hdr) {
             continue;
+        }
+        if let Some(t) = &local[i].tap {
+            t.offer_region(&sp.region, frame.off, frame.len, hdr, Dir::Out);
         }
         match decide(hdr, i, &snap.table) {
             Decision::Unicast(d) => {
@@ -878,7 +934,7 @@ impl Master {
             gauges: (0, 0),
             owned: 0,
             seen: shared.version.load(Ordering::Acquire),
-            local: rebuild(&snap, Vec::new(), me, masters),
+            local: rebuild(&snap, Vec::new(), me, masters, &shared.taps.load()),
             ids: snap
                 .pipes
                 .iter()
@@ -898,6 +954,9 @@ impl Master {
             last_cool: Instant::now(),
         };
         m.owned = m.local.iter().filter(|l| l.owned).count();
+        m.shared.stats[me]
+            .pipes
+            .store(m.owned as u64, Ordering::Relaxed);
         m.sync_edge();
         m
     }
@@ -1046,8 +1105,12 @@ impl Master {
             std::mem::take(&mut self.local),
             self.me,
             self.masters,
+            &self.shared.taps.load(),
         );
         self.owned = self.local.iter().filter(|l| l.owned).count();
+        self.shared.stats[self.me]
+            .pipes
+            .store(self.owned as u64, Ordering::Relaxed);
         // every pipe starts hot in the new snapshot (indices changed)
         self.watchers.clear();
         for (l, p) in self.local.iter_mut().zip(self.snap.pipes.iter()) {
@@ -1243,15 +1306,40 @@ pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge:
     });
     let mut m = Master::shard(shared.clone(), me, edge);
     let mut idler = Idler::new(policy);
+    let st = &shared.stats[m.me];
+    // kept here and stored after each step: this thread is their only writer
+    let (mut rounds, mut frames, mut busy, mut idle, mut asleep, mut sleeps) =
+        (0u64, 0, 0, 0, 0, 0);
+    let mut last = wake::monotonic_ns();
     while m.refresh() {
-        if m.round() > 0 {
+        let n = m.round();
+        rounds += 1;
+        let now = wake::monotonic_ns();
+        st.rounds.store(rounds, Ordering::Relaxed);
+        if n > 0 {
+            frames += n as u64;
+            busy += now.saturating_sub(last);
+            last = now;
+            st.frames.store(frames, Ordering::Relaxed);
+            st.busy_ns.store(busy, Ordering::Relaxed);
             idler.busy();
             continue;
         }
-        if idler.step() {
+        let slept = idler.step();
+        let now = wake::monotonic_ns();
+        idle += now.saturating_sub(last);
+        last = now;
+        st.idle_ns.store(idle, Ordering::Relaxed);
+        if slept {
             // No `idler.busy()` after it: a timeout with no work goes straight back to sleep;
             // work found in the next round resets the idler.
             m.sleep();
+            let now = wake::monotonic_ns();
+            asleep += now.saturating_sub(last);
+            sleeps += 1;
+            last = now;
+            st.asleep_ns.store(asleep, Ordering::Relaxed);
+            st.sleeps.store(sleeps, Ordering::Relaxed);
         }
     }
     m.flush_all(true);

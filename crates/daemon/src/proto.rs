@@ -119,6 +119,43 @@ pub enum Request {
         /// Pipe name.
         name: String,
     },
+    /// Every pipe with its counters, and the master threads' load (`docknet top`).
+    Stats {},
+    /// Mirror a pipe's frames to this connection: after the reply line, capture records
+    /// follow (see [`crate::capture`]) until `count` frames were sent, the pipe goes away, or
+    /// the client closes the connection.
+    Capture {
+        /// Pipe name.
+        name: String,
+        /// Bytes kept of each frame (64..=65535; default 65535).
+        #[serde(default)]
+        snaplen: Option<u32>,
+        /// Frames to capture (default: until the client closes).
+        #[serde(default)]
+        count: Option<u64>,
+    },
+}
+
+impl Request {
+    /// The operation's name, as on the wire.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Status {} => "status",
+            Request::PipeCreate { .. } => "pipe_create",
+            Request::PipeRm { .. } => "pipe_rm",
+            Request::PipeLs {} => "pipe_ls",
+            Request::PipeShow { .. } => "pipe_show",
+            Request::FcConnect { .. } => "fc_connect",
+            Request::FcRm { .. } => "fc_rm",
+            Request::PipeAttach { .. } => "pipe_attach",
+            Request::RateSet { .. } => "rate_set",
+            Request::RateClear { .. } => "rate_clear",
+            Request::RateShow { .. } => "rate_show",
+            Request::PipeDetach { .. } => "pipe_detach",
+            Request::Capture { .. } => "capture",
+            Request::Stats {} => "stats",
+        }
+    }
 }
 
 /// Machine-readable error codes.
@@ -145,6 +182,16 @@ pub enum ErrorCode {
     Internal,
     /// Too many connections or requests at once; try again later.
     Busy,
+}
+
+impl ErrorCode {
+    /// The code's name, as on the wire.
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
 }
 
 /// An error reply.
@@ -269,6 +316,57 @@ pub struct PipeInfo {
     /// Counters by name (`pipe show` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+/// What one master thread did since the daemon started (`stats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MasterLoad {
+    /// Which master.
+    pub master: usize,
+    /// Pipes it owns.
+    pub pipes: u64,
+    /// Rounds over its pipes.
+    pub rounds: u64,
+    /// Frames it took.
+    pub frames: u64,
+    /// Nanoseconds in rounds that moved frames.
+    pub busy_ns: u64,
+    /// Nanoseconds awake without work.
+    pub idle_ns: u64,
+    /// Nanoseconds asleep.
+    pub asleep_ns: u64,
+    /// Times it went to sleep.
+    pub sleeps: u64,
+}
+
+/// Every pipe with its counters and the masters' load (`stats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Daemon's monotonic clock when this was taken, ns (for rates between two of these).
+    pub at_ns: u64,
+    /// Pipes, with counters.
+    pub pipes: Vec<PipeInfo>,
+    /// One per master thread.
+    pub masters: Vec<MasterLoad>,
+    /// Frames delivered in total.
+    pub forwarded: u64,
+    /// Packet captures running.
+    pub captures: usize,
+    /// The pipes that have rate limits, with them.
+    #[serde(default)]
+    pub limits: Vec<RateInfo>,
+}
+
+/// The reply that starts a capture (records follow on the connection).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureStarted {
+    /// Pipe name.
+    pub pipe: String,
+    /// Bytes kept of each frame.
+    pub snaplen: u32,
+    /// The pipe's fast-channel partners: their frames do not pass the daemon and are not in
+    /// the capture.
+    pub fast_channels: Vec<String>,
 }
 
 /// A fast channel as the daemon reports it (`fc connect`).
@@ -613,6 +711,28 @@ impl Client {
     /// `rate clear`.
     pub fn rate_clear(&mut self, name: &str) -> Result<RateInfo, ClientError> {
         self.call_as(&Request::RateClear { name: name.into() })
+    }
+
+    /// `stats`.
+    pub fn stats(&mut self) -> Result<Stats, ClientError> {
+        self.call_as(&Request::Stats {})
+    }
+
+    /// Starts capturing pipe `name`: the reply, and the connection to read the records from
+    /// ([`crate::capture::read_record`]), with no read timeout (a quiet pipe sends nothing).
+    pub fn capture(
+        mut self,
+        name: &str,
+        snaplen: Option<u32>,
+        count: Option<u64>,
+    ) -> Result<(CaptureStarted, BufReader<UnixStream>), ClientError> {
+        let started = self.call_as(&Request::Capture {
+            name: name.into(),
+            snaplen,
+            count,
+        })?;
+        let _ = self.stream.get_ref().set_read_timeout(None);
+        Ok((started, self.stream))
     }
 
     /// `rate show`.

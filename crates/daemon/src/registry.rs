@@ -45,6 +45,14 @@ macro_rules! counters {
         pub enum Counter { $(#[doc = $doc] $variant,)* }
         /// Counter names, as reported by `pipe show`.
         pub const COUNTER_NAMES: &[&str] = &[$($name,)*];
+        impl Counter {
+            /// Every counter, in order.
+            pub const ALL: &[Counter] = &[$(Counter::$variant,)*];
+            /// The counter at index `k` of the block.
+            pub fn from_index(k: usize) -> Option<Counter> {
+                Counter::ALL.get(k).copied()
+            }
+        }
     };
 }
 
@@ -151,6 +159,28 @@ pub struct Snapshot {
 struct Channel {
     rec: FcRec,
     memfd: OwnedFd,
+    /// Mapped to read its producer indices for the metrics (never trusted for anything else).
+    region: Region,
+    /// Ring 0 carries `lo` to the other partner, ring 1 back.
+    rings: [layout::RingLayout; 2],
+    lo: String,
+}
+
+/// A fast channel's traffic as its rings' producer indices tell it: frames each partner has
+/// published, modulo 2^32. The partners write these words, so they say only what the
+/// partners claim; the daemon never sees the frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FcTraffic {
+    /// The partner with the lower address.
+    pub a: String,
+    /// The other.
+    pub b: String,
+    /// The channel's MTU.
+    pub mtu: u32,
+    /// Frames `a` published to `b`.
+    pub a_to_b: u32,
+    /// Frames `b` published to `a`.
+    pub b_to_a: u32,
 }
 
 /// A socket bound in a container's network namespace, where its pipe is handed out.
@@ -581,17 +611,24 @@ impl Registry {
         }
         let p =
             layout::RingParams::for_mtu(f.mtu, Some(f.ring_depth)).map_err(|e| e.to_string())?;
-        let (_, size) = layout::plan([p, p]).map_err(|e| e.to_string())?;
+        let (rings, size) = layout::plan([p, p]).map_err(|e| e.to_string())?;
+        let lo = match (pa, pb) {
+            (Ok(a), Ok(b)) if b.ip < a.ip => f.b.clone(),
+            _ => f.a.clone(),
+        };
         let fd = kept
             .remove(&fc_holder_key(f.id))
             .ok_or("its region is gone")?;
-        Region::map_sealed(fd.as_fd(), size).map_err(|e| e.to_string())?;
+        let region = Region::map_sealed(fd.as_fd(), size).map_err(|e| e.to_string())?;
         self.next_channel = self.next_channel.max(f.id + 1);
         self.fcs.insert(
             fc_key(&f.a, &f.b),
             Channel {
                 rec: f.clone(),
                 memfd: fd,
+                region,
+                rings,
+                lo,
             },
         );
         Ok(())
@@ -884,7 +921,7 @@ impl Registry {
         };
         layout::init(&region, Kind::FastChannel, ident, rings, size)
             .map_err(|e| internal("writing the channel header", e))?;
-        drop(region);
+        let lo_name = lo.name.clone();
         self.hold(&fc_holder_key(id), fd.as_fd())?;
         let rec = FcRec {
             id,
@@ -901,7 +938,16 @@ impl Registry {
             return Err(internal("saving state", e));
         }
         self.next_channel = id + 1;
-        self.fcs.insert(fc_key(a, b), Channel { rec, memfd: fd });
+        self.fcs.insert(
+            fc_key(a, b),
+            Channel {
+                rec,
+                memfd: fd,
+                region,
+                rings,
+                lo: lo_name,
+            },
+        );
         for p in [a, b] {
             self.announce(p, &fc_key(a, b));
         }
@@ -1119,6 +1165,28 @@ impl Registry {
             c.retain(alive);
             c.len()
         })
+    }
+
+    /// Every fast channel's traffic, by its producer indices.
+    pub fn fc_traffic(&self) -> Vec<FcTraffic> {
+        self.fcs
+            .values()
+            .map(|c| {
+                let hi = if c.lo == c.rec.a {
+                    c.rec.b.clone()
+                } else {
+                    c.rec.a.clone()
+                };
+                let prod = |k: usize| c.region.load_u32(c.rings[k].prod_off(), Ordering::Relaxed);
+                FcTraffic {
+                    a: c.lo.clone(),
+                    b: hi,
+                    mtu: c.rec.mtu,
+                    a_to_b: prod(0),
+                    b_to_a: prod(1),
+                }
+            })
+            .collect()
     }
 
     /// Peers pipe `name` has a fast channel with.

@@ -30,10 +30,16 @@ pub struct Lab {
     daemon: Option<Child>,
     children: Vec<Child>,
     idle: String,
+    extra: Vec<String>,
 }
 
 impl Lab {
     pub fn start(idle: &str) -> Lab {
+        Lab::start_with(idle, &[])
+    }
+
+    /// A lab whose daemon gets `extra` arguments too.
+    pub fn start_with(idle: &str, extra: &[&str]) -> Lab {
         let dir = PathBuf::from("/dev/shm").join(format!(
             "docknet-test-{}-{}",
             std::process::id(),
@@ -47,6 +53,7 @@ impl Lab {
             daemon: None,
             children: Vec::new(),
             idle: idle.into(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         lab.start_daemon();
         lab
@@ -58,6 +65,7 @@ impl Lab {
             .arg(&self.dir)
             .arg("--socket")
             .arg(&self.socket)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("start daemon");
