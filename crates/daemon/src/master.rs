@@ -908,6 +908,8 @@ pub struct Master {
     gauges: (u64, u64),
     /// Pipes this master owns.
     owned: usize,
+    /// When the last round began (its clock read, reused for the time split).
+    round_ns: u64,
 }
 
 impl Master {
@@ -933,6 +935,7 @@ impl Master {
             notify: vec![false; masters],
             gauges: (0, 0),
             owned: 0,
+            round_ns: 0,
             seen: shared.version.load(Ordering::Acquire),
             local: rebuild(&snap, Vec::new(), me, masters, &shared.taps.load()),
             ids: snap
@@ -1135,6 +1138,7 @@ impl Master {
     pub fn round(&mut self) -> usize {
         let now = Instant::now();
         let now_ns = wake::monotonic_ns();
+        self.round_ns = now_ns;
         let (mut work, mut delivered) = (0, 0);
         self.take_rung(now);
         if self.masters > 1 {
@@ -1307,41 +1311,56 @@ pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge:
     let mut m = Master::shard(shared.clone(), me, edge);
     let mut idler = Idler::new(policy);
     let st = &shared.stats[m.me];
-    // kept here and stored after each step: this thread is their only writer
+    // The time split costs no clock read of its own on the busy path: the span from one
+    // round's start (its own clock read) to the next is busy if the round moved frames, idle
+    // if not, less any sleep in between (timed around the sleep). Published every
+    // `PUBLISH_EVERY` rounds and before each sleep; this thread is the only writer.
+    const PUBLISH_EVERY: u64 = 64;
     let (mut rounds, mut frames, mut busy, mut idle, mut asleep, mut sleeps) =
         (0u64, 0, 0, 0, 0, 0);
-    let mut last = wake::monotonic_ns();
+    let mut prev: Option<(u64, bool)> = None;
+    let mut slept_ns = 0u64;
+    let publish = |r, f, b, i, a, s| {
+        st.rounds.store(r, Ordering::Relaxed);
+        st.frames.store(f, Ordering::Relaxed);
+        st.busy_ns.store(b, Ordering::Relaxed);
+        st.idle_ns.store(i, Ordering::Relaxed);
+        st.asleep_ns.store(a, Ordering::Relaxed);
+        st.sleeps.store(s, Ordering::Relaxed);
+    };
     while m.refresh() {
         let n = m.round();
         rounds += 1;
-        let now = wake::monotonic_ns();
-        st.rounds.store(rounds, Ordering::Relaxed);
+        frames += n as u64;
+        if let Some((start, worked)) = prev {
+            let span = m.round_ns.saturating_sub(start).saturating_sub(slept_ns);
+            if worked {
+                busy += span;
+            } else {
+                idle += span;
+            }
+        }
+        prev = Some((m.round_ns, n > 0));
+        slept_ns = 0;
+        if rounds % PUBLISH_EVERY == 0 {
+            publish(rounds, frames, busy, idle, asleep, sleeps);
+        }
         if n > 0 {
-            frames += n as u64;
-            busy += now.saturating_sub(last);
-            last = now;
-            st.frames.store(frames, Ordering::Relaxed);
-            st.busy_ns.store(busy, Ordering::Relaxed);
             idler.busy();
             continue;
         }
-        let slept = idler.step();
-        let now = wake::monotonic_ns();
-        idle += now.saturating_sub(last);
-        last = now;
-        st.idle_ns.store(idle, Ordering::Relaxed);
-        if slept {
+        if idler.step() {
             // No `idler.busy()` after it: a timeout with no work goes straight back to sleep;
             // work found in the next round resets the idler.
+            publish(rounds, frames, busy, idle, asleep, sleeps);
+            let t0 = wake::monotonic_ns();
             m.sleep();
-            let now = wake::monotonic_ns();
-            asleep += now.saturating_sub(last);
+            slept_ns = wake::monotonic_ns().saturating_sub(t0);
+            asleep += slept_ns;
             sleeps += 1;
-            last = now;
-            st.asleep_ns.store(asleep, Ordering::Relaxed);
-            st.sleeps.store(sleeps, Ordering::Relaxed);
         }
     }
+    publish(rounds, frames, busy, idle, asleep, sleeps);
     m.flush_all(true);
     drop(m);
     if let Some(Ok(t)) = waker_thread {
