@@ -352,8 +352,37 @@ fn a_stalled_capture_reader_costs_the_pipe_nothing() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+    // and a capture of a pipe that carries nothing of this traffic gets none of it
+    lab.ok(&["pipe", "create", "bystander", "--ip", "10.73.0.9/24"]);
+    let mut other = std::os::unix::net::UnixStream::connect(&lab.socket).unwrap();
+    other
+        .write_all(b"{\"v\":1,\"op\":\"capture\",\"name\":\"bystander\"}\n")
+        .unwrap();
+    let t = Instant::now();
+    while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "the second capture did not start");
+    }
     let r = load(&lab, &ws, 3000);
     assert_eq!(r["ok"], 3000, "{r}");
+    other
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = other.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let reply_end = got.iter().position(|&b| b == b'\n').expect("the capture's reply");
+    assert!(
+        String::from_utf8_lossy(&got[..reply_end]).contains("\"ok\":true"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(got.len(), reply_end + 1, "no records for a pipe without traffic");
+    drop(other);
     assert_eq!(lab.counter("web", "drop_rx_full"), 0);
     assert_eq!(lab.counter("cli", "drop_rx_full"), 0);
     // the reader goes away: the capture ends and the tap is removed
