@@ -360,7 +360,10 @@ fn a_stalled_capture_reader_costs_the_pipe_nothing() {
         .unwrap();
     let t = Instant::now();
     while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != 2 {
-        assert!(t.elapsed() < Duration::from_secs(10), "the second capture did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the second capture did not start"
+        );
     }
     let r = load(&lab, &ws, 3000);
     assert_eq!(r["ok"], 3000, "{r}");
@@ -375,13 +378,20 @@ fn a_stalled_capture_reader_costs_the_pipe_nothing() {
         }
         got.extend_from_slice(&buf[..n]);
     }
-    let reply_end = got.iter().position(|&b| b == b'\n').expect("the capture's reply");
+    let reply_end = got
+        .iter()
+        .position(|&b| b == b'\n')
+        .expect("the capture's reply");
     assert!(
         String::from_utf8_lossy(&got[..reply_end]).contains("\"ok\":true"),
         "{}",
         String::from_utf8_lossy(&got)
     );
-    assert_eq!(got.len(), reply_end + 1, "no records for a pipe without traffic");
+    assert_eq!(
+        got.len(),
+        reply_end + 1,
+        "no records for a pipe without traffic"
+    );
     drop(other);
     assert_eq!(lab.counter("web", "drop_rx_full"), 0);
     assert_eq!(lab.counter("cli", "drop_rx_full"), 0);

@@ -1314,7 +1314,7 @@ pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge:
     // The time split costs no clock read of its own on the busy path: the span from one
     // round's start (its own clock read) to the next is busy if the round moved frames, idle
     // if not, less any sleep in between (timed around the sleep). Published every
-    // `PUBLISH_EVERY` rounds and before each sleep; this thread is the only writer.
+    // `PUBLISH_EVERY` rounds and around each sleep; this thread is the only writer.
     const PUBLISH_EVERY: u64 = 64;
     let (mut rounds, mut frames, mut busy, mut idle, mut asleep, mut sleeps) =
         (0u64, 0, 0, 0, 0, 0);
@@ -1358,6 +1358,7 @@ pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge:
             slept_ns = wake::monotonic_ns().saturating_sub(t0);
             asleep += slept_ns;
             sleeps += 1;
+            publish(rounds, frames, busy, idle, asleep, sleeps);
         }
     }
     publish(rounds, frames, busy, idle, asleep, sleeps);
