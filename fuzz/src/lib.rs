@@ -152,14 +152,19 @@ pub fn switch(data: &[u8]) {
             ip: Ipv4Addr::from(i.u32()),
             prefix: i.u8(),
             mac: [i.u8(), i.u8(), i.u8(), i.u8(), i.u8(), i.u8()],
+            ip6: (i.u8() % 2 == 1).then(|| {
+                std::net::Ipv6Addr::from(u128::from(i.u32()) << 96 | u128::from(i.u32()))
+            }),
         })
         .collect();
     let n = ports.len();
     let src = usize::from(i.u8());
+    let len = usize::from(i.u8()) * 64;
     let hdr = i.bytes(HEADER_PEEK).to_vec();
-    match decide(&hdr, src, &FlowTable::new(ports)) {
+    match decide(&hdr, len, src, &FlowTable::new(ports)) {
         Decision::Unicast(d) => assert!(d < n && src < n),
         Decision::Reply(f) => assert_eq!(f.len(), ARP_FRAME_LEN),
+        Decision::NdpReply(f) => assert_eq!(f.len(), docknet_daemon::switch::NA_FRAME_LEN),
         Decision::Wire(_) | Decision::Flood | Decision::Drop(_) => {}
     }
 }
@@ -526,6 +531,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 mac: [2, 0xdc, 10, 0, 0, 2],
                 mtu: 1500,
                 depth: 1024,
+                ip6: None,
             }),
         ),
         (
@@ -538,6 +544,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 peer: "db".into(),
                 peer_ip: Ipv4Addr::new(10, 0, 0, 3),
                 peer_mac: [2, 0xdc, 10, 0, 0, 3],
+                peer_ip6: None,
             }),
         ),
         ("closed", Msg::Closed { id: 3 }),

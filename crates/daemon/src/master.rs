@@ -623,7 +623,7 @@ fn pump(
         if !sp.region.read(frame.off, hdr) {
             continue;
         }
-        match decide(hdr, i, &snap.table) {
+        match decide(hdr, frame.len, i, &snap.table) {
             Decision::Unicast(d) => {
                 forwarded += u64::from(deliver(
                     snap, local, i, d, frame, hdr, dirty, false, now_ns, cross,
@@ -644,6 +644,10 @@ fn pump(
                 local[i].count(Counter::ArpReplies, 1);
                 forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i, now_ns));
             }
+            Decision::NdpReply(bytes) => {
+                local[i].count(Counter::NdpReplies, 1);
+                forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i, now_ns));
+            }
             Decision::Wire(dst) => match edge.as_deref_mut() {
                 Some(e) => match e.send(&sp.region, frame.off, frame.len, hdr, dst, now) {
                     Sent::Sent => {
@@ -661,6 +665,7 @@ fn pump(
                     DropReason::Spoofed => Counter::DropSpoofed,
                     DropReason::NoRoute => Counter::DropNoRoute,
                     DropReason::Unsupported => Counter::DropUnsupported,
+                    DropReason::ExtHeader => Counter::DropExtHeader,
                 },
                 1,
             ),
