@@ -278,13 +278,6 @@ impl Endpoint {
             .map(|f| (f.peer_ip, f.tx.layout().frame_size as usize))
             .collect()
     }
-    /// IPv6 addresses of current fast-channel partners that have one.
-    pub fn fc_peers6(&self) -> Vec<Ipv6Addr> {
-        self.fcs
-            .iter()
-            .filter_map(|f| f.peer_ip6.map(|(g, _)| g))
-            .collect()
-    }
     /// MAC of a fast-channel partner, known without ARP.
     pub fn fc_peer_mac(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
         self.fcs
@@ -412,18 +405,16 @@ impl Endpoint {
                 None => None,
             },
         };
-        {
-            if let Some(l) = link {
-                if frame.len() <= l.tx.layout().frame_size as usize {
-                    return match l.tx.push(&l.region, frame, 0) {
-                        Ok(()) => {
-                            self.stats.tx_fc += 1;
-                            Ok(Via::FastChannel)
-                        }
-                        Err(PushError::Full) => Err(SendError::Full),
-                        Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
-                    };
-                }
+        if let Some(l) = link {
+            if frame.len() <= l.tx.layout().frame_size as usize {
+                return match l.tx.push(&l.region, frame, 0) {
+                    Ok(()) => {
+                        self.stats.tx_fc += 1;
+                        Ok(Via::FastChannel)
+                    }
+                    Err(PushError::Full) => Err(SendError::Full),
+                    Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
+                };
             }
         }
         if self.is_closed() {

@@ -385,3 +385,31 @@ fn the_daemon_answers_ndp_and_refuses_spoofed_and_odd_ipv6() {
     assert!(recv_within(&mut b, &mut buf, Duration::from_millis(200)).is_none());
     lab.wait_counter("c", "drop_unsupported", 1);
 }
+
+#[test]
+fn a_fast_channel_carries_ipv6_to_the_partner_and_only_from_it() {
+    use docknet_lib::Via;
+    let mut lab = Lab::new(true);
+    let (mut a, mut b) = (lab.endpoint("a"), lab.endpoint("b"));
+    let mut buf = vec![0u8; 4096];
+    let udp = [7u8; 16];
+    let (ll_a, ll_b) = (link_local(a.mac()), link_local(b.mac()));
+    // to b's global and link-local addresses, from a's: the channel, accepted
+    for (src, dst) in [(A6, B6), (ll_a, ll_b)] {
+        let f = ipv6_frame(a.mac(), src, dst, 17, &udp);
+        assert_eq!(a.send(&f), Ok(Via::FastChannel), "{src} -> {dst}");
+        a.flush();
+        let (n, via) = b.recv(&mut buf).expect("the frame on the channel");
+        assert_eq!((via, &buf[..n]), (Via::FastChannel, &f[..]));
+    }
+    // to an address that is not the partner's: the daemon
+    let other = ipv6_frame(a.mac(), A6, "fd00:8:6::9".parse().unwrap(), 17, &udp);
+    assert_eq!(a.send(&other), Ok(Via::Daemon));
+    // a partner lying about its source: dropped by the receiver and counted
+    for src in ["fd00:8:6::99".parse().unwrap(), B6] {
+        a.send(&ipv6_frame(a.mac(), src, B6, 17, &udp)).unwrap();
+    }
+    a.flush();
+    assert!(b.recv(&mut buf).is_none());
+    assert_eq!(b.stats().fc_spoofed, 2);
+}
