@@ -135,6 +135,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
 
 #[test]
 fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
+    // loopback over ::1, veth and bridge with IPv6 addresses, DockNet on dual-stack pipes
     if !root_or_skip("bench_ipv6") || !dnperf_built() {
         return;
     }
@@ -146,7 +147,7 @@ fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
             "rr",
             "--ipv6",
             "--modes",
-            "loopback,bridge,docknet,docknet-fc,docknet-preload",
+            "loopback,veth,bridge,bridge-nat,docknet,docknet-fc,docknet-preload",
             "--sizes",
             "64",
             "--duration",
@@ -165,12 +166,16 @@ fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
     let mut modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     modes.sort();
     modes.dedup();
-    assert_eq!(modes, ["docknet", "docknet-fc", "loopback"], "{rows:?}");
+    assert_eq!(
+        modes,
+        ["bridge", "docknet", "docknet-fc", "loopback", "veth"],
+        "{rows:?}"
+    );
     for r in &rows {
         assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
     }
     let skipped = v["not_available"].as_array().unwrap();
-    for m in ["bridge", "docknet-preload"] {
+    for m in ["bridge-nat", "docknet-preload"] {
         let s = skipped
             .iter()
             .find(|s| s["mode"] == m)

@@ -100,7 +100,7 @@ pub struct Runner {
     wire_mtu: Option<u32>,
     port: u16,
     /// Measure over IPv6: DockNet's pipes get IPv6 addresses, loopback and container use
-    /// `::1` (the modes [`ipv6_unsupported`] lets through).
+    /// `::1`, veth and bridge get IPv6 addresses (the modes [`ipv6_unsupported`] lets through).
     pub ipv6: bool,
 }
 
@@ -113,11 +113,12 @@ pub fn ipv6_unsupported(mode: crate::mode::Mode, topology: Topology) -> Option<&
         );
     }
     match mode {
-        Loopback | Container | Docknet | DocknetFc => None,
+        Loopback | Container | Veth | Bridge | Docknet | DocknetFc => None,
         DocknetPreload | DocknetFcPreload => {
             Some("the preload library serves AF_INET sockets only")
         }
         Sriov => Some("never built"),
+        BridgeNat => Some("the lab maps ports (portmap) for IPv4 only"),
         _ => Some("the lab gives this kernel network IPv4 addresses only"),
     }
 }
@@ -200,7 +201,7 @@ impl Runner {
             let lab = if two {
                 KernelLab::build_two_host(run.mode, run.pairs, run.mtu, &self.shape)
             } else {
-                KernelLab::build(run.mode, run.pairs, run.mtu)
+                KernelLab::build_with(run.mode, run.pairs, run.mtu, self.ipv6)
             }
             .with_context(|| format!("building the {} topology", run.mode))?;
             let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
@@ -240,10 +241,10 @@ impl Runner {
                     Side::Server => (&p.server_ns, p.bind.as_str()),
                     Side::Client(..) => (&p.client_ns, p.target.as_str()),
                 };
-                // over IPv6 only the modes on `lo` run (ipv6_unsupported)
-                let addr = match (self.ipv6, ip) {
-                    (true, "127.0.0.1") => format!("[::1]:{}", p.port),
-                    (true, other) => bail!("{other} has no IPv6 address in this lab"),
+                // over IPv6 only the modes with an IPv6 address run (ipv6_unsupported)
+                let addr = match (self.ipv6, &p.target6) {
+                    (true, Some(a)) => format!("[{a}]:{}", p.port),
+                    (true, None) => bail!("{ip} has no IPv6 address in this lab"),
                     (false, _) => format!("{ip}:{}", p.port),
                 };
                 let args = dnperf::args("kernel", &addr, core, idle, side, self.timing);
