@@ -152,14 +152,18 @@ pub fn switch(data: &[u8]) {
             ip: Ipv4Addr::from(i.u32()),
             prefix: i.u8(),
             mac: [i.u8(), i.u8(), i.u8(), i.u8(), i.u8(), i.u8()],
+            ip6: (i.u8() % 2 == 1)
+                .then(|| std::net::Ipv6Addr::from(u128::from(i.u32()) << 96 | u128::from(i.u32()))),
         })
         .collect();
     let n = ports.len();
     let src = usize::from(i.u8());
+    let len = usize::from(i.u8()) * 64;
     let hdr = i.bytes(HEADER_PEEK).to_vec();
-    match decide(&hdr, src, &FlowTable::new(ports)) {
+    match decide(&hdr, len, src, &FlowTable::new(ports)) {
         Decision::Unicast(d) => assert!(d < n && src < n),
         Decision::Reply(f) => assert_eq!(f.len(), ARP_FRAME_LEN),
+        Decision::NdpReply(f) => assert_eq!(f.len(), docknet_daemon::switch::NA_FRAME_LEN),
         Decision::Wire(_) | Decision::Flood | Decision::Drop(_) => {}
     }
 }
@@ -443,17 +447,49 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         "honest".into(),
         [3u8, 0, 40, 4, 1, 2, 3, 10, 4, 1, 1, 2, 5].to_vec(),
     ));
-    // an IPv4 frame and an ARP request between two ports
+    // an IPv4 frame, an ARP request, an IPv6 frame and a neighbour solicitation between two
+    // dual-stack ports (fd00::1 and fd00::2)
     let port = |last: u8| {
         let mut v = vec![10, 0, 0, last];
         v.reverse();
         v.extend([24, 2, 0xdc, 10, 0, 0, last]);
+        v.extend([1, 0, 0, 0, 0xfd, last, 0, 0, 0]);
         v
     };
     let mut sw = vec![2];
     sw.extend(port(1));
     sw.extend(port(2));
-    sw.push(0);
+    sw.extend([0, 0]);
+    let v6 = |last: u8| {
+        let mut a = [0u8; 16];
+        a[0] = 0xfd;
+        a[15] = last;
+        a
+    };
+    let mut ip6 = vec![0u8; 14 + 40 + 8];
+    ip6[12..14].copy_from_slice(&[0x86, 0xdd]);
+    ip6[14] = 0x60;
+    ip6[18..20].copy_from_slice(&8u16.to_be_bytes());
+    ip6[20] = 17;
+    ip6[21] = 64;
+    ip6[22..38].copy_from_slice(&v6(1));
+    ip6[38..54].copy_from_slice(&v6(2));
+    out.push(("switch", "ipv6".into(), [sw.clone(), ip6.clone()].concat()));
+    let mut ns = vec![0u8; 14 + 40 + 32];
+    ns[..54].copy_from_slice(&ip6[..54]);
+    ns[18..20].copy_from_slice(&32u16.to_be_bytes());
+    ns[20] = 58;
+    ns[21] = 255;
+    let mut sn = [0u8; 16];
+    sn[..2].copy_from_slice(&[0xff, 0x02]);
+    sn[11..13].copy_from_slice(&[1, 0xff]);
+    sn[15] = 2;
+    ns[38..54].copy_from_slice(&sn);
+    ns[54] = 135;
+    ns[62..78].copy_from_slice(&v6(2));
+    ns[78..80].copy_from_slice(&[1, 1]);
+    ns[80..86].copy_from_slice(&[2, 0xdc, 10, 0, 0, 1]);
+    out.push(("switch", "ndp".into(), [sw.clone(), ns].concat()));
     let mut ip = vec![0u8; 34];
     ip[12..14].copy_from_slice(&[8, 0]);
     ip[14] = 0x45;
@@ -528,6 +564,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 mac: [2, 0xdc, 10, 0, 0, 2],
                 mtu: 1500,
                 depth: 1024,
+                ip6: None,
             }),
         ),
         (
@@ -540,6 +577,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 peer: "db".into(),
                 peer_ip: Ipv4Addr::new(10, 0, 0, 3),
                 peer_mac: [2, 0xdc, 10, 0, 0, 3],
+                peer_ip6: None,
             }),
         ),
         ("closed", Msg::Closed { id: 3 }),

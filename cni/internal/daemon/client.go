@@ -185,6 +185,7 @@ func readLine(rd *bufio.Reader, limit int) ([]byte, error) {
 type Pipe struct {
 	Name         string            `json:"name"`
 	IP           string            `json:"ip"`
+	IP6          string            `json:"ip6,omitempty"`
 	MAC          string            `json:"mac"`
 	MTU          uint32            `json:"mtu"`
 	RingDepth    uint32            `json:"ring_depth"`
@@ -223,9 +224,12 @@ func (c *Client) Status() (*Status, error) {
 	return &s, c.Call(map[string]any{"op": "status"}, &s)
 }
 
-// PipeCreate creates a pipe with labels.
-func (c *Client) PipeCreate(name, cidr string, mtu uint32, labels map[string]string) (*Pipe, error) {
+// PipeCreate creates a pipe with labels; with cidr6 (not empty) a dual-stack one.
+func (c *Client) PipeCreate(name, cidr, cidr6 string, mtu uint32, labels map[string]string) (*Pipe, error) {
 	req := map[string]any{"op": "pipe_create", "name": name, "ip": cidr, "labels": labels}
+	if cidr6 != "" {
+		req["ip6"] = cidr6
+	}
 	if mtu != 0 {
 		req["mtu"] = mtu
 	}

@@ -71,7 +71,17 @@ func firstIPv4(r *current.Result) (*current.IPConfig, error) {
 			return ip, nil
 		}
 	}
-	return nil, newErr(ErrNoIPv4, "IPAM plugin gave no IPv4 address (DockNet forwards IPv4 only)")
+	return nil, newErr(ErrNoIPv4, "IPAM plugin gave no IPv4 address (a DockNet pipe needs one; IPv6 comes beside it)")
+}
+
+// firstIPv6 is the first IPv6 address of an IPAM result, or nil: a dual-stack pipe gets it.
+func firstIPv6(r *current.Result) *current.IPConfig {
+	for _, ip := range r.IPs {
+		if ip.Address.IP.To4() == nil && ip.Address.IP.To16() != nil {
+			return ip
+		}
+	}
+	return nil
 }
 
 // Add creates the pipe, binds its socket in the pod's namespace, sets its limits, builds the
@@ -152,7 +162,12 @@ func Add(args *skel.CmdArgs) (err error) {
 	if len(peers) > 0 {
 		labels[LabelPeers] = strings.Join(peers, ",")
 	}
-	pipe, err := client.PipeCreate(name, addr.Address.String(), conf.MTU, labels)
+	addr6 := firstIPv6(ipamRes)
+	cidr6 := ""
+	if addr6 != nil {
+		cidr6 = addr6.Address.String()
+	}
+	pipe, err := client.PipeCreate(name, addr.Address.String(), cidr6, conf.MTU, labels)
 	if err != nil {
 		return err
 	}
@@ -187,8 +202,12 @@ func Add(args *skel.CmdArgs) (err error) {
 	var result *current.Result
 	if conf.Prev == nil {
 		ipc.Interface = current.Int(0)
+		ips := []*current.IPConfig{ipc}
+		if addr6 != nil {
+			ips = append(ips, &current.IPConfig{Address: addr6.Address, Gateway: addr6.Gateway, Interface: current.Int(0)})
+		}
 		result = &current.Result{CNIVersion: current.ImplementedSpecVersion, Interfaces: []*current.Interface{iface},
-			IPs: []*current.IPConfig{ipc}, Routes: ipamRes.Routes, DNS: ipamRes.DNS}
+			IPs: ips, Routes: ipamRes.Routes, DNS: ipamRes.DNS}
 		if len(conf.DNS.Nameservers) > 0 {
 			result.DNS = conf.DNS
 		}
@@ -342,15 +361,23 @@ func Check(args *skel.CmdArgs) error {
 	if !strings.EqualFold(conf.Prev.Interfaces[idx].Mac, p.MAC) {
 		return newErr(ErrMismatch, "pipe %s has MAC %s, the result says %s", name, p.MAC, conf.Prev.Interfaces[idx].Mac)
 	}
-	var addr *net.IPNet
+	var addr, addr6 *net.IPNet
 	for _, ip := range conf.Prev.IPs {
 		if ip.Interface != nil && *ip.Interface == idx {
 			a := ip.Address
-			addr = &a
+			if a.IP.To4() != nil {
+				addr = &a
+			} else {
+				addr6 = &a
+			}
 		}
 	}
 	if (addr == nil && conf.Prev.Interfaces[idx].Name != ChainedInterface) || (addr != nil && addr.String() != p.IP) {
 		return newErr(ErrMismatch, "pipe %s has address %s, the result says %v", name, p.IP, addr)
+	}
+	// a dual-stack pipe's IPv6 address is in the result as its IPv4 one is (not when chained)
+	if addr != nil && ((addr6 == nil && p.IP6 != "") || (addr6 != nil && addr6.String() != p.IP6)) {
+		return newErr(ErrMismatch, "pipe %s has IPv6 address %q, the result says %v", name, p.IP6, addr6)
 	}
 	if p.Socket == nil || *p.Socket != socketPath {
 		return newErr(ErrMismatch, "pipe %s is not attached at %s in its namespace", name, socketPath)

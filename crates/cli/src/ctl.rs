@@ -41,14 +41,18 @@ pub fn print_pipes(list: &Vec<PipeInfo>) {
                 p.fast_channels.join(",")
             }
         );
+        if let Some(a) = &p.ip6 {
+            println!("{:<20} {a}", "");
+        }
     }
 }
 
 /// One pipe with its counters.
 pub fn print_pipe(p: &PipeInfo) {
-    let fields: [(&str, String); 10] = [
+    let fields: [(&str, String); 11] = [
         ("name", p.name.clone()),
         ("ip", p.ip.clone()),
+        ("ip6", p.ip6.clone().unwrap_or_else(|| "-".into())),
         ("mac", p.mac.clone()),
         ("mtu", p.mtu.to_string()),
         ("ring_depth", p.ring_depth.to_string()),
@@ -77,8 +81,9 @@ pub fn print_pipe(p: &PipeInfo) {
 
 /// A created pipe, in one line.
 pub fn print_created(p: &PipeInfo) {
+    let ip6 = p.ip6.as_ref().map(|a| format!(", {a}")).unwrap_or_default();
     println!(
-        "created pipe {} ({}, mac {}, mtu {})",
+        "created pipe {} ({}{ip6}, mac {}, mtu {})",
         p.name, p.ip, p.mac, p.mtu
     );
 }

@@ -24,8 +24,8 @@ const EXAMPLES: &str =
     "Start a daemon, create a pipe per container, run each container attached to its pipe:
 
   docknet daemon --run-dir /run/docknet --socket /run/docknet/docknetd.sock &
-  docknet pipe create web --ip 10.0.0.2/24
-  docknet pipe create db  --ip 10.0.0.3/24
+  docknet pipe create web --ip 10.0.0.2/24 --ip6 fd00:dc::2/64
+  docknet pipe create db  --ip 10.0.0.3/24 --ip6 fd00:dc::3/64
   docknet fc connect web db            # optional: partners bypass the daemon
   docknet run --pipe web -- ./server
 
@@ -187,6 +187,10 @@ enum PipeCmd {
         /// Address and prefix, A.B.C.D/LEN.
         #[arg(long)]
         ip: String,
+        /// IPv6 address and prefix, X::Y/LEN: a dual-stack pipe (its link-local address
+        /// follows from its MAC).
+        #[arg(long)]
+        ip6: Option<String>,
         /// MTU (68-65535); frames up to MTU + 14 bytes.
         #[arg(long)]
         mtu: Option<u32>,
@@ -426,14 +430,16 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Pipe(PipeCmd::Create {
             name,
             ip,
+            ip6,
             mtu,
             ring_depth,
             labels,
             json,
         }) => {
-            let p = ctl::client(sock)?.pipe_create_labeled(
+            let p = ctl::client(sock)?.pipe_create_dual(
                 &name,
                 &ip,
+                ip6.as_deref(),
                 mtu,
                 ring_depth,
                 labels.into_iter().collect(),

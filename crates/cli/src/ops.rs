@@ -278,6 +278,7 @@ const DROP_COUNTERS: &[&str] = &[
     "flood_rx_full",
     "rate_limited",
     "drop_wire",
+    "drop_ext_header",
 ];
 
 fn rates(a: &Stats, b: &Stats, sort: SortBy) -> Sample {
@@ -586,6 +587,7 @@ mod tests {
         PipeInfo {
             name: name.into(),
             ip: "10.0.0.2/24".into(),
+            ip6: None,
             mac: String::new(),
             mtu: 1500,
             ring_depth: 256,

@@ -134,6 +134,62 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
 }
 
 #[test]
+fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
+    // loopback over ::1, veth and bridge with IPv6 addresses, DockNet on dual-stack pipes
+    if !root_or_skip("bench_ipv6") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("v6.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "rr",
+            "--ipv6",
+            "--modes",
+            "loopback,veth,bridge,bridge-nat,docknet,docknet-fc,docknet-preload",
+            "--sizes",
+            "64",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--json",
+        ],
+        &json,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]));
+    let v = valid(&json);
+    assert_eq!(v["env"]["ipv6"], true);
+    let rows = rows_of(&json, "rr");
+    let mut modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    modes.sort();
+    modes.dedup();
+    assert_eq!(
+        modes,
+        ["bridge", "docknet", "docknet-fc", "loopback", "veth"],
+        "{rows:?}"
+    );
+    for r in &rows {
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let skipped = v["not_available"].as_array().unwrap();
+    for m in ["bridge-nat", "docknet-preload"] {
+        let s = skipped
+            .iter()
+            .find(|s| s["mode"] == m)
+            .unwrap_or_else(|| panic!("{m} not reported: {skipped:?}"));
+        assert_eq!(s["status"], "skipped");
+        assert!(s["reason"].as_str().unwrap().contains("IPv6"), "{s}");
+    }
+    // only rr and stream, and not with the cross-check
+    let (o, _) = run(&["bench", "pairs", "--ipv6", "--json"], &json);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--ipv6"));
+}
+
+#[test]
 fn raw_bench_reports_targets_and_cleans_up() {
     if !root_or_skip("raw_bench") {
         return;

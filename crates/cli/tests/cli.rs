@@ -19,8 +19,17 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
         return;
     }
     let lab = Lab::start("adaptive");
-    lab.ok(&["pipe", "create", "a", "--ip", "10.60.0.1/24"]);
+    lab.ok(&[
+        "pipe",
+        "create",
+        "a",
+        "--ip",
+        "10.60.0.1/24",
+        "--ip6",
+        "fd00:60::1/64",
+    ]);
     let before = lab.json(&["pipe", "ls", "--json"]);
+    assert_eq!(before[0]["ip6"], "fd00:60::1/64", "{before}");
     let cases: &[(&[&str], &str)] = &[
         (
             &["pipe", "create", "a", "--ip", "10.60.0.9/24"],
@@ -41,6 +50,54 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
         (
             &["pipe", "create", "b", "--ip", "10.60.0.2/24", "--mtu", "50"],
             "mtu",
+        ),
+        (
+            &[
+                "pipe",
+                "create",
+                "b",
+                "--ip",
+                "10.60.0.2/24",
+                "--ip6",
+                "fd00:60::1/64",
+            ],
+            "already used",
+        ),
+        (
+            &[
+                "pipe",
+                "create",
+                "b",
+                "--ip",
+                "10.60.0.2/24",
+                "--ip6",
+                "fe80::2/64",
+            ],
+            "invalid IPv6 address",
+        ),
+        (
+            &[
+                "pipe",
+                "create",
+                "b",
+                "--ip",
+                "10.60.0.2/24",
+                "--ip6",
+                "fd00:60::2",
+            ],
+            "invalid IPv6 address",
+        ),
+        (
+            &[
+                "pipe",
+                "create",
+                "b",
+                "--ip",
+                "10.60.0.2/24",
+                "--ip6",
+                "10.60.0.2/24",
+            ],
+            "invalid IPv6 address",
         ),
         (
             &["pipe", "create", "../x", "--ip", "10.60.0.2/24"],

@@ -753,6 +753,52 @@ fn pods_exchange_tcp_over_their_pipes_and_over_a_fast_channel_they_both_asked_fo
     assert!(rt.leases().is_empty());
 }
 
+#[test]
+fn dual_stack_pods_get_ipv6_beside_ipv4_and_exchange_tcp_over_it() {
+    if !ready("dual-stack pods") {
+        return;
+    }
+    let mut rt = Runtime::new("adaptive");
+    let mut entry = rt.docknet_entry();
+    entry["ipam"]["ranges"] = json!([[{"subnet": "10.71.0.0/24"}], [{"subnet": "fd00:71::/64"}]]);
+    rt.write_conf(&entry, None);
+    let (a, b) = (rt.pod(), rt.pod());
+    let mut v6 = Vec::new();
+    let mut results = Vec::new();
+    for ns in [&a, &b] {
+        let res: Value = serde_json::from_str(&rt.cnitool_ok("add", ns, &[])).unwrap();
+        let ips = res["ips"].as_array().unwrap();
+        assert_eq!(ips.len(), 2, "{res}");
+        let addr6 = ips[1]["address"].as_str().unwrap().to_string();
+        assert!(addr6.starts_with("fd00:71::"), "{res}");
+        assert_eq!(ips[1]["interface"], 0, "{res}");
+        let p = rt.pipe(&Runtime::container_id(ns)).unwrap();
+        assert_eq!(p["ip6"], addr6.as_str(), "{p}");
+        v6.push(addr6.split('/').next().unwrap().to_string());
+        rt.cnitool_ok("check", ns, &[]);
+        results.push(res);
+    }
+    // a CHECK against a result whose IPv6 address is not the pipe's fails with DockNet's code
+    let id = Runtime::container_id(&a);
+    let mut forged = results[0].clone();
+    forged["ips"][1]["address"] = json!("fd00:71::99/64");
+    let conf = rt.plugin_conf(json!({"ipam": entry["ipam"], "prevResult": forged}));
+    assert_eq!(rt.code(&verb_env("CHECK", &id, &a), &conf), 104);
+    // TCP between the pods over IPv6, through the daemon
+    let _srv = Killed(serve_in(&b, &format!("[{}]:7300", v6[1])));
+    let r = rr_from(&a, &format!("[{}]:7300", v6[1]));
+    assert!(
+        r["result"]["transactions"].as_u64().unwrap_or(0) > 100,
+        "{r}"
+    );
+    drop(_srv);
+    for ns in [&a, &b] {
+        rt.cnitool_ok("del", ns, &[]);
+    }
+    assert!(rt.pipes().is_empty(), "{:?}", rt.pipes());
+    assert!(rt.leases().is_empty(), "{:?}", rt.leases());
+}
+
 impl Runtime {
     fn json_counter(&self, pipe: &str, name: &str) -> u64 {
         self.lab.counter(pipe, name)

@@ -91,12 +91,13 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
         Request::PipeCreate {
             name,
             ip,
+            ip6,
             mtu,
             ring_depth,
             labels,
         } => {
-            reg.create_pipe_labeled(&name, &ip, mtu, ring_depth, labels)?;
-            tracing::info!(pipe = %name, ip = %ip, "pipe created");
+            reg.create_pipe_dual(&name, &ip, ip6.as_deref(), mtu, ring_depth, labels)?;
+            tracing::info!(pipe = %name, ip = %ip, ip6 = ?ip6, "pipe created");
             to_json(reg.pipe_info(&name, false)?)
         }
         Request::PipeRm { name } => {

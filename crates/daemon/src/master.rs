@@ -679,7 +679,7 @@ fn pump(
         if let Some(t) = &local[i].tap {
             t.offer_region(&sp.region, frame.off, frame.len, hdr, Dir::Out);
         }
-        match decide(hdr, i, &snap.table) {
+        match decide(hdr, frame.len, i, &snap.table) {
             Decision::Unicast(d) => {
                 forwarded += u64::from(deliver(
                     snap, local, i, d, frame, hdr, dirty, false, now_ns, cross,
@@ -700,6 +700,10 @@ fn pump(
                 local[i].count(Counter::ArpReplies, 1);
                 forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i, now_ns));
             }
+            Decision::NdpReply(bytes) => {
+                local[i].count(Counter::NdpReplies, 1);
+                forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i, now_ns));
+            }
             Decision::Wire(dst) => match edge.as_deref_mut() {
                 Some(e) => match e.send(&sp.region, frame.off, frame.len, hdr, dst, now) {
                     Sent::Sent => {
@@ -717,6 +721,7 @@ fn pump(
                     DropReason::Spoofed => Counter::DropSpoofed,
                     DropReason::NoRoute => Counter::DropNoRoute,
                     DropReason::Unsupported => Counter::DropUnsupported,
+                    DropReason::ExtHeader => Counter::DropExtHeader,
                 },
                 1,
             ),

@@ -161,6 +161,11 @@ fn export_of(c: Counter) -> Export {
         C::FloodRxFull => Drop("flood_rx_full"),
         C::RateLimited => Drop("rate_limited"),
         C::DropWire => Drop("wire"),
+        C::DropExtHeader => Drop("ipv6_ext_header"),
+        C::NdpReplies => Family(
+            "docknet_pipe_ndp_replies",
+            "IPv6 neighbour solicitations of the container the daemon answered.",
+        ),
         C::ArpReplies => Family(
             "docknet_pipe_arp_replies",
             "ARP requests of the container the daemon answered.",
@@ -264,19 +269,20 @@ impl Collector for Daemon {
         gauge(
             &mut enc,
             "docknet_pipe_info",
-            "A pipe's address, MAC and MTU (always 1).",
+            "A pipe's addresses, MAC and MTU (always 1).",
             &pipes
                 .iter()
                 .map(|(p, _, _)| {
-                    (
-                        vec![
-                            ("pipe", p.name.clone()),
-                            ("ip", format!("{}/{}", p.ip, p.prefix)),
-                            ("mac", crate::switch::fmt_mac(p.mac)),
-                            ("mtu", p.mtu.to_string()),
-                        ],
-                        1.0,
-                    )
+                    let mut l = vec![
+                        ("pipe", p.name.clone()),
+                        ("ip", format!("{}/{}", p.ip, p.prefix)),
+                        ("mac", crate::switch::fmt_mac(p.mac)),
+                        ("mtu", p.mtu.to_string()),
+                    ];
+                    if let Some((a, len)) = p.ip6 {
+                        l.push(("ip6", format!("{a}/{len}")));
+                    }
+                    (l, 1.0)
                 })
                 .collect::<Vec<_>>(),
         )?;
@@ -328,7 +334,7 @@ impl Collector for Daemon {
         counter(
             &mut enc,
             "docknet_pipe_drops",
-            "Frames of or for the pipe the daemon dropped, by reason (rx_full: its rx ring was full; no_route, spoofed, malformed, unsupported, too_big: refused by the switch; bad_descriptor, oversize_descriptor, ring_overrun: impossible ring contents from the container; flood_limited, flood_rx_full: broadcasts over budget or not taken; rate_limited: over its ingress limit's queue; wire: not sent to the wire).",
+            "Frames of or for the pipe the daemon dropped, by reason (rx_full: its rx ring was full; no_route, spoofed, malformed, unsupported, too_big: refused by the switch; bad_descriptor, oversize_descriptor, ring_overrun: impossible ring contents from the container; flood_limited, flood_rx_full: broadcasts over budget or not taken; rate_limited: over its ingress limit's queue; wire: not sent to the wire; ipv6_ext_header: IPv6 extension headers the daemon does not pass).",
             &drops,
         )?;
         counter(

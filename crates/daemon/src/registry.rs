@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -81,6 +81,8 @@ counters! {
     WireTx => "wire_tx": "Frames from this pipe sent to the wire (the daemon's NIC).",
     WireRx => "wire_rx": "Frames from the wire delivered into this pipe.",
     DropWire => "drop_wire": "Frames from this pipe for the wire dropped: longer than the wire's MTU, next hop silent, or no room.",
+    NdpReplies => "ndp_replies": "IPv6 neighbour solicitations answered by the daemon.",
+    DropExtHeader => "drop_ext_header": "IPv6 frames from this pipe with extension headers the daemon does not pass (routing headers, chains longer than two or beyond its first 96 bytes).",
 }
 
 /// Number of counters.
@@ -116,6 +118,8 @@ pub struct Pipe {
     pub prefix: u8,
     /// MAC assigned by the daemon.
     pub mac: [u8; 6],
+    /// IPv6 address and prefix length, if it has one (dual stack).
+    pub ip6: Option<(Ipv6Addr, u8)>,
     /// MTU.
     pub mtu: u32,
     /// The region's sealed memfd.
@@ -199,6 +203,9 @@ struct PipeRec {
     name: String,
     ip: Ipv4Addr,
     prefix: u8,
+    /// IPv6 address and prefix, `X::Y/LEN` (checked again on load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ip6: Option<String>,
     mtu: u32,
     ring_depth: u32,
     /// Rate limits (checked again on load).
@@ -354,6 +361,38 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
     Ok((ip, len))
 }
 
+/// Parses `X::Y/LEN` and refuses IPv6 addresses a pipe cannot own: the unspecified, loopback,
+/// multicast, link-local (a pipe's link-local address follows from its MAC) and IPv4-mapped
+/// addresses.
+pub fn parse_cidr6(s: &str) -> Result<(Ipv6Addr, u8), ApiError> {
+    let bad = |why: &str| {
+        err(
+            ErrorCode::BadIp,
+            format!("invalid IPv6 address {s:?}: {why}"),
+        )
+    };
+    let (ip, len) = s.split_once('/').ok_or_else(|| bad("expected X::Y/LEN"))?;
+    let ip: Ipv6Addr = ip.parse().map_err(|_| bad("not an IPv6 address"))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| (1..=128).contains(l))
+        .ok_or_else(|| bad("prefix length must be 1..=128"))?;
+    let o = ip.octets();
+    if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
+        return Err(bad("not a unicast host address"));
+    }
+    if o[0] == 0xfe && o[1] & 0xc0 == 0x80 {
+        return Err(bad(
+            "link-local (a pipe's link-local address is derived from its MAC)",
+        ));
+    }
+    if ip.to_ipv4_mapped().is_some() {
+        return Err(bad("an IPv4-mapped address (give IPv4 with --ip)"));
+    }
+    Ok((ip, len))
+}
+
 /// Checks an abstract socket name for an attachment: 1-64 of `[A-Za-z0-9/_.-]`.
 pub fn validate_socket(name: &str) -> Result<(), ApiError> {
     let ok = (1..=64).contains(&name.len())
@@ -418,6 +457,9 @@ fn check_pipe_rec(p: &PipeRec) -> Result<RegionInfo, String> {
     validate_name(&p.name).map_err(|e| e.message)?;
     validate_labels(&p.labels).map_err(|e| e.message)?;
     parse_cidr(&format!("{}/{}", p.ip, p.prefix)).map_err(|e| e.message)?;
+    if let Some(a) = &p.ip6 {
+        parse_cidr6(a).map_err(|e| e.message)?;
+    }
     pipe_layout(p.ip, p.prefix, p.mtu, Some(p.ring_depth)).map_err(|e| e.message)
 }
 
@@ -593,7 +635,11 @@ impl Registry {
             }
         }
         let p = &rec;
-        if self.pipes.contains_key(&p.name) || self.pipes.values().any(|x| x.ip == p.ip) {
+        let ip6 = p.ip6.as_deref().and_then(|a| parse_cidr6(a).ok());
+        if self.pipes.contains_key(&p.name)
+            || self.pipes.values().any(|x| x.ip == p.ip)
+            || ip6.is_some_and(|a| self.pipes.values().any(|x| x.ip6.map(|b| b.0) == Some(a.0)))
+        {
             return Err("duplicate name or address".into());
         }
         let fd = kept
@@ -680,6 +726,7 @@ impl Registry {
             ip: rec.ip,
             prefix: rec.prefix,
             mac: mac_for(rec.ip),
+            ip6: rec.ip6.as_deref().and_then(|a| parse_cidr6(a).ok()),
             mtu: rec.mtu,
             memfd,
             region,
@@ -710,6 +757,7 @@ impl Registry {
                     name: p.name.clone(),
                     ip: p.ip,
                     prefix: p.prefix,
+                    ip6: p.ip6.map(|(a, l)| format!("{a}/{l}")),
                     mtu: p.mtu,
                     ring_depth: self.depth.get(&p.name).copied().unwrap_or(0),
                     limits: self.limits.get(&p.name).copied().unwrap_or_default(),
@@ -811,9 +859,24 @@ impl Registry {
         ring_depth: Option<u32>,
         labels: BTreeMap<String, String>,
     ) -> Result<Arc<Pipe>, ApiError> {
+        self.create_pipe_dual(name, ip, None, mtu, ring_depth, labels)
+    }
+
+    /// [`Registry::create_pipe_labeled`] with an IPv6 address too (`X::Y/LEN`): a dual-stack
+    /// pipe.
+    pub fn create_pipe_dual(
+        &mut self,
+        name: &str,
+        ip: &str,
+        ip6: Option<&str>,
+        mtu: Option<u32>,
+        ring_depth: Option<u32>,
+        labels: BTreeMap<String, String>,
+    ) -> Result<Arc<Pipe>, ApiError> {
         validate_name(name)?;
         validate_labels(&labels)?;
         let (ip, prefix) = parse_cidr(ip)?;
+        let ip6 = ip6.map(parse_cidr6).transpose()?;
         if self.pipes.contains_key(name) {
             return Err(err(
                 ErrorCode::Exists,
@@ -826,6 +889,14 @@ impl Registry {
                 format!("address {ip} is already used by pipe {:?}", other.name),
             ));
         }
+        if let Some((a, _)) = ip6 {
+            if let Some(other) = self.pipes.values().find(|p| p.ip6.map(|x| x.0) == Some(a)) {
+                return Err(err(
+                    ErrorCode::IpInUse,
+                    format!("address {a} is already used by pipe {:?}", other.name),
+                ));
+            }
+        }
         let mtu = mtu.unwrap_or(1500);
         let info = pipe_layout(ip, prefix, mtu, ring_depth)?;
         let (fd, region) = Region::create_sealed(&format!("docknet-pipe-{name}"), info.size)
@@ -837,6 +908,7 @@ impl Registry {
             name: name.into(),
             ip,
             prefix,
+            ip6: ip6.map(|(a, l)| format!("{a}/{l}")),
             mtu,
             ring_depth: info.rings[0].depth,
             limits: Limits::default(),
@@ -1106,6 +1178,7 @@ impl Registry {
             mac: pipe.mac,
             mtu: pipe.mtu,
             depth: pipe.info.rings[0].depth,
+            ip6: pipe.ip6,
         });
         let mut msgs: Vec<(Vec<u8>, Option<&OwnedFd>)> = vec![(hello.encode(), Some(&pipe.memfd))];
         for c in self
@@ -1128,9 +1201,9 @@ impl Registry {
     fn channel_msg(&self, me: &str, c: &FcRec) -> Msg {
         let peer_name = if c.a == me { &c.b } else { &c.a };
         let (mine, peer) = (self.pipes.get(me), self.pipes.get(peer_name));
-        let (my_ip, peer_ip, peer_mac) = match (mine, peer) {
-            (Some(m), Some(p)) => (m.ip, p.ip, p.mac),
-            _ => (Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, [0; 6]),
+        let (my_ip, peer_ip, peer_mac, peer_ip6) = match (mine, peer) {
+            (Some(m), Some(p)) => (m.ip, p.ip, p.mac, p.ip6.map(|x| x.0)),
+            _ => (Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, [0; 6], None),
         };
         Msg::Channel(ChannelDesc {
             id: c.id,
@@ -1140,6 +1213,7 @@ impl Registry {
             peer: peer_name.clone(),
             peer_ip,
             peer_mac,
+            peer_ip6,
         })
     }
 
@@ -1220,6 +1294,7 @@ impl Registry {
                     ip: p.ip,
                     prefix: p.prefix,
                     mac: p.mac,
+                    ip6: p.ip6.map(|x| x.0),
                 })
                 .collect(),
         )
@@ -1353,6 +1428,7 @@ impl Registry {
         Ok(PipeInfo {
             name: p.name.clone(),
             ip: format!("{}/{}", p.ip, p.prefix),
+            ip6: p.ip6.map(|(a, l)| format!("{a}/{l}")),
             mac: fmt_mac(p.mac),
             mtu: p.mtu,
             ring_depth: p.info.rings[0].depth,
@@ -1409,6 +1485,81 @@ mod tests {
         ] {
             assert_eq!(parse_cidr(bad).unwrap_err().code, ErrorCode::BadIp, "{bad}");
         }
+    }
+
+    #[test]
+    fn ipv6_addresses_are_parsed_checked_recorded_and_handed_out() {
+        assert_eq!(
+            parse_cidr6("fd00:dc::2/64").unwrap(),
+            ("fd00:dc::2".parse().unwrap(), 64)
+        );
+        for bad in [
+            "fd00::1",
+            "fd00::1/0",
+            "fd00::1/129",
+            "::/64",
+            "::1/128",
+            "ff02::1/64",
+            "fe80::1/64",
+            "::ffff:10.0.0.1/96",
+            "10.0.0.1/24",
+            "fd00::1/x",
+        ] {
+            let e = parse_cidr6(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadIp, "{bad}");
+            assert!(!e.message.contains('\n'), "one line: {}", e.message);
+        }
+        let d = tempfile::tempdir().unwrap();
+        let keeper = crate::holder::MemoryKeeper::default();
+        let (mut r, _) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).unwrap();
+        let none = BTreeMap::new;
+        r.create_pipe_dual("a", "10.9.0.1/24", Some("fd00:9::1/64"), None, None, none())
+            .unwrap();
+        let code = |e: ApiError| e.code;
+        assert_eq!(
+            code(
+                r.create_pipe_dual("b", "10.9.0.2/24", Some("fd00:9::1/64"), None, None, none())
+                    .unwrap_err()
+            ),
+            ErrorCode::IpInUse
+        );
+        assert_eq!(
+            code(
+                r.create_pipe_dual("b", "10.9.0.2/24", Some("fe80::2/64"), None, None, none())
+                    .unwrap_err()
+            ),
+            ErrorCode::BadIp
+        );
+        r.create_pipe("b", "10.9.0.2/24", None, None).unwrap();
+        let info = r.pipe_info("a", false).unwrap();
+        assert_eq!(info.ip6.as_deref(), Some("fd00:9::1/64"));
+        assert_eq!(r.pipe_info("b", false).unwrap().ip6, None);
+        // the flow table knows a's global and link-local addresses, b has none
+        let snap = r.snapshot();
+        let ia = snap.pipes.iter().position(|p| p.name == "a").unwrap();
+        let ll = docknet_pipe::delivery::link_local(mac_for(Ipv4Addr::new(10, 9, 0, 1)));
+        assert_eq!(snap.table.lookup6("fd00:9::1".parse().unwrap()), Some(ia));
+        assert_eq!(snap.table.lookup6(ll), Some(ia));
+        // a's container is told its IPv6 address; b's channel partner learns a's
+        r.connect_fc("a", "b", None).unwrap();
+        let conn = r.connect_local("b").unwrap();
+        let mut buf = [0u8; delivery::MAX_MSG];
+        let mut peer6 = None;
+        while let Ok(Some((n, _))) = fdpass::recv(conn.as_fd(), &mut buf) {
+            match Msg::decode(&buf[..n]).unwrap() {
+                Msg::Hello(p) => assert_eq!(p.ip6, None),
+                Msg::Channel(c) => peer6 = c.peer_ip6,
+                Msg::Synced => break,
+                Msg::Closed { .. } => {}
+            }
+        }
+        assert_eq!(peer6, Some("fd00:9::1".parse().unwrap()));
+        // recorded, and adopted again after a restart
+        drop(r);
+        let (mut r, w) = Registry::open(d.path(), Some(Box::new(keeper))).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(r.pipe_info("a", false).unwrap().ip6, info.ip6);
+        assert!(r.snapshot().table.lookup6(ll).is_some());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::topology::wire::Shape;
 use crate::verdict::{ratio_lines, raw_ratio_lines, raw_targets, targets, Verdict};
 use crate::workload::rate::{Lim, RateRun, Schedule};
 use crate::workload::raw::RawArgs;
-use crate::workload::{Runner, Timing};
+use crate::workload::{ipv6_unsupported, Runner, Timing};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
@@ -77,6 +77,11 @@ pub struct BenchArgs {
     /// `tool` sockperf / iperf3).
     #[arg(long)]
     pub crosscheck: bool,
+    /// rr and stream over IPv6: docknet and docknet-fc on dual-stack pipes, loopback and
+    /// container over `::1`; the other modes are reported as skipped, with the reason
+    /// (results: tcp-WORKLOAD-ipv6.json).
+    #[arg(long)]
+    pub ipv6: bool,
     /// Write all results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -187,8 +192,26 @@ fn write_outputs(
 
 /// Runs `docknet bench rr|stream|pairs`.
 pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
-    let req = args.request(workload)?;
+    let mut req = args.request(workload)?;
     req.check()?;
+    // over IPv6, the modes that cannot run are taken out here and reported with the reason
+    let mut v6_skipped = Vec::new();
+    if args.ipv6 {
+        if !matches!(workload, Workload::Rr | Workload::Stream) {
+            bail!("--ipv6 measures rr and stream");
+        }
+        if args.crosscheck {
+            bail!("--ipv6 does not run the cross-check (sockperf and iperf3 are given IPv4 addresses)");
+        }
+        req.modes
+            .retain(|m| match ipv6_unsupported(*m, req.topology) {
+                Some(why) => {
+                    v6_skipped.push((*m, why));
+                    false
+                }
+                None => true,
+            });
+    }
     if args.duration <= 0.0 || args.warmup < 0.0 {
         bail!("--duration must be positive, --warmup not negative");
     }
@@ -205,6 +228,19 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
     let mut runner = Runner::new(exe, workload, timing, stop.clone(), plan.total_points())?;
     runner.topology = req.topology;
     runner.shape = args.shape();
+    runner.ipv6 = args.ipv6;
+    for (mode, why) in v6_skipped {
+        runner
+            .progress
+            .line(&format!("{mode}: skipped over IPv6: {why}"));
+        runner.skipped.push(NotAvailable {
+            mode: mode.name().into(),
+            topology: req.topology,
+            mtu: None,
+            status: Status::Skipped,
+            reason: format!("not over IPv6: {why}"),
+        });
+    }
     for (mode, reason) in &plan.unavailable {
         runner
             .progress
@@ -258,6 +294,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
     env.topology = Some(req.topology);
     env.wire = args.shape().describe();
     env.wire_gbps = args.shape().gbps();
+    env.ipv6 = args.ipv6;
     let res = Results {
         env,
         results: runner.rows,
@@ -280,12 +317,23 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         (Workload::Http, _) => "HTTP under load",
         (Workload::Nat, _) => "NAT load balancer",
     };
+    let title = if args.ipv6 {
+        match workload {
+            Workload::Rr => "TCP request/response latency over IPv6 side by side",
+            _ => "TCP streaming goodput over IPv6 side by side",
+        }
+    } else {
+        title
+    };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";
-    let name = match req.topology {
+    let mut name = match req.topology {
         Topology::OneHost => format!("tcp-{workload}"),
         Topology::TwoHost => format!("tcp-{workload}-two-host"),
     };
+    if args.ipv6 {
+        name.push_str("-ipv6");
+    }
     write_outputs(
         &res,
         args.json.as_ref(),

@@ -514,6 +514,9 @@ pub struct Env {
         skip_serializing_if = "Option::is_none"
     )]
     pub wire_gbps: Option<f64>,
+    /// The run measured over IPv6 (`docknet bench --ipv6`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ipv6: bool,
 }
 
 impl Env {
@@ -541,6 +544,7 @@ impl Env {
             topology: None,
             wire: None,
             wire_gbps: None,
+            ipv6: false,
         }
     }
 }

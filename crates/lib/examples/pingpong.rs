@@ -18,7 +18,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Some("client") => {
-            let mut c = TcpStream::connect(&stack, args.get(2).ok_or("IP:PORT?")?.parse()?)?;
+            let mut c = TcpStream::connect(
+                &stack,
+                args.get(2)
+                    .ok_or("IP:PORT?")?
+                    .parse::<std::net::SocketAddr>()?,
+            )?;
             let n: usize = args.get(3).map_or(Ok(10_000), |s| s.parse())?;
             let mut rtts = Vec::with_capacity(n);
             let mut m = [7u8; 64];

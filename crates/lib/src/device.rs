@@ -10,7 +10,7 @@ use crate::raw::{Endpoint, SendError};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// Faults injected on received frames (for tests and experiments; none by default).
@@ -98,10 +98,13 @@ pub struct PipeDevice {
     /// listener's pool has been refilled, and is the next frame received.
     pub(crate) held_syn: Option<usize>,
     /// Neighbours told to smoltcp (see [`PipeDevice::learn`]): address, MAC, when.
-    learned: std::collections::HashMap<Ipv4Addr, ([u8; 6], std::time::Instant)>,
-    /// A received frame that waits (in `rx_buf`) behind the ARP reply announcing its sender.
+    learned: std::collections::HashMap<IpAddr, ([u8; 6], std::time::Instant)>,
+    /// A received frame that waits (in `rx_buf`) behind the ARP reply (neighbour
+    /// advertisement) announcing its sender.
     after_arp: Option<usize>,
-    arp_buf: [u8; 42],
+    /// That announcement, `arp_len` bytes.
+    arp_buf: [u8; crate::frame::NA_LEN],
+    arp_len: usize,
 }
 
 /// How long smoltcp is trusted to remember a neighbour it was told of (it forgets after 60 s).
@@ -130,7 +133,8 @@ impl PipeDevice {
             held_syn: None,
             learned: std::collections::HashMap::new(),
             after_arp: None,
-            arp_buf: [0; 42],
+            arp_buf: [0; crate::frame::NA_LEN],
+            arp_len: 0,
         }
     }
 
@@ -141,8 +145,12 @@ impl PipeDevice {
     /// daemon's proxy ARP would answer with the same MAC (the sender's pipe, a fast-channel
     /// partner already checked for it, or the link towards the wire), so nothing is learnt
     /// that asking would not have given. Returns true when an ARP reply is to be delivered
-    /// first (it is in `arp_buf`).
+    /// first (it is in `arp_buf`). IPv6 the same way: a neighbour advertisement for the
+    /// sender of an IPv6 frame from the pipe's IPv6 network or a link-local address.
     fn learn(&mut self, n: usize) -> bool {
+        if let Some(src) = crate::frame::ipv6_src(&self.rx_buf[..n]) {
+            return self.learn6(src);
+        }
         let Some((ip, mac)) = crate::frame::ipv4_src(&self.rx_buf[..n]) else {
             return false;
         };
@@ -157,6 +165,48 @@ impl PipeDevice {
         {
             return false;
         }
+        if !self.remember(IpAddr::V4(ip), mac) {
+            return false;
+        }
+        self.arp_buf[..42].copy_from_slice(&crate::frame::arp_reply(mac, ip, self.ep.mac(), me));
+        self.arp_len = 42;
+        true
+    }
+
+    /// [`PipeDevice::learn`] for an IPv6 frame from `src`.
+    fn learn6(&mut self, src: std::net::Ipv6Addr) -> bool {
+        let Some((me, prefix)) = self.ep.ip6() else {
+            return false;
+        };
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&self.rx_buf[6..12]);
+        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+        let link_local = src.segments()[0] & 0xffc0 == 0xfe80;
+        let on_link = u128::from(src) & mask == u128::from(me) & mask;
+        if src == me
+            || src == docknet_pipe::delivery::link_local(self.ep.mac())
+            || !(on_link || link_local)
+            || src.is_multicast()
+            || src.is_unspecified()
+            || mac[0] & 1 == 1
+        {
+            return false;
+        }
+        if !self.remember(IpAddr::V6(src), mac) {
+            return false;
+        }
+        let to = if link_local {
+            docknet_pipe::delivery::link_local(self.ep.mac())
+        } else {
+            me
+        };
+        self.arp_buf = crate::frame::neighbor_advert(mac, src, self.ep.mac(), to);
+        self.arp_len = crate::frame::NA_LEN;
+        true
+    }
+
+    /// Records that `ip` is at `mac`; false when smoltcp was told so recently.
+    fn remember(&mut self, ip: IpAddr, mac: [u8; 6]) -> bool {
         let now = std::time::Instant::now();
         if let Some((m, t)) = self.learned.get(&ip) {
             if *m == mac && now.duration_since(*t) < LEARN_FOR {
@@ -167,17 +217,24 @@ impl PipeDevice {
             self.learned.clear();
         }
         self.learned.insert(ip, (mac, now));
-        self.arp_buf = crate::frame::arp_reply(mac, ip, self.ep.mac(), me);
         true
     }
 
-    /// The destination port of an IPv4 TCP SYN (without ACK) frame, if `f` is one.
+    /// The destination port of a TCP SYN (without ACK) frame over IPv4 or IPv6 (without
+    /// extension headers), if `f` is one.
     fn syn_port(f: &[u8]) -> Option<u16> {
         const ETH: usize = 14;
-        if f.len() < ETH + 20 || f[12..14] != [0x08, 0x00] || f[ETH] >> 4 != 4 || f[ETH + 9] != 6 {
+        let tcp = if f.len() >= ETH + 40 && f[12..14] == [0x86, 0xdd] && f[ETH + 6] == 6 {
+            ETH + 40
+        } else if f.len() >= ETH + 20
+            && f[12..14] == [0x08, 0x00]
+            && f[ETH] >> 4 == 4
+            && f[ETH + 9] == 6
+        {
+            ETH + usize::from(f[ETH] & 0x0f) * 4
+        } else {
             return None;
-        }
-        let tcp = ETH + usize::from(f[ETH] & 0x0f) * 4;
+        };
         let flags = *f.get(tcp + 13)?;
         (flags & 0x12 == 0x02).then(|| u16::from_be_bytes([f[tcp + 2], f[tcp + 3]]))
     }
@@ -343,7 +400,7 @@ impl phy::Device for PipeDevice {
                 self.after_arp = Some(n);
                 self.stats.rx += 1;
                 return Some((
-                    PipeRxToken(&self.arp_buf),
+                    PipeRxToken(&self.arp_buf[..self.arp_len]),
                     PipeTxToken {
                         ep: &mut self.ep,
                         buf: &mut self.tx_buf,

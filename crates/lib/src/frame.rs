@@ -1,6 +1,7 @@
-//! Minimal Ethernet/IPv4/ARP helpers for raw frames (the TCP/IP stack proper is smoltcp's job).
+//! Minimal Ethernet/IPv4/IPv6/ARP helpers for raw frames (the TCP/IP stack proper is smoltcp's
+//! job).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Ethernet header length (the workspace's one definition, from `docknet-pipe`).
 pub const ETH: usize = docknet_pipe::ETH_HDR;
@@ -10,6 +11,10 @@ pub const IPV4: usize = 20;
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 /// Ethertype ARP.
 pub const ETHERTYPE_ARP: u16 = 0x0806;
+/// Ethertype IPv6.
+pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+/// IPv6 header length.
+pub const IPV6: usize = 40;
 /// IP protocol number used for raw benchmark frames ("use for experimentation", RFC 3692).
 pub const PROTO_EXPERIMENT: u8 = 253;
 
@@ -20,6 +25,65 @@ pub fn ipv4_dst(frame: &[u8]) -> Option<Ipv4Addr> {
     }
     Some(Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]))
 }
+
+fn ipv6_at(frame: &[u8], at: usize) -> Option<Ipv6Addr> {
+    if frame.len() < ETH + IPV6 || frame[12..14] != ETHERTYPE_IPV6.to_be_bytes() {
+        return None;
+    }
+    let mut o = [0u8; 16];
+    o.copy_from_slice(&frame[at..at + 16]);
+    Some(Ipv6Addr::from(o))
+}
+
+/// Destination IPv6 address of an Ethernet frame carrying IPv6, if it does.
+pub fn ipv6_dst(frame: &[u8]) -> Option<Ipv6Addr> {
+    ipv6_at(frame, ETH + 24)
+}
+
+/// Source IPv6 address of an Ethernet frame carrying IPv6, if it does.
+pub fn ipv6_src(frame: &[u8]) -> Option<Ipv6Addr> {
+    ipv6_at(frame, ETH + 8)
+}
+
+/// An Ethernet + IPv6 neighbour advertisement (solicited, override, with the target's
+/// link-layer address) saying that `target` is at `target_mac`, sent to (`dst_mac`, `dst`).
+pub fn neighbor_advert(
+    target_mac: [u8; 6],
+    target: Ipv6Addr,
+    dst_mac: [u8; 6],
+    dst: Ipv6Addr,
+) -> [u8; NA_LEN] {
+    let mut f = [0u8; NA_LEN];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&target_mac);
+    f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    f[ETH] = 0x60;
+    f[ETH + 4..ETH + 6].copy_from_slice(&32u16.to_be_bytes());
+    f[ETH + 6] = 58;
+    f[ETH + 7] = 255;
+    f[ETH + 8..ETH + 24].copy_from_slice(&target.octets());
+    f[ETH + 24..ETH + 40].copy_from_slice(&dst.octets());
+    let o = ETH + IPV6;
+    f[o] = 136;
+    f[o + 4] = 0x60;
+    f[o + 8..o + 24].copy_from_slice(&target.octets());
+    f[o + 24] = 2;
+    f[o + 25] = 1;
+    f[o + 26..o + 32].copy_from_slice(&target_mac);
+    // the ICMPv6 checksum over the pseudo-header
+    let mut pseudo = Vec::with_capacity(40 + 32);
+    pseudo.extend_from_slice(&target.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&32u32.to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(&f[o..]);
+    let c = checksum(&pseudo);
+    f[o + 2..o + 4].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
+/// Length of [`neighbor_advert`]'s frame.
+pub const NA_LEN: usize = ETH + IPV6 + 32;
 
 /// RFC 1071 checksum of `data`.
 pub fn checksum(data: &[u8]) -> u16 {

@@ -15,7 +15,9 @@
 //! daemon bumps the pipe's generation word to say so), and after a daemon restart the endpoint
 //! reconnects. The ring layout is computed from what the daemon says, never read from a region's
 //! header, and a channel's partner is who the daemon says it is: frames arriving on a channel
-//! must carry the partner's MAC and IPv4 source address, or they are dropped and counted.
+//! must carry the partner's MAC and IPv4 source address (IPv6: the partner's IPv6 or link-local
+//! address), or they are dropped and counted. IPv6 frames go through a channel when their
+//! destination is the partner's IPv6 or link-local address.
 
 use crate::frame;
 use docknet_pipe::delivery::{self, ChannelDesc, Msg, PipeDesc, Side};
@@ -25,7 +27,7 @@ use docknet_pipe::ring::RingStats;
 use docknet_pipe::wake;
 use docknet_pipe::{Consumer, IdlePolicy, Idler, Producer, PushError, Region};
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
@@ -89,6 +91,8 @@ struct FcLink {
     id: u64,
     peer_ip: Ipv4Addr,
     peer_mac: [u8; 6],
+    /// The partner's IPv6 addresses (global, link-local), when it has IPv6.
+    peer_ip6: Option<(Ipv6Addr, Ipv6Addr)>,
     region: Arc<Region>,
     tx: Producer,
     rx: Consumer,
@@ -127,6 +131,8 @@ pub struct Endpoint {
     /// After a reconnect: the channels announced so far, until `Synced`.
     resync: Option<Vec<u64>>,
     name: String,
+    /// The pipe's IPv6 address and prefix length, when it has one.
+    ip6: Option<(Ipv6Addr, u8)>,
     region: Arc<Region>,
     info: RegionInfo,
     tx: Producer,
@@ -214,6 +220,7 @@ impl Endpoint {
             last_try: None,
             resync: None,
             name: p.name.clone(),
+            ip6: p.ip6,
             generation: layout::generation(&region),
             tx: Producer::adopt(&region, info.rings[0]),
             rx: Consumer::adopt(&region, info.rings[1]),
@@ -247,6 +254,10 @@ impl Endpoint {
     /// Prefix length of its subnet.
     pub fn prefix(&self) -> u32 {
         self.info.id.ip_b_or_prefix
+    }
+    /// This pipe's IPv6 address and prefix length, when it has one (dual stack).
+    pub fn ip6(&self) -> Option<(Ipv6Addr, u8)> {
+        self.ip6
     }
     /// This pipe's MAC.
     pub fn mac(&self) -> [u8; 6] {
@@ -384,18 +395,26 @@ impl Endpoint {
         if frame.is_empty() {
             return Err(SendError::BadLength(0));
         }
-        if let Some(dst) = frame::ipv4_dst(frame) {
-            if let Some(l) = self.fcs.iter_mut().find(|l| l.peer_ip == dst) {
-                if frame.len() <= l.tx.layout().frame_size as usize {
-                    return match l.tx.push(&l.region, frame, 0) {
-                        Ok(()) => {
-                            self.stats.tx_fc += 1;
-                            Ok(Via::FastChannel)
-                        }
-                        Err(PushError::Full) => Err(SendError::Full),
-                        Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
-                    };
-                }
+        let link = match frame::ipv4_dst(frame) {
+            Some(dst) => self.fcs.iter_mut().find(|l| l.peer_ip == dst),
+            None => match frame::ipv6_dst(frame) {
+                Some(dst) => self
+                    .fcs
+                    .iter_mut()
+                    .find(|l| l.peer_ip6.is_some_and(|(g, ll)| g == dst || ll == dst)),
+                None => None,
+            },
+        };
+        if let Some(l) = link {
+            if frame.len() <= l.tx.layout().frame_size as usize {
+                return match l.tx.push(&l.region, frame, 0) {
+                    Ok(()) => {
+                        self.stats.tx_fc += 1;
+                        Ok(Via::FastChannel)
+                    }
+                    Err(PushError::Full) => Err(SendError::Full),
+                    Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
+                };
             }
         }
         if self.is_closed() {
@@ -457,7 +476,7 @@ impl Endpoint {
                 let Some(n) = take(&l.region, &mut l.rx, &mut l.rx_unreleased, buf) else {
                     break;
                 };
-                if from_partner(&buf[..n], l.peer_ip, l.peer_mac) {
+                if from_partner(&buf[..n], l.peer_ip, l.peer_mac, l.peer_ip6) {
                     self.stats.rx_fc += 1;
                     return Some((n, Via::FastChannel));
                 }
@@ -611,13 +630,20 @@ impl Drop for Endpoint {
     }
 }
 
-/// Whether a frame from a fast channel comes from the partner: its MAC, and for IPv4 its
-/// source address. (ARP is never sent over a channel: partners know each other's MAC.)
-fn from_partner(f: &[u8], ip: Ipv4Addr, mac: [u8; 6]) -> bool {
-    f.len() >= frame::ETH + frame::IPV4
-        && f[6..12] == mac
-        && f[12..14] == frame::ETHERTYPE_IPV4.to_be_bytes()
-        && f[frame::ETH + 12..frame::ETH + 16] == ip.octets()
+/// Whether a frame from a fast channel comes from the partner: its MAC, and its IPv4 source
+/// address, or for IPv6 (from a partner that has IPv6) its IPv6 or link-local source address.
+/// (ARP and neighbour discovery are never sent over a channel: they go to the daemon.)
+fn from_partner(f: &[u8], ip: Ipv4Addr, mac: [u8; 6], ip6: Option<(Ipv6Addr, Ipv6Addr)>) -> bool {
+    if f.len() < frame::ETH + frame::IPV4 || f[6..12] != mac {
+        return false;
+    }
+    if f[12..14] == frame::ETHERTYPE_IPV4.to_be_bytes() {
+        return f[frame::ETH + 12..frame::ETH + 16] == ip.octets();
+    }
+    match (frame::ipv6_src(f), ip6) {
+        (Some(src), Some((g, ll))) => src == g || src == ll,
+        _ => false,
+    }
 }
 
 /// One message from the daemon (with its fd, if one came).
@@ -667,6 +693,7 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
         id: c.id,
         peer_ip: c.peer_ip,
         peer_mac: c.peer_mac,
+        peer_ip6: c.peer_ip6.map(|g| (g, delivery::link_local(c.peer_mac))),
         tx: Producer::adopt(&region, tx),
         rx: Consumer::adopt(&region, rx),
         region,

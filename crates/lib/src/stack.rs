@@ -22,9 +22,11 @@ use crate::raw::{AttachError, Endpoint, SleepSet};
 use docknet_pipe::{IdlePolicy, Idler};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
-use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address};
+use smoltcp::wire::{
+    EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint, Ipv4Address, Ipv6Address,
+};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -245,6 +247,7 @@ pub(crate) struct Shared {
     pub(crate) cfg: StackConfig,
     ip: Ipv4Addr,
     prefix: u8,
+    ip6: Option<(Ipv6Addr, u8)>,
 }
 
 /// Rings armed for one sleep: the futex words, and how long the sleep may last.
@@ -351,13 +354,18 @@ impl Drop for CallGuard<'_> {
     }
 }
 
-pub(crate) fn to_ip(a: Ipv4Addr) -> IpAddress {
-    IpAddress::Ipv4(Ipv4Address::from_octets(a.octets()))
+pub(crate) fn to_ip(a: impl Into<IpAddr>) -> IpAddress {
+    match a.into() {
+        IpAddr::V4(a) => IpAddress::Ipv4(Ipv4Address::from_octets(a.octets())),
+        IpAddr::V6(a) => IpAddress::Ipv6(Ipv6Address::from_octets(a.octets())),
+    }
 }
 
-pub(crate) fn from_ep(e: IpEndpoint) -> SocketAddrV4 {
-    let IpAddress::Ipv4(a) = e.addr;
-    SocketAddrV4::new(Ipv4Addr::from(a.octets()), e.port)
+pub(crate) fn from_ep(e: IpEndpoint) -> SocketAddr {
+    match e.addr {
+        IpAddress::Ipv4(a) => SocketAddr::new(IpAddr::V4(Ipv4Addr::from(a.octets())), e.port),
+        IpAddress::Ipv6(a) => SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a.octets())), e.port),
+    }
 }
 
 /// The error for a call that ran out of time: says so plainly, unless the reason is that the
@@ -391,6 +399,7 @@ impl Stack {
     pub fn new(ep: Endpoint, cfg: StackConfig) -> Stack {
         let ip = ep.ip();
         let prefix = ep.prefix().min(32) as u8;
+        let ip6 = ep.ip6();
         let mac = ep.mac();
         let mut dev = PipeDevice::new(ep, cfg.checksums);
         if let Some(f) = cfg.faults {
@@ -410,6 +419,12 @@ impl Stack {
         let mut iface = Interface::new(config, &mut dev, smoltcp::time::Instant::from_micros(0));
         iface.update_ip_addrs(|a| {
             let _ = a.push(IpCidr::new(to_ip(ip), prefix));
+            // dual stack: the pipe's IPv6 address and its link-local address
+            if let Some((ip6, prefix6)) = ip6 {
+                let _ = a.push(IpCidr::new(to_ip(ip6), prefix6));
+                let ll = docknet_pipe::delivery::link_local(mac);
+                let _ = a.push(IpCidr::new(to_ip(ll), 64));
+            }
         });
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -428,6 +443,7 @@ impl Stack {
             cfg,
             ip,
             prefix,
+            ip6,
         });
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
@@ -458,6 +474,25 @@ impl Stack {
             .checked_shl(32 - u32::from(self.shared.prefix))
             .unwrap_or(0);
         u32::from(a) & mask == u32::from(self.shared.ip) & mask
+    }
+
+    /// This stack's IPv6 address and its prefix length, when the pipe has one (dual stack).
+    /// Its link-local address is [`docknet_pipe::delivery::link_local`] of its MAC.
+    pub fn ip6(&self) -> Option<(Ipv6Addr, u8)> {
+        self.shared.ip6
+    }
+
+    /// Whether the IPv6 address `a` lies in the pipe's IPv6 network or is link-local (false
+    /// without IPv6).
+    pub fn on_link6(&self, a: Ipv6Addr) -> bool {
+        let Some((me, prefix)) = self.shared.ip6 else {
+            return false;
+        };
+        if a.segments()[0] & 0xffc0 == 0xfe80 {
+            return true;
+        }
+        let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+        u128::from(a) & mask == u128::from(me) & mask
     }
 
     /// Device counters.

@@ -4,7 +4,7 @@ use crate::stack::{from_ep, to_ip, Inner, Listening, Stack};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -53,13 +53,21 @@ impl TcpListener {
         })
     }
 
-    /// The address listened on.
+    /// The address listened on (its IPv4 address; a listener takes connections to every
+    /// address of the stack, IPv6 too on a dual-stack pipe).
     pub fn local_addr(&self) -> SocketAddrV4 {
         SocketAddrV4::new(self.stack.ip(), self.port)
     }
 
-    /// Waits for a connection.
-    pub fn accept(&mut self) -> io::Result<(TcpStream, SocketAddrV4)> {
+    /// The IPv6 address listened on, when the pipe has one.
+    pub fn local_addr6(&self) -> Option<SocketAddrV6> {
+        self.stack
+            .ip6()
+            .map(|(a, _)| SocketAddrV6::new(a, self.port, 0, 0))
+    }
+
+    /// Waits for a connection; returns it and the peer's address (IPv4 or IPv6).
+    pub fn accept(&mut self) -> io::Result<(TcpStream, SocketAddr)> {
         self.accept_timeout(None)
     }
 
@@ -69,24 +77,21 @@ impl TcpListener {
     }
 
     /// Waits for a connection, at most `timeout`.
-    pub fn accept_timeout(
-        &self,
-        timeout: Option<Duration>,
-    ) -> io::Result<(TcpStream, SocketAddrV4)> {
+    pub fn accept_timeout(&self, timeout: Option<Duration>) -> io::Result<(TcpStream, SocketAddr)> {
         let port = self.port;
         let (h, peer) = self.stack.block_on(timeout, |g| accept_step(g, port))?;
         Ok(self.accepted(h, peer))
     }
 
     /// Takes a connection that has arrived, or fails with `WouldBlock` at once.
-    pub fn try_accept(&self) -> io::Result<(TcpStream, SocketAddrV4)> {
+    pub fn try_accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let port = self.port;
         let (h, peer) = self.stack.try_now(true, |g| accept_step(g, port))?;
         Ok(self.accepted(h, peer))
     }
 
-    fn accepted(&self, h: SocketHandle, peer: Option<SocketAddrV4>) -> (TcpStream, SocketAddrV4) {
-        let peer = peer.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+    fn accepted(&self, h: SocketHandle, peer: Option<SocketAddr>) -> (TcpStream, SocketAddr) {
+        let peer = peer.unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
         (TcpStream::wrap(&self.stack, h), peer)
     }
 
@@ -113,10 +118,7 @@ fn established(g: &mut Inner, h: SocketHandle) -> bool {
 }
 
 /// Hands out the oldest pooled socket that has a connection (the next poll refills the pool).
-fn accept_step(
-    g: &mut Inner,
-    port: u16,
-) -> Option<io::Result<(SocketHandle, Option<SocketAddrV4>)>> {
+fn accept_step(g: &mut Inner, port: u16) -> Option<io::Result<(SocketHandle, Option<SocketAddr>)>> {
     let li = g.listeners.iter().position(|l| l.port == port)?;
     let pool = g.listeners[li].pool.clone();
     let i = pool.iter().position(|h| established(g, *h))?;
@@ -163,9 +165,11 @@ impl TcpStream {
         }
     }
 
-    /// Connects to `addr`. A closed port gives `ConnectionRefused`; no answer within the
-    /// stack's connect timeout gives `TimedOut`.
-    pub fn connect(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
+    /// Connects to `addr` (a `SocketAddrV4`, a `SocketAddrV6` on a dual-stack pipe, or a
+    /// `SocketAddr`). A closed port gives `ConnectionRefused`; no answer within the stack's
+    /// connect timeout gives `TimedOut`.
+    pub fn connect(stack: &Stack, addr: impl Into<SocketAddr>) -> io::Result<TcpStream> {
+        let addr = addr.into();
         let s = TcpStream::connect_start(stack, addr)?;
         let h = s.h;
         stack.block_on(Some(stack.shared.cfg.connect_timeout), |g| {
@@ -177,7 +181,8 @@ impl TcpStream {
     /// Starts connecting to `addr` and returns at once (the SYN is sent): a non-blocking
     /// connect. The stream is writable once connected; [`TcpStream::connect_result`] tells
     /// how it went.
-    pub fn connect_start(stack: &Stack, addr: SocketAddrV4) -> io::Result<TcpStream> {
+    pub fn connect_start(stack: &Stack, addr: impl Into<SocketAddr>) -> io::Result<TcpStream> {
+        let addr = addr.into();
         let _call = crate::stack::CallGuard::new(&stack.shared);
         let mut g = stack.lock();
         let h = g.new_tcp_socket();
@@ -185,7 +190,7 @@ impl TcpStream {
         let Inner { iface, sockets, .. } = &mut *g;
         let r = sockets.get_mut::<tcp::Socket>(h).connect(
             iface.context(),
-            (to_ip(*addr.ip()), addr.port()),
+            (to_ip(addr.ip()), addr.port()),
             local,
         );
         if let Err(e) = r {
@@ -205,7 +210,7 @@ impl TcpStream {
     pub fn connect_result(&self) -> Option<io::Result<()>> {
         let addr = self
             .peer_addr()
-            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+            .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
         connect_step(&mut self.stack.lock(), self.h, addr)
     }
 
@@ -215,12 +220,12 @@ impl TcpStream {
     }
 
     /// Remote address.
-    pub fn peer_addr(&self) -> Option<SocketAddrV4> {
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
         self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep)
     }
 
     /// Local address (the stack's address and this connection's port).
-    pub fn local_addr(&self) -> Option<SocketAddrV4> {
+    pub fn local_addr(&self) -> Option<SocketAddr> {
         self.stack.lock().tcp(self.h).local_endpoint().map(from_ep)
     }
 
@@ -391,7 +396,7 @@ impl TcpStream {
 }
 
 /// A connect's outcome so far (see [`TcpStream::connect_result`]).
-fn connect_step(g: &mut Inner, h: SocketHandle, addr: SocketAddrV4) -> Option<io::Result<()>> {
+fn connect_step(g: &mut Inner, h: SocketHandle, addr: SocketAddr) -> Option<io::Result<()>> {
     match g.tcp(h).state() {
         tcp::State::Established | tcp::State::CloseWait => Some(Ok(())),
         tcp::State::Closed => Some(Err(io::Error::new(

@@ -5,7 +5,7 @@ use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
 use smoltcp::wire::IpEndpoint;
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::Duration;
 
 /// How long a dropped socket waits for its queued datagrams to leave (the peer's address may
@@ -48,9 +48,17 @@ impl UdpSocket {
         })
     }
 
-    /// Local address.
+    /// Local address (its IPv4 address; the socket takes datagrams to every address of the
+    /// stack, IPv6 too on a dual-stack pipe).
     pub fn local_addr(&self) -> SocketAddrV4 {
         SocketAddrV4::new(self.stack.ip(), self.port)
+    }
+
+    /// Local IPv6 address, when the pipe has one.
+    pub fn local_addr6(&self) -> Option<SocketAddrV6> {
+        self.stack
+            .ip6()
+            .map(|(a, _)| SocketAddrV6::new(a, self.port, 0, 0))
     }
 
     /// Sets the receive timeout.
@@ -59,29 +67,31 @@ impl UdpSocket {
     }
 
     /// Sends one datagram (waits while the send buffer is full).
-    pub fn send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+    pub fn send_to(&self, buf: &[u8], to: impl Into<SocketAddr>) -> io::Result<usize> {
+        let to = to.into();
         let h = self.h;
-        let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
+        let dst = IpEndpoint::new(to_ip(to.ip()), to.port());
         self.stack
             .block_on(Some(Duration::from_secs(5)), |g| send_step(g, h, buf, dst))
     }
 
     /// Sends one datagram, or fails with `WouldBlock` at once when the buffer is full.
-    pub fn try_send_to(&self, buf: &[u8], to: SocketAddrV4) -> io::Result<usize> {
+    pub fn try_send_to(&self, buf: &[u8], to: impl Into<SocketAddr>) -> io::Result<usize> {
+        let to = to.into();
         let h = self.h;
-        let dst = IpEndpoint::new(to_ip(*to.ip()), to.port());
+        let dst = IpEndpoint::new(to_ip(to.ip()), to.port());
         self.stack.try_now(true, |g| send_step(g, h, buf, dst))
     }
 
     /// Receives one datagram.
-    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let h = self.h;
         self.stack
             .block_on(self.read_timeout, |g| recv_step(g, h, buf))
     }
 
     /// Receives one datagram that has arrived, or fails with `WouldBlock` at once.
-    pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddrV4)> {
+    pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let h = self.h;
         self.stack.try_now(false, |g| recv_step(g, h, buf))
     }
@@ -93,7 +103,7 @@ impl UdpSocket {
         &self,
         buf: &mut [u8],
         peek: bool,
-    ) -> io::Result<(usize, usize, SocketAddrV4)> {
+    ) -> io::Result<(usize, usize, SocketAddr)> {
         let h = self.h;
         self.stack.try_now(false, |g| {
             let s = g.sockets.get_mut::<udp::Socket>(h);
@@ -160,7 +170,7 @@ fn recv_step(
     g: &mut Inner,
     h: SocketHandle,
     buf: &mut [u8],
-) -> Option<io::Result<(usize, SocketAddrV4)>> {
+) -> Option<io::Result<(usize, SocketAddr)>> {
     let s = g.sockets.get_mut::<udp::Socket>(h);
     if !s.can_recv() {
         return None;

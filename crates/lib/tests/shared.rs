@@ -104,8 +104,8 @@ fn threads_share_one_stream_reading_and_writing_at_once() {
         .or_else(|_| l.accept_timeout(Some(Duration::from_secs(5))))
         .unwrap();
     assert_eq!(peer, c.local_addr().unwrap());
-    assert_eq!(s.local_addr().unwrap(), SocketAddrV4::new(B, 7101));
-    assert_eq!(c.peer_addr().unwrap(), SocketAddrV4::new(B, 7101));
+    assert_eq!(s.local_addr().unwrap(), SocketAddrV4::new(B, 7101).into());
+    assert_eq!(c.peer_addr().unwrap(), SocketAddrV4::new(B, 7101).into());
     // the server echoes
     let echo = thread::spawn(move || {
         let mut buf = [0u8; 4096];
@@ -215,7 +215,7 @@ fn udp_messages_longer_than_the_buffer_are_cut_and_peek_keeps_them() {
     assert_eq!(rx.next_len(), Some(300));
     let mut small = [0u8; 100];
     let (k, whole, from) = rx.try_recv_msg(&mut small, true).unwrap();
-    assert_eq!((k, whole, from), (100, 300, tx.local_addr()));
+    assert_eq!((k, whole, from), (100, 300, tx.local_addr().into()));
     let (k, whole, _) = rx.try_recv_msg(&mut small, false).unwrap();
     assert_eq!((k, whole), (100, 300));
     assert_eq!(rx.next_len(), None);

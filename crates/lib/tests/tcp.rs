@@ -151,7 +151,7 @@ fn udp_datagrams_both_ways() {
         a.send_to(&msg, to).unwrap();
         let mut buf = [0u8; 2048];
         let (k, from) = a.recv_from(&mut buf).unwrap();
-        assert_eq!(from, to);
+        assert_eq!(from, to.into());
         assert_eq!(&buf[..k], &msg[..]);
     }
     echo.join().unwrap();

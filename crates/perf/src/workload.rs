@@ -5,7 +5,7 @@ use crate::stats::{buckets, cpu_seconds, histogram, now_ns, Summary, Window};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Bytes of the ping-pong header inside a message.
@@ -83,7 +83,7 @@ impl Outcome {
 
 /// Serves measurement connections on `addr`, each on its own thread; returns after `conns`
 /// connections have finished (0: never).
-pub fn serve<N: Net>(net: &N, addr: SocketAddrV4, conns: usize) -> Result<u64> {
+pub fn serve<N: Net>(net: &N, addr: SocketAddr, conns: usize) -> Result<u64> {
     let mut l = net
         .listen(addr)
         .with_context(|| format!("listening on {addr}"))?;
@@ -226,7 +226,7 @@ fn mismatches(b: &[u8], at: u64) -> u64 {
 
 /// A checked stream: `total` bytes of the pattern in writes of `size`; returns the bytes and
 /// mismatches the receiver counted.
-pub fn checked<N: Net>(net: &N, addr: SocketAddrV4, size: usize, total: u64) -> Result<Outcome> {
+pub fn checked<N: Net>(net: &N, addr: SocketAddr, size: usize, total: u64) -> Result<Outcome> {
     let mut s = net
         .connect(addr, false)
         .with_context(|| format!("connecting to {addr}"))?;
@@ -277,7 +277,7 @@ pub struct Pace {
 /// Runs a client: connects, waits for `pace.start_at` if given, then warms up and measures.
 pub fn client<N: Net>(
     net: &N,
-    addr: SocketAddrV4,
+    addr: SocketAddr,
     workload: Workload,
     size: usize,
     pace: Pace,
@@ -412,7 +412,7 @@ const U_QUIT: u8 = b'q';
 const U_REPORT: u8 = b'R';
 
 /// Serves UDP measurement sessions on `addr`; returns after `sessions` sessions (0: never).
-pub fn serve_udp<N: Net>(net: &N, addr: SocketAddrV4, sessions: usize) -> Result<u64> {
+pub fn serve_udp<N: Net>(net: &N, addr: SocketAddr, sessions: usize) -> Result<u64> {
     let s = net
         .udp_bind(addr)
         .with_context(|| format!("binding UDP {addr}"))?;
@@ -482,7 +482,7 @@ pub fn serve_udp<N: Net>(net: &N, addr: SocketAddrV4, sessions: usize) -> Result
 /// datagrams as fast as the socket takes them; goodput is what the server counted.
 pub fn client_udp<N: Net>(
     net: &N,
-    addr: SocketAddrV4,
+    addr: SocketAddr,
     workload: Workload,
     size: usize,
     duration: Duration,
@@ -492,7 +492,10 @@ pub fn client_udp<N: Net>(
         bail!("--size must be at least {RR_HDR} for UDP");
     }
     let mut s = net
-        .udp_bind(SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0))
+        .udp_bind(match addr {
+            SocketAddr::V4(_) => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+            SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        })
         .context("binding a UDP socket")?;
     s.set_read_timeout(Some(Duration::from_secs(1)))?;
     let mut m = vec![0u8; size];

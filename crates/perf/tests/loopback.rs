@@ -4,7 +4,7 @@
 use docknet_perf::net::{kernel_mtu, KernelNet};
 use docknet_perf::stats::now_ns;
 use docknet_perf::workload::{client, client_udp, serve, serve_udp, Pace, Workload};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 const D: Duration = Duration::from_millis(300);
@@ -21,7 +21,7 @@ fn pace(interval: Duration) -> Pace {
 
 #[test]
 fn tcp_rr_and_stream() {
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47311);
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 47311));
     let srv = std::thread::spawn(move || serve(&KernelNet, addr, 2).unwrap());
     let rr = client(&KernelNet, addr, Workload::Rr, 64, pace(Duration::ZERO)).unwrap();
     assert!(rr.transactions > 100, "{rr:?}");
@@ -48,7 +48,7 @@ fn tcp_rr_and_stream() {
 
 #[test]
 fn paced_rr_pauses_between_transactions_and_reports_requests() {
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47313);
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 47313));
     let srv = std::thread::spawn(move || serve(&KernelNet, addr, 1).unwrap());
     std::thread::sleep(Duration::from_millis(100));
     let pause = Duration::from_millis(50);
@@ -63,7 +63,7 @@ fn paced_rr_pauses_between_transactions_and_reports_requests() {
 
 #[test]
 fn a_client_given_a_start_time_waits_for_it_after_connecting_and_says_how_late_it_was() {
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47314);
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 47314));
     let srv = std::thread::spawn(move || serve(&KernelNet, addr, 2).unwrap());
     std::thread::sleep(Duration::from_millis(100));
     let t = std::time::Instant::now();
@@ -90,7 +90,7 @@ fn a_client_given_a_start_time_waits_for_it_after_connecting_and_says_how_late_i
 
 #[test]
 fn udp_rr_and_stream() {
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 47312);
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 47312));
     let srv = std::thread::spawn(move || serve_udp(&KernelNet, addr, 2).unwrap());
     std::thread::sleep(Duration::from_millis(100));
     let rr = client_udp(&KernelNet, addr, Workload::Rr, 64, D, W).unwrap();

@@ -2,8 +2,8 @@
 //! most one file descriptor ([`crate::fdpass`]). The daemon speaks first:
 //!
 //! ```text
-//!  Hello   {pipe: name, ip, prefix, mac, mtu, depth}   + the pipe's memfd
-//!  Channel {id, side A|B, mtu, depth, peer name/ip/mac} + the channel's memfd   (0..n)
+//!  Hello   {pipe: name, ip, prefix, mac, mtu, depth [, ip6, prefix6]}  + the pipe's memfd
+//!  Channel {id, side A|B, mtu, depth, peer name/ip/mac [, peer ip6]}  + the channel's memfd (0..n)
 //!  Synced                                               (the list of channels is complete)
 //!  ... later, whenever channels change:
 //!  Channel {...} + memfd   |   Closed {id}
@@ -14,8 +14,12 @@
 //! [`crate::layout::plan`] on both sides, and a fast channel's partner is who the daemon says.
 //! A header a partner can write is therefore never trusted. The encoding is fixed-size and
 //! little-endian; [`Msg::decode`] checks every field.
+//!
+//! **IPv6.** A pipe with an IPv6 address (and a channel whose partner has one) carries it after
+//! the name: 16 address bytes, and for a pipe its prefix length. The trailer is there only when
+//! the address is, so a pipe without IPv6 is described byte for byte as before.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Version of the delivery messages.
 pub const VERSION: u8 = 1;
@@ -47,6 +51,8 @@ pub struct PipeDesc {
     pub mtu: u32,
     /// Ring depth.
     pub depth: u32,
+    /// Its IPv6 address and prefix length, if it has one (dual stack).
+    pub ip6: Option<(Ipv6Addr, u8)>,
 }
 
 /// Which end of a fast channel the receiver is: A sends on ring 0, B on ring 1.
@@ -75,6 +81,27 @@ pub struct ChannelDesc {
     pub peer_ip: Ipv4Addr,
     /// The partner's MAC: frames from the channel must carry it.
     pub peer_mac: [u8; 6],
+    /// The partner's IPv6 address, if it has one: IPv6 frames from the channel must carry it
+    /// (or the partner's link-local address, [`link_local`]).
+    pub peer_ip6: Option<Ipv6Addr>,
+}
+
+/// The link-local address of the interface with MAC `mac`: `fe80::/64` with the modified EUI-64
+/// interface identifier (RFC 4291, appendix A). The daemon and DockLib derive a pipe's
+/// link-local address this way, so both agree on it without telling each other.
+pub fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    let mut o = [0u8; 16];
+    o[0] = 0xfe;
+    o[1] = 0x80;
+    o[8] = mac[0] ^ 0x02;
+    o[9] = mac[1];
+    o[10] = mac[2];
+    o[11] = 0xff;
+    o[12] = 0xfe;
+    o[13] = mac[3];
+    o[14] = mac[4];
+    o[15] = mac[5];
+    Ipv6Addr::from(o)
 }
 
 /// A delivery message.
@@ -135,6 +162,16 @@ impl Rd<'_> {
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from(self.u32()?) | u64::from(self.u32()?) << 32)
     }
+    fn ip6(&mut self) -> Result<Ipv6Addr, DecodeError> {
+        let b = self.take(16)?;
+        let mut o = [0u8; 16];
+        o.copy_from_slice(b);
+        let a = Ipv6Addr::from(o);
+        if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+            return Err(DecodeError::Field("ipv6 address"));
+        }
+        Ok(a)
+    }
     fn mac(&mut self) -> Result<[u8; 6], DecodeError> {
         let b = self.take(6)?;
         Ok([b[0], b[1], b[2], b[3], b[4], b[5]])
@@ -174,6 +211,10 @@ impl Msg {
                 o.extend(p.mtu.to_le_bytes());
                 o.extend(p.depth.to_le_bytes());
                 put_name(&mut o, &p.name);
+                if let Some((a, len)) = p.ip6 {
+                    o.extend(a.octets());
+                    o.push(len);
+                }
             }
             Msg::Channel(c) => {
                 o.extend([T_CHANNEL, VERSION]);
@@ -188,6 +229,9 @@ impl Msg {
                 o.extend(u32::from(c.peer_ip).to_le_bytes());
                 o.extend(c.peer_mac);
                 put_name(&mut o, &c.peer);
+                if let Some(a) = c.peer_ip6 {
+                    o.extend(a.octets());
+                }
             }
             Msg::Closed { id } => {
                 o.extend([T_CLOSED, VERSION]);
@@ -218,13 +262,25 @@ impl Msg {
                 let mac = r.mac()?;
                 let (mtu, depth) = (r.u32()?, r.u32()?);
                 check_ring(mtu, depth)?;
+                let name = r.name()?;
+                let ip6 = if r.0.is_empty() {
+                    None
+                } else {
+                    let a = r.ip6()?;
+                    let len = r.u8()?;
+                    if !(1..=128).contains(&len) {
+                        return Err(DecodeError::Field("ipv6 prefix"));
+                    }
+                    Some((a, len))
+                };
                 Msg::Hello(PipeDesc {
-                    name: r.name()?,
+                    name,
                     ip,
                     prefix,
                     mac,
                     mtu,
                     depth,
+                    ip6,
                 })
             }
             T_CHANNEL => {
@@ -238,14 +294,17 @@ impl Msg {
                 check_ring(mtu, depth)?;
                 let peer_ip = Ipv4Addr::from(r.u32()?);
                 let peer_mac = r.mac()?;
+                let peer = r.name()?;
+                let peer_ip6 = if r.0.is_empty() { None } else { Some(r.ip6()?) };
                 Msg::Channel(ChannelDesc {
                     id,
                     side,
                     mtu,
                     depth,
-                    peer: r.name()?,
+                    peer,
                     peer_ip,
                     peer_mac,
+                    peer_ip6,
                 })
             }
             T_CLOSED => Msg::Closed { id: r.u64()? },
@@ -272,6 +331,7 @@ mod tests {
                 mac: [2, 0xdc, 10, 0, 0, 2],
                 mtu: 9000,
                 depth: 1024,
+                ip6: None,
             }),
             Msg::Channel(ChannelDesc {
                 id: 0x1_0000_0007,
@@ -281,10 +341,57 @@ mod tests {
                 peer: "db".into(),
                 peer_ip: Ipv4Addr::new(10, 0, 0, 3),
                 peer_mac: [2, 0xdc, 10, 0, 0, 3],
+                peer_ip6: None,
             }),
             Msg::Closed { id: 7 },
             Msg::Synced,
+            Msg::Hello(PipeDesc {
+                name: "dual".into(),
+                ip: Ipv4Addr::new(10, 0, 0, 4),
+                prefix: 24,
+                mac: [2, 0xdc, 10, 0, 0, 4],
+                mtu: 1500,
+                depth: 1024,
+                ip6: Some(("fd00:dc::4".parse().unwrap(), 64)),
+            }),
+            Msg::Channel(ChannelDesc {
+                id: 9,
+                side: Side::A,
+                mtu: 65535,
+                depth: 256,
+                peer: "dual".into(),
+                peer_ip: Ipv4Addr::new(10, 0, 0, 4),
+                peer_mac: [2, 0xdc, 10, 0, 0, 4],
+                peer_ip6: Some("fd00:dc::4".parse().unwrap()),
+            }),
         ]
+    }
+
+    #[test]
+    fn ipv6_trailers_are_checked() {
+        let m = msgs();
+        let n = m[0].encode().len();
+        let mut h = m[4].encode();
+        assert_eq!(h.len(), n - "web-1".len() + "dual".len() + 17);
+        let last = h.len() - 1;
+        h[last] = 0; // prefix 0
+        assert_eq!(Msg::decode(&h), Err(DecodeError::Field("ipv6 prefix")));
+        h[last] = 129;
+        assert_eq!(Msg::decode(&h), Err(DecodeError::Field("ipv6 prefix")));
+        let mut c = m[5].encode();
+        let at = c.len() - 16;
+        c[at..].copy_from_slice(&Ipv6Addr::UNSPECIFIED.octets());
+        assert_eq!(Msg::decode(&c), Err(DecodeError::Field("ipv6 address")));
+        c[at] = 0xff; // multicast
+        assert_eq!(Msg::decode(&c), Err(DecodeError::Field("ipv6 address")));
+    }
+
+    #[test]
+    fn link_local_is_the_modified_eui64() {
+        assert_eq!(
+            link_local([0x02, 0xdc, 10, 0, 0, 2]),
+            "fe80::dc:aff:fe00:2".parse::<Ipv6Addr>().unwrap()
+        );
     }
 
     #[test]
@@ -300,7 +407,13 @@ mod tests {
     fn every_truncation_and_bad_field_is_refused() {
         for m in msgs() {
             let b = m.encode();
-            for n in 0..b.len() {
+            // a message cut right before its IPv6 trailer is the same message without IPv6
+            let v4_only = match &m {
+                Msg::Hello(p) if p.ip6.is_some() => b.len() - 17,
+                Msg::Channel(c) if c.peer_ip6.is_some() => b.len() - 16,
+                _ => usize::MAX,
+            };
+            for n in (0..b.len()).filter(|&n| n != v4_only) {
                 assert!(Msg::decode(&b[..n]).is_err(), "{m:?} cut at {n}");
             }
             let mut long = b.clone();

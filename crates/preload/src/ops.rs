@@ -432,7 +432,20 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
         Err(e) => return Some(Err(e)),
     };
     TABLE.insert(nfd, Entry::Sock(Arc::new(n)));
-    Some(Ok((nfd, peer)))
+    Some(Ok((nfd, as_v4(peer))))
+}
+
+/// An address as an AF_INET socket can report it. A wildcard listener on a dual-stack pipe
+/// takes IPv6 clients too; their addresses (unless IPv4-mapped) have no AF_INET form and are
+/// reported as `0.0.0.0` with their port.
+fn as_v4(a: std::net::SocketAddr) -> SocketAddrV4 {
+    match a {
+        std::net::SocketAddr::V4(v) => v,
+        std::net::SocketAddr::V6(v) => SocketAddrV4::new(
+            v.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            v.port(),
+        ),
+    }
 }
 
 /// `getsockname(2)`.
@@ -442,7 +455,7 @@ pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
     Some(match s.conn.get() {
         Some(Conn::Stream(t)) => Ok(t
             .local_addr()
-            .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))),
+            .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), as_v4)),
         Some(Conn::Listener(l, ip)) => Ok(SocketAddrV4::new(*ip, l.port())),
         Some(Conn::Udp(u)) => {
             let ip = if u.peer.lock().map(|p| p.is_some()).unwrap_or(false) {
@@ -465,7 +478,7 @@ pub fn peer_name(fd: i32) -> Option<R<SocketAddrV4>> {
     let s = sock(fd)?;
     Some(match s.conn.get() {
         Some(Conn::Stream(t)) => match t.connect_result() {
-            Some(Ok(())) => t.peer_addr().ok_or(libc::ENOTCONN),
+            Some(Ok(())) => t.peer_addr().map(as_v4).ok_or(libc::ENOTCONN),
             _ => Err(libc::ENOTCONN),
         },
         Some(Conn::Udp(u)) => u.peer.lock().ok().and_then(|p| *p).ok_or(libc::ENOTCONN),
@@ -564,6 +577,7 @@ pub fn recv(
             let to = s.opts().rcvtimeo;
             let mut once = || loop {
                 let (n, whole, from) = u.sock.try_recv_msg(buf, peek)?;
+                let from = as_v4(from);
                 match peer {
                     // a connected UDP socket hears only its peer
                     Some(p) if p != from => {

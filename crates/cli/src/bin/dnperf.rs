@@ -17,7 +17,7 @@ use docknet_perf::report::{ClientReport, ProbeReport, Proto, RunEnv, ServerRepor
 use docknet_perf::stats::{now_ns, pin};
 use docknet_perf::workload::{self, Pace, Workload};
 use docknet_pipe::IdlePolicy;
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ enum Cmd {
         c: Common,
         /// Address to listen on.
         #[arg(long)]
-        bind: SocketAddrV4,
+        bind: SocketAddr,
         /// Exit after this many connections (TCP) or sessions (UDP) (0: serve forever).
         #[arg(long, default_value_t = 0)]
         conns: usize,
@@ -78,7 +78,7 @@ enum Cmd {
         c: Common,
         /// Server address.
         #[arg(long)]
-        connect: SocketAddrV4,
+        connect: SocketAddr,
         /// rr (ping-pong), stream, or check (a stream of --bytes whose every byte the server
         /// verifies; exits 1 if any arrives wrong or missing).
         #[arg(long, value_enum)]
@@ -114,7 +114,7 @@ enum Cmd {
     Probe {
         /// Server address.
         #[arg(long)]
-        connect: SocketAddrV4,
+        connect: SocketAddr,
         /// Pin to this core.
         #[arg(long)]
         cpu: Option<usize>,
@@ -145,18 +145,15 @@ fn env(c: &Common, mtu: Option<u32>) -> RunEnv {
 }
 
 /// The local address the kernel would use to reach `dst` (a connected UDP socket sends nothing).
-fn local_ip_towards(dst: SocketAddrV4) -> std::net::Ipv4Addr {
-    std::net::UdpSocket::bind("0.0.0.0:0")
+fn local_ip_towards(dst: SocketAddr) -> std::net::IpAddr {
+    let any = if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    std::net::UdpSocket::bind(any)
         .and_then(|s| {
             s.connect(dst)?;
             s.local_addr()
         })
-        .ok()
-        .and_then(|a| match a {
-            std::net::SocketAddr::V4(v) => Some(*v.ip()),
-            _ => None,
-        })
-        .unwrap_or(std::net::Ipv4Addr::UNSPECIFIED)
+        .map(|a| a.ip())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
 }
 
 fn docknet(c: &Common) -> Result<DockNet> {
@@ -172,7 +169,7 @@ fn docknet(c: &Common) -> Result<DockNet> {
     })
 }
 
-fn run_server<N: Net>(net: N, proto: Proto, bind: SocketAddrV4, conns: usize) -> Result<()> {
+fn run_server<N: Net>(net: N, proto: Proto, bind: SocketAddr, conns: usize) -> Result<()> {
     let n = match proto {
         Proto::Tcp => workload::serve(&net, bind, conns)?,
         Proto::Udp => workload::serve_udp(&net, bind, conns)?,
@@ -190,7 +187,7 @@ fn run_server<N: Net>(net: N, proto: Proto, bind: SocketAddrV4, conns: usize) ->
 fn run_client<N: Net>(
     net: N,
     c: &Common,
-    addr: SocketAddrV4,
+    addr: SocketAddr,
     wl: Workload,
     size: usize,
     pace: Pace,
@@ -245,7 +242,7 @@ fn run_client<N: Net>(
 }
 
 /// `dnperf probe`: the times are taken around the calls a pod's program makes first.
-fn run_probe(connect: SocketAddrV4, idle: IdlePolicy) -> Result<()> {
+fn run_probe(connect: SocketAddr, idle: IdlePolicy) -> Result<()> {
     let mut line = String::new();
     std::io::stdin()
         .read_line(&mut line)

@@ -237,8 +237,10 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
+            // IPv6 runs (`--ipv6`) stay out: the report's tables and figures are keyed by mode
+            // and would mix the two families; their own tcp-*-ipv6.md has their table
             p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                (n.starts_with("tcp-") && n.ends_with(".json"))
+                (n.starts_with("tcp-") && n.ends_with(".json") && !n.ends_with("-ipv6.json"))
                     || n == "rate.json"
                     || n == "idle.json"
             })

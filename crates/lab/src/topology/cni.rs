@@ -41,6 +41,8 @@ pub struct Range {
     pub span: Option<(String, String)>,
     /// Give the containers a default route through the gateway.
     pub default_route: bool,
+    /// An IPv6 subnet to hand out addresses from as well (dual stack), if any.
+    pub subnet6: Option<String>,
 }
 
 impl Range {
@@ -51,6 +53,7 @@ impl Range {
             gateway: Some(GATEWAY.into()),
             span: None,
             default_route: false,
+            subnet6: None,
         }
     }
 }
@@ -98,8 +101,12 @@ impl Cni {
             r["rangeStart"] = a.clone().into();
             r["rangeEnd"] = b.clone().into();
         }
+        let mut ranges = vec![json!([r])];
+        if let Some(s6) = &self.range.subnet6 {
+            ranges.push(json!([{ "subnet": s6 }]));
+        }
         let mut ipam =
-            json!({"type": "host-local", "dataDir": self.dir.join("ipam"), "ranges": [[r]]});
+            json!({"type": "host-local", "dataDir": self.dir.join("ipam"), "ranges": ranges});
         if self.range.default_route {
             ipam["routes"] = json!([{"dst": "0.0.0.0/0"}]);
         }
@@ -254,6 +261,16 @@ impl Cni {
             }
         }
     }
+}
+
+/// The first IPv6 address of a CNI result, without its prefix, if it has one.
+pub fn first_address6(result: &Value) -> Option<String> {
+    result["ips"]
+        .as_array()?
+        .iter()
+        .filter_map(|ip| ip["address"].as_str()?.split('/').next())
+        .find(|a| a.contains(':'))
+        .map(String::from)
 }
 
 /// The first address of a CNI result, without its prefix.

@@ -9,7 +9,7 @@ use super::wire::{Shape, Wire, WIRE_DEV};
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
 use anyhow::{Context, Result};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::process::Command;
 
@@ -38,14 +38,44 @@ impl DocknetLab {
         pairs: usize,
         mtu: u32,
     ) -> Result<DocknetLab> {
+        Self::build_with(exe, mode, setup, pairs, mtu, false)
+    }
+
+    /// [`DocknetLab::build`]; with `ipv6`, every pipe also has an IPv6 address (dual stack:
+    /// [`DocknetLab::client_ip6`], [`DocknetLab::server_ip6`] on one /64).
+    pub fn build_with(
+        exe: &Path,
+        mode: Mode,
+        setup: &DaemonSetup,
+        pairs: usize,
+        mtu: u32,
+        ipv6: bool,
+    ) -> Result<DocknetLab> {
         let daemon = Daemon::start(exe, setup)?;
         let mut c = daemon.client()?;
+        let v6 = |a: Ipv6Addr| ipv6.then(|| format!("{a}/64"));
         for i in 0..pairs {
             let (cl, sv) = (Self::client_pipe(i), Self::server_pipe(i));
-            c.pipe_create(&cl, &format!("{}/16", Self::client_ip(i)), Some(mtu), None)
-                .with_context(|| format!("creating pipe {cl}"))?;
-            c.pipe_create(&sv, &format!("{}/16", Self::server_ip(i)), Some(mtu), None)
-                .with_context(|| format!("creating pipe {sv}"))?;
+            let none = Default::default();
+            let (ci, si) = (v6(Self::client_ip6(i)), v6(Self::server_ip6(i)));
+            c.pipe_create_dual(
+                &cl,
+                &format!("{}/16", Self::client_ip(i)),
+                ci.as_deref(),
+                Some(mtu),
+                None,
+                none,
+            )
+            .with_context(|| format!("creating pipe {cl}"))?;
+            c.pipe_create_dual(
+                &sv,
+                &format!("{}/16", Self::server_ip(i)),
+                si.as_deref(),
+                Some(mtu),
+                None,
+                Default::default(),
+            )
+            .with_context(|| format!("creating pipe {sv}"))?;
             if matches!(mode, Mode::DocknetFc | Mode::DocknetFcPreload) {
                 c.fc_connect(&cl, &sv, None)
                     .with_context(|| format!("connecting {cl} and {sv}"))?;
@@ -155,6 +185,16 @@ impl DocknetLab {
     /// Address of pair `i`'s server.
     pub fn server_ip(i: usize) -> Ipv4Addr {
         Ipv4Addr::new(10, 78, 2 + (i / 250) as u8 * 2, (i % 250) as u8 + 1)
+    }
+
+    /// IPv6 address of pair `i`'s client (`fd00:78::1:N`, on the /64 of every pair).
+    pub fn client_ip6(i: usize) -> Ipv6Addr {
+        Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 1, i as u16 + 1)
+    }
+
+    /// IPv6 address of pair `i`'s server (`fd00:78::2:N`).
+    pub fn server_ip6(i: usize) -> Ipv6Addr {
+        Ipv6Addr::new(0xfd00, 0x78, 0, 0, 0, 0, 2, i as u16 + 1)
     }
 
     /// `docknet run --pipe PIPE [--cpu N] -- PROG ARGS` on this lab's daemon; in the preload

@@ -7,7 +7,7 @@
 //! routes through the host) and are built with `ip`; `ovs` with `ovs-vsctl`
 //! ([`super::ovs`]).
 
-use super::cni::{first_address, Cni, Range, GATEWAY};
+use super::cni::{first_address, first_address6, Cni, Range, GATEWAY};
 use super::ovs::Ovs;
 use super::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
 use crate::mode::{Builder, Mode, LO_MTU};
@@ -33,6 +33,9 @@ pub struct Pair {
     pub bind: String,
     /// TCP port of this pair.
     pub port: u16,
+    /// The server's IPv6 address (bind and target), where the lab gave it one (`--ipv6`:
+    /// `::1` on `lo`, and the veth and bridge modes built with IPv6).
+    pub target6: Option<String>,
 }
 
 /// A kernel container network between client and server namespaces.
@@ -50,12 +53,21 @@ pub struct KernelLab {
     ovs: Option<Ovs>,
     /// Two hosts: the hosts and the wire (removed after the containers).
     pub wire: Option<Wire>,
+    /// Give the veth and bridge modes IPv6 addresses too (duplicate address detection off in
+    /// the lab's namespaces, so the addresses are usable at once).
+    ipv6: bool,
 }
 
 /// Address of A in the direct `veth` topology.
 pub const VETH_A: &str = "10.66.0.1";
 /// Address of B in the direct `veth` topology.
 pub const VETH_B: &str = "10.66.0.2";
+/// IPv6 address of A in the direct `veth` topology (`--ipv6`).
+pub const VETH_A6: &str = "fd00:66::1";
+/// IPv6 address of B in the direct `veth` topology (`--ipv6`).
+pub const VETH_B6: &str = "fd00:66::2";
+/// The lab's IPv6 subnet for the bridge (`--ipv6`; host-local hands out addresses from it).
+pub const SUBNET6: &str = "fd00:66::/64";
 
 fn port(i: usize) -> u16 {
     PORT_BASE + i as u16
@@ -65,6 +77,12 @@ impl KernelLab {
     /// Builds `mode` with `pairs` client/server pairs at `mtu`; on error, removes whatever was
     /// built.
     pub fn build(mode: Mode, pairs: usize, mtu: u32) -> Result<KernelLab> {
+        Self::build_with(mode, pairs, mtu, false)
+    }
+
+    /// [`KernelLab::build`]; with `ipv6`, the veth and bridge modes get IPv6 addresses beside
+    /// their IPv4 ones ([`Pair::target6`]).
+    pub fn build_with(mode: Mode, pairs: usize, mtu: u32, ipv6: bool) -> Result<KernelLab> {
         if !mode.is_kernel() {
             bail!("{mode} is not a kernel mode the lab can build");
         }
@@ -80,6 +98,7 @@ impl KernelLab {
             cnis: Vec::new(),
             ovs: None,
             wire: None,
+            ipv6,
         };
         match mode {
             Mode::Loopback => lab.loopback(&base, pairs)?,
@@ -117,6 +136,22 @@ impl KernelLab {
     fn addns(&mut self, ns: &str) -> Result<()> {
         ip(&["netns", "add", ns])?;
         self.namespaces.push(ns.to_string());
+        if self.ipv6 {
+            // links made here from now on skip duplicate address detection: their IPv6
+            // addresses are usable at once (the lab hands out unique ones)
+            checked(
+                Command::new("ip").args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv6.conf.all.accept_dad=0",
+                    "net.ipv6.conf.default.accept_dad=0",
+                ]),
+                "sysctl in the lab's namespace (apt-get install procps)",
+            )?;
+        }
         ip(&["-n", ns, "link", "set", "lo", "up"])
     }
 
@@ -132,6 +167,7 @@ impl KernelLab {
                 target: "127.0.0.1".into(),
                 bind: "127.0.0.1".into(),
                 port: port(i),
+                target6: Some("::1".into()),
             });
         }
         Ok(())
@@ -148,8 +184,12 @@ impl KernelLab {
                 "-n", &a, "link", "add", "eth0", "mtu", &mtu, "type", "veth", "peer", "name",
                 "eth0", "mtu", &mtu, "netns", &b,
             ])?;
-            for (ns, ip4) in [(&a, VETH_A), (&b, VETH_B)] {
+            for (ns, ip4, ip6) in [(&a, VETH_A, VETH_A6), (&b, VETH_B, VETH_B6)] {
                 ip(&["-n", ns, "addr", "add", &format!("{ip4}/24"), "dev", "eth0"])?;
+                if self.ipv6 {
+                    let a6 = format!("{ip6}/64");
+                    ip(&["-n", ns, "addr", "add", &a6, "dev", "eth0", "nodad"])?;
+                }
                 ip(&["-n", ns, "link", "set", "eth0", "up"])?;
             }
             self.pairs.push(Pair {
@@ -158,6 +198,7 @@ impl KernelLab {
                 target: VETH_B.into(),
                 bind: VETH_B.into(),
                 port: port(i),
+                target6: self.ipv6.then(|| VETH_B6.into()),
             });
         }
         Ok(())
@@ -211,6 +252,7 @@ impl KernelLab {
                 target: ib.clone(),
                 bind: ib,
                 port: port(i),
+                target6: None,
             });
         }
         self.ovs = Some(ovs);
@@ -226,7 +268,11 @@ impl KernelLab {
     ) -> Result<()> {
         let host = format!("{base}h");
         self.addns(&host)?;
-        let mut cni = Cni::new(&host, base)?;
+        let range = Range {
+            subnet6: self.ipv6.then(|| SUBNET6.into()),
+            ..Range::lab()
+        };
+        let mut cni = Cni::with_range(&host, base, range)?;
         let r = attach(self, &mut cni);
         self.cnis.push(cni);
         r
@@ -253,13 +299,16 @@ impl KernelLab {
         self.addns(&a)?;
         cni.add(&a, client)?;
         self.addns(&b)?;
-        let server_ip = first_address(&cni.add(&b, server)?)?;
+        let result = cni.add(&b, server)?;
+        let server_ip = first_address(&result)?;
         self.pairs.push(Pair {
             client_ns: a,
             server_ns: b,
             target: target.map_or_else(|| server_ip.clone(), String::from),
             bind: server_ip,
             port: port(i),
+            // only the bridge without port mapping is measured over IPv6
+            target6: target.is_none().then(|| first_address6(&result)).flatten(),
         });
         Ok(())
     }
@@ -302,6 +351,7 @@ impl KernelLab {
                     target: "127.0.0.1".into(),
                     bind: "127.0.0.1".into(),
                     port: port(i),
+                    target6: Some("::1".into()),
                 });
             }
             Ok(())
@@ -363,6 +413,7 @@ impl KernelLab {
             cnis: Vec::new(),
             ovs: None,
             wire: None,
+            ipv6: false,
         };
         let (a, b) = (wire.host_a.clone(), wire.host_b.clone());
         lab.wire = Some(wire);
@@ -378,6 +429,7 @@ impl KernelLab {
                         target: HOST_B.into(),
                         bind: HOST_B.into(),
                         port: port(i),
+                        target6: None,
                     });
                 }
             }
@@ -423,6 +475,7 @@ impl KernelLab {
             target: target.map_or_else(|| server_ip.clone(), String::from),
             bind: server_ip,
             port: port(i),
+            target6: None,
         });
         Ok(())
     }
@@ -440,6 +493,7 @@ impl KernelLab {
             gateway: Some(gw.into()),
             span: None,
             default_route: true,
+            subnet6: None,
         };
         let ca = self.cni_in(a, base, "ca", range(ROUTED_NETS[0]))?;
         let cb = self.cni_in(b, base, "cb", range(ROUTED_NETS[1]))?;
@@ -470,6 +524,7 @@ impl KernelLab {
             gateway: Some(NAT_NET.1.into()),
             span: None,
             default_route: true,
+            subnet6: None,
         };
         let ca = self.cni_in(a, base, "ca", range())?;
         let cb = self.cni_in(b, base, "cb", range())?;
@@ -502,6 +557,7 @@ impl KernelLab {
             gateway: None,
             span: Some((first.into(), last.into())),
             default_route: false,
+            subnet6: None,
         };
         let ca = self.cni_in(a, base, "ca", range("192.168.77.11", "192.168.77.130"))?;
         let cb = self.cni_in(b, base, "cb", range("192.168.77.131", "192.168.77.250"))?;
@@ -548,6 +604,7 @@ impl KernelLab {
             gateway: None,
             span: Some((first.into(), last.into())),
             default_route: false,
+            subnet6: None,
         };
         let ca = self.cni_in(a, base, "ca", range("10.80.1.1", "10.80.1.250"))?;
         let cb = self.cni_in(b, base, "cb", range("10.80.2.1", "10.80.2.250"))?;

@@ -165,6 +165,7 @@ impl Runner {
                     bind: ip.clone(),
                     target: ip,
                     port: self.next_port(),
+                    target6: None,
                 };
                 (&docknet_pair, At::Docknet(lab))
             }

@@ -99,6 +99,28 @@ pub struct Runner {
     /// containers' own links have, e.g. under VXLAN).
     wire_mtu: Option<u32>,
     port: u16,
+    /// Measure over IPv6: DockNet's pipes get IPv6 addresses, loopback and container use
+    /// `::1`, veth and bridge get IPv6 addresses (the modes [`ipv6_unsupported`] lets through).
+    pub ipv6: bool,
+}
+
+/// Why `mode` cannot be measured over IPv6 on `topology`, or `None` when it can.
+pub fn ipv6_unsupported(mode: crate::mode::Mode, topology: Topology) -> Option<&'static str> {
+    use crate::mode::Mode::*;
+    if topology == Topology::TwoHost {
+        return Some(
+            "the daemon's wire (AF_XDP, AF_PACKET) and the lab's two-host networks are IPv4 only",
+        );
+    }
+    match mode {
+        Loopback | Container | Veth | Bridge | Docknet | DocknetFc => None,
+        DocknetPreload | DocknetFcPreload => {
+            Some("the preload library serves AF_INET sockets only")
+        }
+        Sriov => Some("never built"),
+        BridgeNat => Some("the lab maps ports (portmap) for IPv4 only"),
+        _ => Some("the lab gives this kernel network IPv4 addresses only"),
+    }
 }
 
 /// dnperf next to `exe`.
@@ -136,6 +158,7 @@ impl Runner {
             shape: Shape::default(),
             wire_mtu: None,
             port: 21000,
+            ipv6: false,
         })
     }
 
@@ -170,7 +193,7 @@ impl Runner {
                     &self.shape,
                 )?
             } else {
-                DocknetLab::build(&self.exe, run.mode, setup, run.pairs, run.mtu)?
+                DocknetLab::build_with(&self.exe, run.mode, setup, run.pairs, run.mtu, self.ipv6)?
             };
             let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
             self.points(run, &Fleet::Docknet(&lab), topo_kib)
@@ -178,7 +201,7 @@ impl Runner {
             let lab = if two {
                 KernelLab::build_two_host(run.mode, run.pairs, run.mtu, &self.shape)
             } else {
-                KernelLab::build(run.mode, run.pairs, run.mtu)
+                KernelLab::build_with(run.mode, run.pairs, run.mtu, self.ipv6)
             }
             .with_context(|| format!("building the {} topology", run.mode))?;
             let topo_kib = pairs::fall_per(mem0, run.pairs).unwrap_or(0.0);
@@ -214,15 +237,25 @@ impl Runner {
         match fleet {
             Fleet::Kernel(l) => {
                 let p = &l.pairs[i];
-                let (ns, addr) = match side {
-                    Side::Server => (&p.server_ns, format!("{}:{}", p.bind, p.port)),
-                    Side::Client(..) => (&p.client_ns, format!("{}:{}", p.target, p.port)),
+                let (ns, ip) = match side {
+                    Side::Server => (&p.server_ns, p.bind.as_str()),
+                    Side::Client(..) => (&p.client_ns, p.target.as_str()),
+                };
+                // over IPv6 only the modes with an IPv6 address run (ipv6_unsupported)
+                let addr = match (self.ipv6, &p.target6) {
+                    (true, Some(a)) => format!("[{a}]:{}", p.port),
+                    (true, None) => bail!("{ip} has no IPv6 address in this lab"),
+                    (false, _) => format!("{ip}:{}", p.port),
                 };
                 let args = dnperf::args("kernel", &addr, core, idle, side, self.timing);
                 Proc::spawn(in_ns(ns, &self.dnperf, args), what)
             }
             Fleet::Docknet(l) => {
-                let addr = format!("{}:{port}", DocknetLab::server_ip(i));
+                let addr = if self.ipv6 {
+                    format!("[{}]:{port}", DocknetLab::server_ip6(i))
+                } else {
+                    format!("{}:{port}", DocknetLab::server_ip(i))
+                };
                 let pipe = match side {
                     Side::Server => DocknetLab::server_pipe(i),
                     Side::Client(..) => DocknetLab::client_pipe(i),
