@@ -279,6 +279,8 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         (Workload::Idle, _) => "An idle host",
         (Workload::Http, _) => "HTTP under load",
         (Workload::Nat, _) => "NAT load balancer",
+        (Workload::Startup, _) => "Start-up time",
+        (Workload::Cpuquota, _) => "Latency under a CPU quota",
     };
     let note = "Measured by `dnperf` (one program for kernel and DockLib sockets); sockperf / \
                 iperf3 rows are the cross-check.";
@@ -1014,4 +1016,105 @@ pub fn run_rate(args: RateArgs) -> Result<()> {
         println!("report: {}", index.display());
     }
     Ok(())
+}
+
+/// A seed study's results: printed, written as JSON and Markdown, drawn into the report.
+#[allow(clippy::too_many_arguments)]
+fn study_outputs(
+    workload: Workload,
+    title: &str,
+    about: &str,
+    table: fn(&[crate::row::Row]) -> String,
+    targets: Vec<String>,
+    rows: Vec<crate::row::Row>,
+    skipped: Vec<NotAvailable>,
+    (duration, warmup, repeat): (f64, f64, usize),
+    json: Option<&PathBuf>,
+    report_dir: Option<&PathBuf>,
+) -> Result<()> {
+    print!("{}", table(&rows));
+    for s in &skipped {
+        println!("{}", s.line());
+    }
+    for t in &targets {
+        println!("target: {t}");
+    }
+    let mut env = Env::here(duration, warmup, repeat);
+    env.workload = Some(workload);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows.clone(),
+        summary: rows,
+        ratios: Vec::new(),
+        targets,
+        not_available: skipped,
+    };
+    write_outputs(&res, json, report_dir, &format!("tcp-{workload}"), || {
+        format!(
+            "# {title}\n\nCommand: `{}`\n\n{about}\n\n```text\n{}```\n\n{}\n",
+            res.env.command,
+            table(&res.summary),
+            res.targets
+                .iter()
+                .cloned()
+                .chain(res.not_available.iter().map(NotAvailable::line))
+                .map(|t| format!("- {t}\n"))
+                .collect::<String>()
+        )
+    })?;
+    if let Some(dir) = report_dir {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
+    }
+    Ok(())
+}
+
+/// Runs `docknet bench startup`.
+pub fn run_startup(args: crate::workload::startup::StartupArgs) -> Result<()> {
+    use crate::workload::startup;
+    let modes = startup::modes(&args)?;
+    need_root("docknet bench startup")?;
+    let stop = Stop::on_signals()?;
+    let mut progress = crate::progress::Progress::new((modes.len() * args.reps) as u64);
+    let (rows, skipped) = startup::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let targets = startup::targets(&rows);
+    study_outputs(
+        Workload::Startup,
+        "Network start-up time",
+        startup::ABOUT,
+        startup::table,
+        targets,
+        rows,
+        skipped,
+        (1.0, 0.0, args.reps),
+        args.json.as_ref(),
+        args.report.as_ref(),
+    )
+}
+
+/// Runs `docknet bench cpuquota`.
+pub fn run_cpuquota(args: crate::workload::cpuquota::CpuquotaArgs) -> Result<()> {
+    use crate::workload::cpuquota;
+    let modes = cpuquota::modes(&args)?;
+    need_root("docknet bench cpuquota")?;
+    let stop = Stop::on_signals()?;
+    let total: usize = modes.iter().map(|m| cpuquota::points(&args, *m)).sum();
+    let mut progress = crate::progress::Progress::new(total as u64);
+    let (rows, skipped) = cpuquota::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let targets = cpuquota::targets(&rows);
+    study_outputs(
+        Workload::Cpuquota,
+        "Round trips under a CPU quota",
+        cpuquota::ABOUT,
+        cpuquota::table,
+        targets,
+        rows,
+        skipped,
+        (args.duration, args.warmup, 1),
+        args.json.as_ref(),
+        args.report.as_ref(),
+    )
 }

@@ -58,7 +58,9 @@ impl Stack {
                     continue;
                 };
                 if let Ok(Icmpv4Repr::EchoReply {
-                    ident: i, seq_no: 1, ..
+                    ident: i,
+                    seq_no: 1,
+                    ..
                 }) = Icmpv4Repr::parse(&p, &caps)
                 {
                     if i == ident {

@@ -458,7 +458,9 @@ fn a_stack_answers_an_icmp_echo_request() {
     let mut ep =
         Endpoint::from_connection(r.connect_local("p").unwrap(), IdlePolicy::Spin, None).unwrap();
     drop(r);
-    let mac = ep.resolve(B, Duration::from_secs(2)).expect("ARP through the daemon");
+    let mac = ep
+        .resolve(B, Duration::from_secs(2))
+        .expect("ARP through the daemon");
     let payload = b"docknet echo";
     let len = docknet_lib::frame::ETH + docknet_lib::frame::IPV4 + 8 + payload.len();
     let mut f = vec![0u8; len];
@@ -475,7 +477,10 @@ fn a_stack_answers_an_icmp_echo_request() {
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     let mut buf = vec![0u8; 2048];
     loop {
-        assert!(std::time::Instant::now() < deadline, "no echo reply from {B}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no echo reply from {B}"
+        );
         let Some((k, _)) = ep.recv(&mut buf) else {
             thread::sleep(Duration::from_micros(100));
             continue;
@@ -485,7 +490,11 @@ fn a_stack_answers_an_icmp_echo_request() {
             continue;
         }
         assert_eq!(r[34], 0, "an echo reply");
-        assert_eq!(&r[38..42], &[0x12, 0x34, 0, 7], "its identifier and sequence");
+        assert_eq!(
+            &r[38..42],
+            &[0x12, 0x34, 0, 7],
+            "its identifier and sequence"
+        );
         assert_eq!(&r[42..], payload);
         break;
     }
@@ -495,13 +504,13 @@ fn a_stack_answers_an_icmp_echo_request() {
 fn a_stack_pings_another_and_an_absent_address_times_out() {
     for fc in [false, true] {
         let n = net(fc, 1500);
-        let rtt = n
-            .a
-            .ping(B, 56, Duration::from_secs(3))
-            .expect("an echo reply");
+        let rtt =
+            n.a.ping(B, 56, Duration::from_secs(3))
+                .expect("an echo reply");
         assert!(rtt < Duration::from_secs(3));
         // again: the neighbours are known now
-        n.a.ping(B, 8, Duration::from_secs(3)).expect("a second reply");
+        n.a.ping(B, 8, Duration::from_secs(3))
+            .expect("a second reply");
         let e =
             n.a.ping(Ipv4Addr::new(10, 8, 0, 77), 8, Duration::from_millis(200))
                 .unwrap_err();

@@ -8,6 +8,7 @@
 //! - [`rate`]: the rate-limit experiment (`docknet bench rate`).
 
 pub mod cluster;
+pub mod cpuquota;
 pub mod crosscheck;
 pub mod dnperf;
 pub mod http;
@@ -16,6 +17,7 @@ pub mod nat;
 pub mod pairs;
 pub mod rate;
 pub mod raw;
+pub mod startup;
 
 use crate::mode::{Builder, Topology};
 use crate::plan::{Measure, ModeRun, Placement, Point};
