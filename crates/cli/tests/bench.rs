@@ -129,6 +129,18 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
             } else {
                 assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
             }
+            // the machine's CPU per unit of work, by kind (Suo et al.'s service demand)
+            let d = &r[if wl == "rr" {
+                "cpu_s_per_kreq"
+            } else {
+                "cpu_s_per_gb"
+            }];
+            assert!(d["total"].as_f64().unwrap() > 0.0, "{r}");
+            let parts: f64 = ["user", "system", "irq", "softirq"]
+                .iter()
+                .map(|k| d[k].as_f64().unwrap())
+                .sum();
+            assert!((parts - d["total"].as_f64().unwrap()).abs() < 1e-9, "{d}");
         }
     }
 }

@@ -379,6 +379,22 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_cores: Option<f64>,
+    /// Stream: the whole machine's CPU seconds per GB delivered, by kind (`user`, `system`,
+    /// `irq`, `softirq`) and in all (`total`), from `/proc/stat` over the measured window
+    /// (Suo et al.'s service demand).
+    #[serde(
+        default,
+        deserialize_with = "parts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_s_per_gb: Option<std::collections::BTreeMap<String, f64>>,
+    /// Rr: the whole machine's CPU seconds per 1000 transactions, by kind, as `cpu_s_per_gb`.
+    #[serde(
+        default,
+        deserialize_with = "parts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_s_per_kreq: Option<std::collections::BTreeMap<String, f64>>,
     /// Start-up: create to the first answered TCP connect, median over the repetitions (ms).
     #[serde(
         default,
@@ -490,6 +506,8 @@ impl Row {
             limit_bps: None,
             phase: None,
             cpu_cores: None,
+            cpu_s_per_gb: None,
+            cpu_s_per_kreq: None,
             p50_ms: None,
             p99_ms: None,
             ping_p50_ms: None,

@@ -12,6 +12,8 @@ pub struct SeedSection {
     pub rows: Vec<Row>,
     /// The bridge's (and DockNet's) fixed cost from the rr rows of the same report.
     pub fixed_cost: Vec<String>,
+    /// The CPU service demand of the rr and stream rows, as a text table.
+    pub demand: String,
     /// The figures.
     pub charts: Vec<Chart>,
 }
@@ -20,13 +22,15 @@ impl SeedSection {
     /// The section from the report's rows (`None`: no seed study and no rr rows).
     pub fn of(seeds: Vec<Row>, rr: &[Row]) -> Option<SeedSection> {
         let fixed_cost = fixed_cost(rr);
-        if seeds.is_empty() && fixed_cost.is_empty() {
+        let demand = demand_table(rr);
+        if seeds.is_empty() && fixed_cost.is_empty() && demand.is_empty() {
             return None;
         }
         Some(SeedSection {
             charts: seed_charts(&seeds),
             rows: seeds,
             fixed_cost,
+            demand,
         })
     }
 
@@ -73,6 +77,13 @@ impl SeedSection {
             for l in &self.fixed_cost {
                 m += &format!("- {l}\n");
             }
+        }
+        m += "\n";
+        m += DEMAND_TEXT;
+        if self.demand.is_empty() {
+            m += "\n\nNo rr or stream rows with the machine's CPU in these results.\n";
+        } else {
+            m += &format!("\n\n```text\n{}```\n", self.demand);
         }
         m += "\n";
         m += MISSING_TEXT;
@@ -136,11 +147,50 @@ pub const FIXED_TEXT: &str = "## The bridge's fixed cost (thesis, Sect. 3.5)\n\n
     difference the same at every size. Regenerate: `docknet bench rr --modes \
     loopback,bridge,docknet,docknet-fc --sizes 64,1024,16384,65536 --report DIR`.";
 
+/// Suo et al.'s service-demand question and the command.
+pub const DEMAND_TEXT: &str = "## CPU service demand (Suo et al.)\n\nWhat does a unit of \
+    work cost the machine's CPU per mode? Published: the overlay costs most, mostly in \
+    softirq. Ours: the whole machine's CPU (every process, the daemon and the kernel's \
+    softirq work) from /proc/stat over the middle 80% of each measured window, in CPU \
+    seconds per 1000 transactions (rr) and per GB delivered (stream), split by kind; \
+    tick-sampled, so short windows are coarse. Regenerate: `docknet bench rr|stream --modes \
+    loopback,bridge,docknet,docknet-fc --report DIR`.";
+
 /// What of the seed studies is not reproduced yet.
 pub const MISSING_TEXT: &str = "## Not reproduced yet\n\nKratzke's HTTP chain (siege -> \
-    ping -> pong, transfer rate by message size, his Fig. 2-3) and Suo et al.'s CPU service \
-    demand per mode (CPU seconds per GB and per 1000 requests by user/system/softirq) have no \
-    command in the lab yet.";
+    ping -> pong, transfer rate by message size, his Fig. 2-3) has no command in the lab yet.";
+
+/// The service demand of every dnperf rr and stream row that has one, as a text table.
+pub fn demand_table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    for r in rows.iter().filter(|r| r.tool == crate::row::Tool::Dnperf) {
+        let (unit, d) = match (&r.cpu_s_per_kreq, &r.cpu_s_per_gb) {
+            (Some(d), _) if r.workload == Workload::Rr => ("s/1000 tx", d),
+            (_, Some(d)) if r.workload == Workload::Stream => ("s/GB", d),
+            _ => continue,
+        };
+        if s.is_empty() {
+            s = format!(
+                "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+                "MODE", "CORES", "LOAD", "SIZE", "UNIT", "TOTAL", "USER", "SYSTEM", "SOFTIRQ"
+            );
+        }
+        let g = |k: &str| d.get(k).copied().unwrap_or(0.0);
+        s += &format!(
+            "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4}\n",
+            r.mode.name(),
+            r.cores,
+            r.workload.name(),
+            r.size,
+            unit,
+            g("total"),
+            g("user"),
+            g("system"),
+            g("softirq")
+        );
+    }
+    s
+}
 
 /// rr p50 of `mode` minus loopback's, by size, as lines.
 pub fn fixed_cost(rr: &[Row]) -> Vec<String> {

@@ -265,8 +265,31 @@ impl Runner {
     fn single(&mut self, run: &ModeRun, fleet: &Fleet, p: &Point, pl: &Placement) -> Result<()> {
         self.progress
             .start(&format!("{} {} {} B", run.mode, pl.cores(), p.size));
+        // the machine's CPU over the middle 80% of the measured window (the client starts
+        // after the server, DockNet's after SERVER_START, and warms up first)
+        let lead = match fleet {
+            Fleet::Docknet(_) => SERVER_START.as_secs_f64(),
+            Fleet::Kernel(_) => 0.0,
+        } + 0.05;
+        let cpu = crate::workload::http::sample_cpu(
+            Duration::from_secs_f64(lead + self.timing.warmup + self.timing.duration * 0.1),
+            Duration::from_secs_f64(self.timing.duration * 0.8),
+        );
         let report = self.measure(fleet, pl, p.size)?;
         let mut row = dnperf::row(&report, run.mode, self.workload, p, fleet.builder());
+        if let Some(Some((d, secs))) = cpu.join().ok() {
+            let r = &report.result;
+            match self.workload {
+                Workload::Rr => {
+                    row.cpu_s_per_kreq = crate::cpustat::demand(&d, r.tps * secs / 1000.0)
+                }
+                Workload::Stream => {
+                    row.cpu_s_per_gb =
+                        crate::cpustat::demand(&d, r.gbps.unwrap_or(0.0) / 8.0 * secs)
+                }
+                _ => {}
+            }
+        }
         if let Fleet::Docknet(l) = fleet {
             row.mtu = Some(l.mtu);
         }
