@@ -343,6 +343,9 @@ enum BenchCmd {
     /// p99 and the count above 1 ms per quota, on kernel modes and on DockNet with the
     /// server spinning or adaptive.
     Cpuquota(docknet_lab::workload::cpuquota::CpuquotaArgs),
+    /// Kratzke's HTTP chain: load generator -> forwarder (ping) -> server (pong) on every mode,
+    /// the transfer rate by message size and its ratio to the reference (loopback).
+    Chain(docknet_lab::workload::chain::ChainArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -522,6 +525,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Nat(a)) => docknet_lab::bench::run_nat(a)?,
         Cmd::Bench(BenchCmd::Startup(a)) => docknet_lab::bench::run_startup(a)?,
         Cmd::Bench(BenchCmd::Cpuquota(a)) => docknet_lab::bench::run_cpuquota(a)?,
+        Cmd::Bench(BenchCmd::Chain(a)) => docknet_lab::bench::run_chain(a)?,
         Cmd::Bench(BenchCmd::Idle(a)) => {
             if !nix::unistd::geteuid().is_root() {
                 anyhow::bail!("docknet bench idle needs root (it builds containers)");

@@ -279,6 +279,7 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         (Workload::Idle, _) => "An idle host",
         (Workload::Http, _) => "HTTP under load",
         (Workload::Nat, _) => "NAT load balancer",
+        (Workload::Chain, _) => "HTTP chain",
         (Workload::Startup, _) => "Start-up time",
         (Workload::Cpuquota, _) => "Latency under a CPU quota",
     };
@@ -1025,7 +1026,7 @@ fn study_outputs(
     title: &str,
     about: &str,
     table: fn(&[crate::row::Row]) -> String,
-    targets: Vec<String>,
+    (ratios, targets): (Vec<String>, Vec<String>),
     rows: Vec<crate::row::Row>,
     skipped: Vec<NotAvailable>,
     (duration, warmup, repeat): (f64, f64, usize),
@@ -1035,6 +1036,9 @@ fn study_outputs(
     print!("{}", table(&rows));
     for s in &skipped {
         println!("{}", s.line());
+    }
+    for r in &ratios {
+        println!("{r}");
     }
     for t in &targets {
         println!("target: {t}");
@@ -1046,7 +1050,7 @@ fn study_outputs(
         env,
         results: rows.clone(),
         summary: rows,
-        ratios: Vec::new(),
+        ratios,
         targets,
         not_available: skipped,
     };
@@ -1055,8 +1059,9 @@ fn study_outputs(
             "# {title}\n\nCommand: `{}`\n\n{about}\n\n```text\n{}```\n\n{}\n",
             res.env.command,
             table(&res.summary),
-            res.targets
+            res.ratios
                 .iter()
+                .chain(res.targets.iter())
                 .cloned()
                 .chain(res.not_available.iter().map(NotAvailable::line))
                 .map(|t| format!("- {t}\n"))
@@ -1085,7 +1090,7 @@ pub fn run_startup(args: crate::workload::startup::StartupArgs) -> Result<()> {
         "Network start-up time",
         startup::ABOUT,
         startup::table,
-        targets,
+        (Vec::new(), targets),
         rows,
         skipped,
         (1.0, 0.0, args.reps),
@@ -1110,7 +1115,32 @@ pub fn run_cpuquota(args: crate::workload::cpuquota::CpuquotaArgs) -> Result<()>
         "Round trips under a CPU quota",
         cpuquota::ABOUT,
         cpuquota::table,
-        targets,
+        (Vec::new(), targets),
+        rows,
+        skipped,
+        (args.duration, args.warmup, 1),
+        args.json.as_ref(),
+        args.report.as_ref(),
+    )
+}
+
+/// Runs `docknet bench chain`.
+pub fn run_chain(args: crate::workload::chain::ChainArgs) -> Result<()> {
+    use crate::workload::chain;
+    let (modes, _) = chain::modes(&args)?;
+    need_root("docknet bench chain")?;
+    let stop = Stop::on_signals()?;
+    crate::workload::http::beside(&std::env::current_exe()?, "docknet-forward")?;
+    let mut progress = crate::progress::Progress::new((modes.len() * args.sizes.len()) as u64);
+    let (rows, skipped) = chain::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let (ratios, targets) = (chain::ratios(&rows), chain::targets(&rows));
+    study_outputs(
+        Workload::Chain,
+        "Kratzke's HTTP chain",
+        chain::ABOUT,
+        chain::table,
+        (ratios, targets),
         rows,
         skipped,
         (args.duration, args.warmup, 1),

@@ -162,6 +162,7 @@ pub fn default_sizes(w: Workload) -> Vec<usize> {
         Workload::Pairs | Workload::Rate => vec![1024],
         Workload::Idle | Workload::Http | Workload::Nat | Workload::Cpuquota => vec![64],
         Workload::Startup => vec![1],
+        Workload::Chain => vec![10, 100, 1000, 10_000, 100_000, 500_000],
     }
 }
 
@@ -434,6 +435,7 @@ pub fn crosscheck_tool(w: Workload) -> Option<Tool> {
         | Workload::Http
         | Workload::Nat
         | Workload::Startup
+        | Workload::Chain
         | Workload::Cpuquota => None,
     }
 }

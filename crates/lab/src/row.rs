@@ -28,6 +28,9 @@ pub enum Workload {
     Http,
     /// The one-way latency a NAT load balancer adds.
     Nat,
+    /// Kratzke's HTTP chain: a load generator -> a forwarder -> a server, transfer rate by
+    /// message size.
+    Chain,
     /// Start-up: from creating a container's network until it answers a TCP connect and a
     /// ping (Suo et al.).
     Startup,
@@ -47,6 +50,7 @@ impl Workload {
             Workload::Idle => "idle",
             Workload::Http => "http",
             Workload::Nat => "nat",
+            Workload::Chain => "chain",
             Workload::Startup => "startup",
             Workload::Cpuquota => "cpuquota",
         }
@@ -395,6 +399,13 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_s_per_kreq: Option<std::collections::BTreeMap<String, f64>>,
+    /// Chain: payload bits per second through the chain, at the load generator.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transfer_bps: Option<f64>,
     /// Start-up: create to the first answered TCP connect, median over the repetitions (ms).
     #[serde(
         default,
@@ -508,6 +519,7 @@ impl Row {
             cpu_cores: None,
             cpu_s_per_gb: None,
             cpu_s_per_kreq: None,
+            transfer_bps: None,
             p50_ms: None,
             p99_ms: None,
             ping_p50_ms: None,

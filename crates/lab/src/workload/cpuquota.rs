@@ -301,6 +301,8 @@ fn point(
                     "kernel",
                     "--cpu",
                     &SERVER_CORE.to_string(),
+                    "--conns",
+                    "1",
                     "--bind",
                     &format!("{}:{}", p.bind, p.port),
                 ]),

@@ -32,6 +32,7 @@ pub fn perf_workload(w: Workload) -> Perf {
         Workload::Rr | Workload::Cpuquota => Perf::Rr,
         Workload::Stream
         | Workload::Startup
+        | Workload::Chain
         | Workload::Pairs
         | Workload::Rate
         | Workload::Idle

@@ -7,6 +7,7 @@
 //! - [`raw`]: the raw-frame bench (`docknet raw bench`);
 //! - [`rate`]: the rate-limit experiment (`docknet bench rate`).
 
+pub mod chain;
 pub mod cluster;
 pub mod cpuquota;
 pub mod crosscheck;

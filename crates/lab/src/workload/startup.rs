@@ -132,7 +132,8 @@ fn kernel_once(mode: Mode, dnperf: &Path, stop: &Stop) -> Result<Sample> {
         "dnperf reach",
     )?
     .result(Duration::from_secs(30), stop)?;
-    server.finish(stop);
+    // it serves forever: ended now
+    drop(server);
     drop(lab);
     sample(t0, built, &r)
 }
@@ -189,7 +190,8 @@ fn docknet_once(
         "dnperf reach",
     )?
     .result(Duration::from_secs(30), stop)?;
-    server.finish(stop);
+    // it serves forever: ended now
+    drop(server);
     for p in [&cp, &sp] {
         c.pipe_rm(p).with_context(|| format!("removing pipe {p}"))?;
     }
