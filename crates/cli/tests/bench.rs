@@ -1034,7 +1034,7 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
 }
 
 #[test]
-fn seed_studies_startup_and_cpuquota_measure_render_and_clean_up() {
+fn seed_studies_measure_render_and_clean_up() {
     if !root_or_skip("seed studies") || !dnperf_built() {
         return;
     }
@@ -1113,16 +1113,63 @@ fn seed_studies_startup_and_cpuquota_measure_render_and_clean_up() {
             assert!(r["over_1ms"].is_u64(), "{r}");
         }
     }
-    // the report: its seed section with both studies and their figures
+    let ch = dir.path().join("chain.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "chain",
+            "--modes",
+            "loopback,docknet-fc,overlay-encrypted",
+            "--sizes",
+            "10,100000",
+            "--duration",
+            "0.4",
+            "--warmup",
+            "0.1",
+            "--report",
+            report.to_str().unwrap(),
+            "--json",
+        ],
+        &ch,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    let v = valid(&ch);
+    let rows = v["results"].as_array().unwrap();
+    for mode in ["loopback", "docknet-fc"] {
+        for size in [10, 100000] {
+            let r = rows
+                .iter()
+                .find(|r| r["mode"] == mode && r["msg_size"] == size && r["workload"] == "chain")
+                .unwrap_or_else(|| panic!("{mode} {size}: {rows:?}"));
+            assert!(r["transfer_bps"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["tool"], "docknet-load");
+        }
+    }
+    let na = v["not_available"].as_array().unwrap();
+    assert!(
+        na.iter().any(|n| n["mode"] == "overlay-encrypted"
+            && n["reason"].as_str().unwrap().contains("openvpn")),
+        "{na:?}"
+    );
+    assert!(v["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().starts_with("docknet-fc/reference")));
+    // the report: its seed section with every study and their figures
     let md = std::fs::read_to_string(report.join("report.md")).unwrap();
     assert!(
         md.contains("# Seed studies") && md.contains("Table 3.2") && md.contains("Suo"),
         "{md}"
     );
+    assert!(md.contains("Kratzke"), "{md}");
     for f in [
         "seed-startup",
         "seed-cpuquota-p99",
         "seed-cpuquota-over-1ms",
+        "seed-chain",
+        "seed-chain-ratio",
     ] {
         assert!(
             report.join("figures").join(format!("{f}.png")).exists(),

@@ -796,6 +796,41 @@ pub fn seed_charts(rows: &[Row]) -> Vec<Chart> {
             series,
         });
     }
+    let chain: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Chain)
+        .collect();
+    if !chain.is_empty() {
+        out.push(chart(
+            "seed-chain".into(),
+            "HTTP chain siege -> ping -> pong: payload transfer rate by message size (Kratzke Fig. 2)".into(),
+            "message size (bytes, log)",
+            "Mbit/s (log)",
+            true,
+            group(&chain, &color, &by_size, &|r| r.transfer_bps.map(|b| b / 1e6)),
+        ));
+        let reference = |size: usize| {
+            chain
+                .iter()
+                .find(|r| r.mode == crate::mode::Mode::Loopback && r.size == size)
+                .and_then(|r| r.transfer_bps)
+                .filter(|b| *b > 0.0)
+        };
+        out.push(Chart {
+            logy: false,
+            ..chart(
+                "seed-chain-ratio".into(),
+                "HTTP chain: transfer rate relative to the reference (loopback), Kratzke Fig. 3"
+                    .into(),
+                "message size (bytes, log)",
+                "ratio to the reference",
+                false,
+                group(&chain, &color, &by_size, &|r| {
+                    Some(r.transfer_bps? / reference(r.size)?)
+                }),
+            )
+        });
+    }
     let quota: Vec<&Row> = rows
         .iter()
         .filter(|r| r.workload == Workload::Cpuquota)

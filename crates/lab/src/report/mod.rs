@@ -171,9 +171,12 @@ impl Report {
         let (http, rows): (Vec<Row>, Vec<Row>) = rows
             .into_iter()
             .partition(|r| matches!(r.workload, Workload::Http | Workload::Nat));
-        let (seed_rows, rows): (Vec<Row>, Vec<Row>) = rows
-            .into_iter()
-            .partition(|r| matches!(r.workload, Workload::Startup | Workload::Cpuquota));
+        let (seed_rows, rows): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| {
+            matches!(
+                r.workload,
+                Workload::Startup | Workload::Cpuquota | Workload::Chain
+            )
+        });
         let seeds = seeds::SeedSection::of(
             seed_rows,
             &rows
