@@ -278,7 +278,7 @@ impl Runner {
         );
         let report = self.measure(fleet, pl, p.size)?;
         let mut row = dnperf::row(&report, run.mode, self.workload, p, fleet.builder());
-        if let Some(Some((d, secs))) = cpu.join().ok() {
+        if let Ok(Some((d, secs))) = cpu.join() {
             let r = &report.result;
             match self.workload {
                 Workload::Rr => {
