@@ -72,9 +72,17 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     let mut client = crate::ctl::client(socket)?;
     client.pipe_show(&a.pipe)?;
     if let Some(c) = a.cpu {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if c >= n {
-            bail!("--cpu {c}: this machine has cores 0..{}", n - 1);
+        // the cores this process may run on (not available_parallelism, which a cgroup's CPU
+        // quota lowers: a container under a quota of one core still picks its core)
+        let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
+            .map(|set| {
+                (0..nix::sched::CpuSet::count())
+                    .filter(|i| set.is_set(*i).unwrap_or(false))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        if !allowed.is_empty() && !allowed.contains(&c) {
+            bail!("--cpu {c}: this process may run on cores {allowed:?} only");
         }
     }
     let exe = std::env::current_exe().context("locating the docknet binary")?;

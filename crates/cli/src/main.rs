@@ -349,6 +349,17 @@ enum BenchCmd {
     /// in accept, their CPU time together (exact, from schedstat), then the one-way latency of
     /// messages sent after a second of idle.
     Idle(docknet_lab::workload::idle::IdleArgs),
+    /// Network start-up time per mode (Suo et al.): from creating a container's network
+    /// (namespaces and CNI ADD; DockNet: pipe create) until the container answers a TCP
+    /// connect and a ping, p50/p99 over the repetitions.
+    Startup(docknet_lab::workload::startup::StartupArgs),
+    /// Round trips to a server under a cgroup CPU quota (the thesis's Table 3.2): mean, p50,
+    /// p99 and the count above 1 ms per quota, on kernel modes and on DockNet with the
+    /// server spinning or adaptive.
+    Cpuquota(docknet_lab::workload::cpuquota::CpuquotaArgs),
+    /// Kratzke's HTTP chain: load generator -> forwarder (ping) -> server (pong) on every mode,
+    /// the transfer rate by message size and its ratio to the reference (loopback).
+    Chain(docknet_lab::workload::chain::ChainArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -532,6 +543,9 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(BenchCmd::Rate(a)) => docknet_lab::bench::run_rate(a)?,
         Cmd::Bench(BenchCmd::Http(a)) => docknet_lab::bench::run_http(a)?,
         Cmd::Bench(BenchCmd::Nat(a)) => docknet_lab::bench::run_nat(a)?,
+        Cmd::Bench(BenchCmd::Startup(a)) => docknet_lab::bench::run_startup(a)?,
+        Cmd::Bench(BenchCmd::Cpuquota(a)) => docknet_lab::bench::run_cpuquota(a)?,
+        Cmd::Bench(BenchCmd::Chain(a)) => docknet_lab::bench::run_chain(a)?,
         Cmd::Bench(BenchCmd::Idle(a)) => {
             if !nix::unistd::geteuid().is_root() {
                 anyhow::bail!("docknet bench idle needs root (it builds containers)");

@@ -129,6 +129,18 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
             } else {
                 assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
             }
+            // the machine's CPU per unit of work, by kind (Suo et al.'s service demand)
+            let d = &r[if wl == "rr" {
+                "cpu_s_per_kreq"
+            } else {
+                "cpu_s_per_gb"
+            }];
+            assert!(d["total"].as_f64().unwrap() > 0.0, "{r}");
+            let parts: f64 = ["user", "system", "irq", "softirq"]
+                .iter()
+                .map(|k| d[k].as_f64().unwrap())
+                .sum();
+            assert!((parts - d["total"].as_f64().unwrap()).abs() < 1e-9, "{d}");
         }
     }
 }
@@ -1075,4 +1087,151 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
             );
         }
     }
+}
+
+#[test]
+fn seed_studies_measure_render_and_clean_up() {
+    if !root_or_skip("seed studies") || !dnperf_built() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("rep");
+    let json = dir.path().join("startup.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "startup",
+            "--modes",
+            "bridge,docknet",
+            "--reps",
+            "3",
+            "--report",
+            report.to_str().unwrap(),
+            "--json",
+        ],
+        &json,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    let v = valid(&json);
+    let rows = v["results"].as_array().unwrap();
+    for mode in ["bridge", "docknet"] {
+        let r = rows
+            .iter()
+            .find(|r| r["mode"] == mode && r["workload"] == "startup")
+            .unwrap_or_else(|| panic!("{mode}: {rows:?}"));
+        let (p50, p99) = (r["p50_ms"].as_f64().unwrap(), r["p99_ms"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p99 >= p50, "{r}");
+        assert!(r["ping_p50_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["create_p50_ms"].as_f64().unwrap() <= p50, "{r}");
+    }
+    let cq = dir.path().join("cpuquota.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "cpuquota",
+            "--modes",
+            "bridge,docknet-fc",
+            "--quotas",
+            "1000,10000",
+            "--idle",
+            "adaptive",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.1",
+            "--report",
+            report.to_str().unwrap(),
+            "--json",
+        ],
+        &cq,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    let cgroups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/cpu")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&format!("dn{pid}x")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(cgroups.is_empty(), "cgroups left behind: {cgroups:?}");
+    let v = valid(&cq);
+    let rows = v["results"].as_array().unwrap();
+    for mode in ["bridge", "docknet-fc"] {
+        for q in [1000, 10000] {
+            let r = rows
+                .iter()
+                .find(|r| r["mode"] == mode && r["quota_us"] == q)
+                .unwrap_or_else(|| panic!("{mode} {q}: {rows:?}"));
+            assert!(r["samples"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
+            assert!(r["over_1ms"].is_u64(), "{r}");
+        }
+    }
+    let ch = dir.path().join("chain.json");
+    let (o, pid) = run(
+        &[
+            "bench",
+            "chain",
+            "--modes",
+            "loopback,docknet-fc,overlay-encrypted",
+            "--sizes",
+            "10,100000",
+            "--duration",
+            "0.4",
+            "--warmup",
+            "0.1",
+            "--report",
+            report.to_str().unwrap(),
+            "--json",
+        ],
+        &ch,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    let v = valid(&ch);
+    let rows = v["results"].as_array().unwrap();
+    for mode in ["loopback", "docknet-fc"] {
+        for size in [10, 100000] {
+            let r = rows
+                .iter()
+                .find(|r| r["mode"] == mode && r["msg_size"] == size && r["workload"] == "chain")
+                .unwrap_or_else(|| panic!("{mode} {size}: {rows:?}"));
+            assert!(r["transfer_bps"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["tool"], "docknet-load");
+        }
+    }
+    let na = v["not_available"].as_array().unwrap();
+    assert!(
+        na.iter().any(|n| n["mode"] == "overlay-encrypted"
+            && n["reason"].as_str().unwrap().contains("openvpn")),
+        "{na:?}"
+    );
+    assert!(v["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().starts_with("docknet-fc/reference")));
+    // the report: its seed section with every study and their figures
+    let md = std::fs::read_to_string(report.join("report.md")).unwrap();
+    assert!(
+        md.contains("# Seed studies") && md.contains("Table 3.2") && md.contains("Suo"),
+        "{md}"
+    );
+    assert!(md.contains("Kratzke"), "{md}");
+    for f in [
+        "seed-startup",
+        "seed-cpuquota-p99",
+        "seed-cpuquota-over-1ms",
+        "seed-chain",
+        "seed-chain-ratio",
+    ] {
+        assert!(
+            report.join("figures").join(format!("{f}.png")).exists(),
+            "{f}"
+        );
+    }
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert!(html.contains("<h2>Seed studies</h2>"));
 }

@@ -316,6 +316,9 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         (Workload::Idle, _) => "An idle host",
         (Workload::Http, _) => "HTTP under load",
         (Workload::Nat, _) => "NAT load balancer",
+        (Workload::Chain, _) => "HTTP chain",
+        (Workload::Startup, _) => "Start-up time",
+        (Workload::Cpuquota, _) => "Latency under a CPU quota",
     };
     let title = if args.ipv6 {
         match workload {
@@ -1062,4 +1065,134 @@ pub fn run_rate(args: RateArgs) -> Result<()> {
         println!("report: {}", index.display());
     }
     Ok(())
+}
+
+/// A seed study's results: printed, written as JSON and Markdown, drawn into the report.
+#[allow(clippy::too_many_arguments)]
+fn study_outputs(
+    workload: Workload,
+    title: &str,
+    about: &str,
+    table: fn(&[crate::row::Row]) -> String,
+    (ratios, targets): (Vec<String>, Vec<String>),
+    rows: Vec<crate::row::Row>,
+    skipped: Vec<NotAvailable>,
+    (duration, warmup, repeat): (f64, f64, usize),
+    json: Option<&PathBuf>,
+    report_dir: Option<&PathBuf>,
+) -> Result<()> {
+    print!("{}", table(&rows));
+    for s in &skipped {
+        println!("{}", s.line());
+    }
+    for r in &ratios {
+        println!("{r}");
+    }
+    for t in &targets {
+        println!("target: {t}");
+    }
+    let mut env = Env::here(duration, warmup, repeat);
+    env.workload = Some(workload);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows.clone(),
+        summary: rows,
+        ratios,
+        targets,
+        not_available: skipped,
+    };
+    write_outputs(&res, json, report_dir, &format!("tcp-{workload}"), || {
+        format!(
+            "# {title}\n\nCommand: `{}`\n\n{about}\n\n```text\n{}```\n\n{}\n",
+            res.env.command,
+            table(&res.summary),
+            res.ratios
+                .iter()
+                .chain(res.targets.iter())
+                .cloned()
+                .chain(res.not_available.iter().map(NotAvailable::line))
+                .map(|t| format!("- {t}\n"))
+                .collect::<String>()
+        )
+    })?;
+    if let Some(dir) = report_dir {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
+    }
+    Ok(())
+}
+
+/// Runs `docknet bench startup`.
+pub fn run_startup(args: crate::workload::startup::StartupArgs) -> Result<()> {
+    use crate::workload::startup;
+    let modes = startup::modes(&args)?;
+    need_root("docknet bench startup")?;
+    let stop = Stop::on_signals()?;
+    let mut progress = crate::progress::Progress::new((modes.len() * args.reps) as u64);
+    let (rows, skipped) = startup::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let targets = startup::targets(&rows);
+    study_outputs(
+        Workload::Startup,
+        "Network start-up time",
+        startup::ABOUT,
+        startup::table,
+        (Vec::new(), targets),
+        rows,
+        skipped,
+        (1.0, 0.0, args.reps),
+        args.json.as_ref(),
+        args.report.as_ref(),
+    )
+}
+
+/// Runs `docknet bench cpuquota`.
+pub fn run_cpuquota(args: crate::workload::cpuquota::CpuquotaArgs) -> Result<()> {
+    use crate::workload::cpuquota;
+    let modes = cpuquota::modes(&args)?;
+    need_root("docknet bench cpuquota")?;
+    let stop = Stop::on_signals()?;
+    let total: usize = modes.iter().map(|m| cpuquota::points(&args, *m)).sum();
+    let mut progress = crate::progress::Progress::new(total as u64);
+    let (rows, skipped) = cpuquota::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let targets = cpuquota::targets(&rows);
+    study_outputs(
+        Workload::Cpuquota,
+        "Round trips under a CPU quota",
+        cpuquota::ABOUT,
+        cpuquota::table,
+        (Vec::new(), targets),
+        rows,
+        skipped,
+        (args.duration, args.warmup, 1),
+        args.json.as_ref(),
+        args.report.as_ref(),
+    )
+}
+
+/// Runs `docknet bench chain`.
+pub fn run_chain(args: crate::workload::chain::ChainArgs) -> Result<()> {
+    use crate::workload::chain;
+    let (modes, _) = chain::modes(&args)?;
+    need_root("docknet bench chain")?;
+    let stop = Stop::on_signals()?;
+    crate::workload::http::beside(&std::env::current_exe()?, "docknet-forward")?;
+    let mut progress = crate::progress::Progress::new((modes.len() * args.sizes.len()) as u64);
+    let (rows, skipped) = chain::measure(&args, &stop, &mut progress)?;
+    progress.finish();
+    let (ratios, targets) = (chain::ratios(&rows), chain::targets(&rows));
+    study_outputs(
+        Workload::Chain,
+        "Kratzke's HTTP chain",
+        chain::ABOUT,
+        chain::table,
+        (ratios, targets),
+        rows,
+        skipped,
+        (args.duration, args.warmup, 1),
+        args.json.as_ref(),
+        args.report.as_ref(),
+    )
 }

@@ -75,6 +75,27 @@ impl CpuTimes {
     }
 }
 
+/// CPU seconds per `units` of work, by kind (`user`, `system`, `irq`, `softirq`) and in all
+/// (`total`): a service demand (`None` without work).
+pub fn demand(d: &CpuTimes, units: f64) -> Option<std::collections::BTreeMap<String, f64>> {
+    if !(units.is_finite() && units > 0.0) {
+        return None;
+    }
+    let per = |j: u64| CpuTimes::seconds(j) / units;
+    Some(
+        [
+            ("user", per(d.user)),
+            ("system", per(d.system)),
+            ("irq", per(d.irq - d.softirq.min(d.irq))),
+            ("softirq", per(d.softirq)),
+            ("total", per(d.busy())),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +123,11 @@ mod tests {
         assert!(CpuTimes::parse("cpu 1 2\n").is_none());
         assert!(CpuTimes::parse("intr 1 2 3\n").is_none());
         assert!(CpuTimes::parse("cpu  a b c d e f g h\n").is_none());
+        let per = demand(&d, 2.0).unwrap();
+        let hz = CpuTimes::seconds(1);
+        assert_eq!(per["total"], 30.0 * hz / 2.0);
+        assert_eq!(per["softirq"], 10.0 * hz / 2.0);
+        assert_eq!(per["irq"], 0.0);
+        assert!(demand(&d, 0.0).is_none());
     }
 }

@@ -160,7 +160,9 @@ pub fn default_sizes(w: Workload) -> Vec<usize> {
         Workload::Rr => vec![64, 1024, 65536],
         Workload::Stream => vec![64, 256, 1024, 4096, 16384, 65536, 409600],
         Workload::Pairs | Workload::Rate => vec![1024],
-        Workload::Idle | Workload::Http | Workload::Nat => vec![64],
+        Workload::Idle | Workload::Http | Workload::Nat | Workload::Cpuquota => vec![64],
+        Workload::Startup => vec![1],
+        Workload::Chain => vec![10, 100, 1000, 10_000, 100_000, 500_000],
     }
 }
 
@@ -427,7 +429,14 @@ pub fn crosscheck_tool(w: Workload) -> Option<Tool> {
     match w {
         Workload::Rr => Some(Tool::Sockperf),
         Workload::Stream => Some(Tool::Iperf3),
-        Workload::Pairs | Workload::Rate | Workload::Idle | Workload::Http | Workload::Nat => None,
+        Workload::Pairs
+        | Workload::Rate
+        | Workload::Idle
+        | Workload::Http
+        | Workload::Nat
+        | Workload::Startup
+        | Workload::Chain
+        | Workload::Cpuquota => None,
     }
 }
 

@@ -28,6 +28,15 @@ pub enum Workload {
     Http,
     /// The one-way latency a NAT load balancer adds.
     Nat,
+    /// Kratzke's HTTP chain: a load generator -> a forwarder -> a server, transfer rate by
+    /// message size.
+    Chain,
+    /// Start-up: from creating a container's network until it answers a TCP connect and a
+    /// ping (Suo et al.).
+    Startup,
+    /// Request/response round trips to a server under a cgroup CPU quota (the thesis's
+    /// Table 3.2).
+    Cpuquota,
 }
 
 impl Workload {
@@ -41,6 +50,9 @@ impl Workload {
             Workload::Idle => "idle",
             Workload::Http => "http",
             Workload::Nat => "nat",
+            Workload::Chain => "chain",
+            Workload::Startup => "startup",
+            Workload::Cpuquota => "cpuquota",
         }
     }
 }
@@ -371,6 +383,85 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_cores: Option<f64>,
+    /// Stream: the whole machine's CPU seconds per GB delivered, by kind (`user`, `system`,
+    /// `irq`, `softirq`) and in all (`total`), from `/proc/stat` over the measured window
+    /// (Suo et al.'s service demand).
+    #[serde(
+        default,
+        deserialize_with = "parts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_s_per_gb: Option<std::collections::BTreeMap<String, f64>>,
+    /// Rr: the whole machine's CPU seconds per 1000 transactions, by kind, as `cpu_s_per_gb`.
+    #[serde(
+        default,
+        deserialize_with = "parts",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_s_per_kreq: Option<std::collections::BTreeMap<String, f64>>,
+    /// Chain: payload bits per second through the chain, at the load generator.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transfer_bps: Option<f64>,
+    /// Start-up: create to the first answered TCP connect, median over the repetitions (ms).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub p50_ms: Option<f64>,
+    /// Start-up: the same, 99th percentile (ms).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub p99_ms: Option<f64>,
+    /// Start-up: create to the first answered ping, median (ms).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ping_p50_ms: Option<f64>,
+    /// Start-up: create to the first answered ping, 99th percentile (ms).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ping_p99_ms: Option<f64>,
+    /// Start-up: the create step alone (namespaces and CNI ADD, or pipe create), median (ms).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub create_p50_ms: Option<f64>,
+    /// CPU quota: the server's quota per 10000 us period (us).
+    #[serde(
+        default,
+        deserialize_with = "count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub quota_us: Option<u64>,
+    /// CPU quota: round trips longer than 1 ms.
+    #[serde(
+        default,
+        deserialize_with = "count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub over_1ms: Option<u64>,
+    /// CPU quota: round trips measured.
+    #[serde(
+        default,
+        deserialize_with = "count",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub samples: Option<u64>,
     /// One-way latency histogram as `[ns, count]` buckets (rr, pairs).
     #[serde(
         default,
@@ -426,6 +517,17 @@ impl Row {
             limit_bps: None,
             phase: None,
             cpu_cores: None,
+            cpu_s_per_gb: None,
+            cpu_s_per_kreq: None,
+            transfer_bps: None,
+            p50_ms: None,
+            p99_ms: None,
+            ping_p50_ms: None,
+            ping_p99_ms: None,
+            create_p50_ms: None,
+            quota_us: None,
+            over_1ms: None,
+            samples: None,
             one_way_hist: None,
         }
     }

@@ -18,6 +18,7 @@ pub mod callback;
 pub mod device;
 mod engine;
 pub mod frame;
+mod icmp;
 pub mod poll;
 pub mod raw;
 pub mod stack;

@@ -446,3 +446,74 @@ fn connections_beyond_the_backlog_are_not_refused_but_retried() {
         "the backlog was full once"
     );
 }
+
+#[test]
+fn a_stack_answers_an_icmp_echo_request() {
+    // smoltcp's automatic echo reply: a stack answers ping whatever its sockets do
+    let n = net(false, 1500);
+    let _l = TcpListener::bind(&n.b, 7010).unwrap();
+    let mut r = n.reg.lock().unwrap();
+    r.create_pipe("p", "10.8.0.9/24", None, None).unwrap();
+    n.master.publish(r.snapshot());
+    let mut ep =
+        Endpoint::from_connection(r.connect_local("p").unwrap(), IdlePolicy::Spin, None).unwrap();
+    drop(r);
+    let mac = ep
+        .resolve(B, Duration::from_secs(2))
+        .expect("ARP through the daemon");
+    let payload = b"docknet echo";
+    let len = docknet_lib::frame::ETH + docknet_lib::frame::IPV4 + 8 + payload.len();
+    let mut f = vec![0u8; len];
+    docknet_lib::frame::write_ipv4_headers(&mut f, ep.mac(), mac, ep.ip(), B, 1, len);
+    let icmp = &mut f[34..];
+    icmp[0] = 8; // echo request
+    icmp[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
+    icmp[6..8].copy_from_slice(&7u16.to_be_bytes());
+    icmp[8..].copy_from_slice(payload);
+    let c = docknet_lib::frame::checksum(icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    ep.send(&f).unwrap();
+    ep.flush();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut buf = vec![0u8; 2048];
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no echo reply from {B}"
+        );
+        let Some((k, _)) = ep.recv(&mut buf) else {
+            thread::sleep(Duration::from_micros(100));
+            continue;
+        };
+        let r = &buf[..k];
+        if k < 42 || r[12..14] != [8, 0] || r[23] != 1 || r[26..30] != B.octets() {
+            continue;
+        }
+        assert_eq!(r[34], 0, "an echo reply");
+        assert_eq!(
+            &r[38..42],
+            &[0x12, 0x34, 0, 7],
+            "its identifier and sequence"
+        );
+        assert_eq!(&r[42..], payload);
+        break;
+    }
+}
+
+#[test]
+fn a_stack_pings_another_and_an_absent_address_times_out() {
+    for fc in [false, true] {
+        let n = net(fc, 1500);
+        let rtt =
+            n.a.ping(B, 56, Duration::from_secs(3))
+                .expect("an echo reply");
+        assert!(rtt < Duration::from_secs(3));
+        // again: the neighbours are known now
+        n.a.ping(B, 8, Duration::from_secs(3))
+            .expect("a second reply");
+        let e =
+            n.a.ping(Ipv4Addr::new(10, 8, 0, 77), 8, Duration::from_millis(200))
+                .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    }
+}

@@ -14,6 +14,7 @@
 
 pub mod net;
 pub mod raw;
+pub mod reach;
 pub mod report;
 pub mod stats;
 pub mod workload;

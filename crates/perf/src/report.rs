@@ -94,3 +94,19 @@ pub struct ServerReport {
     /// Transactions (rr) or bytes (stream) handled.
     pub handled: u64,
 }
+
+/// `dnperf reach`'s line: CLOCK_MONOTONIC times in nanoseconds of the first answered TCP
+/// connect and ICMP echo (one clock for every namespace of the machine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReachReport {
+    /// dnperf started trying (after attaching, on DockNet).
+    pub start_ns: u64,
+    /// The first TCP handshake completed.
+    pub connect_ns: u64,
+    /// The first echo reply arrived (`None`: not asked to ping).
+    pub ping_ns: Option<u64>,
+    /// Connects tried, the answered one included.
+    pub connect_tries: u64,
+    /// Echo requests sent, the answered one included.
+    pub ping_tries: u64,
+}

@@ -39,6 +39,9 @@ pub struct Outcome {
     /// from averaged percentiles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub one_way_hist: Option<Vec<[u64; 2]>>,
+    /// rr: the RTT/2 histogram as `[value_ns, count]` buckets (round trips, halved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_rtt_hist: Option<Vec<[u64; 2]>>,
     /// rr with a pause between transactions: the request's one-way latency alone (the first
     /// packet after the pause; the reply finds the path awake).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,6 +78,7 @@ impl Outcome {
             one_way_ns: Some(Summary::of(one_way)),
             half_rtt_ns: Some(Summary::of(half)),
             one_way_hist: Some(buckets(one_way)),
+            half_rtt_hist: Some(buckets(half)),
             cpu_s_per_op: if n > 0 { cpu / n as f64 } else { 0.0 },
             ..Outcome::default()
         }

@@ -122,6 +122,26 @@ enum Cmd {
         #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
     },
+    /// Start-up time: reaches a server the moment it answers. Fresh TCP connects to
+    /// --connect (each refused or unanswered within --retry-us tried again) and, with --ping,
+    /// ICMP echo requests, side by side; prints the CLOCK_MONOTONIC times of the first
+    /// answered connect and echo as one JSON line.
+    Reach {
+        #[command(flatten)]
+        c: Common,
+        /// Server address.
+        #[arg(long)]
+        connect: std::net::SocketAddrV4,
+        /// Ping this address too.
+        #[arg(long)]
+        ping: Option<std::net::Ipv4Addr>,
+        /// A try unanswered for this many microseconds is tried again.
+        #[arg(long, default_value_t = 1000)]
+        retry_us: u64,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 10.0)]
+        timeout: f64,
+    },
 }
 
 const EXAMPLES: &str = "Examples:
@@ -130,6 +150,7 @@ const EXAMPLES: &str = "Examples:
   docknet run --pipe db  -- dnperf server --stack docknet --bind 10.0.0.3:5000
   docknet run --pipe web -- dnperf client --stack docknet --connect 10.0.0.3:5000 --workload stream
   echo go | docknet run --pipe web -- dnperf probe --connect 10.0.0.3:5000
+  dnperf reach --stack kernel --connect 10.0.0.3:5000 --ping 10.0.0.3
 
 --stack docknet attaches to the container's DockPipe (/run/docknet/pipe or $DOCKNET_PIPE), so
 run it under `docknet run --pipe NAME`. With --json a client prints one JSON line: the
@@ -274,6 +295,7 @@ fn main_inner(cli: Cli) -> Result<()> {
     let cpu = match &cli.cmd {
         Cmd::Server { c, .. } | Cmd::Client { c, .. } => c.cpu,
         Cmd::Probe { cpu, .. } => *cpu,
+        Cmd::Reach { c, .. } => c.cpu,
     };
     if let Some(core) = cpu {
         pin(core).with_context(|| format!("pinning to core {core}"))?;
@@ -318,6 +340,26 @@ fn main_inner(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Probe { connect, idle, .. } => run_probe(*connect, *idle),
+        Cmd::Reach {
+            c,
+            connect,
+            ping,
+            retry_us,
+            timeout,
+        } => {
+            let r = docknet_perf::reach::Reach {
+                connect: *connect,
+                ping: *ping,
+                retry: Duration::from_micros((*retry_us).max(50)),
+                timeout: Duration::from_secs_f64(timeout.clamp(0.01, 600.0)),
+            };
+            let report = match c.stack {
+                StackKind::Kernel => docknet_perf::reach::kernel(r)?,
+                StackKind::Docknet => docknet_perf::reach::docknet(&docknet(c)?.stack, r)?,
+            };
+            println!("{}", serde_json::to_string(&report)?);
+            Ok(())
+        }
     }
 }
 

@@ -765,6 +765,103 @@ pub fn rate_charts(rows: &[Row]) -> Vec<Chart> {
         .collect()
 }
 
+/// The seed studies' figures: start-up time per mode (p50 and p99 of the repetitions), and
+/// under a CPU quota the round trips' p99 and the count above 1 ms by quota.
+pub fn seed_charts(rows: &[Row]) -> Vec<Chart> {
+    let color = colors(rows);
+    let mut out = Vec::new();
+    let startup: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Startup)
+        .collect();
+    if !startup.is_empty() {
+        let series = startup
+            .iter()
+            .filter_map(|r| {
+                Some(Series {
+                    name: r.series(),
+                    points: vec![(50.0, r.p50_ms?), (99.0, r.p99_ms?)],
+                    dashed: false,
+                    color: color(r),
+                })
+            })
+            .collect();
+        out.push(Chart {
+            file: "seed-startup".into(),
+            title: "Start-up: create to answered TCP connect (Suo et al.), p50 and p99".into(),
+            x: "percentile of the repetitions",
+            y: "ms (log)",
+            logx: false,
+            logy: true,
+            series,
+        });
+    }
+    let chain: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Chain)
+        .collect();
+    if !chain.is_empty() {
+        out.push(chart(
+            "seed-chain".into(),
+            "HTTP chain siege -> ping -> pong: payload transfer rate by message size (Kratzke Fig. 2)".into(),
+            "message size (bytes, log)",
+            "Mbit/s (log)",
+            true,
+            group(&chain, &color, &by_size, &|r| r.transfer_bps.map(|b| b / 1e6)),
+        ));
+        let reference = |size: usize| {
+            chain
+                .iter()
+                .find(|r| r.mode == crate::mode::Mode::Loopback && r.size == size)
+                .and_then(|r| r.transfer_bps)
+                .filter(|b| *b > 0.0)
+        };
+        out.push(Chart {
+            logy: false,
+            ..chart(
+                "seed-chain-ratio".into(),
+                "HTTP chain: transfer rate relative to the reference (loopback), Kratzke Fig. 3"
+                    .into(),
+                "message size (bytes, log)",
+                "ratio to the reference",
+                false,
+                group(&chain, &color, &by_size, &|r| {
+                    Some(r.transfer_bps? / reference(r.size)?)
+                }),
+            )
+        });
+    }
+    let quota: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Cpuquota)
+        .collect();
+    if !quota.is_empty() {
+        let by_quota = |r: &Row| r.quota_us.map(|q| q as f64);
+        out.push(chart(
+            "seed-cpuquota-p99".into(),
+            "Round trips under a CPU quota of 10000 us periods (thesis Table 3.2): p50 solid, p99 dashed".into(),
+            "quota per period (us, log)",
+            "round trip (us, log)",
+            true,
+            p50_p99(&quota, &color, &by_quota),
+        ));
+        out.push(Chart {
+            logy: false,
+            ..chart(
+                "seed-cpuquota-over-1ms".into(),
+                "Round trips above 1 ms, per 1000 measured, by quota (thesis Fig. 3.3)".into(),
+                "quota per period (us, log)",
+                "round trips > 1 ms per 1000",
+                false,
+                group(&quota, &color, &by_quota, &|r| {
+                    Some(r.over_1ms? as f64 * 1000.0 / r.samples.filter(|n| *n > 0)? as f64)
+                }),
+            )
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

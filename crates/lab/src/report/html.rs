@@ -31,7 +31,7 @@ fn table_html<S: AsRef<str>>(heads: &[S], rows: impl Iterator<Item = Vec<String>
 }
 
 /// One figure: the SVG, its title, links to both files.
-fn figure(c: &super::charts::Chart) -> String {
+pub(crate) fn figure(c: &super::charts::Chart) -> String {
     format!(
         "<figure><img class=\"figure\" src=\"figures/{f}.svg\" alt=\"{t}\" width=\"1200\" height=\"600\">\
          <figcaption>{t} (<a href=\"figures/{f}.png\">PNG</a>, <a href=\"figures/{f}.svg\">SVG</a>)</figcaption></figure>\n",
@@ -132,6 +132,9 @@ pub fn page(r: &Report) -> String {
         for c in &x.charts {
             h += &figure(c);
         }
+    }
+    if let Some(sd) = &r.seeds {
+        h += &sd.html();
     }
     if !r.idle.is_empty() {
         let _ = writeln!(h, "<h2>An idle host</h2>\n<p>{}</p>", esc(super::IDLE_TEXT));

@@ -89,6 +89,12 @@ pub fn report(r: &Report) -> String {
             let _ = writeln!(m, "\n![{}](figures/{}.png)", c.title, c.file);
         }
     }
+    if let Some(sd) = &r.seeds {
+        m += &sd.markdown();
+        for c in &sd.charts {
+            let _ = writeln!(m, "\n![{}](figures/{}.png)", c.title, c.file);
+        }
+    }
     if !r.idle.is_empty() {
         let _ = writeln!(m, "\n# An idle host\n\n{}\n", super::IDLE_TEXT);
         m += &md_table(&super::IDLE_COLUMNS, super::idle_cells(&r.idle).into_iter());

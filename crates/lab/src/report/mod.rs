@@ -8,6 +8,7 @@
 pub mod charts;
 pub mod html;
 pub mod markdown;
+pub mod seeds;
 pub mod table;
 
 use crate::mode::Topology;
@@ -151,6 +152,8 @@ pub struct Report {
     pub idle: Vec<Row>,
     /// The HTTP rows (`docknet bench http`), with their targets and figures.
     pub http: Option<HttpSection>,
+    /// The seed studies (start-up, CPU quota, the bridge's fixed cost), if any.
+    pub seeds: Option<seeds::SeedSection>,
     /// The files' environments (the first is the report's).
     pub envs: Vec<Env>,
     /// Modes without figures, as lines (each once).
@@ -168,6 +171,20 @@ impl Report {
         let (http, rows): (Vec<Row>, Vec<Row>) = rows
             .into_iter()
             .partition(|r| matches!(r.workload, Workload::Http | Workload::Nat));
+        let (seed_rows, rows): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| {
+            matches!(
+                r.workload,
+                Workload::Startup | Workload::Cpuquota | Workload::Chain
+            )
+        });
+        let seeds = seeds::SeedSection::of(
+            seed_rows,
+            &rows
+                .iter()
+                .filter(|r| r.topology == Topology::OneHost)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
         let mut missing: Vec<String> = Vec::new();
         for line in files
             .iter()
@@ -200,6 +217,7 @@ impl Report {
                 charts: charts::http_charts(&http),
                 rows: http,
             }),
+            seeds,
             envs: files.iter().map(|f| f.env.clone()).collect(),
             missing,
         }
@@ -212,6 +230,7 @@ impl Report {
             .flat_map(|s| s.charts.iter())
             .chain(self.rate.iter().flat_map(|r| r.charts.iter()))
             .chain(self.http.iter().flat_map(|h| h.charts.iter()))
+            .chain(self.seeds.iter().flat_map(|s| s.charts.iter()))
     }
 
     /// Every section's targets.

@@ -29,8 +29,10 @@ impl Side {
 /// What dnperf runs for a lab workload: pairs measure rr and stream in turn.
 pub fn perf_workload(w: Workload) -> Perf {
     match w {
-        Workload::Rr => Perf::Rr,
+        Workload::Rr | Workload::Cpuquota => Perf::Rr,
         Workload::Stream
+        | Workload::Startup
+        | Workload::Chain
         | Workload::Pairs
         | Workload::Rate
         | Workload::Idle

@@ -268,7 +268,10 @@ impl Nginx {
 }
 
 /// The machine's CPU over a window, sampled by a thread while a point runs.
-fn sample_cpu(from: Duration, len: Duration) -> std::thread::JoinHandle<Option<(CpuTimes, f64)>> {
+pub(crate) fn sample_cpu(
+    from: Duration,
+    len: Duration,
+) -> std::thread::JoinHandle<Option<(CpuTimes, f64)>> {
     std::thread::spawn(move || {
         std::thread::sleep(from);
         let (a, t) = (CpuTimes::now()?, Instant::now());

@@ -7,7 +7,9 @@
 //! - [`raw`]: the raw-frame bench (`docknet raw bench`);
 //! - [`rate`]: the rate-limit experiment (`docknet bench rate`).
 
+pub mod chain;
 pub mod cluster;
+pub mod cpuquota;
 pub mod crosscheck;
 pub mod dnperf;
 pub mod http;
@@ -16,6 +18,7 @@ pub mod nat;
 pub mod pairs;
 pub mod rate;
 pub mod raw;
+pub mod startup;
 
 use crate::mode::{Builder, Topology};
 use crate::plan::{Measure, ModeRun, Placement, Point};
@@ -296,8 +299,31 @@ impl Runner {
     fn single(&mut self, run: &ModeRun, fleet: &Fleet, p: &Point, pl: &Placement) -> Result<()> {
         self.progress
             .start(&format!("{} {} {} B", run.mode, pl.cores(), p.size));
+        // the machine's CPU over the middle 80% of the measured window (the client starts
+        // after the server, DockNet's after SERVER_START, and warms up first)
+        let lead = match fleet {
+            Fleet::Docknet(_) => SERVER_START.as_secs_f64(),
+            Fleet::Kernel(_) => 0.0,
+        } + 0.05;
+        let cpu = crate::workload::http::sample_cpu(
+            Duration::from_secs_f64(lead + self.timing.warmup + self.timing.duration * 0.1),
+            Duration::from_secs_f64(self.timing.duration * 0.8),
+        );
         let report = self.measure(fleet, pl, p.size)?;
         let mut row = dnperf::row(&report, run.mode, self.workload, p, fleet.builder());
+        if let Ok(Some((d, secs))) = cpu.join() {
+            let r = &report.result;
+            match self.workload {
+                Workload::Rr => {
+                    row.cpu_s_per_kreq = crate::cpustat::demand(&d, r.tps * secs / 1000.0)
+                }
+                Workload::Stream => {
+                    row.cpu_s_per_gb =
+                        crate::cpustat::demand(&d, r.gbps.unwrap_or(0.0) / 8.0 * secs)
+                }
+                _ => {}
+            }
+        }
         if let Fleet::Docknet(l) = fleet {
             row.mtu = Some(l.mtu);
         }

@@ -1,0 +1,428 @@
+//! `docknet bench chain`: Kratzke's HTTP chain. A load generator (the siege) requests
+//! `/bytes/N` from a forwarder (the "ping" service, `docknet-forward`), which requests it from
+//! a server (the "pong" service, `docknet-httpd`) and passes the answer back; three containers
+//! on the mode's network. The transfer rate (payload bits per second at the load generator)
+//! per message size, and its ratio to the reference (all three in one namespace over `lo`):
+//! Kratzke's container/reference ratio, and the same for DockNet.
+
+use crate::mode::{Mode, Topology};
+use crate::plan::DaemonSetup;
+use crate::proc::{in_ns, Proc, Stop};
+use crate::progress::Progress;
+use crate::row::{NotAvailable, Row, Status, Tool, Workload};
+use crate::topology::{probe, DocknetLab, KernelLab};
+use crate::workload::http::beside;
+use anyhow::{bail, Context, Result};
+use docknet_http::client::LoadReport;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Options of `docknet bench chain`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChainArgs {
+    /// Modes: loopback (the reference: the three services in one namespace), bridge (Docker's
+    /// default, Kratzke's "container"), veth-less kernel modes of one host, docknet,
+    /// docknet-fc; `overlay` and `overlay-encrypted` are reported as not available here.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "loopback,bridge,docknet,docknet-fc,overlay,overlay-encrypted"
+    )]
+    pub modes: Vec<String>,
+    /// Message sizes (the body of each answer), bytes.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10,100,1000,10000,100000,500000"
+    )]
+    pub sizes: Vec<usize>,
+    /// The load generator's connections.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// Measured seconds per size.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Warm-up seconds per size (excluded).
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write tcp-chain.json and tcp-chain.md into this directory and (re)build its HTML report.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+/// What the figures are, in words.
+pub const ABOUT: &str = "Kratzke's chain: docknet-load (the siege, keep-alive connections, \
+    closed loop) -> docknet-forward (the ping service: a thread and an upstream keep-alive \
+    connection per client connection) -> docknet-httpd (the pong service, /bytes/N). Three \
+    containers on the mode's network, unpinned; DockNet's peers wait adaptively. Transfer rate: \
+    payload bits per second at the load generator (answers/s x N x 8). loopback, the reference, \
+    runs all three in one namespace over lo (Kratzke's reference ran them on hosts without \
+    containers).";
+
+/// Why the overlay modes are not measured here.
+pub const OVERLAY_MISSING: &str = "the lab's overlay (vxlan) exists only between two hosts and \
+    the chain runs on one host; the encrypted overlay needs a userspace tunnel (openvpn with a \
+    static key over TUN) that the lab does not build yet";
+
+const PING_PORT: u16 = 8081;
+const PONG_PORT: u16 = 8082;
+
+/// The modes of `args`: measured ones, and those reported as not available.
+pub fn modes(args: &ChainArgs) -> Result<(Vec<Mode>, Vec<String>)> {
+    let (mut ms, mut na) = (Vec::new(), Vec::new());
+    for m in &args.modes {
+        if m == "overlay" || m == "overlay-encrypted" {
+            na.push(m.clone());
+            continue;
+        }
+        let mode: Mode = m.parse()?;
+        if !mode.topologies().contains(&Topology::OneHost)
+            || mode.is_preload()
+            || matches!(mode, Mode::Sriov | Mode::Container)
+        {
+            bail!("{mode}: bench chain runs on loopback, the one-host kernel modes with a container each (bridge, veth is a pair only: not it), docknet and docknet-fc");
+        }
+        if mode == Mode::Veth {
+            bail!("veth joins two containers only: the chain needs three");
+        }
+        ms.push(mode);
+    }
+    if args.sizes.is_empty() || args.sizes.iter().any(|s| *s == 0 || *s > 64 << 20) {
+        bail!("--sizes: 1 B ..= 64 MiB each");
+    }
+    if args.connections == 0 || args.connections > 1000 {
+        bail!("--connections: 1 ..= 1000");
+    }
+    if args.duration <= 0.0 || args.warmup < 0.0 {
+        bail!("--duration must be positive, --warmup not negative");
+    }
+    Ok((ms, na))
+}
+
+/// The three containers' commands on a built topology: (pong, ping, siege of one size).
+struct Chain<'a> {
+    exe: &'a Path,
+    k: Option<KernelLab>,
+    d: Option<DocknetLab>,
+}
+
+impl Chain<'_> {
+    /// (siege's address of ping, ping's address of pong, ping's bind, pong's bind).
+    fn addrs(&self) -> (String, String, String, String) {
+        match (&self.k, &self.d) {
+            (Some(k), _) => {
+                // pair 0: siege (client) and ping (server); pair 1's server: pong
+                let (p0, p1) = (&k.pairs[0], &k.pairs[1]);
+                (
+                    format!("{}:{PING_PORT}", p0.bind),
+                    format!("{}:{PONG_PORT}", p1.bind),
+                    format!("{}:{PING_PORT}", p0.bind),
+                    format!("{}:{PONG_PORT}", p1.bind),
+                )
+            }
+            _ => {
+                let (s0, s1) = (DocknetLab::server_ip(0), DocknetLab::server_ip(1));
+                (
+                    format!("{s0}:{PING_PORT}"),
+                    format!("{s1}:{PONG_PORT}"),
+                    format!("{s0}:{PING_PORT}"),
+                    format!("{s1}:{PONG_PORT}"),
+                )
+            }
+        }
+    }
+
+    /// `prog args` in container `who` (0: siege, 1: ping, 2: pong).
+    fn cmd(&self, who: usize, prog: &Path, mut args: Vec<String>) -> Command {
+        match (&self.k, &self.d) {
+            (Some(k), _) => {
+                let ns = match who {
+                    0 => &k.pairs[0].client_ns,
+                    1 => &k.pairs[0].server_ns,
+                    _ => &k.pairs[1].server_ns,
+                };
+                args.splice(0..0, ["--stack".to_string(), "kernel".into()]);
+                in_ns(ns, prog, args)
+            }
+            (_, Some(l)) => {
+                let pipe = match who {
+                    0 => DocknetLab::client_pipe(0),
+                    1 => DocknetLab::server_pipe(0),
+                    _ => DocknetLab::server_pipe(1),
+                };
+                args.splice(
+                    0..0,
+                    [
+                        "--stack".to_string(),
+                        "docknet".into(),
+                        "--idle".into(),
+                        "adaptive".into(),
+                    ],
+                );
+                l.run_in(self.exe, &pipe, None, prog, args)
+            }
+            _ => unreachable!("one of them is built"),
+        }
+    }
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// One mode: builds it, starts pong and ping, loads every size; the rows.
+fn run_mode(
+    args: &ChainArgs,
+    exe: &Path,
+    mode: Mode,
+    stop: &Stop,
+    progress: &mut Progress,
+) -> Result<Vec<Row>> {
+    let (httpd, fwd, load) = (
+        beside(exe, "docknet-httpd")?,
+        beside(exe, "docknet-forward")?,
+        beside(exe, "docknet-load")?,
+    );
+    let chain = if mode.is_docknet() {
+        let setup = DaemonSetup {
+            idle: "adaptive",
+            master_core: None,
+            master_core_b: None,
+            master_nice: 0,
+        };
+        let l = DocknetLab::build(exe, mode, &setup, 2, 1500)?;
+        if mode == Mode::DocknetFc {
+            // ping -> pong too (the lab's pairs have siege <-> ping already)
+            l.daemon
+                .client()?
+                .fc_connect(
+                    &DocknetLab::server_pipe(0),
+                    &DocknetLab::server_pipe(1),
+                    None,
+                )
+                .context("connecting ping and pong")?;
+        }
+        Chain {
+            exe,
+            k: None,
+            d: Some(l),
+        }
+    } else {
+        Chain {
+            exe,
+            k: Some(KernelLab::build(mode, 2, 1500)?),
+            d: None,
+        }
+    };
+    let (ping_url, pong_addr, ping_bind, pong_bind) = chain.addrs();
+    let mut pong = chain.cmd(2, &httpd, strs(&["--bind", &pong_bind]));
+    pong.stderr(std::process::Stdio::null());
+    let _pong = Proc::spawn(pong, "docknet-httpd (pong)")?;
+    let mut ping = chain.cmd(1, &fwd, strs(&["--bind", &ping_bind, "--to", &pong_addr]));
+    ping.stderr(std::process::Stdio::null());
+    let _ping = Proc::spawn(ping, "docknet-forward (ping)")?;
+    if let Some(l) = &chain.d {
+        l.wait_servers(2, Duration::from_secs(20))?;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut rows = Vec::new();
+    for &size in &args.sizes {
+        stop.check()?;
+        progress.start(&format!("{mode} chain {size} B"));
+        let c = chain.cmd(
+            0,
+            &load,
+            vec![
+                "--connections".into(),
+                args.connections.to_string(),
+                "--duration".into(),
+                format!("{}s", args.duration),
+                "--warmup".into(),
+                format!("{}s", args.warmup),
+                "--json".into(),
+                format!("http://{ping_url}/bytes/{size}"),
+            ],
+        );
+        let r: LoadReport = Proc::spawn(c, "docknet-load (siege)")?.result(
+            Duration::from_secs_f64(args.duration + args.warmup + 60.0),
+            stop,
+        )?;
+        let errors: u64 = r.errors.values().sum();
+        if r.ok == 0 {
+            bail!("no answer came through the chain at {size} B ({errors} errors)");
+        }
+        let row = Row {
+            transfer_bps: Some(r.req_per_s * size as f64 * 8.0),
+            req_per_s: Some(r.req_per_s),
+            p50_us: Some(r.p50_us),
+            p99_us: Some(r.p99_us),
+            mean_us: Some(r.mean_us),
+            connections: Some(args.connections),
+            errors: Some(errors),
+            placement:
+                "siege -> ping -> pong (docknet-load -> docknet-forward -> docknet-httpd), unpinned"
+                    .into(),
+            mtu: Some(if mode.crosses_lo() {
+                crate::mode::LO_MTU
+            } else {
+                1500
+            }),
+            builder: Some(mode.builder().name().into()),
+            idle: mode.is_docknet().then(|| "adaptive".to_string()),
+            ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
+        };
+        progress.done(&format!(
+            "  {mode} {size} B: {:.1} Mbit/s payload, {:.0} answers/s",
+            row.transfer_bps.unwrap_or(0.0) / 1e6,
+            r.req_per_s
+        ));
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Measures every mode: the rows and what was left out.
+pub fn measure(
+    args: &ChainArgs,
+    stop: &Stop,
+    progress: &mut Progress,
+) -> Result<(Vec<Row>, Vec<NotAvailable>)> {
+    let exe = std::env::current_exe()?;
+    let (modes, na) = modes(args)?;
+    let mut skipped: Vec<NotAvailable> = na
+        .into_iter()
+        .map(|m| NotAvailable {
+            mode: m,
+            topology: Topology::OneHost,
+            mtu: None,
+            status: Status::NotAvailable,
+            reason: OVERLAY_MISSING.into(),
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for mode in modes {
+        stop.check()?;
+        if let Some(why) = probe::unavailable(mode) {
+            progress.skip(args.sizes.len() as u64);
+            skipped.push(NotAvailable {
+                mode: mode.name().into(),
+                topology: Topology::OneHost,
+                mtu: None,
+                status: Status::NotAvailable,
+                reason: why,
+            });
+            continue;
+        }
+        let before = rows.len();
+        match run_mode(args, &exe, mode, stop, progress) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => {
+                if stop.raised() {
+                    return Err(e);
+                }
+                progress.skip((args.sizes.len() - (rows.len() - before)) as u64);
+                progress.line(&format!("{mode}: skipped: {e:#}"));
+                skipped.push(NotAvailable {
+                    mode: mode.name().into(),
+                    topology: Topology::OneHost,
+                    mtu: Some(1500),
+                    status: Status::Skipped,
+                    reason: format!("failed: {e:#}"),
+                });
+            }
+        }
+    }
+    Ok((rows, skipped))
+}
+
+/// Transfer rate of `mode` at `size`.
+fn rate(rows: &[Row], mode: Mode, size: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.workload == Workload::Chain && r.mode == mode && r.size == size)
+        .and_then(|r| r.transfer_bps)
+}
+
+/// The table: transfer rate per mode and size, and the ratio to the reference (loopback).
+pub fn table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<11} {:>8} {:>14} {:>11} {:>10} {:>12}\n",
+        "MODE", "SIZE", "TRANSFER-Mbps", "ANSWERS/s", "p50-us", "/REFERENCE"
+    );
+    for r in rows.iter().filter(|r| r.workload == Workload::Chain) {
+        let ratio = match (r.transfer_bps, rate(rows, Mode::Loopback, r.size)) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".into(),
+        };
+        s += &format!(
+            "{:<11} {:>8} {:>14.2} {:>11.0} {:>10.1} {:>12}\n",
+            r.mode.name(),
+            r.size,
+            r.transfer_bps.unwrap_or(0.0) / 1e6,
+            r.req_per_s.unwrap_or(0.0),
+            r.p50_us.unwrap_or(0.0),
+            ratio
+        );
+    }
+    s
+}
+
+/// Kratzke's ratios (his Eq. 1-5 where this machine has the layers): container/reference
+/// (bridge/loopback) and DockNet's/reference, by size, as lines.
+pub fn ratios(rows: &[Row]) -> Vec<String> {
+    let mut sizes: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.workload == Workload::Chain)
+        .map(|r| r.size)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut out = Vec::new();
+    for (m, what) in [
+        (Mode::Bridge, "container/reference (Kratzke: ~0.8-0.9)"),
+        (Mode::Docknet, "docknet/reference"),
+        (Mode::DocknetFc, "docknet-fc/reference"),
+    ] {
+        let cells: Vec<String> = sizes
+            .iter()
+            .filter_map(|&s| {
+                let (a, b) = (rate(rows, m, s)?, rate(rows, Mode::Loopback, s)?);
+                (b > 0.0).then(|| format!("{s} B {:.2}", a / b))
+            })
+            .collect();
+        if !cells.is_empty() {
+            out.push(format!("{what}: {}", cells.join(", ")));
+        }
+    }
+    out
+}
+
+/// The target: DockNet's transfer rate at least the reference's at every size.
+pub fn targets(rows: &[Row]) -> Vec<String> {
+    [Mode::Docknet, Mode::DocknetFc]
+        .into_iter()
+        .filter_map(|m| {
+            let r: Vec<(usize, f64)> = rows
+                .iter()
+                .filter(|r| r.workload == Workload::Chain && r.mode == m)
+                .filter_map(|r| {
+                    let b = rate(rows, Mode::Loopback, r.size)?;
+                    Some((r.size, r.transfer_bps? / b))
+                })
+                .collect();
+            if r.is_empty() {
+                return None;
+            }
+            let worst = r.iter().cloned().min_by(|a, b| a.1.total_cmp(&b.1))?;
+            Some(format!(
+                "{m} chain transfer rate >= the reference (loopback) at every size: lowest {:.2} at {} B: {}",
+                worst.1,
+                worst.0,
+                if worst.1 >= 1.0 { "met" } else { "MISSED" }
+            ))
+        })
+        .collect()
+}
