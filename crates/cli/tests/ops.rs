@@ -95,6 +95,14 @@ fn web(lab: &mut Lab, net: u8) -> (usize, String) {
     (srv, ws)
 }
 
+/// Waits until `docknet top` counts `n` captures running.
+fn wait_captures(lab: &Lab, n: u64, within: Duration, what: &str) {
+    let t = Instant::now();
+    while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != n {
+        assert!(t.elapsed() < within, "{what}");
+    }
+}
+
 fn load(lab: &Lab, server: &str, requests: u64) -> serde_json::Value {
     let url = format!("http://{server}/bytes/100");
     let n = requests.to_string();
@@ -236,13 +244,12 @@ fn a_capture_of_a_known_exchange_reads_back_in_tcpdump() {
         .spawn()
         .unwrap();
     // the capture runs once `top` counts it
-    let t = Instant::now();
-    while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != 1 {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the capture did not start"
-        );
-    }
+    wait_captures(
+        &lab,
+        1,
+        Duration::from_secs(10),
+        "the capture did not start",
+    );
     let r = load(&lab, &ws, 200);
     assert_eq!(r["ok"], 200, "{r}");
     let t = Instant::now();
@@ -337,13 +344,12 @@ fn a_stalled_capture_reader_costs_the_pipe_nothing() {
     let mut s = std::os::unix::net::UnixStream::connect(&lab.socket).unwrap();
     s.write_all(b"{\"v\":1,\"op\":\"capture\",\"name\":\"web\",\"snaplen\":64}\n")
         .unwrap();
-    let t = Instant::now();
-    while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != 1 {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the capture did not start"
-        );
-    }
+    wait_captures(
+        &lab,
+        1,
+        Duration::from_secs(10),
+        "the capture did not start",
+    );
     // a second capture of the same pipe is refused while it runs
     let o = lab.run(&["capture", "web", "-w", "/dev/null"]);
     assert!(!o.status.success());
@@ -358,13 +364,12 @@ fn a_stalled_capture_reader_costs_the_pipe_nothing() {
     other
         .write_all(b"{\"v\":1,\"op\":\"capture\",\"name\":\"bystander\"}\n")
         .unwrap();
-    let t = Instant::now();
-    while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != 2 {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "the second capture did not start"
-        );
-    }
+    wait_captures(
+        &lab,
+        2,
+        Duration::from_secs(10),
+        "the second capture did not start",
+    );
     let r = load(&lab, &ws, 3000);
     assert_eq!(r["ok"], 3000, "{r}");
     other
@@ -397,13 +402,7 @@ fn a_stalled_capture_reader_costs_the_pipe_nothing() {
     assert_eq!(lab.counter("cli", "drop_rx_full"), 0);
     // the reader goes away: the capture ends and the tap is removed
     drop(s);
-    let t = Instant::now();
-    while lab.json(&["top", "--once", "--json", "--interval", "0.1"])["captures"] != 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "the capture did not end"
-        );
-    }
+    wait_captures(&lab, 0, Duration::from_secs(15), "the capture did not end");
     // a bad snap length and an unknown pipe are refused with a reason
     let o = lab.run(&["capture", "nosuch", "-w", "/dev/null"]);
     assert!(!o.status.success());

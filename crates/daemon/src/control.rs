@@ -124,21 +124,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             to_json(crate::proto::Stats {
                 at_ns: docknet_pipe::wake::monotonic_ns(),
                 pipes: pipes?,
-                masters: m
-                    .stats
-                    .iter()
-                    .enumerate()
-                    .map(|(k, s)| crate::proto::MasterLoad {
-                        master: k,
-                        pipes: s.pipes.load(Ordering::Relaxed),
-                        rounds: s.rounds.load(Ordering::Relaxed),
-                        frames: s.frames.load(Ordering::Relaxed),
-                        busy_ns: s.busy_ns.load(Ordering::Relaxed),
-                        idle_ns: s.idle_ns.load(Ordering::Relaxed),
-                        asleep_ns: s.asleep_ns.load(Ordering::Relaxed),
-                        sleeps: s.sleeps.load(Ordering::Relaxed),
-                    })
-                    .collect(),
+                masters: m.loads(),
                 forwarded: m.forwarded.load(Ordering::Relaxed),
                 captures: ctx.captures.lock().map(|c| c.len()).unwrap_or(0),
                 limits: names

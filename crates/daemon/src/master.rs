@@ -189,6 +189,24 @@ impl MasterShared {
         self.poke();
     }
 
+    /// What each master thread did so far, as `stats` and the metrics report it.
+    pub fn loads(&self) -> Vec<crate::proto::MasterLoad> {
+        self.stats
+            .iter()
+            .enumerate()
+            .map(|(k, s)| crate::proto::MasterLoad {
+                master: k,
+                pipes: s.pipes.load(Ordering::Relaxed),
+                rounds: s.rounds.load(Ordering::Relaxed),
+                frames: s.frames.load(Ordering::Relaxed),
+                busy_ns: s.busy_ns.load(Ordering::Relaxed),
+                idle_ns: s.idle_ns.load(Ordering::Relaxed),
+                asleep_ns: s.asleep_ns.load(Ordering::Relaxed),
+                sleeps: s.sleeps.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
     /// Installs the running captures and wakes the masters to pick them up.
     pub fn set_taps(&self, taps: Vec<Arc<Tap>>) {
         self.taps.store(Arc::new(taps));

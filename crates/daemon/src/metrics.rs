@@ -62,24 +62,34 @@ impl OpStats {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// One family: its descriptor, then a sample per row (`make` turns a value into the metric).
+fn family<V: Copy + Default, M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, V)],
+    make: fn(V) -> M,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, make(V::default()).metric_type())?;
+    if let [(labels, v)] = rows {
+        if labels.is_empty() {
+            // no labels: `name value`, not `name{} value`
+            return make(*v).encode(m);
+        }
+    }
+    for (labels, v) in rows {
+        make(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
 fn counter(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     rows: &[(Labels, u64)],
 ) -> fmt::Result {
-    let proto = ConstCounter::new(0u64);
-    let mut m = enc.encode_descriptor(name, help, None, proto.metric_type())?;
-    if let [(labels, v)] = rows {
-        if labels.is_empty() {
-            // no labels: `name value`, not `name{} value`
-            return ConstCounter::new(*v).encode(m);
-        }
-    }
-    for (labels, v) in rows {
-        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
+    family(enc, name, help, rows, ConstCounter::new)
 }
 
 fn gauge(
@@ -88,18 +98,7 @@ fn gauge(
     help: &str,
     rows: &[(Labels, f64)],
 ) -> fmt::Result {
-    let proto = ConstGauge::new(0.0f64);
-    let mut m = enc.encode_descriptor(name, help, None, proto.metric_type())?;
-    if let [(labels, v)] = rows {
-        if labels.is_empty() {
-            // no labels: `name value`, not `name{} value`
-            return ConstGauge::new(*v).encode(m);
-        }
-    }
-    for (labels, v) in rows {
-        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
+    family(enc, name, help, rows, ConstGauge::new)
 }
 
 fn counter_seconds(
@@ -108,18 +107,7 @@ fn counter_seconds(
     help: &str,
     rows: &[(Labels, f64)],
 ) -> fmt::Result {
-    let proto = ConstCounter::new(0.0f64);
-    let mut m = enc.encode_descriptor(name, help, None, proto.metric_type())?;
-    if let [(labels, v)] = rows {
-        if labels.is_empty() {
-            // no labels: `name value`, not `name{} value`
-            return ConstCounter::new(*v).encode(m);
-        }
-    }
-    for (labels, v) in rows {
-        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
-    }
-    Ok(())
+    family(enc, name, help, rows, ConstCounter::new)
 }
 
 /// How a pipe counter is exported: its own family, or a reason of the drops family.
@@ -387,62 +375,64 @@ impl Collector for Daemon {
 
         // masters
         let m = &ctx.master;
+        let loads = m.loads();
         let secs = |ns: u64| ns as f64 / 1e9;
-        let per = |f: &dyn Fn(&crate::master::MasterStats) -> f64| {
-            m.stats
+        let per = |f: fn(&crate::proto::MasterLoad) -> u64| {
+            loads
                 .iter()
-                .enumerate()
-                .map(|(k, s)| (vec![("master", k.to_string())], f(s)))
+                .map(|l| (vec![("master", l.master.to_string())], f(l)))
+                .collect::<Vec<_>>()
+        };
+        let per_secs = |f: fn(&crate::proto::MasterLoad) -> u64| {
+            per(f)
+                .into_iter()
+                .map(|(l, v)| (l, secs(v)))
                 .collect::<Vec<_>>()
         };
         counter_seconds(
             &mut enc,
             "docknet_master_busy_seconds",
             "Time a master thread spent in rounds that moved frames.",
-            &per(&|s| secs(s.busy_ns.load(Ordering::Relaxed))),
+            &per_secs(|l| l.busy_ns),
         )?;
         counter_seconds(
             &mut enc,
             "docknet_master_idle_seconds",
             "Time a master thread was awake without work (empty rounds, spinning, yielding).",
-            &per(&|s| secs(s.idle_ns.load(Ordering::Relaxed))),
+            &per_secs(|l| l.idle_ns),
         )?;
         counter_seconds(
             &mut enc,
             "docknet_master_sleep_seconds",
             "Time a master thread slept on its futexes.",
-            &per(&|s| secs(s.asleep_ns.load(Ordering::Relaxed))),
+            &per_secs(|l| l.asleep_ns),
         )?;
-        let per_u = |f: &dyn Fn(&crate::master::MasterStats) -> u64| {
-            m.stats
-                .iter()
-                .enumerate()
-                .map(|(k, s)| (vec![("master", k.to_string())], f(s)))
-                .collect::<Vec<_>>()
-        };
         counter(
             &mut enc,
             "docknet_master_rounds",
             "Rounds a master thread made over its pipes.",
-            &per_u(&|s| s.rounds.load(Ordering::Relaxed)),
+            &per(|l| l.rounds),
         )?;
         counter(
             &mut enc,
             "docknet_master_sleeps",
             "Times a master thread went to sleep.",
-            &per_u(&|s| s.sleeps.load(Ordering::Relaxed)),
+            &per(|l| l.sleeps),
         )?;
         counter(
             &mut enc,
             "docknet_master_frames",
             "Frames a master thread took (from tx rings, other masters and the link).",
-            &per_u(&|s| s.frames.load(Ordering::Relaxed)),
+            &per(|l| l.frames),
         )?;
         gauge(
             &mut enc,
             "docknet_master_pipes",
             "Pipes a master thread owns.",
-            &per(&|s| s.pipes.load(Ordering::Relaxed) as f64),
+            &per(|l| l.pipes)
+                .into_iter()
+                .map(|(l, v)| (l, v as f64))
+                .collect::<Vec<_>>(),
         )?;
         counter(
             &mut enc,
