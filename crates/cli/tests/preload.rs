@@ -379,8 +379,9 @@ fn redis_benchmark_runs_get_and_set_against_redis_and_a_value_reads_back() {
     );
     let value = format!("docknet-{}", std::process::id());
     let script = format!(
-        "for i in 1 2 3 4 5 6 7 8 9 10; do redis-cli -h {ip} ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done; \
-         redis-cli -h {ip} set checked {value} && redis-benchmark -h {ip} -t set,get -n 5000 -c 10 -d 64 -q && redis-cli -h {ip} get checked"
+        "echo 'step: ping' >&2; for i in 1 2 3 4 5 6 7 8 9 10; do redis-cli -h {ip} ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done; \
+         echo 'step: set' >&2; redis-cli -h {ip} set checked {value} && echo 'step: benchmark' >&2 && \
+         redis-benchmark -h {ip} -t set,get -n 5000 -c 10 -d 64 -q && echo 'step: get' >&2 && redis-cli -h {ip} get checked"
     );
     let o = client(
         &lab,

@@ -40,6 +40,8 @@ pub trait Io: Clone + Send + 'static {
     fn read(&self, c: &mut Self::Conn, buf: &mut [u8]) -> io::Result<usize>;
     /// Non-blocking write (`WouldBlock`).
     fn write(&self, c: &mut Self::Conn, buf: &[u8]) -> io::Result<usize>;
+    /// Ends the sending side once what was written has gone (a FIN after the data).
+    fn shutdown_write(&self, c: &mut Self::Conn);
     /// Waits until an item is ready or `timeout` passes; `(index, ready)` into `out`.
     fn wait(
         &self,
@@ -121,6 +123,10 @@ impl Io for KernelIo {
 
     fn write(&self, c: &mut Self::Conn, buf: &[u8]) -> io::Result<usize> {
         c.write(buf)
+    }
+
+    fn shutdown_write(&self, c: &mut Self::Conn) {
+        let _ = c.shutdown(std::net::Shutdown::Write);
     }
 
     fn wait(
@@ -209,6 +215,10 @@ impl Io for DockIo {
     fn write(&self, c: &mut Self::Conn, buf: &[u8]) -> io::Result<usize> {
         // sent by the loop's next wait, in one poll with every other connection's
         c.try_write_deferred(buf)
+    }
+
+    fn shutdown_write(&self, c: &mut Self::Conn) {
+        c.shutdown_write();
     }
 
     fn wait(

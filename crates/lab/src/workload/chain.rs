@@ -40,6 +40,15 @@ pub struct ChainArgs {
     /// The load generator's connections.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
+    /// MTU of the containers' links and pipes (the reference keeps lo's 65536). 1500 is
+    /// Docker's default; 65535 shows what one host allows for both the bridge and DockNet.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: u32,
+    /// How DockNet's three containers and its daemon wait (spin, adaptive, adaptive:SPIN_US,
+    /// block). Three containers and the daemon share this machine's cores with a closed-loop
+    /// load: a waiter that spins or yields takes the CPU the next hop needs.
+    #[arg(long, default_value = "block")]
+    pub peer_idle: String,
     /// Measured seconds per size.
     #[arg(long, default_value_t = 3.0)]
     pub duration: f64,
@@ -56,9 +65,10 @@ pub struct ChainArgs {
 
 /// What the figures are, in words.
 pub const ABOUT: &str = "Kratzke's chain: docknet-load (the siege, keep-alive connections, \
-    closed loop) -> docknet-forward (the ping service: a thread and an upstream keep-alive \
+    closed loop) -> docknet-forward (the ping service: one event loop, an upstream keep-alive \
     connection per client connection) -> docknet-httpd (the pong service, /bytes/N). Three \
-    containers on the mode's network, unpinned; DockNet's peers wait adaptively. Transfer rate: \
+    containers on the mode's network, unpinned; DockNet's peers and daemon wait as \
+    --peer-idle says (block unless said). Transfer rate: \
     payload bits per second at the load generator (answers/s x N x 8). loopback, the reference, \
     runs all three in one namespace over lo (Kratzke's reference ran them on hosts without \
     containers).";
@@ -106,6 +116,7 @@ pub fn modes(args: &ChainArgs) -> Result<(Vec<Mode>, Vec<String>)> {
 /// The three containers' commands on a built topology: (pong, ping, siege of one size).
 struct Chain<'a> {
     exe: &'a Path,
+    idle: String,
     k: Option<KernelLab>,
     d: Option<DocknetLab>,
 }
@@ -160,13 +171,22 @@ impl Chain<'_> {
                         "--stack".to_string(),
                         "docknet".into(),
                         "--idle".into(),
-                        "adaptive".into(),
+                        self.idle.clone(),
                     ],
                 );
                 l.run_in(self.exe, &pipe, None, prog, args)
             }
             _ => unreachable!("one of them is built"),
         }
+    }
+}
+
+/// The daemon's idle policy for the peers' (the daemon takes spin, adaptive or block).
+fn daemon_idle(peer: &str) -> &'static str {
+    match peer {
+        "spin" => "spin",
+        "block" => "block",
+        _ => "adaptive",
     }
 }
 
@@ -189,12 +209,12 @@ fn run_mode(
     );
     let chain = if mode.is_docknet() {
         let setup = DaemonSetup {
-            idle: "adaptive",
+            idle: daemon_idle(&args.peer_idle),
             master_core: None,
             master_core_b: None,
             master_nice: 0,
         };
-        let l = DocknetLab::build(exe, mode, &setup, 2, 1500)?;
+        let l = DocknetLab::build(exe, mode, &setup, 2, args.mtu)?;
         if mode == Mode::DocknetFc {
             // ping -> pong too (the lab's pairs have siege <-> ping already)
             l.daemon
@@ -208,13 +228,15 @@ fn run_mode(
         }
         Chain {
             exe,
+            idle: args.peer_idle.clone(),
             k: None,
             d: Some(l),
         }
     } else {
         Chain {
             exe,
-            k: Some(KernelLab::build(mode, 2, 1500)?),
+            idle: args.peer_idle.clone(),
+            k: Some(KernelLab::build(mode, 2, args.mtu)?),
             d: None,
         }
     };
@@ -228,7 +250,36 @@ fn run_mode(
     if let Some(l) = &chain.d {
         l.wait_servers(2, Duration::from_secs(20))?;
     }
-    std::thread::sleep(Duration::from_millis(300));
+    // the chain answers end to end (handshakes and neighbours resolved) before any size is
+    // timed: a first connection that waited out a retransmission would otherwise eat a short
+    // window
+    let probe = || -> Result<LoadReport> {
+        let c = chain.cmd(
+            0,
+            &load,
+            vec![
+                "--requests".into(),
+                "4".into(),
+                "--connections".into(),
+                "1".into(),
+                "--json".into(),
+                format!("http://{ping_url}/bytes/10"),
+            ],
+        );
+        Proc::spawn(c, "docknet-load (probe)")?.result(Duration::from_secs(5), stop)
+    };
+    let mut answered = false;
+    for _ in 0..6 {
+        stop.check()?;
+        if probe().is_ok_and(|r| r.ok > 0) {
+            answered = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if !answered {
+        bail!("the chain did not answer a probe within 30 s");
+    }
     let mut rows = Vec::new();
     for &size in &args.sizes {
         stop.check()?;
@@ -269,10 +320,10 @@ fn run_mode(
             mtu: Some(if mode.crosses_lo() {
                 crate::mode::LO_MTU
             } else {
-                1500
+                args.mtu
             }),
             builder: Some(mode.builder().name().into()),
-            idle: mode.is_docknet().then(|| "adaptive".to_string()),
+            idle: mode.is_docknet().then(|| args.peer_idle.clone()),
             ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
         };
         progress.done(&format!(
@@ -329,7 +380,7 @@ pub fn measure(
                 skipped.push(NotAvailable {
                     mode: mode.name().into(),
                     topology: Topology::OneHost,
-                    mtu: Some(1500),
+                    mtu: Some(args.mtu),
                     status: Status::Skipped,
                     reason: format!("failed: {e:#}"),
                 });
