@@ -5,7 +5,7 @@
 # packet capture of the receiving pipe running (written to /dev/null), alternated in one run.
 # The daemon's master runs on core 0, both containers on core 1 (the lab's docknet placement).
 #
-#   ./scripts/ops-bench.sh [--help]     REPEAT=3 SECONDS_PER_RUN=2 by default
+#   ./scripts/ops-bench.sh [--help]     REPEAT=5 SECONDS_PER_RUN=2 by default
 #
 # Prints a table and writes results/ops.json. Runs as root; a normal user is re-run under sudo.
 set -euo pipefail

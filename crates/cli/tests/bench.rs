@@ -55,6 +55,14 @@ fn pinned() -> std::sync::MutexGuard<'static, ()> {
     PINNED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Runs docknet with `args` (and `extra`): it must succeed and leave nothing behind.
+fn run_clean(args: &[&str], extra: &std::path::Path) -> std::process::Output {
+    let (o, pid) = run(args, extra);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
+    o
+}
+
 /// `docknet bench` runs the dnperf built next to it.
 fn dnperf_built() -> bool {
     let p = std::path::Path::new(EXE).with_file_name("dnperf");
@@ -162,7 +170,7 @@ fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("v6.json");
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "rr",
@@ -179,8 +187,6 @@ fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
         ],
         &json,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]));
     let v = valid(&json);
     assert_eq!(v["env"]["ipv6"], true);
     let rows = rows_of(&json, "rr");
@@ -217,7 +223,7 @@ fn raw_bench_reports_targets_and_cleans_up() {
     }
     let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
-    let (o, pid) = run(
+    let o = run_clean(
         &[
             "raw",
             "bench",
@@ -233,8 +239,6 @@ fn raw_bench_reports_targets_and_cleans_up() {
         ],
         dir.path(),
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("target: fast channel 64 B one-way p50"),
@@ -283,7 +287,7 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
         v
     };
     let links_before = links();
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "rr",
@@ -299,8 +303,6 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
         ],
         &json,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]));
     assert_eq!(
         links(),
         links_before,
@@ -400,7 +402,7 @@ fn pairs_run_concurrently_and_report_memory_per_pair() {
     let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("p.json");
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "pairs",
@@ -418,8 +420,6 @@ fn pairs_run_concurrently_and_report_memory_per_pair() {
         ],
         &json,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]));
     let rows = rows_of(&json, "pairs");
     assert_eq!(rows.len(), 4, "{rows:?}");
     for r in &rows {
@@ -909,7 +909,7 @@ fn the_rate_experiment_limits_both_modes_and_cleans_up() {
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("rate.json");
-    let (o, pid) = run(
+    let o = run_clean(
         &[
             "bench",
             "rate",
@@ -923,8 +923,6 @@ fn the_rate_experiment_limits_both_modes_and_cleans_up() {
         ],
         &json,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Fast channels bypass"), "{out}");
     let v = valid(&json);
@@ -1038,7 +1036,7 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
     }
     let dir = tempfile::tempdir().unwrap();
     let nat = dir.path().join("nat.json");
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "nat",
@@ -1052,8 +1050,6 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
         ],
         &nat,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]));
     let rows = rows_of(&nat, "nat");
     let through = rows
         .iter()
@@ -1061,7 +1057,7 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
         .expect("a row through the balancer");
     assert!(through["added_p50_us"].is_number() && through["p50_us"].as_f64().unwrap() > 0.0);
     let cl = dir.path().join("cluster.json");
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "http",
@@ -1079,8 +1075,6 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
         ],
         &cl,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]));
     let rows = rows_of(&cl, "http");
     for mode in ["bridge", "docknet-fc"] {
         for b in [1, 2] {
@@ -1108,7 +1102,7 @@ fn seed_studies_measure_render_and_clean_up() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("rep");
     let json = dir.path().join("startup.json");
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "startup",
@@ -1122,8 +1116,6 @@ fn seed_studies_measure_render_and_clean_up() {
         ],
         &json,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
     let v = valid(&json);
     let rows = v["results"].as_array().unwrap();
     for mode in ["bridge", "docknet"] {
@@ -1181,7 +1173,7 @@ fn seed_studies_measure_render_and_clean_up() {
         }
     }
     let ch = dir.path().join("chain.json");
-    let (o, pid) = run(
+    run_clean(
         &[
             "bench",
             "chain",
@@ -1199,8 +1191,6 @@ fn seed_studies_measure_render_and_clean_up() {
         ],
         &ch,
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
     let v = valid(&ch);
     let rows = v["results"].as_array().unwrap();
     for mode in ["loopback", "docknet-fc"] {

@@ -9,7 +9,6 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
 const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
 
 /// A kernel-socket httpd on a free loopback port, ended (SIGTERM) on drop.
@@ -339,24 +338,7 @@ fn httpd_and_load_over_docknet_agree_on_every_request() {
         if fc {
             lab.ok(&["fc", "connect", "cli", "web"]);
         }
-        let srv = lab.spawn_in(
-            "web",
-            None,
-            &[
-                HTTPD,
-                "--stack",
-                "docknet",
-                "--idle",
-                "block",
-                "--bind",
-                "10.61.0.2:80",
-            ],
-        );
-        let attached = (0..200).any(|_| {
-            std::thread::sleep(Duration::from_millis(25));
-            !lab.json(&["pipe", "show", "web", "--json"])["socket"].is_null()
-        });
-        assert!(attached, "the server attached to its pipe");
+        let srv = lab.httpd_in("web", "10.61.0.2:80");
         let o = lab.in_container(
             "cli",
             &[
@@ -433,24 +415,7 @@ fn large_answers_over_docknet_never_wait_for_a_retransmission_timeout() {
     ]);
     lab.ok(&["fc", "connect", "cli", "web"]);
     // the server container ends with the lab
-    lab.spawn_in(
-        "web",
-        None,
-        &[
-            HTTPD,
-            "--stack",
-            "docknet",
-            "--idle",
-            "block",
-            "--bind",
-            "10.62.0.2:80",
-        ],
-    );
-    let attached = (0..200).any(|_| {
-        std::thread::sleep(Duration::from_millis(25));
-        !lab.json(&["pipe", "show", "web", "--json"])["socket"].is_null()
-    });
-    assert!(attached, "the server attached to its pipe");
+    lab.httpd_in("web", "10.62.0.2:80");
     let o = lab.in_container(
         "cli",
         &[

@@ -8,7 +8,6 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
 const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
 
 /// A loopback port nothing listens on now.
@@ -79,19 +78,7 @@ fn web(lab: &mut Lab, net: u8) -> (usize, String) {
     let (ws, cs) = (format!("10.{net}.0.2"), format!("10.{net}.0.3"));
     lab.ok(&["pipe", "create", "web", "--ip", &format!("{ws}/24")]);
     lab.ok(&["pipe", "create", "cli", "--ip", &format!("{cs}/24")]);
-    let bind = format!("{ws}:80");
-    let srv = lab.spawn_in(
-        "web",
-        None,
-        &[
-            HTTPD, "--stack", "docknet", "--idle", "block", "--bind", &bind,
-        ],
-    );
-    let attached = (0..200).any(|_| {
-        std::thread::sleep(Duration::from_millis(25));
-        !lab.json(&["pipe", "show", "web", "--json"])["socket"].is_null()
-    });
-    assert!(attached, "the server attached to its pipe");
+    let srv = lab.httpd_in("web", &format!("{ws}:80"));
     (srv, ws)
 }
 

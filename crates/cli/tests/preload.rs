@@ -41,6 +41,16 @@ fn find_library() -> PathBuf {
     lib
 }
 
+/// Whether test `test` can run here (root, and `tools` installed: otherwise it says what is
+/// missing); the preload library is then in place beside the docknet binary.
+fn ready(test: &str, tools: &[(&str, &str)]) -> bool {
+    if !root_or_skip(test) || !tools_or_skip(test, tools) {
+        return false;
+    }
+    library();
+    true
+}
+
 /// Whether the programs are installed; otherwise says which package to install.
 fn tools_or_skip(test: &str, tools: &[(&str, &str)]) -> bool {
     for (bin, pkg) in tools {
@@ -208,10 +218,9 @@ fn kernel_run(bin: &Path) -> String {
 
 #[test]
 fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
-    if !root_or_skip("preload C program") || !tools_or_skip("preload C program", &[("cc", "gcc")]) {
+    if !ready("preload C program", &[("cc", "gcc")]) {
         return;
     }
-    library();
     let dir = workdir("check");
     let bin = dir.path().join("check");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/preload/check.c");
@@ -268,20 +277,17 @@ fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
 
 #[test]
 fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
-    if !root_or_skip("preload nginx")
-        || !tools_or_skip(
-            "preload nginx",
-            &[
-                ("nginx", "nginx-light"),
-                ("curl", "curl"),
-                ("wrk", "wrk"),
-                ("sha256sum", "coreutils"),
-            ],
-        )
-    {
+    if !ready(
+        "preload nginx",
+        &[
+            ("nginx", "nginx-light"),
+            ("curl", "curl"),
+            ("wrk", "wrk"),
+            ("sha256sum", "coreutils"),
+        ],
+    ) {
         return;
     }
-    library();
     let dir = workdir("nginx");
     let www = dir.path().join("www");
     std::fs::create_dir(&www).unwrap();
@@ -343,19 +349,16 @@ fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
 
 #[test]
 fn redis_benchmark_runs_get_and_set_against_redis_and_a_value_reads_back() {
-    if !root_or_skip("preload redis")
-        || !tools_or_skip(
-            "preload redis",
-            &[
-                ("redis-server", "redis-server"),
-                ("redis-benchmark", "redis-tools"),
-                ("redis-cli", "redis-tools"),
-            ],
-        )
-    {
+    if !ready(
+        "preload redis",
+        &[
+            ("redis-server", "redis-server"),
+            ("redis-benchmark", "redis-tools"),
+            ("redis-cli", "redis-tools"),
+        ],
+    ) {
         return;
     }
-    library();
     let (lab, s, c, ip) = lab(true);
     let _srv = Server::start(
         &lab,
@@ -410,15 +413,12 @@ fn redis_benchmark_runs_get_and_set_against_redis_and_a_value_reads_back() {
 
 #[test]
 fn iperf3_and_sockperf_complete_through_the_daemon_and_over_a_fast_channel() {
-    if !root_or_skip("preload iperf3 and sockperf")
-        || !tools_or_skip(
-            "preload iperf3 and sockperf",
-            &[("iperf3", "iperf3"), ("sockperf", "sockperf")],
-        )
-    {
+    if !ready(
+        "preload iperf3 and sockperf",
+        &[("iperf3", "iperf3"), ("sockperf", "sockperf")],
+    ) {
         return;
     }
-    library();
     for fc in [false, true] {
         let (lab, s, c, ip) = lab(fc);
         {
@@ -472,19 +472,16 @@ fn iperf3_and_sockperf_complete_through_the_daemon_and_over_a_fast_channel() {
 
 #[test]
 fn the_lab_measures_docknet_with_sockperf_and_iperf3_on_the_preload_modes() {
-    if !root_or_skip("preload lab modes")
-        || !tools_or_skip(
-            "preload lab modes",
-            &[
-                ("sockperf", "sockperf"),
-                ("iperf3", "iperf3"),
-                ("taskset", "util-linux"),
-            ],
-        )
-    {
+    if !ready(
+        "preload lab modes",
+        &[
+            ("sockperf", "sockperf"),
+            ("iperf3", "iperf3"),
+            ("taskset", "util-linux"),
+        ],
+    ) {
         return;
     }
-    library();
     let dir = workdir("lab");
     for (workload, tool, modes) in [
         ("rr", "sockperf", "docknet-fc-preload"),

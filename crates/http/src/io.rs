@@ -174,9 +174,32 @@ impl Io for KernelIo {
     }
 }
 
+/// Which stack a program's sockets use (its `--stack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StackKind {
+    /// The kernel's TCP/IP (std sockets, poll(2)).
+    Kernel,
+    /// DockLib over the container's DockPipe (run it under `docknet run --pipe NAME`).
+    Docknet,
+}
+
 /// DockLib sockets over the container's pipe.
 #[derive(Debug, Clone)]
 pub struct DockIo(pub Stack);
+
+impl DockIo {
+    /// DockLib on the pipe this process was started on (`docknet run --pipe NAME`), its calls
+    /// waiting as `idle` says (spin, adaptive, adaptive:SPIN_US, block).
+    pub fn attach(idle: &str) -> anyhow::Result<DockIo> {
+        let idle =
+            docknet_pipe::IdlePolicy::parse(idle).map_err(|e| anyhow::anyhow!("--idle: {e}"))?;
+        let stack = Stack::attach_default(docknet_lib::StackConfig {
+            idle,
+            ..docknet_lib::StackConfig::default()
+        })?;
+        Ok(DockIo(stack))
+    }
+}
 
 impl Io for DockIo {
     type Listener = TcpListener;

@@ -233,25 +233,22 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
         runner
             .progress
             .line(&format!("{mode}: skipped over IPv6: {why}"));
-        runner.skipped.push(NotAvailable {
-            mode: mode.name().into(),
-            topology: req.topology,
-            mtu: None,
-            status: Status::Skipped,
-            reason: format!("not over IPv6: {why}"),
-        });
+        runner.skipped.push(
+            NotAvailable::new(
+                mode.name(),
+                Status::Skipped,
+                format!("not over IPv6: {why}"),
+            )
+            .on(req.topology),
+        );
     }
     for (mode, reason) in &plan.unavailable {
         runner
             .progress
             .line(&format!("{mode}: not available here: {reason}"));
-        runner.skipped.push(NotAvailable {
-            mode: mode.name().into(),
-            topology: req.topology,
-            mtu: None,
-            status: Status::NotAvailable,
-            reason: reason.clone(),
-        });
+        runner
+            .skipped
+            .push(NotAvailable::here(mode.name(), reason.clone()).on(req.topology));
     }
     for run in &plan.runs {
         stop.check()?;
@@ -268,13 +265,9 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
             runner
                 .progress
                 .line(&format!("{} (MTU {}): skipped: {e:#}", run.mode, run.mtu));
-            runner.skipped.push(NotAvailable {
-                mode: run.mode.name().into(),
-                topology: req.topology,
-                mtu: Some(run.mtu),
-                status: Status::Skipped,
-                reason: format!("failed: {e:#}"),
-            });
+            runner
+                .skipped
+                .push(NotAvailable::failed(run.mode.name(), run.mtu, &e).on(req.topology));
         }
     }
     runner.progress.finish();
@@ -605,13 +598,7 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
         };
         if let Some(reason) = why {
             progress.skip((backends.len() * args.repeat) as u64);
-            skipped.push(NotAvailable {
-                mode: mode.name().into(),
-                topology: Topology::OneHost,
-                mtu: None,
-                status: Status::NotAvailable,
-                reason,
-            });
+            skipped.push(NotAvailable::here(mode.name(), reason));
             continue;
         }
         let lab = if mode == Mode::Bridge {
@@ -653,13 +640,11 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
                             return Err(e);
                         }
                         progress.done(&format!("  {mode} cluster, {n} backends: failed: {e:#}"));
-                        skipped.push(NotAvailable {
-                            mode: format!("{mode} ({n} backends)"),
-                            topology: Topology::OneHost,
-                            mtu: Some(1500),
-                            status: Status::Skipped,
-                            reason: format!("failed: {e:#}"),
-                        });
+                        skipped.push(NotAvailable::failed(
+                            format!("{mode} ({n} backends)"),
+                            1500,
+                            &e,
+                        ));
                     }
                 }
             }
@@ -792,20 +777,9 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     let mut note =
         |progress: &mut crate::progress::Progress, mode: &str, status, reason: String| {
-            progress.line(&format!(
-                "{mode}: {}: {reason}",
-                match status {
-                    Status::NotAvailable => "not available here",
-                    Status::Skipped => "skipped",
-                }
-            ));
-            skipped.push(NotAvailable {
-                mode: mode.into(),
-                topology: Topology::OneHost,
-                mtu: None,
-                status,
-                reason,
-            });
+            let na = NotAvailable::new(mode, status, reason);
+            progress.line(&na.line());
+            skipped.push(na);
         };
     for mode in modes {
         stop.check()?;
@@ -1002,13 +976,7 @@ pub fn run_rate(args: RateArgs) -> Result<()> {
         if let Some(reason) = why {
             progress.line(&format!("{mode}: not available here: {reason}"));
             progress.skip(4);
-            skipped.push(NotAvailable {
-                mode: mode.name().into(),
-                topology: Topology::OneHost,
-                mtu: None,
-                status: Status::NotAvailable,
-                reason,
-            });
+            skipped.push(NotAvailable::here(mode.name(), reason));
             continue;
         }
         let mut run = RateRun::build(&exe, mode, &stop)
@@ -1021,13 +989,7 @@ pub fn run_rate(args: RateArgs) -> Result<()> {
                 return Err(e);
             }
             progress.line(&format!("{mode}: skipped: {e:#}"));
-            skipped.push(NotAvailable {
-                mode: mode.name().into(),
-                topology: Topology::OneHost,
-                mtu: Some(1500),
-                status: Status::Skipped,
-                reason: format!("failed: {e:#}"),
-            });
+            skipped.push(NotAvailable::failed(mode.name(), 1500, &e));
         }
     }
     progress.finish();

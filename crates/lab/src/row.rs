@@ -690,6 +690,35 @@ pub struct NotAvailable {
 }
 
 impl NotAvailable {
+    /// `mode` (or `mode (tool)`) on one host, at no particular MTU.
+    pub fn new(mode: impl Into<String>, status: Status, reason: impl Into<String>) -> NotAvailable {
+        NotAvailable {
+            mode: mode.into(),
+            topology: Topology::OneHost,
+            mtu: None,
+            status,
+            reason: reason.into(),
+        }
+    }
+
+    /// A mode this machine cannot run (one host).
+    pub fn here(mode: impl Into<String>, reason: impl Into<String>) -> NotAvailable {
+        NotAvailable::new(mode, Status::NotAvailable, reason)
+    }
+
+    /// A mode tried at `mtu` that failed with `e` (one host).
+    pub fn failed(mode: impl Into<String>, mtu: u32, e: &anyhow::Error) -> NotAvailable {
+        NotAvailable {
+            mtu: Some(mtu),
+            ..NotAvailable::new(mode, Status::Skipped, format!("failed: {e:#}"))
+        }
+    }
+
+    /// The same, where the mode was to run on `topology`.
+    pub fn on(self, topology: Topology) -> NotAvailable {
+        NotAvailable { topology, ..self }
+    }
+
     /// "MODE (MTU m): status: reason" (with "two-host" for the two-host modes).
     pub fn line(&self) -> String {
         format!(

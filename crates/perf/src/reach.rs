@@ -108,6 +108,19 @@ fn kernel_ping(dst: Ipv4Addr, r: &Reach, deadline: Instant) -> Result<(u64, u64)
     unreachable!("the loop returns or fails")
 }
 
+/// When the echo thread (if one was started) got its answer, and after how many tries.
+fn ping_result(
+    ping: Option<std::thread::JoinHandle<Result<(u64, u64)>>>,
+) -> Result<(Option<u64>, u64)> {
+    match ping {
+        Some(h) => {
+            let (t, n) = h.join().expect("the ping thread")?;
+            Ok((Some(t), n))
+        }
+        None => Ok((None, 0)),
+    }
+}
+
 /// Over the kernel's sockets.
 pub fn kernel(r: Reach) -> Result<ReachReport> {
     let start_ns = now_ns();
@@ -116,13 +129,7 @@ pub fn kernel(r: Reach) -> Result<ReachReport> {
         .ping
         .map(|dst| std::thread::spawn(move || kernel_ping(dst, &r, deadline)));
     let (connect_ns, connect_tries) = kernel_connect(&r, deadline)?;
-    let (ping_ns, ping_tries) = match ping {
-        Some(h) => {
-            let (t, n) = h.join().expect("the ping thread")?;
-            (Some(t), n)
-        }
-        None => (None, 0),
-    };
+    let (ping_ns, ping_tries) = ping_result(ping)?;
     Ok(ReachReport {
         start_ns,
         connect_ns,
@@ -188,13 +195,7 @@ pub fn docknet(stack: &Stack, r: Reach) -> Result<ReachReport> {
     for s in flight {
         s.abort();
     }
-    let (ping_ns, ping_tries) = match ping {
-        Some(h) => {
-            let (t, n) = h.join().expect("the ping thread")?;
-            (Some(t), n)
-        }
-        None => (None, 0),
-    };
+    let (ping_ns, ping_tries) = ping_result(ping)?;
     Ok(ReachReport {
         start_ns,
         connect_ns,

@@ -9,24 +9,14 @@
 //! SIGTERM or SIGINT stops it; it then prints what it counted as one JSON line.
 
 use anyhow::{Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use docknet_http::forward::forward;
-use docknet_http::io::{DockIo, Io, KernelIo};
-use docknet_lib::{Stack, StackConfig};
-use docknet_pipe::IdlePolicy;
+use docknet_http::io::{DockIo, Io, KernelIo, StackKind};
 use std::net::SocketAddrV4;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum StackKind {
-    /// The kernel's TCP/IP (std sockets).
-    Kernel,
-    /// DockLib over the container's DockPipe (run it under `docknet run --pipe NAME`).
-    Docknet,
-}
 
 /// An HTTP/1.1 forwarder (Kratzke's "ping" service) over kernel sockets or DockNet.
 #[derive(Debug, Parser)]
@@ -68,14 +58,7 @@ fn main_inner(cli: Cli) -> Result<()> {
     }
     match cli.stack {
         StackKind::Kernel => run(KernelIo, &cli, &stop),
-        StackKind::Docknet => {
-            let idle = IdlePolicy::parse(&cli.idle).map_err(|e| anyhow::anyhow!("--idle: {e}"))?;
-            let stack = Stack::attach_default(StackConfig {
-                idle,
-                ..StackConfig::default()
-            })?;
-            run(DockIo(stack), &cli, &stop)
-        }
+        StackKind::Docknet => run(DockIo::attach(&cli.idle)?, &cli, &stop),
     }
 }
 

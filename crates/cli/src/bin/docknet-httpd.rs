@@ -7,23 +7,13 @@
 //! SIGTERM or SIGINT stops it; it then prints what it served as one JSON line.
 
 use anyhow::{Context, Result};
-use clap::{Parser, ValueEnum};
-use docknet_http::io::{DockIo, Io, KernelIo};
+use clap::Parser;
+use docknet_http::io::{DockIo, Io, KernelIo, StackKind};
 use docknet_http::server::{serve, ServeOptions, ServerStats};
-use docknet_lib::{Stack, StackConfig};
-use docknet_pipe::IdlePolicy;
 use std::net::SocketAddrV4;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum StackKind {
-    /// The kernel's TCP/IP (std sockets, poll(2)).
-    Kernel,
-    /// DockLib over the container's DockPipe (run it under `docknet run --pipe NAME`).
-    Docknet,
-}
 
 /// An HTTP/1.1 server over kernel sockets or DockNet.
 #[derive(Debug, Parser)]
@@ -77,14 +67,7 @@ fn main_inner(cli: Cli) -> Result<()> {
     }
     let stats = match cli.stack {
         StackKind::Kernel => run(KernelIo, &cli, &stop)?,
-        StackKind::Docknet => {
-            let idle = IdlePolicy::parse(&cli.idle).map_err(|e| anyhow::anyhow!("--idle: {e}"))?;
-            let stack = Stack::attach_default(StackConfig {
-                idle,
-                ..StackConfig::default()
-            })?;
-            run(DockIo(stack), &cli, &stop)?
-        }
+        StackKind::Docknet => run(DockIo::attach(&cli.idle)?, &cli, &stop)?,
     };
     println!("{}", serde_json::to_string(&stats)?);
     Ok(())

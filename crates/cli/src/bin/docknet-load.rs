@@ -4,22 +4,12 @@
 //!   docknet run --pipe client -- docknet-load --stack docknet -c 64 -d 10s http://10.0.0.2/
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use docknet_http::client::{run, LoadOptions, LoadReport};
-use docknet_http::io::{DockIo, KernelIo};
-use docknet_lib::{Stack, StackConfig};
-use docknet_pipe::IdlePolicy;
+use docknet_http::io::{DockIo, KernelIo, StackKind};
 use std::net::SocketAddrV4;
 use std::process::ExitCode;
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum StackKind {
-    /// The kernel's TCP/IP (std sockets, poll(2)).
-    Kernel,
-    /// DockLib over the container's DockPipe (run it under `docknet run --pipe NAME`).
-    Docknet,
-}
 
 /// A wrk-like HTTP/1.1 load generator (keep-alive GET requests) over kernel sockets or DockNet.
 #[derive(Debug, Parser)]
@@ -164,14 +154,7 @@ fn main_inner(cli: Cli) -> Result<()> {
     };
     let r = match cli.stack {
         StackKind::Kernel => run(&KernelIo, &o)?,
-        StackKind::Docknet => {
-            let idle = IdlePolicy::parse(&cli.idle).map_err(|e| anyhow::anyhow!("--idle: {e}"))?;
-            let stack = Stack::attach_default(StackConfig {
-                idle,
-                ..StackConfig::default()
-            })?;
-            run(&DockIo(stack), &o)?
-        }
+        StackKind::Docknet => run(&DockIo::attach(&cli.idle)?, &o)?,
     };
     if cli.json {
         println!("{}", serde_json::to_string(&r)?);

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_docknet");
+pub const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// True when the test may run: root is needed for namespaces. Without root the test is
@@ -158,6 +159,37 @@ impl Lab {
             .stderr(Stdio::piped());
         self.children.push(c.spawn().expect("spawn container"));
         self.children.len() - 1
+    }
+
+    /// Whether a container attaches to `pipe` within `within` (the pipe shows its socket).
+    pub fn attached_within(&self, pipe: &str, within: Duration) -> bool {
+        let t = Instant::now();
+        loop {
+            if !self.json(&["pipe", "show", pipe, "--json"])["socket"].is_null() {
+                return true;
+            }
+            if t.elapsed() >= within {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Starts docknet-httpd over DockLib (blocking waits) in a container on `pipe`, listening
+    /// on `bind`; returns once it is attached.
+    pub fn httpd_in(&mut self, pipe: &str, bind: &str) -> usize {
+        let srv = self.spawn_in(
+            pipe,
+            None,
+            &[
+                HTTPD, "--stack", "docknet", "--idle", "block", "--bind", bind,
+            ],
+        );
+        assert!(
+            self.attached_within(pipe, Duration::from_secs(5)),
+            "the server attached to its pipe"
+        );
+        srv
     }
 
     /// Host pid of the `docknet run` process of background container `idx`.

@@ -9,7 +9,7 @@ use crate::mode::{Mode, Topology};
 use crate::plan::DaemonSetup;
 use crate::proc::{in_ns, Proc, Stop};
 use crate::progress::Progress;
-use crate::row::{NotAvailable, Row, Status, Tool, Workload};
+use crate::row::{NotAvailable, Row, Tool, Workload};
 use crate::topology::{probe, DocknetLab, KernelLab};
 use crate::workload::http::beside;
 use anyhow::{bail, Context, Result};
@@ -346,26 +346,14 @@ pub fn measure(
     let (modes, na) = modes(args)?;
     let mut skipped: Vec<NotAvailable> = na
         .into_iter()
-        .map(|m| NotAvailable {
-            mode: m,
-            topology: Topology::OneHost,
-            mtu: None,
-            status: Status::NotAvailable,
-            reason: OVERLAY_MISSING.into(),
-        })
+        .map(|m| NotAvailable::here(m, OVERLAY_MISSING))
         .collect();
     let mut rows = Vec::new();
     for mode in modes {
         stop.check()?;
         if let Some(why) = probe::unavailable(mode) {
             progress.skip(args.sizes.len() as u64);
-            skipped.push(NotAvailable {
-                mode: mode.name().into(),
-                topology: Topology::OneHost,
-                mtu: None,
-                status: Status::NotAvailable,
-                reason: why,
-            });
+            skipped.push(NotAvailable::here(mode.name(), why));
             continue;
         }
         let before = rows.len();
@@ -377,13 +365,7 @@ pub fn measure(
                 }
                 progress.skip((args.sizes.len() - (rows.len() - before)) as u64);
                 progress.line(&format!("{mode}: skipped: {e:#}"));
-                skipped.push(NotAvailable {
-                    mode: mode.name().into(),
-                    topology: Topology::OneHost,
-                    mtu: Some(args.mtu),
-                    status: Status::Skipped,
-                    reason: format!("failed: {e:#}"),
-                });
+                skipped.push(NotAvailable::failed(mode.name(), args.mtu, &e));
             }
         }
     }

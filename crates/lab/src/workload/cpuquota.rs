@@ -408,14 +408,9 @@ pub fn measure(
     let modes = modes(args)?;
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     let mut skip = |mode: String, status, reason: String, progress: &mut Progress| {
-        progress.line(&format!("{mode}: {}: {reason}", Status::text(status)));
-        skipped.push(NotAvailable {
-            mode,
-            topology: Topology::OneHost,
-            mtu: None,
-            status,
-            reason,
-        });
+        let na = NotAvailable::new(mode, status, reason);
+        progress.line(&na.line());
+        skipped.push(na);
     };
     let ctl = match Controller::find() {
         Ok(c) => c,

@@ -123,11 +123,8 @@ impl Runner {
             .any(|s| s.reason == why && s.mode == name)
         {
             self.skipped.push(NotAvailable {
-                mode: name,
-                topology: self.topology,
                 mtu: Some(run.mtu),
-                status: Status::Skipped,
-                reason: why,
+                ..NotAvailable::new(name, Status::Skipped, why).on(self.topology)
             });
         }
     }

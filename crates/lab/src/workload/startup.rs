@@ -252,14 +252,9 @@ pub fn measure(
     let modes = modes(args)?;
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     let mut skip = |mode: Mode, status, reason: String, progress: &mut Progress| {
-        progress.line(&format!("{mode}: {}: {reason}", Status::text(status)));
-        skipped.push(NotAvailable {
-            mode: mode.name().into(),
-            topology: Topology::OneHost,
-            mtu: None,
-            status,
-            reason,
-        });
+        let na = NotAvailable::new(mode.name(), status, reason);
+        progress.line(&na.line());
+        skipped.push(na);
     };
     for mode in modes {
         stop.check()?;
