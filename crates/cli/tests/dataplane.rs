@@ -329,6 +329,66 @@ fn a_hostile_container_hurts_only_itself() {
     assert!(v["transactions"].as_u64().unwrap() > 100);
 }
 
+/// A fast-channel partner that is a hostile TCP peer: it fills a DockLib server's receive
+/// window (pipelined requests, answers never acknowledged) and keeps sending odd-sized
+/// segments past every window edge the server offered, also between an edge that shrank and
+/// the furthest one (what the smoltcp patch accepts). The server (a debug build: smoltcp
+/// asserts that what it accepts fits its buffer) lives on and answers an honest client. (The
+/// attacker's `acked_beyond_offer` is not asserted: an advertisement dropped on the way, when
+/// the attacker's own ring is full under load, hides an edge the server did offer.)
+#[test]
+fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
+    if !root_or_skip("window overrun") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "web", "--ip", "10.47.0.2/24"]);
+    lab.ok(&["pipe", "create", "evil", "--ip", "10.47.0.3/24"]);
+    lab.ok(&["pipe", "create", "cli", "--ip", "10.47.0.4/24"]);
+    lab.ok(&["fc", "connect", "web", "evil"]);
+    let srv = lab.httpd_in("web", "10.47.0.2:80");
+    let o = lab.in_container(
+        "evil",
+        &[
+            ATTACK,
+            "window-overrun",
+            "--to",
+            "10.47.0.2:80",
+            "--seconds",
+            "2",
+        ],
+    );
+    let v = peer_json(&o);
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
+    assert!(n("zero_windows") > 0, "the window filled: {v}");
+    assert!(
+        n("window_shrinks") > 0,
+        "the window shrank and was overrun: {v}"
+    );
+    assert!(n("segments") > 100 && n("acks") > 100, "{v}");
+    // the server lives and serves someone else
+    assert!(lab.running(srv), "the server died under the attack");
+    let o = lab.in_container(
+        "cli",
+        &[
+            LOAD,
+            "--stack",
+            "docknet",
+            "--idle",
+            "block",
+            "--requests",
+            "100",
+            "-c",
+            "2",
+            "--json",
+            "http://10.47.0.2/",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["ok"].as_u64(), Some(100), "{r}");
+}
+
 #[test]
 fn a_restarted_daemon_adopts_live_pipes() {
     if !root_or_skip("restart") {

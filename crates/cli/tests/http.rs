@@ -9,8 +9,6 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
-
 /// A kernel-socket httpd on a free loopback port, ended (SIGTERM) on drop.
 struct Server {
     child: Option<Child>,

@@ -8,8 +8,6 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
-
 /// A loopback port nothing listens on now.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_docknet");
 pub const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
+pub const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// True when the test may run: root is needed for namespaces. Without root the test is
@@ -190,6 +191,11 @@ impl Lab {
             "the server attached to its pipe"
         );
         srv
+    }
+
+    /// Whether background container `idx` is still running.
+    pub fn running(&mut self, idx: usize) -> bool {
+        self.children[idx].try_wait().unwrap().is_none()
     }
 
     /// Host pid of the `docknet run` process of background container `idx`.

@@ -11,8 +11,13 @@
 //!                                       /proc/sys, mount, ptrace, host Unix sockets)
 //!   dnattack inspect                    what the daemon hands this container: its pipe and
 //!                                       the fast channels it sees
+//!   dnattack window-overrun --to IP:PORT --seconds S
+//!                                       a TCP peer that fills a DockLib server's receive
+//!                                       window and sends past every edge it offered
 
 #![deny(unsafe_code)]
+
+mod overrun;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -67,6 +72,16 @@ enum Cmd {
     },
     /// Print what the daemon hands this container: the pipe and the channels.
     Inspect,
+    /// A TCP peer crafted by hand: fill a DockLib server's receive window (pipelined requests,
+    /// answers never acknowledged), then send odd-sized segments past the furthest edge it
+    /// offered; report what it acknowledged against the edges seen.
+    WindowOverrun {
+        /// The server (an HTTP server: the requests are GETs).
+        #[arg(long)]
+        to: std::net::SocketAddrV4,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
     /// Try to leave the sandbox.
     Escape {
         /// Host Unix sockets to try to connect to.
@@ -201,6 +216,11 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             json!({"attack": "connect-storm", "connected": ok, "refused": refused})
         }
         Cmd::Escape { sockets } => escape(&sockets),
+        Cmd::WindowOverrun { to, seconds } => overrun::run(
+            docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            to,
+            seconds,
+        )?,
         Cmd::Inspect => {
             let conn = fdpass::connect_abstract(&name)
                 .with_context(|| format!("connecting to @{name}"))?;
