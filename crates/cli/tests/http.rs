@@ -9,6 +9,23 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// A loopback port free now and handed to no other test of this process: ports the kernel
+/// picks (`bind` to port 0, then released) can be picked again by a test running beside,
+/// and two servers would then share one port (one fails to bind, the other test talks to
+/// the wrong server and stops it).
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        // a range of its own per process; within it, never the same port twice
+        let port = u16::try_from(20_000 + ((std::process::id() % 1000) * 40 + k) % 40_000).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// A kernel-socket httpd on a free loopback port, ended (SIGTERM) on drop.
 struct Server {
     child: Option<Child>,
@@ -17,11 +34,7 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = Command::new(HTTPD)
             .args(["--stack", "kernel", "--bind", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::piped())
@@ -260,11 +273,7 @@ const FORWARD: &str = env!("CARGO_BIN_EXE_docknet-forward");
 #[test]
 fn the_forwarder_passes_every_request_and_answer_and_refuses_garbage() {
     let srv = Server::start();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let fwd = Command::new(FORWARD)
         .args([
             "--stack",
@@ -337,26 +346,18 @@ fn httpd_and_load_over_docknet_agree_on_every_request() {
             lab.ok(&["fc", "connect", "cli", "web"]);
         }
         let srv = lab.httpd_in("web", "10.61.0.2:80");
-        let o = lab.in_container(
+        let r = lab.load_in(
             "cli",
             &[
-                LOAD,
-                "--stack",
-                "docknet",
-                "--idle",
-                "block",
                 "--requests",
                 "5000",
                 "-c",
                 "16",
                 "--pipeline",
                 "2",
-                "--json",
                 "http://10.61.0.2/bytes/3000",
             ],
         );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(
             (r["requests"].as_u64(), r["ok"].as_u64()),
             (Some(5000), Some(5000)),
@@ -414,24 +415,16 @@ fn large_answers_over_docknet_never_wait_for_a_retransmission_timeout() {
     lab.ok(&["fc", "connect", "cli", "web"]);
     // the server container ends with the lab
     lab.httpd_in("web", "10.62.0.2:80");
-    let o = lab.in_container(
+    let r = lab.load_in(
         "cli",
         &[
-            LOAD,
-            "--stack",
-            "docknet",
-            "--idle",
-            "block",
             "--requests",
             "3000",
             "-c",
             "1",
-            "--json",
             "http://10.62.0.2/bytes/500000",
         ],
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["ok"].as_u64(), Some(3000), "{r}");
     let max = r["max_us"].as_f64().unwrap();
     assert!(

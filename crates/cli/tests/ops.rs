@@ -91,24 +91,7 @@ fn wait_captures(lab: &Lab, n: u64, within: Duration, what: &str) {
 fn load(lab: &Lab, server: &str, requests: u64) -> serde_json::Value {
     let url = format!("http://{server}/bytes/100");
     let n = requests.to_string();
-    let o = lab.in_container(
-        "cli",
-        &[
-            LOAD,
-            "--stack",
-            "docknet",
-            "--idle",
-            "block",
-            "--requests",
-            &n,
-            "-c",
-            "1",
-            "--json",
-            &url,
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
+    lab.load_in("cli", &["--requests", &n, "-c", "1", &url])
 }
 
 #[test]

@@ -193,6 +193,16 @@ impl Lab {
         srv
     }
 
+    /// Runs docknet-load over DockLib (blocking waits) in a container on `pipe` with `args`
+    /// (requests, connections, the URL...): it must succeed; its JSON report.
+    pub fn load_in(&self, pipe: &str, args: &[&str]) -> serde_json::Value {
+        let mut a = vec![LOAD, "--stack", "docknet", "--idle", "block", "--json"];
+        a.extend_from_slice(args);
+        let o = self.in_container(pipe, &a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).expect("docknet-load's JSON report")
+    }
+
     /// Whether background container `idx` is still running.
     pub fn running(&mut self, idx: usize) -> bool {
         self.children[idx].try_wait().unwrap().is_none()
