@@ -37,6 +37,7 @@ declare -A NEED=(
     [tcpdump]=tcpdump   # the capture test reads docknet capture's pcap back
     [redis-server]=redis-server  # unmodified programs over DockNet (docknet run --preload)
     [redis-benchmark]=redis-tools
+    [openvpn]=openvpn   # bench chain's encrypted overlay (VXLAN through a static-key tunnel)
 )
 # files -> Debian package
 declare -A NEED_FILES=(

@@ -9,7 +9,7 @@
 //! seccomp filter; a new session without a controlling terminal. Then it runs the command,
 //! forwards signals, reaps orphans, and exits with the command's status.
 
-use crate::sandbox::{self, Walls};
+use crate::sandbox;
 use anyhow::{bail, Context, Result};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{kill, SigSet, Signal};
@@ -120,27 +120,38 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     let _ = nix::unistd::sethostname(&a.pipe);
 
     // The first child of this process becomes pid 1 of the new PID namespace; when it exits
-    // the namespace dies, so nothing but the container's init may be spawned from here on.
-    let mut init = Command::new(&exe);
-    init.arg("__init");
-    if let Some(c) = a.cpu {
-        init.arg("--cpu").arg(c.to_string());
-    }
-    if let Some(r) = &a.rootfs {
-        init.arg("--rootfs").arg(r);
-    }
-    for b in &binds {
-        init.arg("--bind").arg(b);
-    }
-    if let Some(p) = &preload {
-        init.arg("--preload").arg(p);
-    }
-    init.arg("--")
-        .args(&a.cmd)
-        .env("DOCKNET_PIPE", &attached.socket);
-    let child = init.spawn().context("starting the container's init")?;
+    // the namespace dies, so nothing but the container's init may be started from here on. The
+    // init is this process forked (not docknet executed again: a second start of this binary
+    // was a third of a container's start-up time).
+    let init_args = Init {
+        cpu: a.cpu,
+        walls: sandbox::Walls {
+            rootfs: a.rootfs.clone(),
+            binds,
+        },
+        preload,
+        cmd: a.cmd.clone(),
+        pipe_socket: attached.socket.clone(),
+    };
+    // SAFETY: this process has a single thread (unshare above needed that too), so the child
+    // may allocate and run any code; it leaves only through `exit`.
+    #[allow(unsafe_code)]
+    let forked = unsafe { nix::unistd::fork() };
+    let child = match forked.context("starting the container's init")? {
+        nix::unistd::ForkResult::Child => {
+            let code = match init(&init_args) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("docknet: error: {e:#}");
+                    1
+                }
+            };
+            std::process::exit(i32::from(code))
+        }
+        nix::unistd::ForkResult::Parent { child } => child,
+    };
     block_signals()?;
-    let code = supervise(Pid::from_raw(child.id() as i32));
+    let code = supervise(child).map(ExitCode::from);
     // the container is gone: close the pipe's socket in its (dead) namespace. A daemon that is
     // restarting gets 10 s; after that the attachment stays until the next `docknet run` of the
     // pipe sees its namespace empty and replaces it.
@@ -200,16 +211,14 @@ fn block_signals() -> Result<()> {
 /// Waits for `pid` without threads (a process that unshared its PID namespace cannot create
 /// any): reaps every child that exits (we may be pid 1), forwards SIGINT, SIGTERM, SIGHUP and
 /// SIGQUIT to `pid`, and returns its exit status as ours.
-fn supervise(pid: Pid) -> Result<ExitCode> {
+fn supervise(pid: Pid) -> Result<u8> {
     let set = supervised_signals();
     loop {
         loop {
             match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, code)) if p == pid => {
-                    return Ok(ExitCode::from(code as u8))
-                }
+                Ok(WaitStatus::Exited(p, code)) if p == pid => return Ok(code as u8),
                 Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                    return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)))
+                    return Ok(128u8.wrapping_add(sig as u8))
                 }
                 Ok(WaitStatus::StillAlive) => break,
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -223,28 +232,27 @@ fn supervise(pid: Pid) -> Result<ExitCode> {
     }
 }
 
-/// The container's pid 1 (`docknet __init`): builds the walls, then runs the command.
-pub fn init(
+/// What the container's init is given.
+struct Init {
     cpu: Option<usize>,
-    walls: &Walls,
-    preload: Option<&Path>,
-    cmd: &[String],
-) -> Result<ExitCode> {
+    walls: sandbox::Walls,
+    preload: Option<PathBuf>,
+    cmd: Vec<String>,
+    /// Where the pipe is handed out inside the container (`DOCKNET_PIPE`).
+    pipe_socket: String,
+}
+
+/// The container's pid 1 (forked by `run`): builds the walls, runs the command, forwards
+/// signals to it and returns its exit status.
+fn init(a: &Init) -> Result<u8> {
+    let (cpu, walls, cmd) = (a.cpu, &a.walls, &a.cmd);
     if cmd.is_empty() {
-        bail!("__init: no command");
+        bail!("no command");
     }
     // If the supervisor dies (even by SIGKILL), so does the container: killing pid 1 ends
     // every process of its PID namespace.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;
-    match Command::new("ip")
-        .args(["link", "set", "lo", "up"])
-        .status()
-    {
-        Ok(s) if s.success() => {}
-        _ => eprintln!(
-            "docknet: warning: could not bring up lo in the container (is iproute2 installed?)"
-        ),
-    }
+    docknet_daemon::nic::link::set_up("lo").context("bringing up lo in the container")?;
     sandbox::build_root(walls)?;
     if let Some(c) = cpu {
         let mut set = nix::sched::CpuSet::new();
@@ -270,7 +278,8 @@ pub fn init(
     sandbox::install_seccomp()?;
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
-    if let Some(p) = preload {
+    command.env("DOCKNET_PIPE", &a.pipe_socket);
+    if let Some(p) = &a.preload {
         // only the command: the init itself stays free of it
         command.env("LD_PRELOAD", p);
     }

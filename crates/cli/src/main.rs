@@ -120,6 +120,13 @@ enum Cmd {
         /// threads' busy, idle and sleeping time, the link's counters, control requests.
         #[arg(long, value_name = "ADDR:PORT", value_parser = docknet_daemon::metrics::parse_addr)]
         metrics: Option<std::net::SocketAddr>,
+        /// Regions of a pipe at the default MTU and ring depth (3 MB each; also a fast channel
+        /// built at MTU 1500) to keep made ahead: every page of a region is allocated when it
+        /// is made, most of a create's time, so a low-priority thread makes the next while a
+        /// new container starts. 4 covers two pods with a fast channel starting at once.
+        /// 0: each create makes its own
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(0..=64))]
+        spare_regions: u16,
     },
     /// Mirror a pipe's frames into a pcap file (tcpdump -r and Wireshark read it).
     Capture(ops::CaptureArgs),
@@ -156,20 +163,6 @@ enum Cmd {
     /// Raw-frame tools: the ring benchmark and its peers.
     #[command(subcommand)]
     Raw(RawCmd),
-    /// Internal: the container's pid 1.
-    #[command(name = "__init", hide = true)]
-    Init {
-        #[arg(long)]
-        cpu: Option<usize>,
-        #[arg(long)]
-        rootfs: Option<PathBuf>,
-        #[arg(long = "bind")]
-        binds: Vec<PathBuf>,
-        #[arg(long)]
-        preload: Option<PathBuf>,
-        #[arg(last = true, required = true)]
-        cmd: Vec<String>,
-    },
     /// Internal: the daemon's fd holder.
     #[command(name = "__holder", hide = true)]
     Holder {
@@ -397,6 +390,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             rate_fine,
             rate_coarse,
             metrics,
+            spare_regions,
         } => {
             init_logging(&cli.log);
             if !(Duration::from_micros(10)..=Duration::from_millis(10)).contains(&rate_fine)
@@ -432,6 +426,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                     coarse: rate_coarse,
                 },
                 metrics,
+                spare_regions: usize::from(spare_regions),
             })
             .context("docknet daemon")?;
         }
@@ -521,20 +516,6 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             ctl::print(&ctl::client(sock)?.rate_show(&name)?, json, ctl::print_rate)?
         }
         Cmd::Run(a) => return container::run(sock, &a),
-        Cmd::Init {
-            cpu,
-            rootfs,
-            binds,
-            preload,
-            cmd,
-        } => {
-            return container::init(
-                cpu,
-                &sandbox::Walls { rootfs, binds },
-                preload.as_deref(),
-                &cmd,
-            )
-        }
         Cmd::Holder { socket } => docknet_daemon::holder::serve(&socket)
             .with_context(|| format!("fd holder on {}", socket.display()))?,
         Cmd::Bench(BenchCmd::Rr(a)) => docknet_lab::bench::run(Workload::Rr, a)?,

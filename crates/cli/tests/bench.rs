@@ -261,6 +261,18 @@ fn benches_refuse_unknown_modes_and_sizes_with_one_line() {
         &["bench", "rr", "--modes", "nonsense"][..],
         &["bench", "rr", "--sizes", "1"][..],
         &["raw", "bench", "--paths", "nope"][..],
+        &["bench", "chain", "--modes", "overlay"][..],
+        &["bench", "chain", "--modes", "vxlan"][..],
+        &["bench", "chain", "--topology", "two-host", "--modes", "nat"][..],
+        &[
+            "bench",
+            "chain",
+            "--topology",
+            "two-host",
+            "--modes",
+            "docknet-fc",
+        ][..],
+        &["bench", "startup", "--launch", "exec"][..],
     ] {
         let o = Command::new(EXE).args(args).output().unwrap();
         assert!(!o.status.success());
@@ -268,6 +280,12 @@ fn benches_refuse_unknown_modes_and_sizes_with_one_line() {
         assert_eq!(e.lines().count(), 1, "{e}");
         assert!(e.starts_with("docknet: error: "), "{e}");
     }
+    // an overlay is asked for where it exists
+    let o = Command::new(EXE)
+        .args(["bench", "chain", "--modes", "overlay"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--topology two-host"));
 }
 
 #[test]
@@ -427,6 +445,10 @@ fn pairs_run_concurrently_and_report_memory_per_pair() {
         assert!(r["gbps"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["mem_kib_per_pair"].as_f64().is_some(), "{r}");
+        // service demand of both phases, the whole machine's CPU by kind
+        for k in ["cpu_s_per_kreq", "cpu_s_per_gb"] {
+            assert!(r[k]["total"].as_f64().is_some_and(|t| t >= 0.0), "{k}: {r}");
+        }
         // per-pair latency comes from every pair's histogram: 3 pairs, 3x the samples of one
         let n: u64 = r["one_way_hist"]
             .as_array()
@@ -1118,15 +1140,49 @@ fn seed_studies_measure_render_and_clean_up() {
     );
     let v = valid(&json);
     let rows = v["results"].as_array().unwrap();
-    for mode in ["bridge", "docknet"] {
+    for (mode, launch) in [
+        ("bridge", "netns"),
+        ("docknet", "netns"),
+        ("docknet", "run"),
+    ] {
         let r = rows
             .iter()
-            .find(|r| r["mode"] == mode && r["workload"] == "startup")
-            .unwrap_or_else(|| panic!("{mode}: {rows:?}"));
+            .find(|r| r["mode"] == mode && r["workload"] == "startup" && r["launch"] == launch)
+            .unwrap_or_else(|| panic!("{mode} {launch}: {rows:?}"));
         let (p50, p99) = (r["p50_ms"].as_f64().unwrap(), r["p99_ms"].as_f64().unwrap());
         assert!(p50 > 0.0 && p99 >= p50, "{r}");
         assert!(r["ping_p50_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["create_p50_ms"].as_f64().unwrap() <= p50, "{r}");
+    }
+    // across two hosts: the encrypted overlay (its tunnel in the create step) and DockNet's
+    // daemons on the wire
+    let json2 = dir.path().join("startup2.json");
+    run_clean(
+        &[
+            "bench",
+            "startup",
+            "--topology",
+            "two-host",
+            "--modes",
+            "vxlan-openvpn,docknet",
+            "--launch",
+            "netns",
+            "--reps",
+            "2",
+            "--json",
+        ],
+        &json2,
+    );
+    let v = valid(&json2);
+    for mode in ["vxlan-openvpn", "docknet"] {
+        let r = v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["mode"] == mode)
+            .unwrap_or_else(|| panic!("{mode}: {v}"));
+        assert_eq!(r["topology"], "two-host", "{r}");
+        assert!(r["p50_ms"].as_f64().unwrap() >= r["create_p50_ms"].as_f64().unwrap());
     }
     let cq = dir.path().join("cpuquota.json");
     let (o, pid) = run(
@@ -1172,48 +1228,77 @@ fn seed_studies_measure_render_and_clean_up() {
             assert!(r["over_1ms"].is_u64(), "{r}");
         }
     }
-    let ch = dir.path().join("chain.json");
-    run_clean(
-        &[
-            "bench",
-            "chain",
-            "--modes",
-            "loopback,docknet-fc,overlay-encrypted",
-            "--sizes",
-            "10,100000",
-            "--duration",
-            "0.4",
-            "--warmup",
-            "0.1",
-            "--report",
-            report.to_str().unwrap(),
-            "--json",
-        ],
-        &ch,
-    );
-    let v = valid(&ch);
-    let rows = v["results"].as_array().unwrap();
-    for mode in ["loopback", "docknet-fc"] {
-        for size in [10, 100000] {
-            let r = rows
-                .iter()
-                .find(|r| r["mode"] == mode && r["msg_size"] == size && r["workload"] == "chain")
-                .unwrap_or_else(|| panic!("{mode} {size}: {}", v["not_available"]));
-            assert!(r["transfer_bps"].as_f64().unwrap() > 0.0, "{r}");
-            assert_eq!(r["tool"], "docknet-load");
+    // a chain run: every mode and size measured, on its topology, by docknet-load
+    let chain = |name: &str, topology: &str, modes: [&str; 2], sizes: [usize; 2]| {
+        let out = dir.path().join(name);
+        let (m, z) = (modes.join(","), format!("{},{}", sizes[0], sizes[1]));
+        run_clean(
+            &[
+                "bench",
+                "chain",
+                "--topology",
+                topology,
+                "--modes",
+                &m,
+                "--sizes",
+                &z,
+                // long enough that one retransmission timeout (smoltcp's minimum is 1 s),
+                // met when the full suite loads the machine, still leaves answers to count
+                "--duration",
+                "1.5",
+                "--warmup",
+                "0.2",
+                "--report",
+                report.to_str().unwrap(),
+                "--json",
+            ],
+            &out,
+        );
+        let v = valid(&out);
+        for mode in modes {
+            for size in sizes {
+                let r = v["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| {
+                        r["mode"] == mode && r["msg_size"] == size && r["workload"] == "chain"
+                    })
+                    .unwrap_or_else(|| panic!("{mode} {size}: {}", v["not_available"]))
+                    .clone();
+                assert_eq!(r["topology"], topology, "{r}");
+                assert!(r["transfer_bps"].as_f64().unwrap() > 0.0, "{r}");
+                assert_eq!(r["tool"], "docknet-load");
+            }
         }
-    }
-    let na = v["not_available"].as_array().unwrap();
-    assert!(
-        na.iter().any(|n| n["mode"] == "overlay-encrypted"
-            && n["reason"].as_str().unwrap().contains("openvpn")),
-        "{na:?}"
+        v
+    };
+    let v = chain(
+        "chain.json",
+        "one-host",
+        ["loopback", "docknet-fc"],
+        [10, 100000],
     );
     assert!(v["ratios"]
         .as_array()
         .unwrap()
         .iter()
         .any(|l| l.as_str().unwrap().starts_with("docknet-fc/reference")));
+    // across two hosts: the reference and the encrypted overlay (VXLAN through OpenVPN)
+    let v = chain(
+        "chain2.json",
+        "two-host",
+        ["host", "vxlan-openvpn"],
+        [100, 10000],
+    );
+    assert!(
+        v["ratios"].as_array().unwrap().iter().any(|l| l
+            .as_str()
+            .unwrap()
+            .starts_with("two hosts: encrypted overlay/reference")),
+        "{}",
+        v["ratios"]
+    );
     // the report: its seed section with every study and their figures
     let md = std::fs::read_to_string(report.join("report.md")).unwrap();
     assert!(

@@ -644,7 +644,7 @@ fn serve_in(netns: &str, bind: &str) -> std::process::Child {
     Command::new("nsenter")
         .arg(format!("--net={netns}"))
         .args([
-            DNPERF, "server", "--stack", "docknet", "--idle", "spin", "--bind", bind,
+            DNPERF, "server", "--stack", "docknet", "--idle", "adaptive", "--bind", bind,
         ])
         .stdout(Stdio::null())
         .spawn()
@@ -662,6 +662,10 @@ fn rr_from(netns: &str, to: &str) -> Value {
                 "client",
                 "--stack",
                 "docknet",
+                // not spin: two spinning peers and the daemon's master on two cores (and a
+                // test beside) wait for each other's time slices, 4 ms a round trip
+                "--idle",
+                "adaptive",
                 "--connect",
                 to,
                 "--workload",

@@ -208,6 +208,12 @@ fn the_sandbox_holds_from_inside() {
         ["ok", "8", "fine"],
         "{out}"
     );
+    // lo is up (the init brings it up), and the command's exit status is the container's
+    let o = lab.in_container("x", &["sh", "-c", "cat /sys/class/net/lo/flags; exit 7"]);
+    let flags = String::from_utf8_lossy(&o.stdout);
+    let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();
+    assert_eq!(flags & 1, 1, "lo is not up: {flags:#x}");
+    assert_eq!(o.status.code(), Some(7));
 }
 
 /// Starts a checked stream (dnperf --workload check) from `client` to `server_ip` and returns
@@ -347,25 +353,37 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
     lab.ok(&["pipe", "create", "cli", "--ip", "10.47.0.4/24"]);
     lab.ok(&["fc", "connect", "web", "evil"]);
     let srv = lab.httpd_in("web", "10.47.0.2:80");
-    let o = lab.in_container(
-        "evil",
-        &[
-            ATTACK,
-            "window-overrun",
-            "--to",
-            "10.47.0.2:80",
-            "--seconds",
-            "2",
-        ],
-    );
-    let v = peer_json(&o);
-    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
-    assert!(n("zero_windows") > 0, "the window filled: {v}");
+    // a shrunk edge needs acknowledgements with the window open; under a loaded machine the
+    // window can fill within a few of them, so the attack runs again (at most three times)
+    // until one saw the window shrink; every run must leave the server up
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let o = lab.in_container(
+            "evil",
+            &[
+                ATTACK,
+                "window-overrun",
+                "--to",
+                "10.47.0.2:80",
+                "--seconds",
+                "2",
+            ],
+        );
+        let v = peer_json(&o);
+        let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
+        assert!(n("zero_windows") > 0, "the window filled: {v}");
+        assert!(n("segments") > 100 && n("acks") > 100, "{v}");
+        assert!(lab.running(srv), "the server died under the attack: {v}");
+        let shrunk = n("window_shrinks") > 0;
+        seen.push(v);
+        if shrunk {
+            break;
+        }
+    }
     assert!(
-        n("window_shrinks") > 0,
-        "the window shrank and was overrun: {v}"
+        seen.iter().any(|v| v["window_shrinks"].as_u64() > Some(0)),
+        "the window shrank and was overrun: {seen:?}"
     );
-    assert!(n("segments") > 100 && n("acks") > 100, "{v}");
     // the server lives and serves someone else
     assert!(lab.running(srv), "the server died under the attack");
     let r = lab.load_in(

@@ -14,6 +14,7 @@ pub mod holder;
 pub mod master;
 pub mod metrics;
 pub mod nic;
+pub mod pool;
 pub mod proto;
 pub mod rate;
 pub mod registry;
@@ -63,11 +64,25 @@ pub enum Error {
 pub const MASTER_NICE: i32 = 0;
 
 /// Sets the calling thread's nice value (Linux: `setpriority` on a thread id is per thread).
-fn set_thread_nice(nice: i32) -> std::io::Result<()> {
+pub(crate) fn set_thread_nice(nice: i32) -> std::io::Result<()> {
     let tid = nix::unistd::gettid().as_raw();
     // SAFETY: plain syscall on integers; `tid` is this thread.
     #[allow(unsafe_code)]
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Puts the calling thread in the SCHED_IDLE class: it runs only when no other thread wants
+/// its core, and any that wakes preempts it at once.
+pub(crate) fn set_thread_sched_idle() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall; pid 0 is the calling thread and `param` outlives the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
     if rc == 0 {
         Ok(())
     } else {
@@ -109,6 +124,8 @@ pub struct Config {
     pub rate_timers: rate::Timers,
     /// Serve Prometheus metrics at `http://ADDR/metrics` (`None`: no metrics server).
     pub metrics: Option<std::net::SocketAddr>,
+    /// Regions of the default pipe's size kept ready ([`pool`]); 0: each create makes its own.
+    pub spare_regions: usize,
 }
 
 /// Binds the control socket at `path` with mode 0600 from the start: bound inside a private
@@ -162,6 +179,10 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     registry.set_gateway(edge.as_ref().map(|e| e.mac()));
     registry.set_timers(cfg.rate_timers);
+    registry.set_pool(pool::Pool::start(
+        registry::default_region_size(),
+        cfg.spare_regions,
+    ));
     for w in &warnings {
         tracing::warn!("{w}");
     }
@@ -350,10 +371,12 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     for t in master_threads {
         let _ = t.join();
     }
-    if cfg.ephemeral {
-        if let Ok(mut reg) = ctx.registry.lock() {
+    if let Ok(mut reg) = ctx.registry.lock() {
+        if cfg.ephemeral {
             reg.remove_all();
         }
+        // the spare regions' thread ends and lets go of them
+        reg.set_pool(None);
     }
     let _ = fs::remove_file(&cfg.socket);
     Ok(())

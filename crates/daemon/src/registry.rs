@@ -268,6 +268,8 @@ pub struct Registry {
     labels: BTreeMap<String, BTreeMap<String, String>>,
     /// The rate limiters' timers.
     timers: Timers,
+    /// Regions made ahead of the creates that take them.
+    pool: Option<Arc<crate::pool::Pool>>,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
@@ -452,6 +454,13 @@ fn pipe_layout(
     RegionInfo::planned(Kind::Pipe, id, depth).map_err(|e| err(ErrorCode::BadParams, e.to_string()))
 }
 
+/// The region size of a pipe at the default MTU and ring depth (what the pool keeps ready).
+pub fn default_region_size() -> usize {
+    layout::RingParams::for_mtu(1500, None)
+        .and_then(|p| layout::plan([p, p]))
+        .map_or(0, |(_, size)| size)
+}
+
 /// Checks a pipe record from `state.json` as strictly as a request.
 fn check_pipe_rec(p: &PipeRec) -> Result<RegionInfo, String> {
     validate_name(&p.name).map_err(|e| e.message)?;
@@ -560,6 +569,7 @@ impl Registry {
             limits: BTreeMap::new(),
             labels: BTreeMap::new(),
             timers: Timers::default(),
+            pool: None,
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -899,7 +909,8 @@ impl Registry {
         }
         let mtu = mtu.unwrap_or(1500);
         let info = pipe_layout(ip, prefix, mtu, ring_depth)?;
-        let (fd, region) = Region::create_sealed(&format!("docknet-pipe-{name}"), info.size)
+        let (fd, region) = self
+            .region(&format!("docknet-pipe-{name}"), info.size)
             .map_err(|e| internal("creating the pipe region", e))?;
         layout::init(&region, Kind::Pipe, info.id, info.rings, info.size)
             .map_err(|e| internal("writing the region header", e))?;
@@ -982,7 +993,8 @@ impl Registry {
             (&pb, &pa)
         };
         let id = self.next_channel;
-        let (fd, region) = Region::create_sealed(&format!("docknet-fc-{id}"), size)
+        let (fd, region) = self
+            .region(&format!("docknet-fc-{id}"), size)
             .map_err(|e| internal("creating the fast channel", e))?;
         let ident = Identity {
             ip_a: lo.ip,
@@ -1308,6 +1320,23 @@ impl Registry {
             table,
             limits,
             timers: self.timers,
+        }
+    }
+
+    /// Sets the rate limiters' timers (the daemon's `--rate-fine` and `--rate-coarse`).
+    /// Gives the registry a pool of spare regions to take from ([`crate::pool`]).
+    /// (`None`: stops the pool it had.)
+    pub fn set_pool(&mut self, pool: Option<Arc<crate::pool::Pool>>) {
+        if let Some(old) = std::mem::replace(&mut self.pool, pool) {
+            old.stop();
+        }
+    }
+
+    /// A sealed region of `size` bytes: a spare one if the pool has it, else made now.
+    fn region(&self, name: &str, size: usize) -> io::Result<(OwnedFd, Region)> {
+        match self.pool.as_ref().and_then(|p| p.take(size)) {
+            Some(r) => Ok(r),
+            None => Region::create_sealed(name, size),
         }
     }
 

@@ -1091,7 +1091,11 @@ pub fn run_startup(args: crate::workload::startup::StartupArgs) -> Result<()> {
     let modes = startup::modes(&args)?;
     need_root("docknet bench startup")?;
     let stop = Stop::on_signals()?;
-    let mut progress = crate::progress::Progress::new((modes.len() * args.reps) as u64);
+    let mut total = 0;
+    for m in &modes {
+        total += startup::steps(*m, &args)?;
+    }
+    let mut progress = crate::progress::Progress::new(total);
     let (rows, skipped) = startup::measure(&args, &stop, &mut progress)?;
     progress.finish();
     let targets = startup::targets(&rows);
@@ -1137,7 +1141,7 @@ pub fn run_cpuquota(args: crate::workload::cpuquota::CpuquotaArgs) -> Result<()>
 /// Runs `docknet bench chain`.
 pub fn run_chain(args: crate::workload::chain::ChainArgs) -> Result<()> {
     use crate::workload::chain;
-    let (modes, _) = chain::modes(&args)?;
+    let modes = chain::modes(&args)?;
     need_root("docknet bench chain")?;
     let stop = Stop::on_signals()?;
     crate::workload::http::beside(&std::env::current_exe()?, "docknet-forward")?;

@@ -49,6 +49,10 @@ pub enum Mode {
     DocknetPreload,
     /// Unmodified kernel-socket programs over a fast channel, by the preload library.
     DocknetFcPreload,
+    /// Two hosts: the `vxlan` overlay carried by an OpenVPN tunnel between the hosts (a static
+    /// key, AES-256-CBC and HMAC-SHA256 on TUN devices): an encrypted overlay in userspace, as
+    /// weave's encrypted mode was (this kernel has no ESP or WireGuard).
+    VxlanOpenvpn,
 }
 
 /// How many hosts a topology spans.
@@ -174,7 +178,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 18] = [
+    pub const ALL: [Mode; 19] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -193,6 +197,7 @@ impl Mode {
         Mode::DocknetPacket,
         Mode::DocknetPreload,
         Mode::DocknetFcPreload,
+        Mode::VxlanOpenvpn,
     ];
 
     /// The name used on the command line and in results.
@@ -216,6 +221,7 @@ impl Mode {
             Mode::DocknetPacket => "docknet-packet",
             Mode::DocknetPreload => "docknet-preload",
             Mode::DocknetFcPreload => "docknet-fc-preload",
+            Mode::VxlanOpenvpn => "vxlan-openvpn",
         }
     }
 
@@ -240,6 +246,7 @@ impl Mode {
             Mode::DocknetPacket => "DockNet daemons on the wire with AF_PACKET",
             Mode::DocknetPreload => "unmodified programs through DockNet's daemon (preload)",
             Mode::DocknetFcPreload => "unmodified programs over a DockNet fast channel (preload)",
+            Mode::VxlanOpenvpn => "VXLAN overlay through an OpenVPN tunnel (encrypted)",
         }
     }
 
@@ -247,9 +254,12 @@ impl Mode {
     pub fn topologies(self) -> &'static [Topology] {
         match self {
             Mode::Macvlan | Mode::Docknet => &[Topology::OneHost, Topology::TwoHost],
-            Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan | Mode::DocknetPacket => {
-                &[Topology::TwoHost]
-            }
+            Mode::Host
+            | Mode::Routed
+            | Mode::Nat
+            | Mode::Vxlan
+            | Mode::VxlanOpenvpn
+            | Mode::DocknetPacket => &[Topology::TwoHost],
             _ => &[Topology::OneHost],
         }
     }
@@ -288,7 +298,7 @@ impl Mode {
             Mode::Sriov => Link::Vf,
             Mode::Docknet | Mode::DocknetPreload => Link::Pipe,
             Mode::DocknetFc | Mode::DocknetFcPreload => Link::FastChannel,
-            Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan => Link::Wire,
+            Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan | Mode::VxlanOpenvpn => Link::Wire,
             Mode::DocknetPacket => Link::Nic,
         }
     }
@@ -309,7 +319,8 @@ impl Mode {
             | Mode::Ipvlan
             | Mode::Routed
             | Mode::Nat
-            | Mode::Vxlan => Builder::Cni,
+            | Mode::Vxlan
+            | Mode::VxlanOpenvpn => Builder::Cni,
             Mode::Ovs => Builder::OvsVsctl,
             Mode::Docknet
             | Mode::DocknetFc
@@ -400,6 +411,7 @@ mod tests {
             Mode::Nat,
             Mode::Macvlan,
             Mode::Vxlan,
+            Mode::VxlanOpenvpn,
             Mode::Docknet,
             Mode::DocknetPacket,
         ] {

@@ -23,6 +23,31 @@ pub fn unique(tag: &str) -> String {
     )
 }
 
+/// A network namespace of the run's own with `lo` up (`ip netns add`), removed when dropped.
+#[derive(Debug)]
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Adds namespace `unique(tag)` and brings its `lo` up.
+    pub fn add(tag: &str) -> Result<Netns> {
+        let ns = Netns(unique(tag));
+        ip(&["netns", "add", &ns.0])?;
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Its path, for those who take a namespace file.
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.0]);
+    }
+}
+
 /// Runs `cmd` to completion; fails with `what` and its stderr unless it exits 0. Returns its
 /// stdout.
 pub fn checked(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {

@@ -441,6 +441,14 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub create_p50_ms: Option<f64>,
+    /// Start-up: how the containers' programs were started: `netns` (`ip netns exec` into
+    /// namespaces made beforehand) or `run` (`docknet run`, a container with its walls).
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub launch: Option<String>,
     /// CPU quota: the server's quota per 10000 us period (us).
     #[serde(
         default,
@@ -525,6 +533,7 @@ impl Row {
             ping_p50_ms: None,
             ping_p99_ms: None,
             create_p50_ms: None,
+            launch: None,
             quota_us: None,
             over_1ms: None,
             samples: None,
@@ -547,6 +556,9 @@ impl Row {
         }
         if let Some(i) = &self.idle {
             s += &format!(" {i}");
+        }
+        if let Some(l) = &self.launch {
+            s += &format!(" ({l})");
         }
         s
     }

@@ -31,6 +31,10 @@ use std::time::Duration;
     after_help = EXAMPLES
 )]
 struct Cli {
+    /// Enter this network namespace first (a file such as /run/netns/NAME): what
+    /// `ip netns exec` does for the network, without a second program starting.
+    #[arg(long, global = true)]
+    netns: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -292,6 +296,12 @@ fn run_probe(connect: SocketAddr, idle: IdlePolicy) -> Result<()> {
 }
 
 fn main_inner(cli: Cli) -> Result<()> {
+    if let Some(ns) = &cli.netns {
+        let f = std::fs::File::open(ns)
+            .with_context(|| format!("--netns: opening {}", ns.display()))?;
+        nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+            .with_context(|| format!("--netns: entering {}", ns.display()))?;
+    }
     let cpu = match &cli.cmd {
         Cmd::Server { c, .. } | Cmd::Client { c, .. } => c.cpu,
         Cmd::Probe { cpu, .. } => *cpu,

@@ -88,6 +88,26 @@ struct EthtoolChannels {
 }
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 
+/// Brings link `name` of this network namespace up (what `ip link set NAME up` does, without
+/// starting a program).
+pub fn set_up(name: &str) -> io::Result<()> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad link name"));
+    }
+    // SAFETY: plain socket(2); the result is checked before it is owned.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut r = ifreq(name);
+    ioctl(&fd, libc::SIOCGIFFLAGS, &mut r)?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    unsafe { r.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    ioctl(&fd, libc::SIOCSIFFLAGS, &mut r)
+}
+
 impl LinkInfo {
     /// Reads `name`'s facts; refuses a link that is missing, down or not Ethernet.
     pub fn read(name: &str) -> Result<LinkInfo, LinkError> {

@@ -12,7 +12,7 @@
 //! Which figures exist and what they hold is decided by [`charts`], a pure function of the
 //! rows; [`render`] only draws.
 
-use crate::mode::LO_MTU;
+use crate::mode::{Topology, LO_MTU};
 use crate::row::{Row, Tool, Workload};
 use crate::verdict::ratio;
 use anyhow::Result;
@@ -305,17 +305,19 @@ fn colors(rows: &[Row]) -> impl Fn(&Row) -> usize {
     // a mode's variants: its placements, and its peers' idle policies
     let variant = |r: &Row| {
         format!(
-            "{} {} {} {}",
+            "{} {} {} {} {} {}",
             r.cores,
             r.idle.as_deref().unwrap_or(""),
             r.server.as_deref().unwrap_or(""),
-            r.tool
+            r.tool,
+            r.launch.as_deref().unwrap_or(""),
+            r.topology
         )
     };
     let mut placements: BTreeMap<crate::mode::Mode, Vec<String>> = BTreeMap::new();
     for r in rows
         .iter()
-        .filter(|r| r.cores != "-" || r.idle.is_some() || r.server.is_some())
+        .filter(|r| r.cores != "-" || r.idle.is_some() || r.server.is_some() || r.launch.is_some())
     {
         let v = placements.entry(r.mode).or_default();
         if !v.contains(&variant(r)) {
@@ -325,7 +327,27 @@ fn colors(rows: &[Row]) -> impl Fn(&Row) -> usize {
     // a mode's first two variants take its hue's strong and light shade; further ones take
     // hues no mode of these rows has
     let hues = TAB20.len() / 2;
-    let used: Vec<usize> = rows.iter().map(|r| r.mode.hue() % hues).collect();
+    // a mode keeps its hue unless a mode before it in the report's order has it already (19
+    // modes, 10 hues): then it takes the first hue no mode of these rows has
+    let mut present: Vec<crate::mode::Mode> = rows.iter().map(|r| r.mode).collect();
+    present.sort_by_key(|m| m.hue());
+    present.dedup();
+    let mut hue_of: BTreeMap<crate::mode::Mode, usize> = BTreeMap::new();
+    for m in &present {
+        let h = m.hue() % hues;
+        if !hue_of.values().any(|v| *v == h) {
+            hue_of.insert(*m, h);
+        }
+    }
+    for m in &present {
+        if !hue_of.contains_key(m) {
+            let h = (0..hues)
+                .find(|h| !hue_of.values().any(|v| v == h))
+                .unwrap_or(m.hue() % hues);
+            hue_of.insert(*m, h);
+        }
+    }
+    let used: Vec<usize> = hue_of.values().copied().collect();
     let free: Vec<usize> = (0..hues).filter(|h| !used.contains(h)).collect();
     let mut extra: BTreeMap<(crate::mode::Mode, usize), usize> = BTreeMap::new();
     for (m, v) in &placements {
@@ -344,7 +366,7 @@ fn colors(rows: &[Row]) -> impl Fn(&Row) -> usize {
             .unwrap_or(0);
         match extra.get(&(r.mode, shade)) {
             Some(c) => *c,
-            None => (r.mode.hue() % hues) * 2 + shade.min(1),
+            None => hue_of.get(&r.mode).copied().unwrap_or(0) * 2 + shade.min(1),
         }
     }
 }
@@ -779,7 +801,10 @@ pub fn seed_charts(rows: &[Row]) -> Vec<Chart> {
             .iter()
             .filter_map(|r| {
                 Some(Series {
-                    name: r.series(),
+                    name: match r.topology {
+                        Topology::TwoHost => format!("{}, two hosts", r.series()),
+                        Topology::OneHost => r.series(),
+                    },
                     points: vec![(50.0, r.p50_ms?), (99.0, r.p99_ms?)],
                     dashed: false,
                     color: color(r),
@@ -796,37 +821,36 @@ pub fn seed_charts(rows: &[Row]) -> Vec<Chart> {
             series,
         });
     }
-    let chain: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.workload == Workload::Chain)
-        .collect();
-    if !chain.is_empty() {
+    for (t, file, on) in [
+        (Topology::OneHost, "seed-chain", ""),
+        (Topology::TwoHost, "seed-chain-two-host", ", two hosts"),
+    ] {
+        let chain: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.workload == Workload::Chain && r.topology == t)
+            .collect();
+        if chain.is_empty() {
+            continue;
+        }
+        let base = crate::workload::chain::reference(t);
         out.push(chart(
-            "seed-chain".into(),
-            "HTTP chain siege -> ping -> pong: payload transfer rate by message size (Kratzke Fig. 2)".into(),
+            file.into(),
+            format!("HTTP chain siege -> ping -> pong{on}: payload transfer rate by message size (Kratzke Fig. 2)"),
             "message size (bytes, log)",
             "Mbit/s (log)",
             true,
             group(&chain, &color, &by_size, &|r| r.transfer_bps.map(|b| b / 1e6)),
         ));
-        let reference = |size: usize| {
-            chain
-                .iter()
-                .find(|r| r.mode == crate::mode::Mode::Loopback && r.size == size)
-                .and_then(|r| r.transfer_bps)
-                .filter(|b| *b > 0.0)
-        };
         out.push(Chart {
             logy: false,
             ..chart(
-                "seed-chain-ratio".into(),
-                "HTTP chain: transfer rate relative to the reference (loopback), Kratzke Fig. 3"
-                    .into(),
+                format!("{file}-ratio"),
+                format!("HTTP chain{on}: transfer rate relative to the reference ({base}), Kratzke Fig. 3"),
                 "message size (bytes, log)",
                 "ratio to the reference",
                 false,
                 group(&chain, &color, &by_size, &|r| {
-                    Some(r.transfer_bps? / reference(r.size)?)
+                    crate::workload::chain::to_reference(rows, r)
                 }),
             )
         });
@@ -938,6 +962,25 @@ mod tests {
         // bridge's two placements share hue 0 (strong, light), loopback has its own
         assert_eq!(colors, [0, 1, Mode::Loopback.hue() * 2]);
         assert_eq!(cdf1500.series[0].points, [(1.0, 0.5), (2.0, 1.0)]);
+    }
+
+    #[test]
+    fn modes_whose_hues_collide_get_colours_of_their_own() {
+        // docknet's and host's hues are the same modulo the palette's ten
+        assert_eq!(Mode::Docknet.hue() % 10, Mode::Host.hue() % 10);
+        let rows = [
+            row(Mode::Host, "-", Workload::Rr, 64, 1500),
+            row(Mode::Docknet, "-", Workload::Rr, 64, 1500),
+            row(Mode::Bridge, "-", Workload::Rr, 64, 1500),
+        ];
+        let color = colors(&rows);
+        let c: Vec<usize> = rows.iter().map(&color).collect();
+        assert_eq!(
+            c[1],
+            Mode::Docknet.hue() * 2,
+            "the earlier mode keeps its hue"
+        );
+        assert!(c[0] != c[1] && c[0] != c[2] && c[1] != c[2], "{c:?}");
     }
 
     #[test]

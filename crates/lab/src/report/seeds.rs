@@ -145,8 +145,9 @@ pub const STARTUP_TEXT: &str = "## Start-up time (Suo et al., network start-up t
     How long from creating a container's network until it answers? Published (Docker, create \
     to answering a ping): bridge 663 ms, container 239 ms, NAT 675 ms, Docker overlay 10,980 ms. \
     Ours: create to the first answered TCP connect (CONNECT) and ping (PING), p50/p99 over the \
-    repetitions; CREATE is the create step alone. Regenerate: `docknet bench startup --reps 20 \
-    --report DIR`.";
+    repetitions; CREATE is the create step alone; LAUNCH how DockNet's programs started. \
+    Regenerate: `docknet bench startup --reps 20 --report DIR` and `docknet bench startup \
+    --topology two-host --reps 20 --report DIR` (NAT and the overlays across two hosts).";
 
 /// The thesis's CPU-quota question, its figures and the command.
 pub const QUOTA_TEXT: &str = "## Tail latency under a CPU quota (thesis, Table 3.2 and Fig. \
@@ -171,54 +172,81 @@ pub const DEMAND_TEXT: &str = "## CPU service demand (Suo et al.)\n\nWhat does a
     work cost the machine's CPU per mode? Published: the overlay costs most, mostly in \
     softirq. Ours: the whole machine's CPU (every process, the daemon and the kernel's \
     softirq work) from /proc/stat over the middle 80% of each measured window, in CPU \
-    seconds per 1000 transactions (rr) and per GB delivered (stream), split by kind; \
-    tick-sampled, so short windows are coarse. Regenerate: `docknet bench rr|stream --modes \
-    loopback,bridge,docknet,docknet-fc --report DIR`.";
+    seconds per 1000 transactions (rr) and per GB delivered (stream), split by kind; a pairs \
+    point (LOAD `Np rr`, `Np st`) has both, from its ping-pong and its stream phase with N \
+    pairs at once; tick-sampled, so short windows are coarse. Regenerate: `docknet bench \
+    rr|stream --modes loopback,bridge,docknet,docknet-fc --report DIR`, and `docknet bench \
+    pairs` for the pairs points.";
 
 /// What of the seed studies is not reproduced yet.
-pub const MISSING_TEXT: &str = "## Not reproduced yet\n\nKratzke's overlay and encrypted \
-    overlay layers (his Eq. 3-5: weave at 60% down to 25% of the container's rate, encryption \
-    at ~90% of the overlay's): the lab's overlay (vxlan) exists only between two hosts and the \
-    chain runs on one; the encrypted tunnel (openvpn, static key, TUN) is not built. Suo et \
-    al.'s start-up of the two-host modes (NAT, overlay): the two-host builder builds the hosts \
-    and the wire with the containers.";
+pub const MISSING_TEXT: &str = "## Not reproduced as published\n\nKratzke's overlay was weave's \
+    userspace router in a container; the lab's overlay is the kernel's VXLAN, and its \
+    encryption OpenVPN's (weave Net is not a Debian package). Suo et al. timed Docker creating \
+    a container; the lab times the container's network and its programs' start on hosts that \
+    exist (their start-up of a host's Docker engine and overlay store is not in it).";
 
 /// Kratzke's chain question, his figures and the command.
 pub const CHAIN_TEXT: &str = "## HTTP chain (Kratzke, Fig. 2-3, Eq. 1-5)\n\nHow much of \
     the transfer rate of an HTTP service chain does each network layer cost? Published \
     (apachebench -> ping -> pong, 10 B to 500 kB): container/reference ~0.8-0.9, overlay \
     (weave)/container 0.6 down to 0.25, encryption/overlay ~0.9. Ours: transfer rate of \
-    payload at the siege, and the ratio to the reference (loopback: the three services in one \
-    namespace). Regenerate: `docknet bench chain --report DIR`.";
+    payload at the siege, and the ratio to the reference: on one host loopback (the three \
+    services in one namespace); on two hosts (siege and pong on host A, ping on host B) the \
+    services as processes on the hosts, beside routed containers, the VXLAN overlay and the \
+    overlay through an OpenVPN tunnel. Regenerate: `docknet bench chain --report DIR` and \
+    `docknet bench chain --topology two-host --report DIR`.";
 
 /// The service demand of every dnperf rr and stream row that has one, as a text table.
 pub fn demand_table(rows: &[Row]) -> String {
     let mut s = String::new();
     for r in rows.iter().filter(|r| r.tool == crate::row::Tool::Dnperf) {
-        let (unit, d) = match (&r.cpu_s_per_kreq, &r.cpu_s_per_gb) {
-            (Some(d), _) if r.workload == Workload::Rr => ("s/1000 tx", d),
-            (_, Some(d)) if r.workload == Workload::Stream => ("s/GB", d),
+        // rr and stream points; a pairs point has both (its ping-pong and its stream phase)
+        let cells: Vec<(String, &str, _)> = match r.workload {
+            Workload::Rr => r
+                .cpu_s_per_kreq
+                .iter()
+                .map(|d| ("rr".into(), "s/1000 tx", d))
+                .collect(),
+            Workload::Stream => r
+                .cpu_s_per_gb
+                .iter()
+                .map(|d| ("stream".into(), "s/GB", d))
+                .collect(),
+            Workload::Pairs => {
+                let n = r.pairs.unwrap_or(0);
+                let rr = r
+                    .cpu_s_per_kreq
+                    .iter()
+                    .map(|d| (format!("{n}p rr"), "s/1000 tx", d));
+                let st = r
+                    .cpu_s_per_gb
+                    .iter()
+                    .map(|d| (format!("{n}p st"), "s/GB", d));
+                rr.chain(st).collect()
+            }
             _ => continue,
         };
-        if s.is_empty() {
-            s = format!(
-                "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
-                "MODE", "CORES", "LOAD", "SIZE", "UNIT", "TOTAL", "USER", "SYSTEM", "SOFTIRQ"
+        for (load, unit, d) in cells {
+            if s.is_empty() {
+                s = format!(
+                    "{:<11} {:<9} {:<9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9}\n",
+                    "MODE", "CORES", "LOAD", "SIZE", "UNIT", "TOTAL", "USER", "SYSTEM", "SOFTIRQ"
+                );
+            }
+            let g = |k: &str| d.get(k).copied().unwrap_or(0.0);
+            s += &format!(
+                "{:<11} {:<9} {:<9} {:>7} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4}\n",
+                r.mode.name(),
+                r.cores,
+                load,
+                r.size,
+                unit,
+                g("total"),
+                g("user"),
+                g("system"),
+                g("softirq")
             );
         }
-        let g = |k: &str| d.get(k).copied().unwrap_or(0.0);
-        s += &format!(
-            "{:<11} {:<9} {:<7} {:>7} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>9.4}\n",
-            r.mode.name(),
-            r.cores,
-            r.workload.name(),
-            r.size,
-            unit,
-            g("total"),
-            g("user"),
-            g("system"),
-            g("softirq")
-        );
     }
     s
 }

@@ -147,21 +147,27 @@ impl DocknetLab {
     /// Waits until the first `n` servers' pipes are attached to their containers (a host
     /// starting many containers at once may take seconds to attach them all).
     pub fn wait_servers(&self, n: usize, timeout: std::time::Duration) -> Result<()> {
-        let d = self.daemon_of(&Self::server_pipe(0));
+        let pipes: Vec<String> = (0..n).map(Self::server_pipe).collect();
+        self.wait_attached(&pipes, timeout)
+    }
+
+    /// Waits until every pipe of `pipes` is attached to its container (each asked of the
+    /// daemon that owns it).
+    pub fn wait_attached(&self, pipes: &[String], timeout: std::time::Duration) -> Result<()> {
         let t = std::time::Instant::now();
         loop {
-            let pipes = d.client()?.pipe_ls()?;
-            let up = (0..n)
-                .filter(|&i| {
-                    let name = Self::server_pipe(i);
-                    pipes.iter().any(|p| p.name == name && p.socket.is_some())
-                })
-                .count();
-            if up == n {
+            let mut up = 0;
+            for name in pipes {
+                let listed = self.daemon_of(name).client()?.pipe_ls()?;
+                if listed.iter().any(|p| &p.name == name && p.socket.is_some()) {
+                    up += 1;
+                }
+            }
+            if up == pipes.len() {
                 return Ok(());
             }
             if t.elapsed() > timeout {
-                anyhow::bail!("{up} of {n} servers attached after {timeout:?}");
+                anyhow::bail!("{up} of {} pipes attached after {timeout:?}", pipes.len());
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }

@@ -9,6 +9,7 @@
 
 use super::cni::{first_address, first_address6, Cni, Range, GATEWAY};
 use super::ovs::Ovs;
+use super::tunnel::{Tunnel, TUNNEL_A, TUNNEL_B, TUNNEL_DEV};
 use super::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
 use crate::mode::{Builder, Mode, LO_MTU};
 use crate::proc::{checked, ip, unique};
@@ -53,6 +54,8 @@ pub struct KernelLab {
     ovs: Option<Ovs>,
     /// Two hosts: the hosts and the wire (removed after the containers).
     pub wire: Option<Wire>,
+    /// `vxlan-openvpn`: the encrypted tunnel between the hosts (removed first).
+    tunnel: Option<Tunnel>,
     /// Give the veth and bridge modes IPv6 addresses too (duplicate address detection off in
     /// the lab's namespaces, so the addresses are usable at once).
     ipv6: bool,
@@ -98,6 +101,7 @@ impl KernelLab {
             cnis: Vec::new(),
             ovs: None,
             wire: None,
+            tunnel: None,
             ipv6,
         };
         match mode {
@@ -397,13 +401,25 @@ impl KernelLab {
     /// Builds a two-host `mode` with `pairs` pairs (clients on host A, servers on host B)
     /// over a wire of `mtu`, shaped as `shape` says; on error, removes whatever was built.
     pub fn build_two_host(mode: Mode, pairs: usize, mtu: u32, shape: &Shape) -> Result<KernelLab> {
+        Self::check_two_host(mode, pairs)?;
+        Self::build_two_host_on(Wire::build(mtu, shape)?, mode, pairs)
+    }
+
+    fn check_two_host(mode: Mode, pairs: usize) -> Result<()> {
         if !mode.is_kernel() || !mode.topologies().contains(&crate::mode::Topology::TwoHost) {
             bail!("{mode} is not a two-host kernel mode");
         }
         if pairs == 0 || pairs > 120 {
             bail!("two hosts: pairs must be 1 ..= 120");
         }
-        let wire = Wire::build(mtu, shape)?;
+        Ok(())
+    }
+
+    /// [`KernelLab::build_two_host`] on hosts and a wire built already (whose MTU the mode
+    /// takes); the lab owns them from here on and removes them with the rest.
+    pub fn build_two_host_on(wire: Wire, mode: Mode, pairs: usize) -> Result<KernelLab> {
+        Self::check_two_host(mode, pairs)?;
+        let mtu = wire.mtu;
         let base = unique("");
         let mut lab = KernelLab {
             mode,
@@ -413,6 +429,7 @@ impl KernelLab {
             cnis: Vec::new(),
             ovs: None,
             wire: None,
+            tunnel: None,
             ipv6: false,
         };
         let (a, b) = (wire.host_a.clone(), wire.host_b.clone());
@@ -436,7 +453,23 @@ impl KernelLab {
             Mode::Routed => lab.routed(&base, &a, &b, pairs)?,
             Mode::Nat => lab.nat(&base, &a, &b, pairs)?,
             Mode::Macvlan => lab.macvlan_two(&base, &a, &b, pairs)?,
-            Mode::Vxlan => lab.vxlan(&base, &a, &b, pairs)?,
+            Mode::Vxlan => {
+                let mtu = lab.mtu;
+                lab.vxlan(&base, (&a, HOST_A), (&b, HOST_B), WIRE_DEV, mtu, pairs)?
+            }
+            Mode::VxlanOpenvpn => {
+                let t = Tunnel::build(lab.wire_ref(), lab.mtu)?;
+                let mtu = t.mtu;
+                lab.tunnel = Some(t);
+                lab.vxlan(
+                    &base,
+                    (&a, TUNNEL_A),
+                    (&b, TUNNEL_B),
+                    TUNNEL_DEV,
+                    mtu,
+                    pairs,
+                )?
+            }
             _ => bail!("{mode} is not a two-host kernel mode"),
         }
         Ok(lab)
@@ -444,6 +477,38 @@ impl KernelLab {
 
     fn wire_ref(&self) -> &Wire {
         self.wire.as_ref().expect("two-host lab has a wire")
+    }
+
+    /// The address of pair `i`'s client (its container's `eth0`, or host A's address where
+    /// the clients run on the host): for a service placed in the client's namespace.
+    pub fn client_addr(&self, i: usize) -> Result<String> {
+        let Some(p) = self.pairs.get(i) else {
+            bail!("no pair {i}");
+        };
+        if self.mode == Mode::Host {
+            return Ok(HOST_A.into());
+        }
+        let out = checked(
+            Command::new("ip").args([
+                "-n",
+                &p.client_ns,
+                "-4",
+                "-o",
+                "addr",
+                "show",
+                "dev",
+                "eth0",
+            ]),
+            "reading a container's address",
+        )?;
+        // `2: eth0    inet 10.80.1.2/16 brd ... scope global eth0`
+        String::from_utf8_lossy(&out)
+            .split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .and_then(|a| a.split('/').next())
+            .map(String::from)
+            .ok_or_else(|| anyhow::anyhow!("{} has no IPv4 address on eth0", p.client_ns))
     }
 
     /// A CNI runtime in host `h` over `range` (kept for DEL on drop).
@@ -578,20 +643,28 @@ impl KernelLab {
         Ok(())
     }
 
-    /// `vxlan`: a VXLAN device on each host (VNI 42, to the other host over the wire) enslaved
-    /// to a bridge the CNI `bridge` plugin attaches the containers to; one overlay subnet,
-    /// each host handing out its own part. The containers' MTU leaves room for the
-    /// encapsulation.
-    fn vxlan(&mut self, base: &str, a: &str, b: &str, pairs: usize) -> Result<()> {
-        let inner = self.mtu.saturating_sub(VXLAN_OVERHEAD);
+    /// `vxlan`: a VXLAN device on each host (VNI 42, to the other host over `dev`, whose MTU
+    /// is `under_mtu`: the wire, or the OpenVPN tunnel in `vxlan-openvpn`) enslaved to a
+    /// bridge the CNI `bridge` plugin attaches the containers to; one overlay subnet, each
+    /// host handing out its own part. The containers' MTU leaves room for the encapsulation.
+    fn vxlan(
+        &mut self,
+        base: &str,
+        (a, addr_a): (&str, &str),
+        (b, addr_b): (&str, &str),
+        dev: &str,
+        under_mtu: u32,
+        pairs: usize,
+    ) -> Result<()> {
+        let inner = under_mtu.saturating_sub(VXLAN_OVERHEAD);
         let mtu = inner.to_string();
-        for (h, local, remote) in [(a, HOST_A, HOST_B), (b, HOST_B, HOST_A)] {
+        for (h, local, remote) in [(a, addr_a, addr_b), (b, addr_b, addr_a)] {
             let w = self.wire_ref();
             w.ip_in(
                 h,
                 &[
                     "link", "add", "vx0", "mtu", &mtu, "type", "vxlan", "id", "42", "local", local,
-                    "remote", remote, "dstport", "4789", "dev", WIRE_DEV,
+                    "remote", remote, "dstport", "4789", "dev", dev,
                 ],
             )?;
             w.ip_in(h, &["link", "add", "vbr0", "mtu", &mtu, "type", "bridge"])?;
@@ -625,6 +698,7 @@ impl KernelLab {
 
 impl Drop for KernelLab {
     fn drop(&mut self) {
+        drop(self.tunnel.take());
         drop(self.ovs.take());
         for cni in self.cnis.iter_mut().rev() {
             cni.del_all();

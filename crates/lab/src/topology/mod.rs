@@ -7,7 +7,8 @@
 //! - [`daemon`]: a DockNet daemon of the lab's own;
 //! - [`docknet`]: pipes (and fast channels) on that daemon;
 //! - [`probe`]: whether this machine can have a mode at all;
-//! - [`wire`]: two hosts joined by a wire (the two-host modes build on it).
+//! - [`wire`]: two hosts joined by a wire (the two-host modes build on it);
+//! - [`tunnel`]: an encrypted tunnel between the two hosts (OpenVPN, static key).
 
 pub mod cni;
 pub mod daemon;
@@ -15,6 +16,7 @@ pub mod docknet;
 pub mod kernel;
 pub mod ovs;
 pub mod probe;
+pub mod tunnel;
 pub mod wire;
 
 pub use daemon::Daemon;

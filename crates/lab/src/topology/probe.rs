@@ -6,6 +6,20 @@ use crate::mode::Mode;
 use crate::proc::{ip, unique};
 use std::process::Command;
 
+/// Why an OpenVPN tunnel cannot be built here: the program or the TUN device missing.
+fn openvpn() -> Option<String> {
+    let runs = Command::new("openvpn")
+        .arg("--version")
+        .output()
+        // `openvpn --version` exits 1 after printing its version
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).starts_with("OpenVPN "));
+    if !runs {
+        return Some("openvpn is missing (apt-get install openvpn)".into());
+    }
+    (!std::path::Path::new("/dev/net/tun").exists())
+        .then(|| "no /dev/net/tun: the kernel has no TUN devices".to_string())
+}
+
 /// Why `mode` cannot be measured on this machine, or `None` when it can.
 pub fn unavailable(mode: Mode) -> Option<String> {
     match mode {
@@ -23,6 +37,7 @@ pub fn unavailable(mode: Mode) -> Option<String> {
                 "vxlan",
             )
         }),
+        Mode::VxlanOpenvpn => unavailable(Mode::Vxlan).or_else(openvpn),
         Mode::Ipvlan => cni(mode).or_else(ipvlan),
         Mode::Ovs => [
             "ovsdb-server",

@@ -4,12 +4,19 @@
 //! on the mode's network. The transfer rate (payload bits per second at the load generator)
 //! per message size, and its ratio to the reference (all three in one namespace over `lo`):
 //! Kratzke's container/reference ratio, and the same for DockNet.
+//!
+//! With `--topology two-host` the chain spans the lab's two hosts as Kratzke's spanned his
+//! machines: the siege and pong on host A, ping on host B, so both hops cross the wire; the
+//! reference is `host` (processes on the hosts), the container layer `routed`, the overlay
+//! `vxlan`, the encrypted overlay `vxlan-openvpn` (the overlay through an OpenVPN tunnel), and
+//! DockNet's daemons drive the wire.
 
 use crate::mode::{Mode, Topology};
 use crate::plan::DaemonSetup;
 use crate::proc::{in_ns, Proc, Stop};
 use crate::progress::Progress;
 use crate::row::{NotAvailable, Row, Tool, Workload};
+use crate::topology::wire::Shape;
 use crate::topology::{probe, DocknetLab, KernelLab};
 use crate::workload::http::beside;
 use anyhow::{bail, Context, Result};
@@ -21,15 +28,17 @@ use std::time::Duration;
 /// Options of `docknet bench chain`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChainArgs {
-    /// Modes: loopback (the reference: the three services in one namespace), bridge (Docker's
-    /// default, Kratzke's "container"), veth-less kernel modes of one host, docknet,
-    /// docknet-fc; `overlay` and `overlay-encrypted` are reported as not available here.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "loopback,bridge,docknet,docknet-fc,overlay,overlay-encrypted"
-    )]
-    pub modes: Vec<String>,
+    /// Modes. One host: loopback (the reference: the three services in one namespace),
+    /// bridge (Docker's default, Kratzke's "container"), docknet, docknet-fc [default: those
+    /// four]. Two hosts: host (the reference), routed (Kratzke's "container"), macvlan, vxlan
+    /// (the overlay), vxlan-openvpn (the encrypted overlay), docknet, docknet-packet [default:
+    /// host,routed,vxlan,vxlan-openvpn,docknet].
+    #[arg(long, value_delimiter = ',')]
+    pub modes: Option<Vec<String>>,
+    /// one-host, or two-host: siege and pong on host A, ping on host B (both hops cross the
+    /// wire).
+    #[arg(long, default_value = "one-host")]
+    pub topology: Topology,
     /// Message sizes (the body of each answer), bytes.
     #[arg(
         long,
@@ -40,8 +49,9 @@ pub struct ChainArgs {
     /// The load generator's connections.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
-    /// MTU of the containers' links and pipes (the reference keeps lo's 65536). 1500 is
-    /// Docker's default; 65535 shows what one host allows for both the bridge and DockNet.
+    /// MTU of the containers' links and pipes (the reference keeps lo's 65536); on two hosts,
+    /// of the wire (the overlays' containers get less). 1500 is Docker's default; 65535 shows
+    /// what one host allows for both the bridge and DockNet.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
     /// How DockNet's three containers and its daemon wait (spin, adaptive, adaptive:SPIN_US,
@@ -71,35 +81,72 @@ pub const ABOUT: &str = "Kratzke's chain: docknet-load (the siege, keep-alive co
     --peer-idle says (block unless said). Transfer rate: \
     payload bits per second at the load generator (answers/s x N x 8). loopback, the reference, \
     runs all three in one namespace over lo (Kratzke's reference ran them on hosts without \
-    containers).";
+    containers). On two hosts (HOSTS 2) the siege and pong run on host A and ping on host B, \
+    so both hops cross the wire as they crossed Kratzke's machines; the reference is host \
+    (the services as processes on the hosts), the container layer routed (a bridge per host, \
+    routed: Kratzke's Docker mapped ports instead), the overlay vxlan, the encrypted overlay \
+    vxlan-openvpn (the overlay through an OpenVPN static-key tunnel, AES-256-CBC and \
+    HMAC-SHA256, in userspace as weave's encryption was).";
 
-/// Why the overlay modes are not measured here.
-pub const OVERLAY_MISSING: &str = "the lab's overlay (vxlan) exists only between two hosts and \
-    the chain runs on one host; the encrypted overlay needs a userspace tunnel (openvpn with a \
-    static key over TUN) that the lab does not build yet";
+/// The default modes of a topology.
+pub fn default_modes(t: Topology) -> &'static str {
+    match t {
+        Topology::OneHost => "loopback,bridge,docknet,docknet-fc",
+        Topology::TwoHost => "host,routed,vxlan,vxlan-openvpn,docknet",
+    }
+}
+
+/// The mode every other is compared with: the three services without containers.
+pub fn reference(t: Topology) -> Mode {
+    match t {
+        Topology::OneHost => Mode::Loopback,
+        Topology::TwoHost => Mode::Host,
+    }
+}
 
 const PING_PORT: u16 = 8081;
 const PONG_PORT: u16 = 8082;
 
-/// The modes of `args`: measured ones, and those reported as not available.
-pub fn modes(args: &ChainArgs) -> Result<(Vec<Mode>, Vec<String>)> {
-    let (mut ms, mut na) = (Vec::new(), Vec::new());
-    for m in &args.modes {
+/// The modes of `args`, checked.
+pub fn modes(args: &ChainArgs) -> Result<Vec<Mode>> {
+    let names: Vec<String> = args.modes.clone().unwrap_or_else(|| {
+        default_modes(args.topology)
+            .split(',')
+            .map(String::from)
+            .collect()
+    });
+    let mut ms = Vec::new();
+    for m in &names {
         if m == "overlay" || m == "overlay-encrypted" {
-            na.push(m.clone());
-            continue;
+            bail!(
+                "{m}: the overlays span two hosts: --topology two-host --modes vxlan,vxlan-openvpn"
+            );
         }
         let mode: Mode = m.parse()?;
-        if !mode.topologies().contains(&Topology::OneHost)
-            || mode.is_preload()
-            || matches!(mode, Mode::Sriov | Mode::Container)
-        {
-            bail!("{mode}: bench chain runs on loopback, the one-host kernel modes with a container each (bridge, veth is a pair only: not it), docknet and docknet-fc");
+        match args.topology {
+            Topology::OneHost => {
+                if !mode.topologies().contains(&Topology::OneHost)
+                    || mode.is_preload()
+                    || matches!(mode, Mode::Sriov | Mode::Container)
+                {
+                    bail!("{mode}: bench chain on one host runs on loopback, the one-host kernel modes with a container each (bridge, veth is a pair only: not it), docknet and docknet-fc (two-host modes: --topology two-host)");
+                }
+                if mode == Mode::Veth {
+                    bail!("veth joins two containers only: the chain needs three");
+                }
+            }
+            Topology::TwoHost => {
+                if mode == Mode::Nat {
+                    bail!("nat: pong runs on host A, which maps no port to it (the lab's nat maps ports on host B only)");
+                }
+                if !mode.topologies().contains(&Topology::TwoHost) {
+                    bail!("{mode}: bench chain on two hosts runs on host, routed, macvlan, vxlan, vxlan-openvpn, docknet and docknet-packet");
+                }
+            }
         }
-        if mode == Mode::Veth {
-            bail!("veth joins two containers only: the chain needs three");
+        if !ms.contains(&mode) {
+            ms.push(mode);
         }
-        ms.push(mode);
     }
     if args.sizes.is_empty() || args.sizes.iter().any(|s| *s == 0 || *s > 64 << 20) {
         bail!("--sizes: 1 B ..= 64 MiB each");
@@ -110,7 +157,7 @@ pub fn modes(args: &ChainArgs) -> Result<(Vec<Mode>, Vec<String>)> {
     if args.duration <= 0.0 || args.warmup < 0.0 {
         bail!("--duration must be positive, --warmup not negative");
     }
-    Ok((ms, na))
+    Ok(ms)
 }
 
 /// The three containers' commands on a built topology: (pong, ping, siege of one size).
@@ -119,31 +166,44 @@ struct Chain<'a> {
     idle: String,
     k: Option<KernelLab>,
     d: Option<DocknetLab>,
+    /// Two hosts: pong runs in pair 1's client container (host A), not its server's.
+    two: bool,
 }
 
 impl Chain<'_> {
     /// (siege's address of ping, ping's address of pong, ping's bind, pong's bind).
-    fn addrs(&self) -> (String, String, String, String) {
-        match (&self.k, &self.d) {
+    fn addrs(&self) -> Result<(String, String, String, String)> {
+        let (ping, pong) = match (&self.k, &self.d) {
             (Some(k), _) => {
-                // pair 0: siege (client) and ping (server); pair 1's server: pong
-                let (p0, p1) = (&k.pairs[0], &k.pairs[1]);
-                (
-                    format!("{}:{PING_PORT}", p0.bind),
-                    format!("{}:{PONG_PORT}", p1.bind),
-                    format!("{}:{PING_PORT}", p0.bind),
-                    format!("{}:{PONG_PORT}", p1.bind),
-                )
+                // pair 0: siege (client) and ping (server); pong: pair 1's server, or on two
+                // hosts its client (host A)
+                let pong = if self.two {
+                    k.client_addr(1)?
+                } else {
+                    k.pairs[1].bind.clone()
+                };
+                (k.pairs[0].bind.clone(), pong)
             }
             _ => {
-                let (s0, s1) = (DocknetLab::server_ip(0), DocknetLab::server_ip(1));
-                (
-                    format!("{s0}:{PING_PORT}"),
-                    format!("{s1}:{PONG_PORT}"),
-                    format!("{s0}:{PING_PORT}"),
-                    format!("{s1}:{PONG_PORT}"),
-                )
+                let pong = if self.two {
+                    DocknetLab::client_ip(1)
+                } else {
+                    DocknetLab::server_ip(1)
+                };
+                (DocknetLab::server_ip(0).to_string(), pong.to_string())
             }
+        };
+        let (ping, pong) = (format!("{ping}:{PING_PORT}"), format!("{pong}:{PONG_PORT}"));
+        Ok((ping.clone(), pong.clone(), ping, pong))
+    }
+
+    /// The pipe of container `who` (DockNet).
+    fn pipe(&self, who: usize) -> String {
+        match who {
+            0 => DocknetLab::client_pipe(0),
+            1 => DocknetLab::server_pipe(0),
+            _ if self.two => DocknetLab::client_pipe(1),
+            _ => DocknetLab::server_pipe(1),
         }
     }
 
@@ -154,17 +214,14 @@ impl Chain<'_> {
                 let ns = match who {
                     0 => &k.pairs[0].client_ns,
                     1 => &k.pairs[0].server_ns,
+                    _ if self.two => &k.pairs[1].client_ns,
                     _ => &k.pairs[1].server_ns,
                 };
                 args.splice(0..0, ["--stack".to_string(), "kernel".into()]);
                 in_ns(ns, prog, args)
             }
             (_, Some(l)) => {
-                let pipe = match who {
-                    0 => DocknetLab::client_pipe(0),
-                    1 => DocknetLab::server_pipe(0),
-                    _ => DocknetLab::server_pipe(1),
-                };
+                let pipe = self.pipe(who);
                 args.splice(
                     0..0,
                     [
@@ -207,40 +264,48 @@ fn run_mode(
         beside(exe, "docknet-forward")?,
         beside(exe, "docknet-load")?,
     );
-    let chain = if mode.is_docknet() {
-        let setup = DaemonSetup {
-            idle: daemon_idle(&args.peer_idle),
-            master_core: None,
-            master_core_b: None,
-            master_nice: 0,
-        };
-        let l = DocknetLab::build(exe, mode, &setup, 2, args.mtu)?;
-        if mode == Mode::DocknetFc {
-            // ping -> pong too (the lab's pairs have siege <-> ping already)
-            l.daemon
-                .client()?
-                .fc_connect(
-                    &DocknetLab::server_pipe(0),
-                    &DocknetLab::server_pipe(1),
-                    None,
-                )
-                .context("connecting ping and pong")?;
+    let two = args.topology == Topology::TwoHost;
+    let setup = DaemonSetup {
+        idle: daemon_idle(&args.peer_idle),
+        master_core: None,
+        master_core_b: None,
+        master_nice: 0,
+    };
+    let (k, d) = match (mode.is_docknet(), two) {
+        (true, false) => {
+            let l = DocknetLab::build(exe, mode, &setup, 2, args.mtu)?;
+            if mode == Mode::DocknetFc {
+                // ping -> pong too (the lab's pairs have siege <-> ping already)
+                l.daemon
+                    .client()?
+                    .fc_connect(
+                        &DocknetLab::server_pipe(0),
+                        &DocknetLab::server_pipe(1),
+                        None,
+                    )
+                    .context("connecting ping and pong")?;
+            }
+            (None, Some(l))
         }
-        Chain {
-            exe,
-            idle: args.peer_idle.clone(),
-            k: None,
-            d: Some(l),
+        (true, true) => {
+            let shape = Shape::default();
+            let l = DocknetLab::build_two_host(exe, mode, &setup, 2, args.mtu, &shape)?;
+            (None, Some(l))
         }
-    } else {
-        Chain {
-            exe,
-            idle: args.peer_idle.clone(),
-            k: Some(KernelLab::build(mode, 2, args.mtu)?),
-            d: None,
+        (false, false) => (Some(KernelLab::build(mode, 2, args.mtu)?), None),
+        (false, true) => {
+            let k = KernelLab::build_two_host(mode, 2, args.mtu, &Shape::default())?;
+            (Some(k), None)
         }
     };
-    let (ping_url, pong_addr, ping_bind, pong_bind) = chain.addrs();
+    let chain = Chain {
+        exe,
+        idle: args.peer_idle.clone(),
+        k,
+        d,
+        two,
+    };
+    let (ping_url, pong_addr, ping_bind, pong_bind) = chain.addrs()?;
     let mut pong = chain.cmd(2, &httpd, strs(&["--bind", &pong_bind]));
     pong.stderr(std::process::Stdio::null());
     let _pong = Proc::spawn(pong, "docknet-httpd (pong)")?;
@@ -248,7 +313,7 @@ fn run_mode(
     ping.stderr(std::process::Stdio::null());
     let _ping = Proc::spawn(ping, "docknet-forward (ping)")?;
     if let Some(l) = &chain.d {
-        l.wait_servers(2, Duration::from_secs(20))?;
+        l.wait_attached(&[chain.pipe(1), chain.pipe(2)], Duration::from_secs(20))?;
     }
     // the chain answers end to end (handshakes and neighbours resolved) before any size is
     // timed: a first connection that waited out a retransmission would otherwise eat a short
@@ -314,9 +379,13 @@ fn run_mode(
             mean_us: Some(r.mean_us),
             connections: Some(args.connections),
             errors: Some(errors),
-            placement:
+            placement: if two {
+                "siege (host A) -> ping (host B) -> pong (host A): docknet-load -> docknet-forward -> docknet-httpd, both hops across the wire, unpinned"
+            } else {
                 "siege -> ping -> pong (docknet-load -> docknet-forward -> docknet-httpd), unpinned"
-                    .into(),
+            }
+            .into(),
+            topology: args.topology,
             mtu: Some(if mode.crosses_lo() {
                 crate::mode::LO_MTU
             } else {
@@ -327,7 +396,8 @@ fn run_mode(
             ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
         };
         progress.done(&format!(
-            "  {mode} {size} B: {:.1} Mbit/s payload, {:.0} answers/s",
+            "  {mode}{} {size} B: {:.1} Mbit/s payload, {:.0} answers/s",
+            if two { " (two hosts)" } else { "" },
             row.transfer_bps.unwrap_or(0.0) / 1e6,
             r.req_per_s
         ));
@@ -343,11 +413,8 @@ pub fn measure(
     progress: &mut Progress,
 ) -> Result<(Vec<Row>, Vec<NotAvailable>)> {
     let exe = std::env::current_exe()?;
-    let (modes, na) = modes(args)?;
-    let mut skipped: Vec<NotAvailable> = na
-        .into_iter()
-        .map(|m| NotAvailable::here(m, OVERLAY_MISSING))
-        .collect();
+    let modes = modes(args)?;
+    let mut skipped: Vec<NotAvailable> = Vec::new();
     let mut rows = Vec::new();
     for mode in modes {
         stop.check()?;
@@ -372,27 +439,39 @@ pub fn measure(
     Ok((rows, skipped))
 }
 
-/// Transfer rate of `mode` at `size`.
-fn rate(rows: &[Row], mode: Mode, size: usize) -> Option<f64> {
+/// Transfer rate of `mode` on `t` at `size`.
+fn rate(rows: &[Row], mode: Mode, t: Topology, size: usize) -> Option<f64> {
     rows.iter()
-        .find(|r| r.workload == Workload::Chain && r.mode == mode && r.size == size)
+        .find(|r| {
+            r.workload == Workload::Chain && r.mode == mode && r.topology == t && r.size == size
+        })
         .and_then(|r| r.transfer_bps)
 }
 
-/// The table: transfer rate per mode and size, and the ratio to the reference (loopback).
+/// A row's transfer rate over its topology's reference's at its size.
+pub fn to_reference(rows: &[Row], r: &Row) -> Option<f64> {
+    let b = rate(rows, reference(r.topology), r.topology, r.size)?;
+    let a = r.transfer_bps?;
+    (b > 0.0).then(|| a / b)
+}
+
+/// The table: transfer rate per mode and size, and the ratio to the reference (loopback on
+/// one host, host on two).
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<11} {:>8} {:>14} {:>11} {:>10} {:>12}\n",
-        "MODE", "SIZE", "TRANSFER-Mbps", "ANSWERS/s", "p50-us", "/REFERENCE"
+        "{:<14} {:>5} {:>8} {:>14} {:>11} {:>10} {:>12}\n",
+        "MODE", "HOSTS", "SIZE", "TRANSFER-Mbps", "ANSWERS/s", "p50-us", "/REFERENCE"
     );
     for r in rows.iter().filter(|r| r.workload == Workload::Chain) {
-        let ratio = match (r.transfer_bps, rate(rows, Mode::Loopback, r.size)) {
-            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-            _ => "-".into(),
-        };
+        let ratio = to_reference(rows, r).map_or("-".into(), |x| format!("{x:.2}"));
         s += &format!(
-            "{:<11} {:>8} {:>14.2} {:>11.0} {:>10.1} {:>12}\n",
+            "{:<14} {:>5} {:>8} {:>14.2} {:>11.0} {:>10.1} {:>12}\n",
             r.mode.name(),
+            if r.topology == Topology::TwoHost {
+                2
+            } else {
+                1
+            },
             r.size,
             r.transfer_bps.unwrap_or(0.0) / 1e6,
             r.req_per_s.unwrap_or(0.0),
@@ -403,8 +482,10 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
-/// Kratzke's ratios (his Eq. 1-5 where this machine has the layers): container/reference
-/// (bridge/loopback) and DockNet's/reference, by size, as lines.
+/// Kratzke's ratios (his Eq. 1-5 where this machine has the layers), by size, as lines. One
+/// host: container/reference (bridge/loopback), DockNet's/reference. Two hosts:
+/// container/reference (routed/host), overlay/container (vxlan/routed), encryption/overlay
+/// (vxlan-openvpn/vxlan), overlay/reference, DockNet's/reference.
 pub fn ratios(rows: &[Row]) -> Vec<String> {
     let mut sizes: Vec<usize> = rows
         .iter()
@@ -413,16 +494,64 @@ pub fn ratios(rows: &[Row]) -> Vec<String> {
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
+    let (one, two) = (Topology::OneHost, Topology::TwoHost);
     let mut out = Vec::new();
-    for (m, what) in [
-        (Mode::Bridge, "container/reference (Kratzke: ~0.8-0.9)"),
-        (Mode::Docknet, "docknet/reference"),
-        (Mode::DocknetFc, "docknet-fc/reference"),
+    for (t, m, base, what) in [
+        (
+            one,
+            Mode::Bridge,
+            Mode::Loopback,
+            "container/reference (Kratzke: ~0.8-0.9)",
+        ),
+        (one, Mode::Docknet, Mode::Loopback, "docknet/reference"),
+        (one, Mode::DocknetFc, Mode::Loopback, "docknet-fc/reference"),
+        (
+            two,
+            Mode::Routed,
+            Mode::Host,
+            "two hosts: container/reference, routed/host (Kratzke: ~0.8-0.9)",
+        ),
+        (
+            two,
+            Mode::Vxlan,
+            Mode::Routed,
+            "two hosts: overlay/container, vxlan/routed (Kratzke, weave: 0.6 down to 0.25)",
+        ),
+        (
+            two,
+            Mode::VxlanOpenvpn,
+            Mode::Vxlan,
+            "two hosts: encryption/overlay, vxlan-openvpn/vxlan (Kratzke: ~0.9)",
+        ),
+        (
+            two,
+            Mode::Vxlan,
+            Mode::Host,
+            "two hosts: overlay/reference, vxlan/host",
+        ),
+        (
+            two,
+            Mode::VxlanOpenvpn,
+            Mode::Host,
+            "two hosts: encrypted overlay/reference, vxlan-openvpn/host",
+        ),
+        (
+            two,
+            Mode::Docknet,
+            Mode::Host,
+            "two hosts: docknet/reference, docknet/host",
+        ),
+        (
+            two,
+            Mode::DocknetPacket,
+            Mode::Host,
+            "two hosts: docknet-packet/reference, docknet-packet/host",
+        ),
     ] {
         let cells: Vec<String> = sizes
             .iter()
             .filter_map(|&s| {
-                let (a, b) = (rate(rows, m, s)?, rate(rows, Mode::Loopback, s)?);
+                let (a, b) = (rate(rows, m, t, s)?, rate(rows, base, t, s)?);
                 (b > 0.0).then(|| format!("{s} B {:.2}", a / b))
             })
             .collect();
@@ -433,29 +562,31 @@ pub fn ratios(rows: &[Row]) -> Vec<String> {
     out
 }
 
-/// The target: DockNet's transfer rate at least the reference's at every size.
+/// The target: DockNet's transfer rate at least the reference's at every size (on each
+/// topology measured).
 pub fn targets(rows: &[Row]) -> Vec<String> {
-    [Mode::Docknet, Mode::DocknetFc]
-        .into_iter()
-        .filter_map(|m| {
+    let mut out = Vec::new();
+    for t in [Topology::OneHost, Topology::TwoHost] {
+        for m in [Mode::Docknet, Mode::DocknetFc, Mode::DocknetPacket] {
             let r: Vec<(usize, f64)> = rows
                 .iter()
-                .filter(|r| r.workload == Workload::Chain && r.mode == m)
-                .filter_map(|r| {
-                    let b = rate(rows, Mode::Loopback, r.size)?;
-                    Some((r.size, r.transfer_bps? / b))
-                })
+                .filter(|r| r.workload == Workload::Chain && r.mode == m && r.topology == t)
+                .filter_map(|r| Some((r.size, to_reference(rows, r)?)))
                 .collect();
-            if r.is_empty() {
-                return None;
-            }
-            let worst = r.iter().cloned().min_by(|a, b| a.1.total_cmp(&b.1))?;
-            Some(format!(
-                "{m} chain transfer rate >= the reference (loopback) at every size: lowest {:.2} at {} B: {}",
+            let Some(worst) = r.into_iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+                continue;
+            };
+            let (on, base) = match t {
+                Topology::OneHost => ("", "loopback"),
+                Topology::TwoHost => (" on two hosts", "host"),
+            };
+            out.push(format!(
+                "{m}{on} chain transfer rate >= the reference ({base}) at every size: lowest {:.2} at {} B: {}",
                 worst.1,
                 worst.0,
                 if worst.1 >= 1.0 { "met" } else { "MISSED" }
-            ))
-        })
-        .collect()
+            ));
+        }
+    }
+    out
 }

@@ -220,24 +220,13 @@ fn wake_timeout(args: &IdleArgs) -> Duration {
     Duration::from_secs_f64(args.pause_ms / 1000.0 * args.wakes as f64 + 30.0)
 }
 
-/// A network namespace of the run's own, removed when dropped.
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = crate::proc::ip(&["netns", "del", &self.0]);
-    }
-}
-
 /// The wake-up exchange over the loopback of a new namespace (kernel TCP).
 fn kernel_wake(
     args: &IdleArgs,
     dnperf: &Path,
     stop: &Stop,
 ) -> Result<docknet_perf::stats::Summary> {
-    let ns = Netns(crate::proc::unique("idle"));
-    crate::proc::ip(&["netns", "add", &ns.0])?;
-    crate::proc::ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+    let ns = crate::proc::Netns::add("idle")?;
     let lo = Ipv4Addr::LOCALHOST;
     let mut sargs = server_args("block", lo);
     sargs[2] = "kernel".into();

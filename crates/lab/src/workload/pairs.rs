@@ -73,6 +73,9 @@ pub fn pairs_row(
             CpuTimes::seconds(c.times.busy()) / (tps * c.seconds)
         })),
         cpu_cores: machine.map(|c| CpuTimes::seconds(c.times.busy()) / c.seconds),
+        // the service demand of the ping-pong phase (the stream phase's is set beside it)
+        cpu_s_per_kreq: machine
+            .and_then(|c| crate::cpustat::demand(&c.times, tps * c.seconds / 1000.0)),
         one_way_hist: Some(buckets(&h)),
         ..Row::new(crate::mode::Mode::Bridge, Tool::Dnperf, Workload::Pairs, 0)
     }
@@ -92,7 +95,7 @@ impl Runner {
         self.progress
             .start(&format!("{} {n} pairs {} B", run.mode, p.size));
         let (rr, _, cpu) = self.fleet_run(fleet, n, Workload::Rr, p.size, pl)?;
-        let (st, mem, _) = self.fleet_run(fleet, n, Workload::Stream, p.size, pl)?;
+        let (st, mem, st_cpu) = self.fleet_run(fleet, n, Workload::Stream, p.size, pl)?;
         let row = Row {
             mode: run.mode,
             size: p.size,
@@ -104,6 +107,13 @@ impl Runner {
             builder: Some(fleet.builder().name().into()),
             idle: run.mode.is_docknet().then(|| pl.idle.to_string()),
             ..pairs_row(&rr, &st, n, cpu)
+        };
+        let row = Row {
+            cpu_s_per_gb: st_cpu.and_then(|c| {
+                let gbps: f64 = st.iter().filter_map(|r| r.result.gbps).sum();
+                crate::cpustat::demand(&c.times, gbps / 8.0 * c.seconds)
+            }),
+            ..row
         };
         self.push(row);
         Ok(())
