@@ -6,7 +6,7 @@
 //! these buffers, the copy the shared-memory boundary needs anyway (no slice into shared memory
 //! is ever lent out; see `docknet_pipe::region`).
 
-use crate::raw::{Endpoint, SendError};
+use crate::raw::{Endpoint, Route, SendError};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
@@ -55,8 +55,11 @@ pub struct DeviceStats {
     pub rx: u64,
     /// Frames sent.
     pub tx: u64,
-    /// Frames dropped because the ring stayed full (the stack retransmits).
+    /// Frames dropped because their ring stayed full (the stack retransmits): more than
+    /// [`BACKLOG_FRAMES`] waiting for it, or one waiting longer than [`BACKLOG_WAIT`].
     pub tx_dropped: u64,
+    /// Frames that found their ring full and waited in the device's backlog for room.
+    pub tx_waited: u64,
     /// Frames dropped, duplicated, reordered or delayed by fault injection.
     pub injected: u64,
     /// Connection requests (SYNs) dropped because a listener's backlog was full (the client
@@ -72,6 +75,21 @@ pub(crate) enum SynRoom {
     Free(usize),
     /// The backlog is full: SYNs are dropped.
     Full,
+}
+
+/// Frames that may wait for room in one ring (beyond, they are dropped and TCP retransmits).
+pub const BACKLOG_FRAMES: usize = 64;
+/// How long a frame waits for room in its ring at most: a consumer that does not make room in
+/// that time has stopped reading (or is gone), and its frames are dropped.
+pub const BACKLOG_WAIT: Duration = Duration::from_millis(20);
+/// How soon a stack with frames waiting in its backlog polls again.
+const BACKLOG_RETRY: Duration = Duration::from_micros(100);
+
+/// Frames waiting for room in one ring, oldest first.
+#[derive(Debug)]
+struct Backlog {
+    route: Route,
+    frames: VecDeque<(std::time::Instant, Vec<u8>)>,
 }
 
 /// Frames one poll of the interface takes at most: a producer that keeps a ring full cannot
@@ -105,6 +123,10 @@ pub struct PipeDevice {
     /// That announcement, `arp_len` bytes.
     arp_buf: [u8; crate::frame::NA_LEN],
     arp_len: usize,
+    /// Frames that found their ring full: a consumer off its core for a scheduler slice does
+    /// not cost a drop (and a retransmission timeout). Sent in order ahead of newer frames for
+    /// the same ring; bounded by [`BACKLOG_FRAMES`] and [`BACKLOG_WAIT`].
+    backlog: Vec<Backlog>,
 }
 
 /// How long smoltcp is trusted to remember a neighbour it was told of (it forgets after 60 s).
@@ -135,7 +157,31 @@ impl PipeDevice {
             after_arp: None,
             arp_buf: [0; crate::frame::NA_LEN],
             arp_len: 0,
+            backlog: Vec::new(),
         }
+    }
+
+    /// Sends what waits in the backlog while its rings have room, oldest first; drops what
+    /// waited longer than [`BACKLOG_WAIT`]. Called before every poll of the interface.
+    pub fn flush_backlog(&mut self) {
+        let now = std::time::Instant::now();
+        let (ep, stats) = (&mut self.ep, &mut self.stats);
+        for b in &mut self.backlog {
+            while let Some((t, f)) = b.frames.front() {
+                match ep.send(f) {
+                    Ok(_) => stats.tx += 1,
+                    Err(SendError::Full) if now.duration_since(*t) < BACKLOG_WAIT => break,
+                    Err(_) => stats.tx_dropped += 1,
+                }
+                b.frames.pop_front();
+            }
+        }
+        self.backlog.retain(|b| !b.frames.is_empty());
+    }
+
+    /// Whether frames wait in the backlog.
+    pub fn backlogged(&self) -> bool {
+        !self.backlog.is_empty()
     }
 
     /// Tells smoltcp the sender of an IPv4 frame from its own subnet, before the frame: an ARP
@@ -270,12 +316,19 @@ impl PipeDevice {
 
     /// Time until a held-back frame is due (for the caller's sleep), if any is held.
     pub fn next_due(&self) -> Option<Duration> {
-        let inj = self.faults.as_ref()?;
+        let retry = self.backlogged().then_some(BACKLOG_RETRY);
+        let inj = self.faults.as_ref();
         let now = std::time::Instant::now();
-        inj.held
-            .iter()
-            .map(|(t, _)| t.saturating_duration_since(now))
-            .min()
+        let held = inj.and_then(|inj| {
+            inj.held
+                .iter()
+                .map(|(t, _)| t.saturating_duration_since(now))
+                .min()
+        });
+        match (retry, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Next frame into `rx_buf` after fault injection; its length.
@@ -344,6 +397,7 @@ pub struct PipeTxToken<'a> {
     ep: &'a mut Endpoint,
     buf: &'a mut Vec<u8>,
     stats: &'a mut DeviceStats,
+    backlog: &'a mut Vec<Backlog>,
 }
 
 impl phy::TxToken for PipeTxToken<'_> {
@@ -353,15 +407,37 @@ impl phy::TxToken for PipeTxToken<'_> {
         }
         let r = f(&mut self.buf[..len]);
         let frame = &self.buf[..len];
-        match self.ep.send(frame) {
+        // behind frames already waiting for this ring, or on it now (the ring is looked up
+        // only when something waits)
+        let queued = if self.backlog.is_empty() {
+            None
+        } else {
+            let route = self.ep.route(frame);
+            self.backlog.iter().position(|b| b.route == route)
+        };
+        let sent = match queued {
+            Some(_) => Err(SendError::Full),
+            None => self.ep.send(frame),
+        };
+        match sent {
             Ok(_) => self.stats.tx += 1,
             Err(SendError::Full) => {
-                // Give the consumer a moment (it may be draining right now), then drop: TCP
-                // retransmits, and a container must not stall on a peer that stopped reading.
-                let deadline = std::time::Instant::now() + Duration::from_micros(200);
-                match self.ep.send_blocking(frame, deadline) {
-                    Ok(_) => self.stats.tx += 1,
-                    Err(_) => self.stats.tx_dropped += 1,
+                // the consumer may be off its core for a moment: wait (bounded), do not drop
+                let route = self.ep.route(frame);
+                let i = queued.unwrap_or_else(|| {
+                    self.backlog.push(Backlog {
+                        route,
+                        frames: VecDeque::new(),
+                    });
+                    self.backlog.len() - 1
+                });
+                let b = &mut self.backlog[i];
+                if b.frames.len() < BACKLOG_FRAMES {
+                    b.frames
+                        .push_back((std::time::Instant::now(), frame.to_vec()));
+                    self.stats.tx_waited += 1;
+                } else {
+                    self.stats.tx_dropped += 1;
                 }
             }
             Err(_) => self.stats.tx_dropped += 1,
@@ -405,6 +481,7 @@ impl phy::Device for PipeDevice {
                         ep: &mut self.ep,
                         buf: &mut self.tx_buf,
                         stats: &mut self.stats,
+                        backlog: &mut self.backlog,
                     },
                 ));
             }
@@ -418,6 +495,7 @@ impl phy::Device for PipeDevice {
                 ep: &mut self.ep,
                 buf: &mut self.tx_buf,
                 stats: &mut self.stats,
+                backlog: &mut self.backlog,
             },
         ))
     }
@@ -427,6 +505,7 @@ impl phy::Device for PipeDevice {
             ep: &mut self.ep,
             buf: &mut self.tx_buf,
             stats: &mut self.stats,
+            backlog: &mut self.backlog,
         })
     }
 

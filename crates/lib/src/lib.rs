@@ -27,7 +27,7 @@ pub mod udp;
 
 pub use device::Faults;
 pub use poll::{Interest, Ready, Waited, Waker, Watch};
-pub use raw::{AttachError, Endpoint, SendError, Via};
+pub use raw::{AttachError, Endpoint, Route, SendError, Via};
 pub use stack::{Stack, StackConfig};
 pub use tcp::{TcpListener, TcpStream};
 pub use udp::UdpSocket;

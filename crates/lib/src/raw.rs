@@ -86,6 +86,15 @@ pub enum Via {
     FastChannel,
 }
 
+/// The ring a frame goes out on ([`Endpoint::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The pipe's tx ring, to the daemon.
+    Daemon,
+    /// The fast channel with this id.
+    FastChannel(u64),
+}
+
 #[derive(Debug)]
 struct FcLink {
     id: u64,
@@ -395,27 +404,16 @@ impl Endpoint {
         if frame.is_empty() {
             return Err(SendError::BadLength(0));
         }
-        let link = match frame::ipv4_dst(frame) {
-            Some(dst) => self.fcs.iter_mut().find(|l| l.peer_ip == dst),
-            None => match frame::ipv6_dst(frame) {
-                Some(dst) => self
-                    .fcs
-                    .iter_mut()
-                    .find(|l| l.peer_ip6.is_some_and(|(g, ll)| g == dst || ll == dst)),
-                None => None,
-            },
-        };
-        if let Some(l) = link {
-            if frame.len() <= l.tx.layout().frame_size as usize {
-                return match l.tx.push(&l.region, frame, 0) {
-                    Ok(()) => {
-                        self.stats.tx_fc += 1;
-                        Ok(Via::FastChannel)
-                    }
-                    Err(PushError::Full) => Err(SendError::Full),
-                    Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
-                };
-            }
+        if let Some(i) = self.channel_for(frame) {
+            let l = &mut self.fcs[i];
+            return match l.tx.push(&l.region, frame, 0) {
+                Ok(()) => {
+                    self.stats.tx_fc += 1;
+                    Ok(Via::FastChannel)
+                }
+                Err(PushError::Full) => Err(SendError::Full),
+                Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
+            };
         }
         if self.is_closed() {
             return Err(SendError::Closed);
@@ -427,6 +425,28 @@ impl Endpoint {
             }
             Err(PushError::Full) => Err(SendError::Full),
             Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
+        }
+    }
+
+    /// The fast channel `frame` would take (its index), if any: one to the frame's destination
+    /// whose frames are large enough for it.
+    fn channel_for(&self, frame: &[u8]) -> Option<usize> {
+        let i = match frame::ipv4_dst(frame) {
+            Some(dst) => self.fcs.iter().position(|l| l.peer_ip == dst),
+            None => frame::ipv6_dst(frame).and_then(|dst| {
+                self.fcs
+                    .iter()
+                    .position(|l| l.peer_ip6.is_some_and(|(g, ll)| g == dst || ll == dst))
+            }),
+        }?;
+        (frame.len() <= self.fcs[i].tx.layout().frame_size as usize).then_some(i)
+    }
+
+    /// The ring [`Endpoint::send`] would put `frame` on.
+    pub fn route(&self, frame: &[u8]) -> Route {
+        match self.channel_for(frame) {
+            Some(i) => Route::FastChannel(self.fcs[i].id),
+            None => Route::Daemon,
         }
     }
 

@@ -114,6 +114,8 @@ impl Inner {
         let now = self.now();
         let before = self.dev.stats;
         self.dev.rx_left = crate::device::RX_BUDGET;
+        // what waited for room in a ring goes first
+        self.dev.flush_backlog();
         let mut changed = false;
         // a SYN held for want of a listening socket is taken once the pool is refilled
         for _ in 0..4 {
@@ -278,7 +280,7 @@ impl Shared {
         let mut g = self.lock();
         // with the tx ring full, smoltcp's "send now" is not a reason to wake: the daemon
         // kicks when it takes frames, and the peer's frames wake the rx side
-        let mut t = if g.dev.ep.tx_full() {
+        let mut t = if g.dev.ep.tx_full() && !g.dev.backlogged() {
             max
         } else {
             g.delay().unwrap_or(max).min(max)
