@@ -98,7 +98,7 @@ pub fn print_fc(f: &FcInfo) {
 
 /// `status`.
 pub fn print_status(s: &Status) {
-    let fields: [(&str, String); 12] = [
+    let fields: [(&str, String); 13] = [
         ("protocol", s.protocol.to_string()),
         ("version", s.version.clone()),
         ("pid", s.pid.to_string()),
@@ -134,6 +134,15 @@ pub fn print_status(s: &Status) {
         (
             "cold_pipes",
             format!("{} ({} watcher threads)", s.cold_pipes, s.watchers),
+        ),
+        (
+            "spare_regions",
+            format!(
+                "{} of {} ready ({:.1} MB each)",
+                s.spare_regions_ready,
+                s.spare_regions,
+                s.spare_region_bytes as f64 / 1e6
+            ),
         ),
     ];
     for (k, v) in fields {

@@ -221,6 +221,22 @@ fn pipes_list_show_and_remove_with_json_and_permissions() {
     );
     // two rings of 1024 frames of 1536 bytes, allocated whole
     assert!(show["region_bytes"].as_u64().unwrap() > 2 * 1024 * 1536);
+    // pipe a's region came from the spare ones, which are made again (regions of that size)
+    let t = std::time::Instant::now();
+    let st = loop {
+        let st = lab.json(&["status", "--json"]);
+        if st["spare_regions_ready"] == st["spare_regions"] {
+            break st;
+        }
+        assert!(
+            t.elapsed().as_secs() < 10,
+            "the spares were not made again: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(st["spare_regions"], 4, "{st}");
+    assert_eq!(st["spare_region_bytes"], show["region_bytes"], "{st}");
+    assert!(lab.ok(&["status"]).contains("4 of 4 ready"));
     assert!(show["socket"].is_null() && show["connections"] == 0);
     lab.ok(&["fc", "rm", "b", "a"]);
     assert!(lab.json(&["pipe", "show", "a", "--json"])["fast_channels"]

@@ -67,6 +67,9 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
     let out = match req {
         Request::Status {} => to_json(Status {
             pipes: reg.pipes().count(),
+            spare_regions: reg.spare_regions().0,
+            spare_regions_ready: reg.spare_regions().1,
+            spare_region_bytes: reg.spare_regions().2,
             forwarded: ctx.master.forwarded.load(Ordering::Relaxed),
             master_sleeps: ctx.master.sleeps.load(Ordering::Relaxed),
             cold_pipes: ctx.master.cold.load(Ordering::Relaxed),

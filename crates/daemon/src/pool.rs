@@ -77,6 +77,11 @@ impl Pool {
         self.size
     }
 
+    /// Regions it keeps ready when it can.
+    pub fn spares(&self) -> usize {
+        self.spares
+    }
+
     /// Regions ready now.
     pub fn ready(&self) -> usize {
         self.lock().ready.len()

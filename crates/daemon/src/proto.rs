@@ -435,6 +435,15 @@ pub struct Status {
     /// Watcher threads running.
     #[serde(default)]
     pub watchers: u64,
+    /// Spare regions the daemon keeps made ahead (`--spare-regions`; 0: none).
+    #[serde(default)]
+    pub spare_regions: usize,
+    /// Spare regions ready now.
+    #[serde(default)]
+    pub spare_regions_ready: usize,
+    /// Bytes of each spare region (a pipe's at the default MTU and ring depth).
+    #[serde(default)]
+    pub spare_region_bytes: usize,
     /// The link to the wire, when the daemon drives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<NicStatus>,

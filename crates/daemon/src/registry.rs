@@ -1332,6 +1332,13 @@ impl Registry {
         }
     }
 
+    /// The spare regions: (kept, ready now, bytes each); zeroes without a pool.
+    pub fn spare_regions(&self) -> (usize, usize, usize) {
+        self.pool
+            .as_ref()
+            .map_or((0, 0, 0), |p| (p.spares(), p.ready(), p.size()))
+    }
+
     /// A sealed region of `size` bytes: a spare one if the pool has it, else made now.
     fn region(&self, name: &str, size: usize) -> io::Result<(OwnedFd, Region)> {
         match self.pool.as_ref().and_then(|p| p.take(size)) {
