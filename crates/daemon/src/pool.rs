@@ -16,7 +16,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// What the pool holds and whether it should stop.
 #[derive(Default)]
 struct State {
-    ready: Vec<(OwnedFd, Region)>,
+    /// Sealed memfds, not mapped: the thread never takes this process's address-space lock
+    /// (a SCHED_IDLE thread preempted holding it would stall every page fault of the daemon).
+    ready: Vec<OwnedFd>,
     stop: bool,
     /// The last attempt to make a region failed: wait for the next take before trying again
     /// (no retry loop while memory is short).
@@ -87,16 +89,30 @@ impl Pool {
         self.lock().ready.len()
     }
 
-    /// A ready region of `len` bytes, if the pool keeps that size and has one.
+    /// A ready region of `len` bytes (mapped now), if the pool keeps that size and has one.
+    /// Never waits for the pool's thread: when it holds the pool's lock (it may be off its
+    /// core, in the SCHED_IDLE class, for long), the caller makes its own region.
     pub fn take(&self, len: usize) -> Option<(OwnedFd, Region)> {
         if len != self.size {
             return None;
         }
-        let mut st = self.lock();
-        let r = st.ready.pop();
+        let mut st = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let fd = st.ready.pop();
         st.failed = false;
         self.wake.notify_one();
-        r
+        drop(st);
+        let fd = fd?;
+        match Region::map_own(&fd, self.size) {
+            Ok(r) => Some((fd, r)),
+            Err(e) => {
+                tracing::warn!("spare regions: mapping one: {e}");
+                None
+            }
+        }
     }
 
     /// Stops the thread (it ends once it sees the flag) and lets go of the regions kept.
@@ -125,7 +141,7 @@ impl Pool {
                 }
             }
             // made without the lock: a take meanwhile is not held up
-            let made = Region::create_sealed("docknet-region", self.size);
+            let made = Region::sealed_memfd("docknet-region", self.size);
             let mut st = self.lock();
             match made {
                 Ok(r) if !st.stop => st.ready.push(r),

@@ -44,6 +44,14 @@ impl Region {
     /// seals: whoever receives the fd can scribble on the bytes but never take them away
     /// (no SIGBUS for anyone mapping it). Returns the fd (to hand out) and the mapping.
     pub fn create_sealed(name: &str, len: usize) -> io::Result<(OwnedFd, Region)> {
+        let fd = Self::sealed_memfd(name, len)?;
+        let r = Self::map_own(&fd, len)?;
+        Ok((fd, r))
+    }
+
+    /// The memfd of [`Region::create_sealed`], not mapped (whoever takes it maps it with
+    /// [`Region::map_own`]): making one takes no lock of this process's address space.
+    pub fn sealed_memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
         use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         use nix::sys::memfd::{memfd_create, MFdFlags};
         if len == 0 {
@@ -59,8 +67,12 @@ impl Region {
         nix::fcntl::fallocate(&fd, nix::fcntl::FallocateFlags::empty(), 0, size)?;
         let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
         fcntl(&fd, FcntlArg::F_ADD_SEALS(seals))?;
-        let r = Self::map(len, libc::MAP_SHARED, fd.as_raw_fd())?;
-        Ok((fd, r))
+        Ok(fd)
+    }
+
+    /// Maps `len` bytes of a memfd this process made ([`Region::sealed_memfd`]).
+    pub fn map_own(fd: &OwnedFd, len: usize) -> io::Result<Region> {
+        Self::map(len, libc::MAP_SHARED, fd.as_raw_fd())
     }
 
     /// Maps a region received as an fd, after checking that it is `len` bytes and sealed
