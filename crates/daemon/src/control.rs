@@ -65,32 +65,35 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             | Request::RateClear { .. }
     );
     let out = match req {
-        Request::Status {} => to_json(Status {
-            pipes: reg.pipes().count(),
-            spare_regions: reg.spare_regions().0,
-            spare_regions_ready: reg.spare_regions().1,
-            spare_region_bytes: reg.spare_regions().2,
-            forwarded: ctx.master.forwarded.load(Ordering::Relaxed),
-            master_sleeps: ctx.master.sleeps.load(Ordering::Relaxed),
-            cold_pipes: ctx.master.cold.load(Ordering::Relaxed),
-            cross_master: ctx.master.cross.load(Ordering::Relaxed),
-            cross_master_drops: ctx.master.cross_drops.load(Ordering::Relaxed),
-            watchers: ctx.master.watchers.load(Ordering::Relaxed),
-            nic: ctx.master.edge.get().map(|e| crate::proto::NicStatus {
-                iface: e.link.name.clone(),
-                mode: e.port.mode.into(),
-                queues: e.port.queues,
-                attach: e.port.attach.clone(),
-                copy: e.port.copy.clone(),
-                mac: crate::switch::fmt_mac(e.link.mac),
-                mtu: e.link.mtu,
-                max_frame: e.port.max_frame,
-                neighbours: e.neighbours.load(Ordering::Relaxed),
-                counters: e.counters.load(),
-                port: e.port_counters.lock().map(|p| *p).unwrap_or_default(),
-            }),
-            ..ctx.info.clone()
-        }),
+        Request::Status {} => {
+            let (spare_regions, spare_regions_ready, spare_region_bytes) = reg.spare_regions();
+            to_json(Status {
+                pipes: reg.pipes().count(),
+                spare_regions,
+                spare_regions_ready,
+                spare_region_bytes,
+                forwarded: ctx.master.forwarded.load(Ordering::Relaxed),
+                master_sleeps: ctx.master.sleeps.load(Ordering::Relaxed),
+                cold_pipes: ctx.master.cold.load(Ordering::Relaxed),
+                cross_master: ctx.master.cross.load(Ordering::Relaxed),
+                cross_master_drops: ctx.master.cross_drops.load(Ordering::Relaxed),
+                watchers: ctx.master.watchers.load(Ordering::Relaxed),
+                nic: ctx.master.edge.get().map(|e| crate::proto::NicStatus {
+                    iface: e.link.name.clone(),
+                    mode: e.port.mode.into(),
+                    queues: e.port.queues,
+                    attach: e.port.attach.clone(),
+                    copy: e.port.copy.clone(),
+                    mac: crate::switch::fmt_mac(e.link.mac),
+                    mtu: e.link.mtu,
+                    max_frame: e.port.max_frame,
+                    neighbours: e.neighbours.load(Ordering::Relaxed),
+                    counters: e.counters.load(),
+                    port: e.port_counters.lock().map(|p| *p).unwrap_or_default(),
+                }),
+                ..ctx.info.clone()
+            })
+        }
         Request::PipeCreate {
             name,
             ip,

@@ -409,11 +409,12 @@ impl phy::TxToken for PipeTxToken<'_> {
         let frame = &self.buf[..len];
         // behind frames already waiting for this ring, or on it now (the ring is looked up
         // only when something waits)
+        let mut route = None;
         let queued = if self.backlog.is_empty() {
             None
         } else {
-            let route = self.ep.route(frame);
-            self.backlog.iter().position(|b| b.route == route)
+            let r = *route.insert(self.ep.route(frame));
+            self.backlog.iter().position(|b| b.route == r)
         };
         let sent = match queued {
             Some(_) => Err(SendError::Full),
@@ -423,7 +424,7 @@ impl phy::TxToken for PipeTxToken<'_> {
             Ok(_) => self.stats.tx += 1,
             Err(SendError::Full) => {
                 // the consumer may be off its core for a moment: wait (bounded), do not drop
-                let route = self.ep.route(frame);
+                let route = route.unwrap_or_else(|| self.ep.route(frame));
                 let i = queued.unwrap_or_else(|| {
                     self.backlog.push(Backlog {
                         route,

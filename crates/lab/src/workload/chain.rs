@@ -171,8 +171,8 @@ struct Chain<'a> {
 }
 
 impl Chain<'_> {
-    /// (siege's address of ping, ping's address of pong, ping's bind, pong's bind).
-    fn addrs(&self) -> Result<(String, String, String, String)> {
+    /// (ping's address, pong's address): where each binds and is reached.
+    fn addrs(&self) -> Result<(String, String)> {
         let (ping, pong) = match (&self.k, &self.d) {
             (Some(k), _) => {
                 // pair 0: siege (client) and ping (server); pong: pair 1's server, or on two
@@ -193,8 +193,7 @@ impl Chain<'_> {
                 (DocknetLab::server_ip(0).to_string(), pong.to_string())
             }
         };
-        let (ping, pong) = (format!("{ping}:{PING_PORT}"), format!("{pong}:{PONG_PORT}"));
-        Ok((ping.clone(), pong.clone(), ping, pong))
+        Ok((format!("{ping}:{PING_PORT}"), format!("{pong}:{PONG_PORT}")))
     }
 
     /// The pipe of container `who` (DockNet).
@@ -305,11 +304,12 @@ fn run_mode(
         d,
         two,
     };
-    let (ping_url, pong_addr, ping_bind, pong_bind) = chain.addrs()?;
-    let mut pong = chain.cmd(2, &httpd, strs(&["--bind", &pong_bind]));
+    // each service binds the address the one before it reaches
+    let (ping_url, pong_addr) = chain.addrs()?;
+    let mut pong = chain.cmd(2, &httpd, strs(&["--bind", &pong_addr]));
     pong.stderr(std::process::Stdio::null());
     let _pong = Proc::spawn(pong, "docknet-httpd (pong)")?;
-    let mut ping = chain.cmd(1, &fwd, strs(&["--bind", &ping_bind, "--to", &pong_addr]));
+    let mut ping = chain.cmd(1, &fwd, strs(&["--bind", &ping_url, "--to", &pong_addr]));
     ping.stderr(std::process::Stdio::null());
     let _ping = Proc::spawn(ping, "docknet-forward (ping)")?;
     if let Some(l) = &chain.d {
