@@ -948,6 +948,9 @@ impl Master {
 
     /// Master `me` of `shared.shards.len()` (only one of them may drive a link).
     pub fn shard(shared: Arc<MasterShared>, me: usize, edge: Option<Edge>) -> Master {
+        // SYNC: the version is read before the snapshot: a snapshot published in between is
+        // picked up by the first `refresh` (its version differs) instead of being missed.
+        let seen = shared.version.load(Ordering::Acquire);
         let snap = shared.snap.load_full();
         let bell = Arc::new(Bell::default());
         let masters = shared.shards.len();
@@ -959,7 +962,7 @@ impl Master {
             gauges: (0, 0),
             owned: 0,
             round_ns: 0,
-            seen: shared.version.load(Ordering::Acquire),
+            seen,
             local: rebuild(&snap, Vec::new(), me, masters, &shared.taps.load()),
             ids: snap
                 .pipes
@@ -1351,7 +1354,11 @@ pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge:
         st.asleep_ns.store(a, Ordering::Relaxed);
         st.sleeps.store(s, Ordering::Relaxed);
     };
-    while m.refresh() {
+    // SYNC: a shutdown asked before `Master::shard` read the version bumped no version this
+    // master will ever see change, so it is checked once here (after that read: a later
+    // shutdown's poke changes the version, and `refresh` sees it).
+    let asked_before = shared.shutdown.load(Ordering::Acquire);
+    while !asked_before && m.refresh() {
         let n = m.round();
         rounds += 1;
         frames += n as u64;
