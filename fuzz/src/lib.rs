@@ -11,6 +11,7 @@
 //! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
 //! | `delivery` | a delivery message | decoding never panics; what decodes re-encodes to itself |
 //! | `wire` | frames from the wire (and pipes' frames for it), ARP included | checking, readying and parsing never panic; what is accepted keeps its length bounds; the neighbour table stays bounded |
+//! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only the MSS and checksum bytes and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
 
 use docknet_daemon::control::{handle, Ctx};
 use docknet_daemon::holder::{Keeper, MemoryKeeper};
@@ -40,6 +41,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("channel", channel),
     ("delivery", delivery),
     ("wire", wire),
+    ("segment", segment),
 ];
 
 /// The input as a stream of numbers (zeros once it runs out).
@@ -421,6 +423,38 @@ pub fn delivery(data: &[u8]) {
     }
 }
 
+/// DockLib's TCP segment handling on a frame: the MSS clamp applied to received SYNs (the
+/// frame comes from a partner or the daemon) and the cut of a segment too large for its path.
+/// The first two bytes choose the path's size.
+pub fn segment(data: &[u8]) {
+    use docknet_lib::segment::{clamp_mss, is_syn, segment as cut};
+    let mut i = In(data);
+    let max = 64 + usize::from(i.u16()) % 66000;
+    let frame = i.0;
+    for checksums in [false, true] {
+        let mut f = frame.to_vec();
+        let syn = is_syn(&f);
+        if clamp_mss(&mut f, max, checksums) {
+            assert!(syn, "only a SYN is clamped");
+            let changed = (0..f.len()).filter(|k| f[*k] != frame[*k]).count();
+            assert!(changed <= 4, "{changed} bytes changed by a clamp");
+        } else {
+            assert_eq!(f, frame, "an unclamped frame is untouched");
+        }
+        let mut payload = Vec::new();
+        let mut first_hdr: Option<usize> = None;
+        if let Some(n) = cut(frame, max, checksums, |h, p| {
+            assert!(h.len() + p.len() <= max, "a piece larger than the path");
+            assert_eq!(*first_hdr.get_or_insert(h.len()), h.len());
+            payload.extend_from_slice(p);
+        }) {
+            assert!(n >= 1);
+            let h = first_hdr.expect("a piece");
+            assert_eq!(&frame[h..h + payload.len()], &payload[..], "the payload");
+        }
+    }
+}
+
 /// Seed inputs for each target: honest traffic of each kind, so the fuzzer starts inside the
 /// interesting states. `replay --write-seeds DIR` writes them.
 pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
@@ -588,6 +622,28 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     ] {
         out.push(("delivery", n.into(), m.encode()));
     }
+    // a TCP SYN offering a 64 KiB MSS and a data segment, each behind a path size of 1514
+    let tcp = |flags: u8, opts: &[u8], payload: usize| {
+        let mut f = vec![0u8; 14 + 20 + 20 + opts.len() + payload];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        let total = (f.len() - 14) as u16;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f[23] = 6;
+        f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        f[46] = (((20 + opts.len()) / 4) << 4) as u8;
+        f[47] = flags;
+        f[54..54 + opts.len()].copy_from_slice(opts);
+        let mut input = 1450u16.to_le_bytes().to_vec();
+        input.extend(f);
+        input
+    };
+    out.push((
+        "segment",
+        "syn".into(),
+        tcp(0x02, &[2, 4, 0xff, 0xd7, 1, 3, 3, 7], 0),
+    ));
+    out.push(("segment", "data".into(), tcp(0x18, &[], 5000)));
     out
 }
 

@@ -5,6 +5,13 @@
 //! partner, else the pipe's tx ring). Frames are copied once each way between the rings and
 //! these buffers, the copy the shared-memory boundary needs anyway (no slice into shared memory
 //! is ever lent out; see `docknet_pipe::region`).
+//!
+//! smoltcp is told the largest MTU any path can have ([`STACK_MTU`]), and the MSS of every SYN
+//! that comes or goes is clamped to the path it takes: a connection to a fast-channel partner
+//! with 64 KiB frames moves 64 KiB segments (one pass through the stack where 45 were needed),
+//! one through the daemon keeps the pipe's 1460 bytes. A TCP segment still too large for its
+//! path (its channel went away under it) is cut to fit on its way into the ring
+//! ([`crate::segment`]).
 
 use crate::raw::{Endpoint, Route, SendError};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
@@ -60,6 +67,10 @@ pub struct DeviceStats {
     pub tx_dropped: u64,
     /// Frames that found their ring full and waited in the device's backlog for room.
     pub tx_waited: u64,
+    /// TCP segments larger than their path carries, cut into frames that fit.
+    pub tx_segmented: u64,
+    /// Frames larger than their path carries that could not be cut (not TCP): dropped.
+    pub tx_too_big: u64,
     /// Frames dropped, duplicated, reordered or delayed by fault injection.
     pub injected: u64,
     /// Connection requests (SYNs) dropped because a listener's backlog was full (the client
@@ -76,6 +87,10 @@ pub(crate) enum SynRoom {
     /// The backlog is full: SYNs are dropped.
     Full,
 }
+
+/// The MTU smoltcp is told: the largest a path can have (a fast channel's 64 KiB frames). What
+/// each connection uses is its path's, through the MSS clamp.
+pub const STACK_MTU: usize = 65535;
 
 /// Frames that may wait for room in one ring (beyond, they are dropped and TCP retransmits).
 pub const BACKLOG_FRAMES: usize = 64;
@@ -105,7 +120,6 @@ pub struct PipeDevice {
     pub rx_left: u32,
     rx_buf: Vec<u8>,
     tx_buf: Vec<u8>,
-    mtu: usize,
     checksums: bool,
     faults: Option<Injector>,
     /// Counters.
@@ -139,12 +153,9 @@ impl PipeDevice {
     /// checked: every path today is plain memory (daemon copy or fast channel), where a
     /// checksum protects nothing.
     pub fn new(ep: Endpoint, checksums: bool) -> PipeDevice {
-        let frame = ep
-            .frame_size()
-            .max(ep.fc_peers().iter().map(|(_, f)| *f).max().unwrap_or(0));
+        let frame = ep.largest_frame();
         PipeDevice {
             rx_left: RX_BUDGET,
-            mtu: ep.mtu() as usize,
             rx_buf: vec![0; frame.max(2048)],
             tx_buf: vec![0; frame.max(2048)],
             ep,
@@ -333,6 +344,11 @@ impl PipeDevice {
 
     /// Next frame into `rx_buf` after fault injection; its length.
     fn next_frame(&mut self) -> Option<usize> {
+        // a channel that appeared since may carry larger frames than the buffer holds
+        let need = self.ep.largest_frame();
+        if self.rx_buf.len() < need {
+            self.rx_buf.resize(need, 0);
+        }
         let Some(inj) = self.faults.as_mut() else {
             return self.ep.recv(&mut self.rx_buf).map(|(n, _)| n);
         };
@@ -398,6 +414,7 @@ pub struct PipeTxToken<'a> {
     buf: &'a mut Vec<u8>,
     stats: &'a mut DeviceStats,
     backlog: &'a mut Vec<Backlog>,
+    checksums: bool,
 }
 
 impl phy::TxToken for PipeTxToken<'_> {
@@ -406,28 +423,53 @@ impl phy::TxToken for PipeTxToken<'_> {
             self.buf.resize(len, 0);
         }
         let r = f(&mut self.buf[..len]);
+        let (route, max) = self.ep.path_limit(&self.buf[..len]);
+        if len <= max {
+            crate::segment::clamp_mss(&mut self.buf[..len], max, self.checksums);
+        }
         let frame = &self.buf[..len];
-        // behind frames already waiting for this ring, or on it now (the ring is looked up
-        // only when something waits)
-        let mut route = None;
-        let queued = if self.backlog.is_empty() {
-            None
-        } else {
-            let r = *route.insert(self.ep.route(frame));
-            self.backlog.iter().position(|b| b.route == r)
+        let mut out = Out {
+            ep: self.ep,
+            stats: self.stats,
+            backlog: self.backlog,
+            route,
         };
+        if len <= max {
+            out.send(&[frame]);
+        } else if crate::segment::segment(frame, max, self.checksums, |h, p| out.send(&[h, p]))
+            .is_some()
+        {
+            out.stats.tx_segmented += 1;
+        } else {
+            out.stats.tx_too_big += 1;
+        }
+        r
+    }
+}
+
+/// Sends frames on one path: behind frames already waiting for its ring, or on it now.
+struct Out<'a> {
+    ep: &'a mut Endpoint,
+    stats: &'a mut DeviceStats,
+    backlog: &'a mut Vec<Backlog>,
+    route: Route,
+}
+
+impl Out<'_> {
+    /// Sends the frame that is the concatenation of `parts`.
+    fn send(&mut self, parts: &[&[u8]]) {
+        let queued = self.backlog.iter().position(|b| b.route == self.route);
         let sent = match queued {
             Some(_) => Err(SendError::Full),
-            None => self.ep.send(frame),
+            None => self.ep.send_parts(parts),
         };
         match sent {
             Ok(_) => self.stats.tx += 1,
             Err(SendError::Full) => {
                 // the consumer may be off its core for a moment: wait (bounded), do not drop
-                let route = route.unwrap_or_else(|| self.ep.route(frame));
                 let i = queued.unwrap_or_else(|| {
                     self.backlog.push(Backlog {
-                        route,
+                        route: self.route,
                         frames: VecDeque::new(),
                     });
                     self.backlog.len() - 1
@@ -435,7 +477,7 @@ impl phy::TxToken for PipeTxToken<'_> {
                 let b = &mut self.backlog[i];
                 if b.frames.len() < BACKLOG_FRAMES {
                     b.frames
-                        .push_back((std::time::Instant::now(), frame.to_vec()));
+                        .push_back((std::time::Instant::now(), parts.concat()));
                     self.stats.tx_waited += 1;
                 } else {
                     self.stats.tx_dropped += 1;
@@ -443,7 +485,6 @@ impl phy::TxToken for PipeTxToken<'_> {
             }
             Err(_) => self.stats.tx_dropped += 1,
         }
-        r
     }
 }
 
@@ -465,7 +506,15 @@ impl phy::Device for PipeDevice {
                     None => self.next_frame()?,
                 };
                 match self.admit(n) {
-                    Admit::Pass => break n,
+                    Admit::Pass => {
+                        let f = &mut self.rx_buf[..n];
+                        if crate::segment::is_syn(f) {
+                            // our segments to the sender: no larger than the path back carries
+                            let max = self.ep.reply_limit(f);
+                            crate::segment::clamp_mss(f, max, self.checksums);
+                        }
+                        break n;
+                    }
                     Admit::Hold => {
                         self.held_syn = Some(n);
                         return None;
@@ -483,6 +532,7 @@ impl phy::Device for PipeDevice {
                         buf: &mut self.tx_buf,
                         stats: &mut self.stats,
                         backlog: &mut self.backlog,
+                        checksums: self.checksums,
                     },
                 ));
             }
@@ -497,6 +547,7 @@ impl phy::Device for PipeDevice {
                 buf: &mut self.tx_buf,
                 stats: &mut self.stats,
                 backlog: &mut self.backlog,
+                checksums: self.checksums,
             },
         ))
     }
@@ -507,13 +558,14 @@ impl phy::Device for PipeDevice {
             buf: &mut self.tx_buf,
             stats: &mut self.stats,
             backlog: &mut self.backlog,
+            checksums: self.checksums,
         })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
         let mut caps = DeviceCapabilities::default();
         caps.medium = Medium::Ethernet;
-        caps.max_transmission_unit = self.mtu + crate::frame::ETH;
+        caps.max_transmission_unit = STACK_MTU + crate::frame::ETH;
         caps.max_burst_size = Some(64);
         if !self.checksums {
             let mut c = ChecksumCapabilities::ignored();

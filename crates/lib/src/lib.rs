@@ -21,6 +21,7 @@ pub mod frame;
 mod icmp;
 pub mod poll;
 pub mod raw;
+pub mod segment;
 pub mod stack;
 pub mod tcp;
 pub mod udp;

@@ -102,6 +102,8 @@ struct FcLink {
     peer_mac: [u8; 6],
     /// The partner's IPv6 addresses (global, link-local), when it has IPv6.
     peer_ip6: Option<(Ipv6Addr, Ipv6Addr)>,
+    /// The channel's MTU (its frames carry this much beyond the Ethernet header).
+    mtu: u32,
     region: Arc<Region>,
     tx: Producer,
     rx: Consumer,
@@ -280,6 +282,47 @@ impl Endpoint {
     pub fn frame_size(&self) -> usize {
         self.info.rings[0].frame_size as usize
     }
+    /// The largest MTU of any path: the pipe's, or a fast channel's if larger. A stack may
+    /// build packets this large; one too large for its path is cut to fit first
+    /// ([`Endpoint::path_limit`], `crate::segment`).
+    pub fn largest_mtu(&self) -> u32 {
+        self.fcs.iter().map(|f| f.mtu).fold(self.mtu(), u32::max)
+    }
+    /// The largest frame any path may deliver (a receive buffer this large truncates none).
+    pub fn largest_frame(&self) -> usize {
+        self.fcs
+            .iter()
+            .map(|f| f.rx.layout().frame_size as usize)
+            .fold(self.frame_size(), usize::max)
+    }
+    /// The ring `frame` takes by its destination, and the largest frame that path carries
+    /// (its MTU plus the Ethernet header). A frame longer than that goes nowhere as it is.
+    pub fn path_limit(&self, frame: &[u8]) -> (Route, usize) {
+        match self.channel_to(frame) {
+            Some(i) => (
+                Route::FastChannel(self.fcs[i].id),
+                (self.fcs[i].mtu as usize + frame::ETH)
+                    .min(self.fcs[i].tx.layout().frame_size as usize),
+            ),
+            None => (
+                Route::Daemon,
+                (self.mtu() as usize + frame::ETH).min(self.frame_size()),
+            ),
+        }
+    }
+    /// The largest frame the path back to `frame`'s sender carries (by its source address).
+    pub fn reply_limit(&self, frame: &[u8]) -> usize {
+        let src4 = frame::ipv4_src(frame).map(|(ip, _)| ip);
+        let src6 = frame::ipv6_src(frame);
+        let fc = self.fcs.iter().find(|l| {
+            src4.is_some_and(|ip| l.peer_ip == ip)
+                || src6.is_some_and(|ip| l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
+        });
+        match fc {
+            Some(l) => (l.mtu as usize + frame::ETH).min(l.tx.layout().frame_size as usize),
+            None => (self.mtu() as usize + frame::ETH).min(self.frame_size()),
+        }
+    }
     /// Addresses of current fast-channel partners, with their largest frame.
     pub fn fc_peers(&self) -> Vec<(Ipv4Addr, usize)> {
         self.fcs
@@ -401,45 +444,65 @@ impl Endpoint {
     /// Queues one Ethernet frame: through the fast channel to its destination IP if there is
     /// one and the frame fits, else through the daemon. Not visible until [`Endpoint::flush`].
     pub fn send(&mut self, frame: &[u8]) -> Result<Via, SendError> {
-        if frame.is_empty() {
-            return Err(SendError::BadLength(0));
-        }
-        if let Some(i) = self.channel_for(frame) {
-            let l = &mut self.fcs[i];
-            return match l.tx.push(&l.region, frame, 0) {
-                Ok(()) => {
-                    self.stats.tx_fc += 1;
-                    Ok(Via::FastChannel)
-                }
-                Err(PushError::Full) => Err(SendError::Full),
-                Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
-            };
-        }
-        if self.is_closed() {
-            return Err(SendError::Closed);
-        }
-        match self.tx.push(&self.region, frame, 0) {
-            Ok(()) => {
-                self.stats.tx_daemon += 1;
-                Ok(Via::Daemon)
-            }
-            Err(PushError::Full) => Err(SendError::Full),
-            Err(PushError::BadLength) => Err(SendError::BadLength(frame.len())),
-        }
+        self.send_parts(&[frame])
     }
 
     /// The fast channel `frame` would take (its index), if any: one to the frame's destination
     /// whose frames are large enough for it.
     fn channel_for(&self, frame: &[u8]) -> Option<usize> {
-        let i = match frame::ipv4_dst(frame) {
+        self.channel_for_len(frame, frame.len())
+    }
+
+    /// The fast channel a frame of `len` bytes that starts with `head` would take.
+    fn channel_for_len(&self, head: &[u8], len: usize) -> Option<usize> {
+        let i = self.channel_to(head)?;
+        (len <= self.fcs[i].tx.layout().frame_size as usize).then_some(i)
+    }
+
+    /// The fast channel to `frame`'s destination (its index), if any, whatever the size.
+    fn channel_to(&self, frame: &[u8]) -> Option<usize> {
+        match frame::ipv4_dst(frame) {
             Some(dst) => self.fcs.iter().position(|l| l.peer_ip == dst),
             None => frame::ipv6_dst(frame).and_then(|dst| {
                 self.fcs
                     .iter()
                     .position(|l| l.peer_ip6.is_some_and(|(g, ll)| g == dst || ll == dst))
             }),
-        }?;
-        (frame.len() <= self.fcs[i].tx.layout().frame_size as usize).then_some(i)
+        }
+    }
+
+    /// [`Endpoint::send`] for the frame that is the concatenation of `parts` (the first holds
+    /// its headers up to the destination address): it is written into the ring part by part.
+    pub fn send_parts(&mut self, parts: &[&[u8]]) -> Result<Via, SendError> {
+        let (head, len) = (
+            parts.first().copied().unwrap_or(&[]),
+            parts.iter().map(|p| p.len()).sum::<usize>(),
+        );
+        if len == 0 {
+            return Err(SendError::BadLength(0));
+        }
+        if let Some(i) = self.channel_for_len(head, len) {
+            let l = &mut self.fcs[i];
+            return match l.tx.push_parts(&l.region, parts, 0) {
+                Ok(()) => {
+                    self.stats.tx_fc += 1;
+                    Ok(Via::FastChannel)
+                }
+                Err(PushError::Full) => Err(SendError::Full),
+                Err(PushError::BadLength) => Err(SendError::BadLength(len)),
+            };
+        }
+        if self.is_closed() {
+            return Err(SendError::Closed);
+        }
+        match self.tx.push_parts(&self.region, parts, 0) {
+            Ok(()) => {
+                self.stats.tx_daemon += 1;
+                Ok(Via::Daemon)
+            }
+            Err(PushError::Full) => Err(SendError::Full),
+            Err(PushError::BadLength) => Err(SendError::BadLength(len)),
+        }
     }
 
     /// The ring [`Endpoint::send`] would put `frame` on.
@@ -714,6 +777,7 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
         peer_ip: c.peer_ip,
         peer_mac: c.peer_mac,
         peer_ip6: c.peer_ip6.map(|g| (g, delivery::link_local(c.peer_mac))),
+        mtu: c.mtu,
         tx: Producer::adopt(&region, tx),
         rx: Consumer::adopt(&region, rx),
         region,

@@ -69,6 +69,48 @@ fn stream_over_a_fast_channel_arrives_intact() {
 }
 
 #[test]
+fn segments_take_the_size_of_their_path() {
+    // through the daemon at MTU 1500: each side offers the stack's 64 KiB MSS, and each SYN is
+    // clamped to the pipe on its way, so no segment needs cutting
+    let n = net(false, 1500);
+    transfer(&n, 7010, 16 << 20);
+    let a = n.a.device_stats();
+    assert_eq!((a.tx_segmented, a.tx_too_big), (0, 0), "{a:?}");
+    assert!(a.tx > (16 << 20) / 1460, "{a:?}");
+    drop(n);
+
+    // pipes at MTU 1500 with a fast channel of 64 KiB frames: large segments on the channel
+    let n = net(true, 1500);
+    transfer(&n, 7011, 64 << 20);
+    let a = n.a.device_stats();
+    assert_eq!((a.tx_segmented, a.tx_too_big), (0, 0), "{a:?}");
+    assert!(
+        a.tx < (64 << 20) / 8000,
+        "{} frames for 64 MiB: the channel's segments were small",
+        a.tx
+    );
+
+    // the channel goes in the middle of a stream: its large segments are cut to the pipe's
+    // 1500 bytes on their way to the daemon, and the stream goes on intact
+    std::thread::scope(|sc| {
+        let cut = sc.spawn(|| {
+            let start = n.b.device_stats().rx;
+            while n.b.device_stats().rx < start + 200 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            let mut r = n.reg.lock().unwrap();
+            r.remove_fc("a", "b").unwrap();
+            n.master.publish(r.snapshot());
+        });
+        transfer(&n, 7012, 1 << 30);
+        cut.join().unwrap();
+    });
+    let a = n.a.device_stats();
+    assert!(a.tx_segmented > 0, "{a:?}");
+    assert_eq!(a.tx_too_big, 0, "{a:?}");
+}
+
+#[test]
 fn connect_to_a_closed_port_is_refused() {
     let n = net(false, 1500);
     let e = TcpStream::connect(&n.a, SocketAddrV4::new(B, 9)).unwrap_err();
