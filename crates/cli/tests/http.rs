@@ -41,10 +41,14 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        for _ in 0..100 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
+        // under the whole suite's load a start can take seconds: wait up to 20 s, and say so
+        // if it never listens (instead of letting the clients see a refusal)
+        let t = std::time::Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "docknet-httpd did not listen on port {port} within 20 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Server {
