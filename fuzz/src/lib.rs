@@ -11,7 +11,7 @@
 //! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
 //! | `delivery` | a delivery message | decoding never panics; what decodes re-encodes to itself |
 //! | `wire` | frames from the wire (and pipes' frames for it), ARP included | checking, readying and parsing never panic; what is accepted keeps its length bounds; the neighbour table stays bounded |
-//! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only the MSS and checksum bytes and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
+//! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only a SYN's MSS options and checksum and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
 
 use docknet_daemon::control::{handle, Ctx};
 use docknet_daemon::holder::{Keeper, MemoryKeeper};
@@ -427,7 +427,7 @@ pub fn delivery(data: &[u8]) {
 /// frame comes from a partner or the daemon) and the cut of a segment too large for its path.
 /// The first two bytes choose the path's size.
 pub fn segment(data: &[u8]) {
-    use docknet_lib::segment::{clamp_mss, is_syn, segment as cut};
+    use docknet_lib::segment::{clamp_mss, is_syn, offered_mss, segment as cut};
     let mut i = In(data);
     let max = 64 + usize::from(i.u16()) % 66000;
     let frame = i.0;
@@ -436,8 +436,18 @@ pub fn segment(data: &[u8]) {
         let syn = is_syn(&f);
         if clamp_mss(&mut f, max, checksums) {
             assert!(syn, "only a SYN is clamped");
+            // MSS options (at most ten fit) and the checksum
             let changed = (0..f.len()).filter(|k| f[*k] != frame[*k]).count();
-            assert!(changed <= 4, "{changed} bytes changed by a clamp");
+            assert!(changed <= 22, "{changed} bytes changed by a clamp");
+            let (before, after) = (offered_mss(frame), offered_mss(&f));
+            assert!(
+                after.is_some() && after <= before,
+                "{before:?} -> {after:?}"
+            );
+            assert!(
+                usize::from(after.unwrap_or(0)) < max,
+                "{after:?} for a path of {max}"
+            );
         } else {
             assert_eq!(f, frame, "an unclamped frame is untouched");
         }

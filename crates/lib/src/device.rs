@@ -153,11 +153,12 @@ impl PipeDevice {
     /// checked: every path today is plain memory (daemon copy or fast channel), where a
     /// checksum protects nothing.
     pub fn new(ep: Endpoint, checksums: bool) -> PipeDevice {
-        let frame = ep.largest_frame();
+        // any ring's largest frame: a channel that appears later truncates nothing
+        let frame = docknet_pipe::layout::MAX_FRAME as usize;
         PipeDevice {
             rx_left: RX_BUDGET,
-            rx_buf: vec![0; frame.max(2048)],
-            tx_buf: vec![0; frame.max(2048)],
+            rx_buf: vec![0; frame],
+            tx_buf: vec![0; 2048],
             ep,
             checksums,
             faults: None,
@@ -344,11 +345,6 @@ impl PipeDevice {
 
     /// Next frame into `rx_buf` after fault injection; its length.
     fn next_frame(&mut self) -> Option<usize> {
-        // a channel that appeared since may carry larger frames than the buffer holds
-        let need = self.ep.largest_frame();
-        if self.rx_buf.len() < need {
-            self.rx_buf.resize(need, 0);
-        }
         let Some(inj) = self.faults.as_mut() else {
             return self.ep.recv(&mut self.rx_buf).map(|(n, _)| n);
         };
@@ -461,7 +457,7 @@ impl Out<'_> {
         let queued = self.backlog.iter().position(|b| b.route == self.route);
         let sent = match queued {
             Some(_) => Err(SendError::Full),
-            None => self.ep.send_parts(parts),
+            None => self.ep.send_parts_on(self.route, parts),
         };
         match sent {
             Ok(_) => self.stats.tx += 1,

@@ -282,32 +282,23 @@ impl Endpoint {
     pub fn frame_size(&self) -> usize {
         self.info.rings[0].frame_size as usize
     }
-    /// The largest MTU of any path: the pipe's, or a fast channel's if larger. A stack may
-    /// build packets this large; one too large for its path is cut to fit first
-    /// ([`Endpoint::path_limit`], `crate::segment`).
-    pub fn largest_mtu(&self) -> u32 {
-        self.fcs.iter().map(|f| f.mtu).fold(self.mtu(), u32::max)
-    }
-    /// The largest frame any path may deliver (a receive buffer this large truncates none).
-    pub fn largest_frame(&self) -> usize {
-        self.fcs
-            .iter()
-            .map(|f| f.rx.layout().frame_size as usize)
-            .fold(self.frame_size(), usize::max)
-    }
-    /// The ring `frame` takes by its destination, and the largest frame that path carries
-    /// (its MTU plus the Ethernet header). A frame longer than that goes nowhere as it is.
+    /// The path `frame` takes, and the largest frame that path carries (its MTU plus the
+    /// Ethernet header): the fast channel to its destination, unless the frame is too large for
+    /// the channel and not for the pipe (then the pipe, to the daemon). A frame longer than the
+    /// limit goes nowhere as it is; what fits goes with [`Endpoint::send_parts_on`].
     pub fn path_limit(&self, frame: &[u8]) -> (Route, usize) {
+        let daemon = (self.mtu() as usize + frame::ETH).min(self.frame_size());
         match self.channel_to(frame) {
-            Some(i) => (
-                Route::FastChannel(self.fcs[i].id),
-                (self.fcs[i].mtu as usize + frame::ETH)
-                    .min(self.fcs[i].tx.layout().frame_size as usize),
-            ),
-            None => (
-                Route::Daemon,
-                (self.mtu() as usize + frame::ETH).min(self.frame_size()),
-            ),
+            Some(i) => {
+                let l = &self.fcs[i];
+                let fc = (l.mtu as usize + frame::ETH).min(l.tx.layout().frame_size as usize);
+                if frame.len() > fc && frame.len() <= daemon {
+                    (Route::Daemon, daemon)
+                } else {
+                    (Route::FastChannel(l.id), fc)
+                }
+            }
+            None => (Route::Daemon, daemon),
         }
     }
     /// The largest frame the path back to `frame`'s sender carries (by its source address).
@@ -447,12 +438,6 @@ impl Endpoint {
         self.send_parts(&[frame])
     }
 
-    /// The fast channel `frame` would take (its index), if any: one to the frame's destination
-    /// whose frames are large enough for it.
-    fn channel_for(&self, frame: &[u8]) -> Option<usize> {
-        self.channel_for_len(frame, frame.len())
-    }
-
     /// The fast channel a frame of `len` bytes that starts with `head` would take.
     fn channel_for_len(&self, head: &[u8], len: usize) -> Option<usize> {
         let i = self.channel_to(head)?;
@@ -478,10 +463,25 @@ impl Endpoint {
             parts.first().copied().unwrap_or(&[]),
             parts.iter().map(|p| p.len()).sum::<usize>(),
         );
+        let route = match self.channel_for_len(head, len) {
+            Some(i) => Route::FastChannel(self.fcs[i].id),
+            None => Route::Daemon,
+        };
+        self.send_parts_on(route, parts)
+    }
+
+    /// Queues the frame that is the concatenation of `parts` on the path `route` (as
+    /// [`Endpoint::path_limit`] chose it); a channel gone since goes through the daemon.
+    pub fn send_parts_on(&mut self, route: Route, parts: &[&[u8]]) -> Result<Via, SendError> {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
         if len == 0 {
             return Err(SendError::BadLength(0));
         }
-        if let Some(i) = self.channel_for_len(head, len) {
+        let fc = match route {
+            Route::FastChannel(id) => self.fcs.iter().position(|l| l.id == id),
+            Route::Daemon => None,
+        };
+        if let Some(i) = fc {
             let l = &mut self.fcs[i];
             return match l.tx.push_parts(&l.region, parts, 0) {
                 Ok(()) => {
@@ -502,14 +502,6 @@ impl Endpoint {
             }
             Err(PushError::Full) => Err(SendError::Full),
             Err(PushError::BadLength) => Err(SendError::BadLength(len)),
-        }
-    }
-
-    /// The ring [`Endpoint::send`] would put `frame` on.
-    pub fn route(&self, frame: &[u8]) -> Route {
-        match self.channel_for(frame) {
-            Some(i) => Route::FastChannel(self.fcs[i].id),
-            None => Route::Daemon,
         }
     }
 

@@ -23,6 +23,8 @@ pub const MAX_HEADERS: usize = ETH + 60 + 60;
 const MIN_CHUNK: usize = 8;
 
 const FIN: u8 = 0x01;
+const SYN: u8 = 0x02;
+const RST: u8 = 0x04;
 const PSH: u8 = 0x08;
 const CWR: u8 = 0x80;
 
@@ -75,7 +77,8 @@ fn parse(frame: &[u8]) -> Option<Tcp> {
 
 /// Cuts `frame` into frames of at most `max` bytes and hands each to `emit` as its headers and
 /// its payload (in order). Returns how many pieces were made, or `None` (and emits nothing)
-/// when `frame` is not a TCP segment that can be cut to `max`. With `checksums`, the IPv4
+/// when `frame` is not a TCP segment that can be cut to `max` (a SYN or RST carrying data is
+/// not cut; the urgent pointer, which smoltcp never sets, is copied as it is). With `checksums`, the IPv4
 /// header and TCP checksums of every piece are computed.
 pub fn segment(
     frame: &[u8],
@@ -86,6 +89,10 @@ pub fn segment(
     let t = parse(frame)?;
     let chunk = max.checked_sub(t.payload).filter(|c| *c >= MIN_CHUNK)?;
     let data = &frame[t.payload..t.end];
+    if frame[t.tcp + 13] & (SYN | RST) != 0 && !data.is_empty() {
+        // a SYN takes a sequence number of its own; neither it nor a reset is cut
+        return None;
+    }
     let seq = u32::from_be_bytes(frame[t.tcp + 4..t.tcp + 8].try_into().ok()?);
     let flags = frame[t.tcp + 13];
     let id = u16::from_be_bytes([frame[ETH + 4], frame[ETH + 5]]);
@@ -131,67 +138,85 @@ pub fn is_syn(frame: &[u8]) -> bool {
     parse(frame).is_some_and(|t| frame[t.tcp + 13] & 0x02 != 0)
 }
 
-/// Lowers the MSS option of a TCP SYN (or SYN-ACK) in `frame` to what a path carrying frames of
-/// at most `max` bytes fits, as a router clamping the MSS to the path MTU does. True when it
-/// was lowered (with `checksums`, the TCP checksum is computed again).
-///
-/// The stack offers the MSS of the largest path (see the module's text); clamping a SYN that
-/// comes or goes over a smaller path keeps that connection's segments, and so its
-/// retransmissions, at the path's size instead of cutting every segment.
-pub fn clamp_mss(frame: &mut [u8], max: usize, checksums: bool) -> bool {
-    let Some(t) = parse(frame) else {
-        return false;
-    };
+/// Offsets of the values of a SYN's MSS options (a peer may send several; stacks take the last),
+/// if `frame` is a TCP SYN this module can read. The walk stops where a stack's parser would:
+/// at the end-of-options kind, or at an option whose length is impossible.
+fn mss_offsets(frame: &[u8]) -> Option<(Tcp, Vec<usize>)> {
+    let t = parse(frame)?;
     if frame[t.tcp + 13] & 0x02 == 0 {
-        return false;
+        return None;
     }
-    let Some(limit) = max
-        .checked_sub(t.tcp + 20)
-        .map(|l| l.min(usize::from(u16::MAX)))
-    else {
-        return false;
-    };
+    let mut at = Vec::new();
     // the options: kind 0 ends them, 1 is one byte of padding, others carry their length
     let mut i = t.tcp + 20;
     while i + 1 < t.payload {
         match frame[i] {
-            0 => return false,
+            0 => break,
             1 => i += 1,
             kind => {
                 let len = usize::from(frame[i + 1]);
                 if len < 2 || i + len > t.payload {
-                    return false;
+                    break;
                 }
                 if kind == 2 && len == 4 {
-                    let mss = usize::from(u16::from_be_bytes([frame[i + 2], frame[i + 3]]));
-                    if mss <= limit {
-                        return false;
-                    }
-                    let new = (limit as u16).to_be_bytes();
-                    if checksums {
-                        // updated for the two changed bytes (RFC 1624): a checksum that was
-                        // wrong stays wrong
-                        let c = t.tcp + 16;
-                        let mut sum = u16::from_be_bytes([frame[c], frame[c + 1]]);
-                        for (k, byte) in new.iter().enumerate() {
-                            let at = i + 2 + k;
-                            let shift = if (at - t.tcp) % 2 == 0 { 8 } else { 0 };
-                            sum = adjust(
-                                sum,
-                                u16::from(frame[at]) << shift,
-                                u16::from(*byte) << shift,
-                            );
-                        }
-                        frame[c..c + 2].copy_from_slice(&sum.to_be_bytes());
-                    }
-                    frame[i + 2..i + 4].copy_from_slice(&new);
-                    return true;
+                    at.push(i + 2);
                 }
                 i += len;
             }
         }
     }
-    false
+    Some((t, at))
+}
+
+/// The MSS a SYN offers (its last MSS option), if `frame` is a TCP SYN with one.
+pub fn offered_mss(frame: &[u8]) -> Option<u16> {
+    let (_, at) = mss_offsets(frame)?;
+    at.last()
+        .map(|&o| u16::from_be_bytes([frame[o], frame[o + 1]]))
+}
+
+/// Lowers the MSS options of a TCP SYN (or SYN-ACK) in `frame` to what a path carrying frames
+/// of at most `max` bytes fits, as a router clamping the MSS to the path MTU does. True when one
+/// was lowered (with `checksums`, the TCP checksum is updated for the bytes changed, RFC 1624:
+/// a checksum that was wrong stays wrong).
+///
+/// The stack offers the MSS of the largest path (see the module's text); clamping a SYN that
+/// comes or goes over a smaller path keeps that connection's segments, and so its
+/// retransmissions, at the path's size instead of cutting every segment. Every MSS option is
+/// clamped: a peer sending two cannot slip a large one past the first.
+pub fn clamp_mss(frame: &mut [u8], max: usize, checksums: bool) -> bool {
+    let Some((t, at)) = mss_offsets(frame) else {
+        return false;
+    };
+    let Some(limit) = max
+        .checked_sub(t.tcp + 20)
+        .map(|l| l.min(usize::from(u16::MAX)) as u16)
+    else {
+        return false;
+    };
+    let mut changed = false;
+    for o in at {
+        if u16::from_be_bytes([frame[o], frame[o + 1]]) <= limit {
+            continue;
+        }
+        let new = limit.to_be_bytes();
+        if checksums {
+            let c = t.tcp + 16;
+            let mut sum = u16::from_be_bytes([frame[c], frame[c + 1]]);
+            for (k, byte) in new.iter().enumerate() {
+                let shift = if (o + k - t.tcp) % 2 == 0 { 8 } else { 0 };
+                sum = adjust(
+                    sum,
+                    u16::from(frame[o + k]) << shift,
+                    u16::from(*byte) << shift,
+                );
+            }
+            frame[c..c + 2].copy_from_slice(&sum.to_be_bytes());
+        }
+        frame[o..o + 2].copy_from_slice(&new);
+        changed = true;
+    }
+    changed
 }
 
 /// A checksum `csum` after one of the 16-bit words it covers changed from `old` to `new`.
@@ -442,6 +467,35 @@ mod tests {
             assert!(clamp_mss(&mut bad, 1514, true));
             assert!(!mss_of(&bad).1, "a wrong checksum was mended");
         }
+        // two MSS options: both are clamped (stacks take the last)
+        let mut two = syn(false, 65495);
+        let o = ETH + 20 + 20;
+        assert_eq!(&two[o..o + 2], &[2, 4]);
+        two[o + 2..o + 4].copy_from_slice(&536u16.to_be_bytes());
+        // the window scale (3 bytes) and SACK-permitted (2) options become an MSS and a NOP
+        let ws = (o + 4..two.len() - 5)
+            .find(|k| two[*k..*k + 2] == [3, 3] && two[*k + 3..*k + 5] == [4, 2])
+            .expect("window scale, then SACK permitted");
+        two[ws..ws + 5].copy_from_slice(&[2, 4, 0xff, 0xd7, 1]);
+        let mut p = TcpPacket::new_unchecked(&mut two[ETH + 20..]);
+        p.fill_checksum(&IpAddress::Ipv4(A4), &IpAddress::Ipv4(B4));
+        assert_eq!(offered_mss(&two), Some(65495));
+        assert!(clamp_mss(&mut two, 1514, true));
+        assert_eq!(offered_mss(&two), Some(1460));
+        assert_eq!(
+            &two[o + 2..o + 4],
+            &536u16.to_be_bytes(),
+            "a smaller one stays"
+        );
+        assert!(mss_of(&two).1, "checksum");
+        // a SYN with data is not cut
+        let mut syn_data = tcp_frame(false, &payload(3000), TcpControl::Syn);
+        assert!(cut(&syn_data, 1514, true).is_none());
+        syn_data[ETH + 20 + 13] = 0x04 | 0x10;
+        assert!(
+            cut(&syn_data, 1514, true).is_none(),
+            "nor a reset with data"
+        );
         // not a SYN, no MSS option, garbage options: untouched
         let mut data = tcp_frame(false, &[1, 2, 3], TcpControl::None);
         let d0 = data.clone();
