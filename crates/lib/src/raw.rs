@@ -86,7 +86,7 @@ pub enum Via {
     FastChannel,
 }
 
-/// The ring a frame goes out on ([`Endpoint::route`]).
+/// The ring a frame goes out on ([`Endpoint::path_limit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// The pipe's tx ring, to the daemon.
