@@ -110,6 +110,13 @@ struct FcLink {
     rx_unreleased: u32,
 }
 
+impl FcLink {
+    /// The largest frame the channel carries (its MTU plus the Ethernet header).
+    fn limit(&self) -> usize {
+        (self.mtu as usize + frame::ETH).min(self.tx.layout().frame_size as usize)
+    }
+}
+
 /// Counters of an endpoint (local to the container).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndpointStats {
@@ -287,11 +294,11 @@ impl Endpoint {
     /// the channel and not for the pipe (then the pipe, to the daemon). A frame longer than the
     /// limit goes nowhere as it is; what fits goes with [`Endpoint::send_parts_on`].
     pub fn path_limit(&self, frame: &[u8]) -> (Route, usize) {
-        let daemon = (self.mtu() as usize + frame::ETH).min(self.frame_size());
+        let daemon = self.pipe_limit();
         match self.channel_to(frame) {
             Some(i) => {
                 let l = &self.fcs[i];
-                let fc = (l.mtu as usize + frame::ETH).min(l.tx.layout().frame_size as usize);
+                let fc = l.limit();
                 if frame.len() > fc && frame.len() <= daemon {
                     (Route::Daemon, daemon)
                 } else {
@@ -304,15 +311,14 @@ impl Endpoint {
     /// The largest frame the path back to `frame`'s sender carries (by its source address).
     pub fn reply_limit(&self, frame: &[u8]) -> usize {
         let src4 = frame::ipv4_src(frame).map(|(ip, _)| ip);
-        let src6 = frame::ipv6_src(frame);
-        let fc = self.fcs.iter().find(|l| {
-            src4.is_some_and(|ip| l.peer_ip == ip)
-                || src6.is_some_and(|ip| l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
-        });
-        match fc {
-            Some(l) => (l.mtu as usize + frame::ETH).min(l.tx.layout().frame_size as usize),
-            None => (self.mtu() as usize + frame::ETH).min(self.frame_size()),
+        match self.channel_of(src4, || frame::ipv6_src(frame)) {
+            Some(i) => self.fcs[i].limit(),
+            None => self.pipe_limit(),
         }
+    }
+    /// The largest frame the pipe to the daemon carries (its MTU plus the Ethernet header).
+    fn pipe_limit(&self) -> usize {
+        (self.mtu() as usize + frame::ETH).min(self.frame_size())
     }
     /// Addresses of current fast-channel partners, with their largest frame.
     pub fn fc_peers(&self) -> Vec<(Ipv4Addr, usize)> {
@@ -446,12 +452,22 @@ impl Endpoint {
 
     /// The fast channel to `frame`'s destination (its index), if any, whatever the size.
     fn channel_to(&self, frame: &[u8]) -> Option<usize> {
-        match frame::ipv4_dst(frame) {
-            Some(dst) => self.fcs.iter().position(|l| l.peer_ip == dst),
-            None => frame::ipv6_dst(frame).and_then(|dst| {
+        self.channel_of(frame::ipv4_dst(frame), || frame::ipv6_dst(frame))
+    }
+
+    /// The fast channel whose partner has IPv4 address `ip4`, or (with none) the IPv6 address
+    /// `ip6` gives (global or link-local).
+    fn channel_of(
+        &self,
+        ip4: Option<Ipv4Addr>,
+        ip6: impl FnOnce() -> Option<Ipv6Addr>,
+    ) -> Option<usize> {
+        match ip4 {
+            Some(ip) => self.fcs.iter().position(|l| l.peer_ip == ip),
+            None => ip6().and_then(|ip| {
                 self.fcs
                     .iter()
-                    .position(|l| l.peer_ip6.is_some_and(|(g, ll)| g == dst || ll == dst))
+                    .position(|l| l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
             }),
         }
     }

@@ -435,12 +435,7 @@ impl Producer {
 
     /// Copies `data` into the next slot and queues it.
     pub fn push(&mut self, region: &Region, data: &[u8], flags: u32) -> Result<(), PushError> {
-        if data.is_empty() || data.len() > self.ring.frame_size as usize {
-            return Err(PushError::BadLength);
-        }
-        let slot = self.reserve(region).ok_or(PushError::Full)?;
-        region.write(slot.off, data);
-        self.commit(region, data.len(), flags)
+        self.push_parts(region, &[data], flags)
     }
 
     /// Copies the concatenation of `parts` into the next slot and queues it as one frame (a
