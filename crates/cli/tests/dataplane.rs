@@ -393,6 +393,47 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
     assert_eq!(r["ok"].as_u64(), Some(100), "{r}");
 }
 
+/// A hostile TCP peer through the daemon sends a DockLib server SYNs whose options and
+/// lengths lie (zero and overrunning option lengths, two MSS options, a data offset past the
+/// frame, an IP length shorter than its headers, 2,000 randomly changed SYNs), then opens a
+/// connection offering two MSS options (536, then 65,495) and fetches 100 kB. The server (a
+/// debug build) reads every SYN's options to clamp the MSS to the path: it lives on, answers in
+/// segments no larger than the pipe's 1460 bytes, and serves an honest client after.
+#[test]
+fn a_peer_with_lying_syn_options_is_answered_at_the_paths_size() {
+    if !root_or_skip("syn options") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "web", "--ip", "10.48.0.2/24"]);
+    lab.ok(&["pipe", "create", "evil", "--ip", "10.48.0.3/24"]);
+    lab.ok(&["pipe", "create", "cli", "--ip", "10.48.0.4/24"]);
+    let srv = lab.httpd_in("web", "10.48.0.2:80");
+    let o = lab.in_container(
+        "evil",
+        &[
+            ATTACK,
+            "syn-options",
+            "--to",
+            "10.48.0.2:80",
+            "--bytes",
+            "100000",
+        ],
+    );
+    let v = peer_json(&o);
+    assert!(lab.running(srv), "the server died under the SYNs: {v}");
+    assert!(v["syns"].as_u64() > Some(2000), "{v}");
+    assert_eq!(v["answer_complete"], true, "{v}");
+    assert!(v["answer_bytes"].as_u64() > Some(100_000), "{v}");
+    let largest = v["largest_segment"].as_u64().unwrap();
+    assert!(largest > 0 && largest <= 1460, "{v}");
+    let r = lab.load_in(
+        "cli",
+        &["--requests", "100", "-c", "2", "http://10.48.0.2/"],
+    );
+    assert_eq!(r["ok"].as_u64(), Some(100), "{r}");
+}
+
 #[test]
 fn a_restarted_daemon_adopts_live_pipes() {
     if !root_or_skip("restart") {

@@ -12,6 +12,7 @@
 //!   dnattack inspect                    what the daemon hands this container: its pipe and
 //!                                       the fast channels it sees
 //!   dnattack window-overrun --to IP:PORT --seconds S
+//!   dnattack syn-options --to IP:PORT [--mutations N] [--bytes N]
 //!                                       a TCP peer that fills a DockLib server's receive
 //!                                       window and sends past every edge it offered
 
@@ -81,6 +82,19 @@ enum Cmd {
         to: std::net::SocketAddrV4,
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+    },
+    /// SYNs with lying options and lengths (and random changes of one) at a DockLib server,
+    /// then one connection offering two MSS options that fetches `/bytes/N`; report what came.
+    SynOptions {
+        /// The server (an HTTP server).
+        #[arg(long)]
+        to: std::net::SocketAddrV4,
+        /// SYNs changed at random bytes, beyond the crafted ones.
+        #[arg(long, default_value_t = 2000)]
+        mutations: u32,
+        /// Bytes asked of the server on the completed connection.
+        #[arg(long, default_value_t = 100_000)]
+        bytes: usize,
     },
     /// Try to leave the sandbox.
     Escape {
@@ -220,6 +234,16 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             to,
             seconds,
+        )?,
+        Cmd::SynOptions {
+            to,
+            mutations,
+            bytes,
+        } => overrun::syn_options(
+            docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            to,
+            mutations,
+            bytes,
         )?,
         Cmd::Inspect => {
             let conn = fdpass::connect_abstract(&name)

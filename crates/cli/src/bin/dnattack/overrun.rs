@@ -226,3 +226,172 @@ pub fn run(mut ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_jso
         "zero_windows": zero_windows,
     }))
 }
+
+/// `dnattack syn-options`: SYNs whose options and lengths lie (a zero or overrunning option
+/// length, two MSS options, a data offset past the frame, an IP length shorter than its
+/// headers, and `mutations` random byte changes of a SYN), each from a port of its own and
+/// never completed; then one connection opened with two MSS options (536, then 65,495: stacks
+/// take the last) that fetches `GET /bytes/N` and reports the largest segment it got. The
+/// server reads every SYN's options (DockLib clamps the MSS to the path): it must live on.
+pub fn syn_options(
+    mut ep: Endpoint,
+    to: SocketAddrV4,
+    mutations: u32,
+    bytes: usize,
+) -> Result<serde_json::Value> {
+    let mac = match ep.fc_peer_mac(*to.ip()) {
+        Some(m) => m,
+        None => ep
+            .resolve(*to.ip(), Duration::from_secs(2))
+            .context("no MAC for the server")?,
+    };
+    let seed = std::process::id() as u64 ^ 0x9e37_79b9;
+    let mut peer = Peer {
+        buf: vec![0u8; ep.frame_size()],
+        ep,
+        mac,
+        to,
+        port: 20000,
+        sent: 0,
+    };
+    // a SYN with `opts` as its options (padded with NOPs to a multiple of four)
+    let syn = |peer: &Peer, port: u16, iss: u32, opts: &[u8]| {
+        let olen = opts.len().div_ceil(4) * 4;
+        let total = ETH + IPV4 + 20 + olen;
+        let mut f = vec![0u8; total];
+        write_ipv4_headers(
+            &mut f,
+            peer.ep.mac(),
+            peer.mac,
+            peer.ep.ip(),
+            *peer.to.ip(),
+            6,
+            total,
+        );
+        let t = &mut f[ETH + IPV4..];
+        t[0..2].copy_from_slice(&port.to_be_bytes());
+        t[2..4].copy_from_slice(&peer.to.port().to_be_bytes());
+        t[4..8].copy_from_slice(&iss.to_be_bytes());
+        t[12] = (((20 + olen) / 4) << 4) as u8;
+        t[13] = 0x02;
+        t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        t[20..20 + olen].fill(1);
+        t[20..20 + opts.len()].copy_from_slice(opts);
+        let mut p = TcpPacket::new_unchecked(&mut f[ETH + IPV4..]);
+        p.fill_checksum(
+            &IpAddress::Ipv4(peer.ep.ip()),
+            &IpAddress::Ipv4(*peer.to.ip()),
+        );
+        f
+    };
+    let two_mss: &[u8] = &[2, 4, 0x02, 0x18, 2, 4, 0xff, 0xd7, 3, 3, 7];
+    let mut crafted: Vec<Vec<u8>> = vec![
+        syn(&peer, 20001, 1, &[2, 0, 0xff, 0xff]),
+        syn(&peer, 20002, 1, &[2, 1, 0xff, 0xff]),
+        syn(&peer, 20003, 1, &[3, 40, 7, 2, 4, 0xff, 0xff]),
+        syn(&peer, 20004, 1, &[2, 3, 0xff, 0xff]),
+        syn(&peer, 20005, 1, &[2, 4, 0, 0]),
+        syn(&peer, 20006, 1, two_mss),
+    ];
+    let mut f = syn(&peer, 20007, 1, two_mss);
+    f[ETH + IPV4 + 12] = 0xf0; // a data offset of 60 bytes in a shorter frame
+    crafted.push(f);
+    let mut f = syn(&peer, 20008, 1, two_mss);
+    f[ETH + 2..ETH + 4].copy_from_slice(&30u16.to_be_bytes()); // shorter than its headers
+    crafted.push(f);
+    let mut x = seed | 1;
+    for k in 0..mutations {
+        let mut f = syn(&peer, 21000 + (k % 20000) as u16, k, two_mss);
+        for _ in 0..1 + super::xorshift(&mut x) % 4 {
+            let i = ETH + (super::xorshift(&mut x) as usize % (f.len() - ETH));
+            f[i] = super::xorshift(&mut x) as u8;
+        }
+        crafted.push(f);
+    }
+    // each SYN is followed by the same frame as a reset (its sequence number plus one), so no
+    // half-open connection it made holds one of the listener's sockets
+    for f in &crafted {
+        let mut rst = f.clone();
+        if let Ok(mut p) = TcpPacket::new_checked(&mut rst[ETH + IPV4..]) {
+            p.clear_flags();
+            p.set_rst(true);
+            p.set_seq_number(p.seq_number() + 1);
+        }
+        for g in [f, &rst] {
+            while peer.ep.send(g).is_err() {
+                peer.ep.flush();
+                peer.ep.idle(Duration::from_micros(100));
+            }
+            peer.sent += 1;
+        }
+        peer.ep.flush();
+        // what the server answered is read and dropped
+        while peer.ep.recv(&mut peer.buf).is_some() {}
+    }
+    peer.ep.flush();
+    // the connection with two MSS options, completed
+    peer.port = 45000 + (seed % 10000) as u16;
+    let iss = TcpSeqNumber(seed as i32);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let irs = 'hs: loop {
+        if Instant::now() > deadline {
+            bail!("no SYN-ACK from {to}");
+        }
+        let f = syn(&peer, peer.port, iss.0 as u32, two_mss);
+        let _ = peer.ep.send(&f);
+        peer.ep.flush();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            match peer.recv() {
+                Some(g) if g.control == TcpControl::Syn && g.ack == Some(iss + 1) => {
+                    break 'hs g.seq
+                }
+                Some(_) => {}
+                None => peer.ep.idle(Duration::from_millis(1)),
+            }
+        }
+    };
+    let mut rcv = irs + 1;
+    let request =
+        format!("GET /bytes/{bytes} HTTP/1.1\r\nHost: victim\r\nConnection: close\r\n\r\n");
+    peer.send(TcpControl::Psh, iss + 1, Some(rcv), request.as_bytes());
+    let (mut got, mut largest, mut fin) = (0usize, 0usize, false);
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end && !fin {
+        let Some((n, _)) = peer.ep.recv(&mut peer.buf) else {
+            peer.ep.idle(Duration::from_micros(200));
+            continue;
+        };
+        let f = &peer.buf[..n];
+        if n < ETH + IPV4 + 20 || f[12..14] != [0x08, 0x00] || f[ETH + 9] != 6 {
+            continue;
+        }
+        let ip_len = (u16::from_be_bytes([f[ETH + 2], f[ETH + 3]]) as usize).min(n - ETH);
+        let Ok(p) = TcpPacket::new_checked(&f[ETH + IPV4..ETH + ip_len]) else {
+            continue;
+        };
+        if p.dst_port() != peer.port {
+            continue;
+        }
+        let len = p.payload().len();
+        largest = largest.max(len);
+        // in order only: anything else is acknowledged as what came before it
+        if p.seq_number() == rcv {
+            got += len;
+            rcv += len;
+            if p.fin() {
+                rcv += 1;
+                fin = true;
+            }
+        }
+        peer.send(TcpControl::None, iss + 1 + request.len(), Some(rcv), &[]);
+    }
+    peer.send(TcpControl::Rst, iss + 1 + request.len(), None, &[]);
+    Ok(json!({
+        "attack": "syn-options",
+        "syns": crafted.len(),
+        "answer_bytes": got,
+        "answer_complete": fin,
+        "largest_segment": largest,
+    }))
+}
