@@ -619,3 +619,67 @@ fn a_docklib_server_waiting_in_accept_does_not_wake_on_a_tick() {
     assert!(peer_json(&out)["result"]["gbps"].as_f64().unwrap() > 0.0);
     let _ = lab.wait(srv, Duration::from_secs(20));
 }
+
+#[test]
+fn a_syn_flood_from_a_partner_does_not_shut_the_server_to_others() {
+    if !root_or_skip("syn flood") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "web", "--ip", "10.49.0.2/24"]);
+    lab.ok(&["pipe", "create", "evil", "--ip", "10.49.0.3/24"]);
+    lab.ok(&["pipe", "create", "cli", "--ip", "10.49.0.4/24"]);
+    let srv = lab.httpd_in("web", "10.49.0.2:80");
+    // 100 requests from an honest client, bounded in time (a shut listener hangs its connects)
+    let honest = |lab: &mut Lab| {
+        let c = lab.spawn_in(
+            "cli",
+            None,
+            &[
+                LOAD,
+                "--stack",
+                "docknet",
+                "--idle",
+                "block",
+                "--json",
+                "--requests",
+                "100",
+                "-c",
+                "2",
+                "http://10.49.0.2/",
+            ],
+        );
+        peer_json(&lab.wait(c, Duration::from_secs(60)))
+    };
+    // half-open connections from every port in turn for 4 s, and the honest client meanwhile
+    let flood = lab.spawn_in(
+        "evil",
+        None,
+        &[
+            ATTACK,
+            "syn-flood",
+            "--to",
+            "10.49.0.2:80",
+            "--seconds",
+            "4",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let during = honest(&mut lab);
+    let v = peer_json(&lab.wait(flood, Duration::from_secs(30)));
+    eprintln!("flood: {v}; honest client during it: {during}");
+    assert!(v["syns"].as_u64() > Some(1000), "{v}");
+    assert!(lab.running(srv), "the server died under the flood: {v}");
+    assert_eq!(
+        during["ok"].as_u64(),
+        Some(100),
+        "during the flood: {during} ({v})"
+    );
+    // and after it, nothing it left behind holds the listener
+    let after = honest(&mut lab);
+    assert_eq!(
+        after["ok"].as_u64(),
+        Some(100),
+        "after the flood: {after} ({v})"
+    );
+}

@@ -76,6 +76,13 @@ pub struct DeviceStats {
     /// Connection requests (SYNs) dropped because a listener's backlog was full (the client
     /// retries, as with a kernel listener's full backlog).
     pub syn_dropped: u64,
+    /// Half-open connections (SYN answered, never completed) dropped to make room for a new
+    /// SYN when a listener's backlog was full of them.
+    pub syn_evicted: u64,
+    /// Of `syn_dropped`: SYNs dropped because their source already held a quarter of a
+    /// listener's backlog in half-open connections while that backlog was half full (one peer
+    /// cannot take it all).
+    pub syn_limited: u64,
 }
 
 /// What a listening port can take in this poll: SYNs it has listening sockets for, or none
@@ -84,6 +91,10 @@ pub struct DeviceStats {
 pub(crate) enum SynRoom {
     /// This many more SYNs; the next one waits for the listener's pool to be refilled.
     Free(usize),
+    /// The backlog is full but holds half-open connections older than
+    /// [`crate::stack::HALF_OPEN_MIN_AGE`]: a SYN waits for the refill, which drops the oldest
+    /// of them for it.
+    Evict,
     /// The backlog is full: SYNs are dropped.
     Full,
 }
@@ -126,6 +137,9 @@ pub struct PipeDevice {
     pub stats: DeviceStats,
     /// Listening ports and the SYNs each can take in this poll (set before each poll).
     pub(crate) syn_room: Vec<(u16, SynRoom)>,
+    /// Listening ports and sources whose SYNs are dropped in this poll: the source holds its
+    /// share of the port's backlog in half-open connections while that backlog is pressed.
+    pub(crate) syn_heavy: Vec<(u16, IpAddr)>,
     /// A SYN that found no listening socket free: it waits here (in `rx_buf`) until the
     /// listener's pool has been refilled, and is the next frame received.
     pub(crate) held_syn: Option<usize>,
@@ -164,6 +178,7 @@ impl PipeDevice {
             faults: None,
             stats: DeviceStats::default(),
             syn_room: Vec::new(),
+            syn_heavy: Vec::new(),
             held_syn: None,
             learned: std::collections::HashMap::new(),
             after_arp: None,
@@ -278,42 +293,59 @@ impl PipeDevice {
         true
     }
 
-    /// The destination port of a TCP SYN (without ACK) frame over IPv4 or IPv6 (without
-    /// extension headers), if `f` is one.
-    fn syn_port(f: &[u8]) -> Option<u16> {
+    /// The port of the SYN waiting for a listening socket, if one waits.
+    pub(crate) fn held_syn_port(&self) -> Option<u16> {
+        self.held_syn
+            .and_then(|n| Self::syn_of(self.rx_buf.get(..n)?))
+            .map(|(port, _)| port)
+    }
+
+    /// The destination port and the source address of a TCP SYN (without ACK) frame over
+    /// IPv4 or IPv6 (without extension headers), if `f` is one.
+    fn syn_of(f: &[u8]) -> Option<(u16, IpAddr)> {
         const ETH: usize = 14;
-        let tcp = if f.len() >= ETH + 40 && f[12..14] == [0x86, 0xdd] && f[ETH + 6] == 6 {
-            ETH + 40
+        let (tcp, src) = if f.len() >= ETH + 40 && f[12..14] == [0x86, 0xdd] && f[ETH + 6] == 6 {
+            let a: [u8; 16] = f[ETH + 8..ETH + 24].try_into().ok()?;
+            (ETH + 40, IpAddr::from(a))
         } else if f.len() >= ETH + 20
             && f[12..14] == [0x08, 0x00]
             && f[ETH] >> 4 == 4
             && f[ETH + 9] == 6
         {
-            ETH + usize::from(f[ETH] & 0x0f) * 4
+            let a: [u8; 4] = f[ETH + 12..ETH + 16].try_into().ok()?;
+            (ETH + usize::from(f[ETH] & 0x0f) * 4, IpAddr::from(a))
         } else {
             return None;
         };
         let flags = *f.get(tcp + 13)?;
-        (flags & 0x12 == 0x02).then(|| u16::from_be_bytes([f[tcp + 2], f[tcp + 3]]))
+        (flags & 0x12 == 0x02).then(|| (u16::from_be_bytes([f[tcp + 2], f[tcp + 3]]), src))
     }
 
     /// Admits a received frame: a SYN to a listening port takes one of its free listening
-    /// sockets; with none free it is held (`false`) until the next poll refills the pool, or
-    /// dropped and counted when the backlog is full.
+    /// sockets; with none free it is held until the next poll refills the pool, or dropped and
+    /// counted when the backlog is full or its source holds its share of a pressed backlog.
     fn admit(&mut self, n: usize) -> Admit {
-        let Some(port) = Self::syn_port(&self.rx_buf[..n]) else {
+        let Some((port, src)) = Self::syn_of(&self.rx_buf[..n]) else {
             return Admit::Pass;
         };
         let Some(room) = self.syn_room.iter_mut().find(|(p, _)| *p == port) else {
             return Admit::Pass; // nobody listens: smoltcp answers with a reset
         };
+        if self.syn_heavy.contains(&(port, src)) {
+            self.stats.syn_dropped += 1;
+            self.stats.syn_limited += 1;
+            return Admit::Drop;
+        }
         match &mut room.1 {
-            SynRoom::Free(0) => Admit::Hold,
+            SynRoom::Free(0) | SynRoom::Evict => Admit::Hold,
             SynRoom::Free(k) => {
                 *k -= 1;
                 Admit::Pass
             }
-            SynRoom::Full => Admit::Drop,
+            SynRoom::Full => {
+                self.stats.syn_dropped += 1;
+                Admit::Drop
+            }
         }
     }
 
@@ -515,7 +547,7 @@ impl phy::Device for PipeDevice {
                         self.held_syn = Some(n);
                         return None;
                     }
-                    Admit::Drop => self.stats.syn_dropped += 1,
+                    Admit::Drop => {}
                 }
             };
             if self.learn(n) {

@@ -10,7 +10,8 @@
 //! **smoltcp's limits and how they are met here.** No listen backlog: a listener owns a pool
 //! of sockets on its port, topped up to a few listening ones before every poll while fewer
 //! than `backlog` connections wait, and a SYN that finds none free waits in the device for
-//! the refill instead of being reset. Linear socket
+//! the refill instead of being reset; half-open connections cannot hold it (a per-source
+//! share, the oldest given up for a new SYN, a deadline: [`HALF_OPEN_TIMEOUT`]). Linear socket
 //! scans: one stack (one interface) per container keeps the set small. Small neighbour cache:
 //! built with room for 64 entries. One MTU per interface: the pipe's (create pipes with a
 //! large MTU to get large segments over fast channels). Nagle and delayed ACKs are off by
@@ -49,6 +50,9 @@ pub struct StackConfig {
     /// Connections that may wait to be accepted per listener (beyond it, connection requests
     /// are dropped and the client retries).
     pub backlog: usize,
+    /// How long a half-open connection (its SYN answered, the handshake not completed) may
+    /// hold one of a listener's sockets ([`HALF_OPEN_TIMEOUT`] by default).
+    pub half_open_timeout: Duration,
     /// Compute and check checksums (off: every path is plain memory today).
     pub checksums: bool,
     /// How long `connect` waits.
@@ -67,6 +71,7 @@ impl Default for StackConfig {
             ack_delay: None,
             congestion_control: true,
             backlog: 128,
+            half_open_timeout: HALF_OPEN_TIMEOUT,
             checksums: false,
             connect_timeout: Duration::from_secs(10),
             faults: None,
@@ -98,7 +103,25 @@ pub(crate) struct Listening {
     pub(crate) pool: Vec<SocketHandle>,
     /// Connections that may wait to be accepted.
     pub(crate) backlog: usize,
+    /// When each half-open socket of the pool was first seen so.
+    pub(crate) half_open_since: std::collections::HashMap<SocketHandle, Instant>,
 }
+
+/// How long a half-open connection (its SYN answered, the handshake not completed) may hold
+/// one of a listener's sockets by default: then it is dropped, as a kernel gives up after its SYN-ACK
+/// retries. A pool full when a new SYN comes drops its oldest half-open connection sooner, so
+/// SYNs that are never completed (a flood from a partner) cannot shut a listener to others.
+pub const HALF_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A duration as smoltcp takes it.
+pub(crate) fn smol(d: Duration) -> smoltcp::time::Duration {
+    smoltcp::time::Duration::from_micros(d.as_micros().min(u64::MAX as u128) as u64)
+}
+
+/// How old a half-open connection must be before a new SYN may take its place: as long as
+/// a SYN-ACK waits before its first retransmission, so a connection whose peer answers at all
+/// completes first.
+pub const HALF_OPEN_MIN_AGE: Duration = Duration::from_secs(1);
 
 /// Listening sockets kept free per listener (a burst of SYNs larger than this within one
 /// poll waits for the next refill; every poll visits each of them, so few).
@@ -142,34 +165,94 @@ impl Inner {
 
     /// Tops up every listener's pool to [`SPARE`] listening sockets while fewer than its
     /// backlog wait to be accepted (dropping pooled sockets that closed before being
-    /// accepted), and tells the device how many SYNs each port can take now.
+    /// accepted), and tells the device how many SYNs each port can take now. A pool full with
+    /// a SYN waiting and a half-open connection in it drops the oldest half-open one for the
+    /// new SYN ([`HALF_OPEN_TIMEOUT`]); and a source holding a quarter of a backlog that is half
+    /// full in half-open connections gets no more SYNs in until it has fewer.
     fn refill_listeners(&mut self) {
         let mut room = std::mem::take(&mut self.dev.syn_room);
         room.clear();
+        let held = self.dev.held_syn_port();
+        let mut heavy = std::mem::take(&mut self.dev.syn_heavy);
+        heavy.clear();
+        let now = Instant::now();
         let mut listeners = std::mem::take(&mut self.listeners);
+        let mut sources: Vec<(IpAddress, usize)> = Vec::new();
         for l in &mut listeners {
             let sockets = &mut self.sockets;
+            let since = &mut l.half_open_since;
+            let (mut listening, mut oldest) = (0, None::<(Instant, usize)>);
+            let mut i = 0;
+            sources.clear();
             l.pool.retain(|h| {
-                let closed = sockets.get::<tcp::Socket>(*h).state() == tcp::State::Closed;
-                if closed {
-                    sockets.remove(*h);
+                let s = sockets.get_mut::<tcp::Socket>(*h);
+                let state = s.state();
+                if state != tcp::State::SynReceived && !since.is_empty() {
+                    since.remove(h);
                 }
-                !closed
+                match state {
+                    tcp::State::Closed => {
+                        sockets.remove(*h);
+                        return false;
+                    }
+                    tcp::State::Listen => listening += 1,
+                    tcp::State::SynReceived => {
+                        let t = *since.entry(*h).or_insert(now);
+                        if oldest.is_none_or(|(o, _)| t < o) {
+                            oldest = Some((t, i));
+                        }
+                        if let Some(ep) = s.remote_endpoint() {
+                            match sources.iter_mut().find(|(a, _)| *a == ep.addr) {
+                                Some((_, k)) => *k += 1,
+                                None => sources.push((ep.addr, 1)),
+                            }
+                        }
+                    }
+                    // past the handshake: no deadline any more (only half-open ones have it)
+                    _ => s.set_timeout(None),
+                }
+                i += 1;
+                true
             });
-            let free = |s: &SocketSet, p: &[SocketHandle]| {
-                p.iter()
-                    .filter(|h| s.get::<tcp::Socket>(**h).state() == tcp::State::Listen)
-                    .count()
-            };
-            let mut listening = free(&self.sockets, &l.pool);
-            let waiting = l.pool.len() - listening;
+            let mut waiting = l.pool.len() - listening;
+            if waiting * 2 >= l.backlog {
+                // pressed: a source holding a quarter of the backlog half-open gets no more
+                let share = (l.backlog / 4).max(1);
+                heavy.extend(
+                    sources
+                        .iter()
+                        .filter(|(_, k)| *k >= share)
+                        .map(|(a, _)| (l.port, IpAddr::from(*a))),
+                );
+            }
             if waiting >= l.backlog {
-                room.push((l.port, crate::device::SynRoom::Full));
-                continue;
+                let old = oldest.filter(|(t, _)| now.duration_since(*t) >= HALF_OPEN_MIN_AGE);
+                match old {
+                    Some((_, i)) if held == Some(l.port) => {
+                        // a SYN waits for a full pool: the oldest half-open connection makes
+                        // room for it, as a SYN cache drops its oldest entry
+                        let h = l.pool.remove(i);
+                        l.half_open_since.remove(&h);
+                        self.sockets.remove(h);
+                        self.dev.stats.syn_evicted += 1;
+                        waiting -= 1;
+                    }
+                    Some(_) => {
+                        room.push((l.port, crate::device::SynRoom::Evict));
+                        continue;
+                    }
+                    None => {
+                        room.push((l.port, crate::device::SynRoom::Full));
+                        continue;
+                    }
+                }
             }
             while listening < SPARE.min(l.backlog - waiting) {
                 let h = self.new_tcp_socket();
-                if self.tcp(h).listen(l.port).is_err() {
+                let deadline = smol(self.cfg.half_open_timeout);
+                let s = self.tcp(h);
+                s.set_timeout(Some(deadline));
+                if s.listen(l.port).is_err() {
                     self.sockets.remove(h);
                     break;
                 }
@@ -180,6 +263,7 @@ impl Inner {
         }
         self.listeners = listeners;
         self.dev.syn_room = room;
+        self.dev.syn_heavy = heavy;
     }
 
     /// How long until something needs a poll without new frames: a TCP timer, or a frame
@@ -218,6 +302,11 @@ impl Inner {
             tcp::CongestionControl::None
         });
         self.sockets.add(s)
+    }
+
+    /// Counts a half-open connection dropped for a new SYN.
+    pub(crate) fn count_syn_evicted(&mut self) {
+        self.dev.stats.syn_evicted += 1;
     }
 
     /// Removes a socket once it has finished closing.

@@ -45,6 +45,7 @@ impl TcpListener {
             port,
             pool: Vec::new(),
             backlog: stack.shared.cfg.backlog.max(1),
+            half_open_since: std::collections::HashMap::new(),
         });
         g.poll();
         Ok(TcpListener {
@@ -123,6 +124,9 @@ fn accept_step(g: &mut Inner, port: u16) -> Option<io::Result<(SocketHandle, Opt
     let pool = g.listeners[li].pool.clone();
     let i = pool.iter().position(|h| established(g, *h))?;
     let h = g.listeners[li].pool.remove(i);
+    g.listeners[li].half_open_since.remove(&h);
+    // the handshake's deadline does not follow the connection (an idle one would be aborted)
+    g.tcp(h).set_timeout(None);
     let peer = g.tcp(h).remote_endpoint().map(from_ep);
     Some(Ok((h, peer)))
 }

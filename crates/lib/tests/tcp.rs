@@ -521,6 +521,128 @@ fn connections_beyond_the_backlog_are_not_refused_but_retried() {
     );
 }
 
+/// Raw peers on pipes of their own (one source address each) that send `B:port` a SYN each
+/// and never complete it; returned so their pipes stay attached.
+fn half_open_peers(n: &Net, first: u8, count: u8, port: u16) -> Vec<Endpoint> {
+    use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4};
+    let mut peers = Vec::new();
+    for i in first..first + count {
+        let mut r = n.reg.lock().unwrap();
+        let name = format!("h{i}");
+        r.create_pipe(&name, &format!("10.8.0.{i}/24"), None, None)
+            .unwrap();
+        n.master.publish(r.snapshot());
+        let mut ep =
+            Endpoint::from_connection(r.connect_local(&name).unwrap(), IdlePolicy::Spin, None)
+                .unwrap();
+        drop(r);
+        let mac = ep.resolve(B, Duration::from_secs(2)).expect("ARP");
+        let len = ETH + IPV4 + 20;
+        let mut f = vec![0u8; len];
+        write_ipv4_headers(&mut f, ep.mac(), mac, ep.ip(), B, 6, len);
+        let t = &mut f[ETH + IPV4..];
+        t[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        t[2..4].copy_from_slice(&port.to_be_bytes());
+        t[4..8].copy_from_slice(&7u32.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = 0x02; // SYN
+        t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        ep.send(&f).unwrap();
+        ep.flush();
+        peers.push(ep);
+    }
+    peers
+}
+
+#[test]
+fn half_open_connections_make_room_for_new_ones_and_expire() {
+    // a backlog of 4, and four peers (four addresses) leave a SYN each unanswered: the pool is
+    // full of half-open connections
+    let cfg = StackConfig {
+        backlog: 4,
+        half_open_timeout: Duration::from_millis(2500),
+        ..StackConfig::default()
+    };
+    let n = net_with(false, 1500, cfg);
+    let listener = TcpListener::bind(&n.b, 7040).unwrap();
+    let t0 = std::time::Instant::now();
+    let _peers = half_open_peers(&n, 20, 4, 7040);
+    // younger than HALF_OPEN_MIN_AGE they keep their place: a fifth SYN waits (and retries)
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(n.b.device_stats().syn_evicted, 0);
+    // a fifth: the oldest half-open connection (by then older than the minimum) makes room
+    let c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7040)).expect("room was made");
+    listener
+        .accept_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(t0.elapsed() >= docknet_lib::stack::HALF_OPEN_MIN_AGE);
+    assert!(n.b.device_stats().syn_evicted >= 1);
+    drop(c);
+    // past the deadline the other three are gone: new connections find room as it is
+    thread::sleep(Duration::from_millis(3300).saturating_sub(t0.elapsed()));
+    let before = n.b.device_stats().syn_evicted;
+    for _ in 0..4 {
+        let _c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7040)).unwrap();
+        listener
+            .accept_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+    }
+    assert_eq!(
+        n.b.device_stats().syn_evicted,
+        before,
+        "expired, not evicted"
+    );
+    // an accepted connection keeps no deadline: idle for longer than it, it lives
+    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7040)).unwrap();
+    let (mut s, _) = listener
+        .accept_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    thread::sleep(Duration::from_millis(2600));
+    c.write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    s.read_exact(&mut got).unwrap();
+    s.write_all(b"pong").unwrap();
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"pong");
+}
+
+#[test]
+fn one_source_cannot_hold_a_whole_backlog_half_open() {
+    // a backlog of 8: one peer's SYNs from ports of its own, never completed, take no more than
+    // a quarter of it once it is half full; another client still gets in without evicting
+    let cfg = StackConfig {
+        backlog: 8,
+        ..StackConfig::default()
+    };
+    let n = net_with(false, 1500, cfg);
+    let listener = TcpListener::bind(&n.b, 7041).unwrap();
+    let mut peer = half_open_peers(&n, 30, 1, 7041).pop().unwrap();
+    let mac = peer.resolve(B, Duration::from_secs(2)).unwrap();
+    for port in 1..=64u16 {
+        use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4};
+        let len = ETH + IPV4 + 20;
+        let mut f = vec![0u8; len];
+        write_ipv4_headers(&mut f, peer.mac(), mac, peer.ip(), B, 6, len);
+        let t = &mut f[ETH + IPV4..];
+        t[0..2].copy_from_slice(&(41000 + port).to_be_bytes());
+        t[2..4].copy_from_slice(&7041u16.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = 0x02;
+        t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+        peer.send(&f).unwrap();
+        peer.flush();
+        thread::sleep(Duration::from_micros(200));
+    }
+    thread::sleep(Duration::from_millis(50));
+    let st = n.b.device_stats();
+    assert!(st.syn_limited > 0, "{st:?}");
+    let _c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7041)).expect("room for others");
+    listener
+        .accept_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(n.b.device_stats().syn_evicted, 0, "no eviction needed");
+}
+
 #[test]
 fn a_stack_answers_an_icmp_echo_request() {
     // smoltcp's automatic echo reply: a stack answers ping whatever its sockets do

@@ -12,9 +12,13 @@
 //!   dnattack inspect                    what the daemon hands this container: its pipe and
 //!                                       the fast channels it sees
 //!   dnattack window-overrun --to IP:PORT --seconds S
-//!   dnattack syn-options --to IP:PORT [--mutations N] [--bytes N]
 //!                                       a TCP peer that fills a DockLib server's receive
 //!                                       window and sends past every edge it offered
+//!   dnattack syn-options --to IP:PORT [--mutations N] [--bytes N]
+//!                                       SYNs with lying options, then a connection
+//!                                       offering two MSS options
+//!   dnattack syn-flood --to IP:PORT --seconds S
+//!                                       SYNs from every port in turn, never completed
 
 #![deny(unsafe_code)]
 
@@ -95,6 +99,16 @@ enum Cmd {
         /// Bytes asked of the server on the completed connection.
         #[arg(long, default_value_t = 100_000)]
         bytes: usize,
+    },
+    /// SYNs at a DockLib server from every port of this container in turn, never completed:
+    /// half-open connections on its listener for as long as the flood lasts.
+    SynFlood {
+        /// The server.
+        #[arg(long)]
+        to: std::net::SocketAddrV4,
+        /// How long to flood.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
     },
     /// Try to leave the sandbox.
     Escape {
@@ -244,6 +258,11 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             to,
             mutations,
             bytes,
+        )?,
+        Cmd::SynFlood { to, seconds } => overrun::syn_flood(
+            docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            to,
+            seconds,
         )?,
         Cmd::Inspect => {
             let conn = fdpass::connect_abstract(&name)

