@@ -85,8 +85,8 @@ enum Cmd {
               value_parser = clap::value_parser!(i32).range(-20..=19))]
         master_nice: i32,
         /// What the master thread does when idle: spin (lowest latency, one core busy),
-        /// adaptive or adaptive:SPIN_US (spin, yield, then sleep on a futex: no CPU when
-        /// idle), block.
+        /// adaptive, adaptive:SPIN_US or adaptive:SPIN_US:YIELD_US (spin 50 us, yield 1 ms,
+        /// then sleep on a futex: no CPU when idle), block.
         #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
         /// Remove every pipe when stopping (SIGINT/SIGTERM). Without it, pipes stay with the

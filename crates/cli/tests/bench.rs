@@ -1287,6 +1287,14 @@ fn seed_studies_measure_render_and_clean_up() {
         .unwrap()
         .iter()
         .any(|l| l.as_str().unwrap().starts_with("docknet-fc/reference")));
+    // one host: the peers yield a moment before sleeping, and the row says how they waited
+    let fc = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["mode"] == "docknet-fc")
+        .unwrap();
+    assert_eq!(fc["idle"], "adaptive:0:50 (daemon adaptive:0:200)", "{fc}");
     // across two hosts: the reference and the encrypted overlay (VXLAN through OpenVPN)
     let v = chain(
         "chain2.json",

@@ -139,21 +139,35 @@ impl IdlePolicy {
         yield_for: Duration::from_millis(1),
     };
 
-    /// Parses `spin`, `adaptive`, `adaptive:SPIN_US`, or `block`.
+    /// Parses `spin`, `adaptive`, `adaptive:SPIN_US` (then 1 ms of yielding),
+    /// `adaptive:SPIN_US:YIELD_US`, or `block`.
     pub fn parse(s: &str) -> Result<IdlePolicy, String> {
         match s {
             "spin" => Ok(IdlePolicy::Spin),
             "adaptive" => Ok(IdlePolicy::ADAPTIVE),
             "block" => Ok(IdlePolicy::Block),
-            _ => match s.strip_prefix("adaptive:").map(str::parse::<u64>) {
-                Some(Ok(us)) => Ok(IdlePolicy::Adaptive {
-                    spin: Duration::from_micros(us),
-                    yield_for: Duration::from_millis(1),
-                }),
-                _ => Err(format!(
-                    "unknown idle policy {s:?}: use spin, adaptive, adaptive:SPIN_US or block"
-                )),
-            },
+            _ => {
+                let us = |t: &str| t.parse::<u64>().ok().map(Duration::from_micros);
+                let mut parts = s.strip_prefix("adaptive:").unwrap_or_default().split(':');
+                match (
+                    s.starts_with("adaptive:"),
+                    parts.next(),
+                    parts.next(),
+                    parts.next(),
+                ) {
+                    (true, Some(a), b, None) => match (us(a), b.map(us)) {
+                        (Some(spin), None) => Ok(IdlePolicy::Adaptive {
+                            spin,
+                            yield_for: Duration::from_millis(1),
+                        }),
+                        (Some(spin), Some(Some(yield_for))) => {
+                            Ok(IdlePolicy::Adaptive { spin, yield_for })
+                        }
+                        _ => Err(bad_idle(s)),
+                    },
+                    _ => Err(bad_idle(s)),
+                }
+            }
         }
     }
 }
@@ -163,9 +177,21 @@ impl std::fmt::Display for IdlePolicy {
         match self {
             IdlePolicy::Spin => f.write_str("spin"),
             IdlePolicy::Block => f.write_str("block"),
-            IdlePolicy::Adaptive { spin, .. } => write!(f, "adaptive:{}", spin.as_micros()),
+            IdlePolicy::Adaptive { spin, yield_for } if *yield_for == Duration::from_millis(1) => {
+                write!(f, "adaptive:{}", spin.as_micros())
+            }
+            IdlePolicy::Adaptive { spin, yield_for } => {
+                write!(f, "adaptive:{}:{}", spin.as_micros(), yield_for.as_micros())
+            }
         }
     }
+}
+
+fn bad_idle(s: &str) -> String {
+    format!(
+        "unknown idle policy {s:?}: use spin, adaptive, adaptive:SPIN_US, \
+         adaptive:SPIN_US:YIELD_US or block"
+    )
 }
 
 /// What an idle poller should do next.
@@ -256,6 +282,25 @@ mod tests {
         ));
         assert!(IdlePolicy::parse("fast").is_err());
         assert_eq!(IdlePolicy::ADAPTIVE.to_string(), "adaptive:50");
+        let y = IdlePolicy::parse("adaptive:0:200").unwrap();
+        assert_eq!(
+            y,
+            IdlePolicy::Adaptive {
+                spin: Duration::ZERO,
+                yield_for: Duration::from_micros(200)
+            }
+        );
+        assert_eq!(y.to_string(), "adaptive:0:200");
+        assert_eq!(IdlePolicy::parse(&y.to_string()), Ok(y));
+        for bad in [
+            "adaptive:",
+            "adaptive:1:",
+            "adaptive:1:2:3",
+            "adaptive:x",
+            "adaptive::5",
+        ] {
+            assert!(IdlePolicy::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

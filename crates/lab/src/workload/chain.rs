@@ -54,11 +54,20 @@ pub struct ChainArgs {
     /// what one host allows for both the bridge and DockNet.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
-    /// How DockNet's three containers and its daemon wait (spin, adaptive, adaptive:SPIN_US,
-    /// block). Three containers and the daemon share this machine's cores with a closed-loop
-    /// load: a waiter that spins or yields takes the CPU the next hop needs.
-    #[arg(long, default_value = "block")]
-    pub peer_idle: String,
+    /// How DockNet's three containers wait (spin, adaptive, adaptive:SPIN_US[:YIELD_US],
+    /// block). Three containers and the daemon share this machine's two cores with a
+    /// closed-loop load: a waiter that spins takes the CPU the next hop needs, one that sleeps
+    /// must be woken (a futex wake, and on a VM an idle vCPU's wake-up); one that yields for a
+    /// moment gives its core to the next hop and is still awake when its answer comes.
+    /// [default: one host adaptive:0:50 (no spin, 50 us of yielding, then sleep); two hosts
+    /// block (the two daemons on the wire need the cores more); measured in
+    /// docs/benchmarks.md]
+    #[arg(long)]
+    pub peer_idle: Option<String>,
+    /// How DockNet's daemon waits [default: adaptive:0:200 (no spin, 200 us of yielding,
+    /// then sleep); spin or block when the peers spin or block].
+    #[arg(long)]
+    pub daemon_idle: Option<String>,
     /// Measured seconds per size.
     #[arg(long, default_value_t = 3.0)]
     pub duration: f64,
@@ -77,8 +86,10 @@ pub struct ChainArgs {
 pub const ABOUT: &str = "Kratzke's chain: docknet-load (the siege, keep-alive connections, \
     closed loop) -> docknet-forward (the ping service: one event loop, an upstream keep-alive \
     connection per client connection) -> docknet-httpd (the pong service, /bytes/N). Three \
-    containers on the mode's network, unpinned; DockNet's peers and daemon wait as \
-    --peer-idle says (block unless said). Transfer rate: \
+    containers on the mode's network, unpinned; DockNet's peers wait as --peer-idle says \
+    (one host: no spin, 50 us of yielding, then sleep; two hosts: block; unless said) and \
+    its daemon as --daemon-idle (no spin, 200 us of yielding, then sleep; block with \
+    blocking peers). Transfer rate: \
     payload bits per second at the load generator (answers/s x N x 8). loopback, the reference, \
     runs all three in one namespace over lo (Kratzke's reference ran them on hosts without \
     containers). On two hosts (HOSTS 2) the siege and pong run on host A and ping on host B, \
@@ -238,13 +249,28 @@ impl Chain<'_> {
 }
 
 /// The daemon's idle policy for the peers' (the daemon takes spin, adaptive or block).
-fn daemon_idle(peer: &str) -> &'static str {
-    match peer {
-        "spin" => "spin",
-        "block" => "block",
-        _ => "adaptive",
+/// The daemon's idle policy for `args` (see `--daemon-idle`).
+fn daemon_idle(args: &ChainArgs) -> String {
+    match (args.daemon_idle.as_deref(), peer_idle(args)) {
+        (Some(d), _) => d,
+        (None, "spin") => "spin",
+        (None, "block") => "block",
+        (None, _) => DAEMON_IDLE,
+    }
+    .to_string()
+}
+
+/// The peers' idle policy for `args` (see `--peer-idle`).
+fn peer_idle(args: &ChainArgs) -> &str {
+    match (&args.peer_idle, args.topology) {
+        (Some(p), _) => p,
+        (None, Topology::OneHost) => "adaptive:0:50",
+        (None, Topology::TwoHost) => "block",
     }
 }
+
+/// The daemon's idle policy when the peers neither spin nor block.
+pub const DAEMON_IDLE: &str = "adaptive:0:200";
 
 fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -265,7 +291,8 @@ fn run_mode(
     );
     let two = args.topology == Topology::TwoHost;
     let setup = DaemonSetup {
-        idle: daemon_idle(&args.peer_idle),
+        // once per mode: the setup takes the policy for the daemon's life
+        idle: Box::leak(daemon_idle(args).into_boxed_str()),
         master_core: None,
         master_core_b: None,
         master_nice: 0,
@@ -299,7 +326,7 @@ fn run_mode(
     };
     let chain = Chain {
         exe,
-        idle: args.peer_idle.clone(),
+        idle: peer_idle(args).to_string(),
         k,
         d,
         two,
@@ -392,7 +419,9 @@ fn run_mode(
                 args.mtu
             }),
             builder: Some(mode.builder().name().into()),
-            idle: mode.is_docknet().then(|| args.peer_idle.clone()),
+            idle: mode
+                .is_docknet()
+                .then(|| format!("{} (daemon {})", peer_idle(args), daemon_idle(args))),
             ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
         };
         progress.done(&format!(
@@ -414,6 +443,12 @@ pub fn measure(
 ) -> Result<(Vec<Row>, Vec<NotAvailable>)> {
     let exe = std::env::current_exe()?;
     let modes = modes(args)?;
+    for (what, p) in [
+        ("--peer-idle", peer_idle(args).to_string()),
+        ("--daemon-idle", daemon_idle(args)),
+    ] {
+        docknet_pipe::IdlePolicy::parse(&p).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    }
     let mut skipped: Vec<NotAvailable> = Vec::new();
     let mut rows = Vec::new();
     for mode in modes {
