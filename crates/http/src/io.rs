@@ -189,7 +189,7 @@ pub struct DockIo(pub Stack);
 
 impl DockIo {
     /// DockLib on the pipe this process was started on (`docknet run --pipe NAME`), its calls
-    /// waiting as `idle` says (spin, adaptive, adaptive:SPIN_US[:YIELD_US], block).
+    /// waiting as `idle` says (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
     pub fn attach(idle: &str) -> anyhow::Result<DockIo> {
         let idle =
             docknet_pipe::IdlePolicy::parse(idle).map_err(|e| anyhow::anyhow!("--idle: {e}"))?;

@@ -58,7 +58,7 @@ struct Common {
     /// Pin to this core.
     #[arg(long)]
     cpu: Option<usize>,
-    /// DockNet: what a waiting call does (spin, adaptive, adaptive:SPIN_US[:YIELD_US], block).
+    /// DockNet: what a waiting call does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
     #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
     idle: IdlePolicy,
 }
@@ -122,7 +122,7 @@ enum Cmd {
         /// Pin to this core.
         #[arg(long)]
         cpu: Option<usize>,
-        /// What a waiting call does (spin, adaptive, adaptive:SPIN_US[:YIELD_US], block).
+        /// What a waiting call does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
         #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
     },

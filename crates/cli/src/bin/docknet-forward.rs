@@ -31,7 +31,7 @@ struct Cli {
     /// The upstream server every request goes to.
     #[arg(long)]
     to: SocketAddrV4,
-    /// DockNet: what a waiting call does (spin, adaptive, adaptive:SPIN_US[:YIELD_US], block).
+    /// DockNet: what a waiting call does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
     #[arg(long, default_value = "adaptive")]
     idle: String,
 }

@@ -34,7 +34,7 @@ struct Cli {
     /// Address to listen on (DockNet: the pipe's address, or 0.0.0.0).
     #[arg(long, default_value = "0.0.0.0:8080")]
     bind: SocketAddrV4,
-    /// DockNet: what a waiting loop does (spin, adaptive, adaptive:SPIN_US[:YIELD_US], block).
+    /// DockNet: what a waiting loop does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
     #[arg(long, default_value = "adaptive")]
     idle: String,
     /// Pin to this core.

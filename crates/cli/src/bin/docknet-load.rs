@@ -55,7 +55,7 @@ struct Cli {
     /// Send exactly this many requests in all and stop when they are answered (no warm-up).
     #[arg(long)]
     requests: Option<u64>,
-    /// DockNet: what a waiting loop does (spin, adaptive, adaptive:SPIN_US[:YIELD_US], block).
+    /// DockNet: what a waiting loop does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
     #[arg(long, default_value = "adaptive")]
     idle: String,
     /// Pin to this core.

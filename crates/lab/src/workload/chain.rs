@@ -54,7 +54,7 @@ pub struct ChainArgs {
     /// what one host allows for both the bridge and DockNet.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
-    /// How DockNet's three containers wait (spin, adaptive, adaptive:SPIN_US[:YIELD_US],
+    /// How DockNet's three containers wait (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US,
     /// block). Three containers and the daemon share this machine's two cores with a
     /// closed-loop load: a waiter that spins takes the CPU the next hop needs, one that sleeps
     /// must be woken (a futex wake, and on a VM an idle vCPU's wake-up); one that yields for a
