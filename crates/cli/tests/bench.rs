@@ -1294,7 +1294,8 @@ fn seed_studies_measure_render_and_clean_up() {
         .iter()
         .find(|r| r["mode"] == "docknet-fc")
         .unwrap();
-    assert_eq!(fc["idle"], "adaptive:0:50 (daemon adaptive:0:200)", "{fc}");
+    assert_eq!(fc["idle"], "adaptive:0:50", "{fc}");
+    assert_eq!(fc["daemon_idle"], "adaptive:0:200", "{fc}");
     // across two hosts: the reference and the encrypted overlay (VXLAN through OpenVPN)
     let v = chain(
         "chain2.json",

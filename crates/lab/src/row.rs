@@ -333,13 +333,21 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_pct_of_core: Option<f64>,
-    /// Pairs and idle on DockNet: the peers' idle policy (`spin`, `adaptive`, `adaptive:0`, `block`).
+    /// Pairs, idle and chain on DockNet: the peers' idle policy (`spin`, `adaptive`,
+    /// `adaptive:SPIN_US`, `adaptive:SPIN_US:YIELD_US`, `block`).
     #[serde(
         default,
         deserialize_with = "text",
         skip_serializing_if = "Option::is_none"
     )]
     pub idle: Option<String>,
+    /// Chain on DockNet: the daemon's idle policy.
+    #[serde(
+        default,
+        deserialize_with = "text",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub daemon_idle: Option<String>,
     /// Rate: the experiment (`steps`, `none`, `udp-limited`, `both-limited`).
     #[serde(
         default,
@@ -519,6 +527,7 @@ impl Row {
             containers: None,
             cpu_pct_of_core: None,
             idle: None,
+            daemon_idle: None,
             scenario: None,
             flow: None,
             t_s: None,

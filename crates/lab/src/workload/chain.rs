@@ -419,9 +419,8 @@ fn run_mode(
                 args.mtu
             }),
             builder: Some(mode.builder().name().into()),
-            idle: mode
-                .is_docknet()
-                .then(|| format!("{} (daemon {})", peer_idle(args), daemon_idle(args))),
+            idle: mode.is_docknet().then(|| peer_idle(args).to_string()),
+            daemon_idle: mode.is_docknet().then(|| daemon_idle(args)),
             ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
         };
         progress.done(&format!(
