@@ -645,7 +645,7 @@ fn a_syn_flood_from_a_partner_does_not_shut_the_server_to_others() {
                 "--requests",
                 "100",
                 "-c",
-                "2",
+                "8",
                 "http://10.49.0.2/",
             ],
         );

@@ -80,8 +80,7 @@ pub struct DeviceStats {
     /// SYN when a listener's backlog was full of them.
     pub syn_evicted: u64,
     /// Of `syn_dropped`: SYNs dropped because their source already held a quarter of a
-    /// listener's backlog in half-open connections while that backlog was half full (one peer
-    /// cannot take it all).
+    /// listener's backlog in half-open connections (one peer cannot take it all).
     pub syn_limited: u64,
 }
 
@@ -301,12 +300,25 @@ impl PipeDevice {
     }
 
     /// The destination port and the source address of a TCP SYN (without ACK) frame over
-    /// IPv4 or IPv6 (without extension headers), if `f` is one.
+    /// IPv4 or IPv6 (after any hop-by-hop, routing and destination-options headers, which
+    /// smoltcp walks too), if `f` is one.
     fn syn_of(f: &[u8]) -> Option<(u16, IpAddr)> {
         const ETH: usize = 14;
-        let (tcp, src) = if f.len() >= ETH + 40 && f[12..14] == [0x86, 0xdd] && f[ETH + 6] == 6 {
+        let (tcp, src) = if f.len() >= ETH + 40 && f[12..14] == [0x86, 0xdd] {
             let a: [u8; 16] = f[ETH + 8..ETH + 24].try_into().ok()?;
-            (ETH + 40, IpAddr::from(a))
+            let (mut next, mut at) = (f[ETH + 6], ETH + 40);
+            // at most 8 extension headers: a longer chain is not a SYN smoltcp would take
+            for _ in 0..8 {
+                if !matches!(next, 0 | 43 | 60) {
+                    break;
+                }
+                next = *f.get(at)?;
+                at += (usize::from(*f.get(at + 1)?) + 1) * 8;
+            }
+            if next != 6 {
+                return None;
+            }
+            (at, IpAddr::from(a))
         } else if f.len() >= ETH + 20
             && f[12..14] == [0x08, 0x00]
             && f[ETH] >> 4 == 4
@@ -601,5 +613,52 @@ impl phy::Device for PipeDevice {
             caps.checksum = c;
         }
         caps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PipeDevice;
+    use std::net::IpAddr;
+
+    /// An Ethernet + IPv6 frame from `src` whose first next header is `next`, with `ext`
+    /// (extension headers) before a TCP header with `flags` to port 80.
+    fn v6(next: u8, ext: &[u8], flags: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 14];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        let mut ip = [0u8; 40];
+        ip[0] = 0x60;
+        ip[6] = next;
+        ip[8..24].copy_from_slice(&"fd00::7".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        f.extend(ip);
+        f.extend(ext);
+        let mut tcp = [0u8; 20];
+        tcp[2..4].copy_from_slice(&80u16.to_be_bytes());
+        tcp[12] = 5 << 4;
+        tcp[13] = flags;
+        f.extend(tcp);
+        f
+    }
+
+    #[test]
+    fn a_syn_is_found_behind_ipv6_extension_headers() {
+        let src: IpAddr = "fd00::7".parse().unwrap();
+        assert_eq!(PipeDevice::syn_of(&v6(6, &[], 0x02)), Some((80, src)));
+        // hop-by-hop (8 bytes) then destination options (16 bytes), then TCP
+        let mut ext = vec![60, 0, 1, 4, 0, 0, 0, 0];
+        ext.extend([6, 1, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(PipeDevice::syn_of(&v6(0, &ext, 0x02)), Some((80, src)));
+        // a SYN-ACK is not a connection request; nor is UDP behind the headers
+        assert_eq!(PipeDevice::syn_of(&v6(0, &ext, 0x12)), None);
+        let mut udp = ext.clone();
+        udp[8] = 17;
+        assert_eq!(PipeDevice::syn_of(&v6(0, &udp, 0x02)), None);
+        // a header running past the frame, and a chain longer than eight: not taken, no panic
+        assert_eq!(PipeDevice::syn_of(&v6(0, &[60, 200], 0x02)), None);
+        let long: Vec<u8> = (0..9).flat_map(|_| [0u8, 0, 0, 0, 0, 0, 0, 0]).collect();
+        assert_eq!(PipeDevice::syn_of(&v6(0, &long, 0x02)), None);
+        for cut in 0..v6(0, &ext, 0x02).len() {
+            let _ = PipeDevice::syn_of(&v6(0, &ext, 0x02)[..cut]);
+        }
     }
 }

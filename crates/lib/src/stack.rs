@@ -51,7 +51,8 @@ pub struct StackConfig {
     /// are dropped and the client retries).
     pub backlog: usize,
     /// How long a half-open connection (its SYN answered, the handshake not completed) may
-    /// hold one of a listener's sockets ([`HALF_OPEN_TIMEOUT`] by default).
+    /// hold one of a listener's sockets ([`HALF_OPEN_TIMEOUT`] by default; taken within 1 ms
+    /// and a day).
     pub half_open_timeout: Duration,
     /// Compute and check checksums (off: every path is plain memory today).
     pub checksums: bool,
@@ -113,9 +114,11 @@ pub(crate) struct Listening {
 /// SYNs that are never completed (a flood from a partner) cannot shut a listener to others.
 pub const HALF_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A duration as smoltcp takes it.
+/// A deadline as smoltcp takes it: within 1 ms and a day (smoltcp adds it to a signed
+/// microsecond clock, where a larger one would wrap to the past and abort at once).
 pub(crate) fn smol(d: Duration) -> smoltcp::time::Duration {
-    smoltcp::time::Duration::from_micros(d.as_micros().min(u64::MAX as u128) as u64)
+    let d = d.clamp(Duration::from_millis(1), Duration::from_secs(86_400));
+    smoltcp::time::Duration::from_micros(d.as_micros() as u64)
 }
 
 /// How old a half-open connection must be before a new SYN may take its place: as long as
@@ -167,8 +170,8 @@ impl Inner {
     /// backlog wait to be accepted (dropping pooled sockets that closed before being
     /// accepted), and tells the device how many SYNs each port can take now. A pool full with
     /// a SYN waiting and a half-open connection in it drops the oldest half-open one for the
-    /// new SYN ([`HALF_OPEN_TIMEOUT`]); and a source holding a quarter of a backlog that is half
-    /// full in half-open connections gets no more SYNs in until it has fewer.
+    /// new SYN ([`HALF_OPEN_TIMEOUT`]); and a source holding a quarter of the backlog in half-open
+    /// connections gets no more SYNs in until it has fewer.
     fn refill_listeners(&mut self) {
         let mut room = std::mem::take(&mut self.dev.syn_room);
         room.clear();
@@ -215,9 +218,9 @@ impl Inner {
                 true
             });
             let mut waiting = l.pool.len() - listening;
-            if waiting * 2 >= l.backlog {
+            let share = (l.backlog / 4).max(2);
+            if waiting >= share {
                 // pressed: a source holding a quarter of the backlog half-open gets no more
-                let share = (l.backlog / 4).max(1);
                 heavy.extend(
                     sources
                         .iter()

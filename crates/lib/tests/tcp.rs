@@ -567,31 +567,35 @@ fn half_open_connections_make_room_for_new_ones_and_expire() {
     let listener = TcpListener::bind(&n.b, 7040).unwrap();
     let t0 = std::time::Instant::now();
     let _peers = half_open_peers(&n, 20, 4, 7040);
-    // younger than HALF_OPEN_MIN_AGE they keep their place: a fifth SYN waits (and retries)
-    thread::sleep(Duration::from_millis(50));
+    // once they are older than HALF_OPEN_MIN_AGE, a fifth SYN takes the oldest one's place
+    thread::sleep(docknet_lib::stack::HALF_OPEN_MIN_AGE + Duration::from_millis(100));
     assert_eq!(n.b.device_stats().syn_evicted, 0);
-    // a fifth: the oldest half-open connection (by then older than the minimum) makes room
     let c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7040)).expect("room was made");
     listener
         .accept_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    assert!(t0.elapsed() >= docknet_lib::stack::HALF_OPEN_MIN_AGE);
-    assert!(n.b.device_stats().syn_evicted >= 1);
+    assert_eq!(n.b.device_stats().syn_evicted, 1);
     drop(c);
-    // past the deadline the other three are gone: new connections find room as it is
+    // past the deadline the other three are gone: four connections at once, none accepted
+    // until all are in, fit the backlog without evicting anything
     thread::sleep(Duration::from_millis(3300).saturating_sub(t0.elapsed()));
-    let before = n.b.device_stats().syn_evicted;
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let a = n.a.clone();
+            thread::spawn(move || TcpStream::connect(&a, SocketAddrV4::new(B, 7040)))
+        })
+        .collect();
+    let held: Vec<_> = clients
+        .into_iter()
+        .map(|c| c.join().unwrap().expect("room for all four"))
+        .collect();
     for _ in 0..4 {
-        let _c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7040)).unwrap();
         listener
             .accept_timeout(Some(Duration::from_secs(5)))
             .unwrap();
     }
-    assert_eq!(
-        n.b.device_stats().syn_evicted,
-        before,
-        "expired, not evicted"
-    );
+    assert_eq!(n.b.device_stats().syn_evicted, 1, "expired, not evicted");
+    drop(held);
     // an accepted connection keeps no deadline: idle for longer than it, it lives
     let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7040)).unwrap();
     let (mut s, _) = listener
@@ -608,16 +612,28 @@ fn half_open_connections_make_room_for_new_ones_and_expire() {
 
 #[test]
 fn one_source_cannot_hold_a_whole_backlog_half_open() {
-    // a backlog of 8: one peer's SYNs from ports of its own, never completed, take no more than
-    // a quarter of it once it is half full; another client still gets in without evicting
+    // a backlog of 16: one peer's SYNs from 64 ports of its own, never completed, get at most
+    // a quarter of it (answered with SYN-ACKs; the rest dropped); another client still gets in
+    // without evicting anything
     let cfg = StackConfig {
-        backlog: 8,
+        backlog: 16,
         ..StackConfig::default()
     };
     let n = net_with(false, 1500, cfg);
     let listener = TcpListener::bind(&n.b, 7041).unwrap();
     let mut peer = half_open_peers(&n, 30, 1, 7041).pop().unwrap();
     let mac = peer.resolve(B, Duration::from_secs(2)).unwrap();
+    let mut answered = std::collections::HashSet::new();
+    let mut buf = vec![0u8; 2048];
+    let mut read = |peer: &mut Endpoint, answered: &mut std::collections::HashSet<u16>| {
+        while let Some((k, _)) = peer.recv(&mut buf) {
+            let f = &buf[..k];
+            // a SYN-ACK from B: its destination port is the SYN's source port
+            if k >= 54 && f[12..14] == [8, 0] && f[23] == 6 && f[47] & 0x12 == 0x12 {
+                answered.insert(u16::from_be_bytes([f[36], f[37]]));
+            }
+        }
+    };
     for port in 1..=64u16 {
         use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4};
         let len = ETH + IPV4 + 20;
@@ -631,11 +647,19 @@ fn one_source_cannot_hold_a_whole_backlog_half_open() {
         t[14..16].copy_from_slice(&65535u16.to_be_bytes());
         peer.send(&f).unwrap();
         peer.flush();
-        thread::sleep(Duration::from_micros(200));
+        thread::sleep(Duration::from_micros(300));
+        read(&mut peer, &mut answered);
     }
-    thread::sleep(Duration::from_millis(50));
+    thread::sleep(Duration::from_millis(100));
+    read(&mut peer, &mut answered);
     let st = n.b.device_stats();
     assert!(st.syn_limited > 0, "{st:?}");
+    // a quarter of 16, and the SYNs one refill admits beyond it
+    assert!(
+        (4..=6).contains(&answered.len()),
+        "half-open connections one source got: {} ({st:?})",
+        answered.len()
+    );
     let _c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7041)).expect("room for others");
     listener
         .accept_timeout(Some(Duration::from_secs(5)))
