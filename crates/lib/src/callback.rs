@@ -7,14 +7,14 @@
 //!   of a listening port, with a handle to answer on that connection.
 
 use crate::raw::Endpoint;
-use crate::stack::HALF_OPEN_MIN_AGE;
 use crate::stack::{Inner, Stack};
+use crate::TcpListener;
 use docknet_pipe::Idler;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs the endpoint's receive loop on this thread until `stop` is set, calling
 /// `stack_rx(frame, endpoint)` for every frame (fast channels first, then the rx ring); the
@@ -56,87 +56,29 @@ struct Conn {
     out: Vec<u8>,
 }
 
-/// Serves `port` on this thread until `stop` is set: accepts connections (keeping `backlog`
-/// listening sockets), calls `handler.tcp_recved` for received bytes and sends its replies.
+/// Serves `port` on this thread until `stop` is set: accepts connections (through the stack's
+/// listener on `port`, as [`TcpListener::accept`] does), calls `handler.tcp_recved` for
+/// received bytes and sends its replies.
 pub fn serve_tcp(
     stack: &Stack,
     port: u16,
     handler: &mut impl TcpHandler,
     stop: &AtomicBool,
 ) -> io::Result<()> {
-    let backlog = stack.config().backlog.max(1);
-    let deadline = crate::stack::smol(stack.config().half_open_timeout);
-    let mut listening: Vec<SocketHandle> = Vec::new();
-    // when each half-open listening socket was first seen so
-    let mut since: std::collections::HashMap<SocketHandle, Instant> = Default::default();
+    // the stack's listener: its pool, backlog and defences against half-open connections
+    // (per-source share, oldest out, deadline) serve this loop as they serve `accept`
+    let listener = TcpListener::bind(stack, port)?;
+    let port = listener.port();
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut idler = Idler::new(stack.config().idle);
     while !stop.load(Ordering::Relaxed) {
         let mut events: Vec<(ConnId, Event)> = Vec::new();
         let moved = stack.with_inner(|g: &mut Inner| -> io::Result<bool> {
-            // half-open connections past their deadline are gone; all sockets half-open (SYNs
-            // never completed): the oldest makes room, so new SYNs still find a listener
-            listening.retain(|h| {
-                let closed = g.tcp(*h).state() == tcp::State::Closed;
-                if closed {
-                    since.remove(h);
-                    g.sockets_remove(*h);
-                }
-                !closed
-            });
-            let now = Instant::now();
-            let mut oldest: Option<(Instant, usize)> = None;
-            for (i, h) in listening.iter().enumerate() {
-                if g.tcp(*h).state() == tcp::State::SynReceived {
-                    let t = *since.entry(*h).or_insert(now);
-                    if oldest.is_none_or(|(o, _)| t < o) {
-                        oldest = Some((t, i));
-                    }
-                } else {
-                    since.remove(h);
-                }
-            }
-            let all_half_open = listening
-                .iter()
-                .all(|h| g.tcp(*h).state() == tcp::State::SynReceived);
-            match oldest {
-                Some((t, i))
-                    if listening.len() >= backlog
-                        && all_half_open
-                        && now.duration_since(t) >= HALF_OPEN_MIN_AGE =>
-                {
-                    let h = listening.remove(i);
-                    since.remove(&h);
-                    g.sockets_remove(h);
-                    g.count_syn_evicted();
-                }
-                _ => {}
-            }
-            while listening.len() < backlog {
-                let h = g.new_tcp_socket();
-                let s = g.tcp(h);
-                s.set_timeout(Some(deadline));
-                s.listen(port).map_err(|e| {
-                    io::Error::new(io::ErrorKind::AddrInUse, format!("listen on {port}: {e}"))
-                })?;
-                listening.push(h);
-            }
             let mut moved = g.poll();
             // newly established connections (oldest first)
-            let mut i = 0;
-            while i < listening.len() {
-                let st = g.tcp(listening[i]).state();
-                if matches!(
-                    st,
-                    tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
-                ) {
-                    i += 1;
-                    continue;
-                }
-                let h = listening.remove(i);
-                since.remove(&h);
-                g.tcp(h).set_timeout(None);
+            while let Some(got) = crate::tcp::accept_step(g, port) {
+                let (h, _peer) = got?;
                 let id = ConnId(
                     conns
                         .iter()
@@ -214,11 +156,8 @@ pub fn serve_tcp(
             stack.sleep_once(Duration::from_millis(20));
         }
     }
+    drop(listener);
     stack.with_inner(|g: &mut Inner| {
-        for h in listening.drain(..) {
-            g.tcp(h).abort();
-            g.sockets_remove(h);
-        }
         for c in conns.iter().flatten() {
             g.tcp(c.h).close();
             g.retire(c.h);

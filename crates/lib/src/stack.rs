@@ -307,19 +307,9 @@ impl Inner {
         self.sockets.add(s)
     }
 
-    /// Counts a half-open connection dropped for a new SYN.
-    pub(crate) fn count_syn_evicted(&mut self) {
-        self.dev.stats.syn_evicted += 1;
-    }
-
     /// Removes a socket once it has finished closing.
     pub(crate) fn retire(&mut self, h: SocketHandle) {
         self.closing.push(h);
-    }
-
-    /// Removes a socket now.
-    pub(crate) fn sockets_remove(&mut self, h: SocketHandle) {
-        self.sockets.remove(h);
     }
 
     pub(crate) fn ephemeral_port(&mut self) -> u16 {

@@ -119,7 +119,10 @@ fn established(g: &mut Inner, h: SocketHandle) -> bool {
 }
 
 /// Hands out the oldest pooled socket that has a connection (the next poll refills the pool).
-fn accept_step(g: &mut Inner, port: u16) -> Option<io::Result<(SocketHandle, Option<SocketAddr>)>> {
+pub(crate) fn accept_step(
+    g: &mut Inner,
+    port: u16,
+) -> Option<io::Result<(SocketHandle, Option<SocketAddr>)>> {
     let li = g.listeners.iter().position(|l| l.port == port)?;
     let pool = g.listeners[li].pool.clone();
     let i = pool.iter().position(|h| established(g, *h))?;

@@ -524,7 +524,6 @@ fn connections_beyond_the_backlog_are_not_refused_but_retried() {
 /// Raw peers on pipes of their own (one source address each) that send `B:port` a SYN each
 /// and never complete it; returned so their pipes stay attached.
 fn half_open_peers(n: &Net, first: u8, count: u8, port: u16) -> Vec<Endpoint> {
-    use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4};
     let mut peers = Vec::new();
     for i in first..first + count {
         let mut r = n.reg.lock().unwrap();
@@ -537,18 +536,7 @@ fn half_open_peers(n: &Net, first: u8, count: u8, port: u16) -> Vec<Endpoint> {
                 .unwrap();
         drop(r);
         let mac = ep.resolve(B, Duration::from_secs(2)).expect("ARP");
-        let len = ETH + IPV4 + 20;
-        let mut f = vec![0u8; len];
-        write_ipv4_headers(&mut f, ep.mac(), mac, ep.ip(), B, 6, len);
-        let t = &mut f[ETH + IPV4..];
-        t[0..2].copy_from_slice(&40000u16.to_be_bytes());
-        t[2..4].copy_from_slice(&port.to_be_bytes());
-        t[4..8].copy_from_slice(&7u32.to_be_bytes());
-        t[12] = 5 << 4;
-        t[13] = 0x02; // SYN
-        t[14..16].copy_from_slice(&65535u16.to_be_bytes());
-        ep.send(&f).unwrap();
-        ep.flush();
+        send_syn(&mut ep, mac, 40000, port);
         peers.push(ep);
     }
     peers
@@ -610,6 +598,22 @@ fn half_open_connections_make_room_for_new_ones_and_expire() {
     assert_eq!(&got, b"pong");
 }
 
+/// Sends `B:to` a SYN from `peer`'s port `from` (never completed).
+fn send_syn(peer: &mut Endpoint, mac: [u8; 6], from: u16, to: u16) {
+    use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4};
+    let len = ETH + IPV4 + 20;
+    let mut f = vec![0u8; len];
+    write_ipv4_headers(&mut f, peer.mac(), mac, peer.ip(), B, 6, len);
+    let t = &mut f[ETH + IPV4..];
+    t[0..2].copy_from_slice(&from.to_be_bytes());
+    t[2..4].copy_from_slice(&to.to_be_bytes());
+    t[12] = 5 << 4;
+    t[13] = 0x02; // SYN
+    t[14..16].copy_from_slice(&65535u16.to_be_bytes());
+    peer.send(&f).unwrap();
+    peer.flush();
+}
+
 #[test]
 fn one_source_cannot_hold_a_whole_backlog_half_open() {
     // a backlog of 16: one peer's SYNs from 64 ports of its own, never completed, get at most
@@ -635,18 +639,7 @@ fn one_source_cannot_hold_a_whole_backlog_half_open() {
         }
     };
     for port in 1..=64u16 {
-        use docknet_lib::frame::{write_ipv4_headers, ETH, IPV4};
-        let len = ETH + IPV4 + 20;
-        let mut f = vec![0u8; len];
-        write_ipv4_headers(&mut f, peer.mac(), mac, peer.ip(), B, 6, len);
-        let t = &mut f[ETH + IPV4..];
-        t[0..2].copy_from_slice(&(41000 + port).to_be_bytes());
-        t[2..4].copy_from_slice(&7041u16.to_be_bytes());
-        t[12] = 5 << 4;
-        t[13] = 0x02;
-        t[14..16].copy_from_slice(&65535u16.to_be_bytes());
-        peer.send(&f).unwrap();
-        peer.flush();
+        send_syn(&mut peer, mac, 41000 + port, 7041);
         thread::sleep(Duration::from_micros(300));
         read(&mut peer, &mut answered);
     }
@@ -665,6 +658,43 @@ fn one_source_cannot_hold_a_whole_backlog_half_open() {
         .accept_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     assert_eq!(n.b.device_stats().syn_evicted, 0, "no eviction needed");
+}
+
+#[test]
+fn a_callback_server_keeps_room_for_others_under_a_syn_flood() {
+    // the callback server accepts through the stack's listener: one peer's never-completed
+    // SYNs get a quarter of its backlog, and another client is served
+    use docknet_lib::callback::{serve_tcp, ConnId, TcpHandler};
+    struct Echo;
+    impl TcpHandler for Echo {
+        fn tcp_recved(&mut self, _c: ConnId, data: &[u8], reply: &mut Vec<u8>) {
+            reply.extend_from_slice(data);
+        }
+    }
+    let cfg = StackConfig {
+        backlog: 8,
+        ..StackConfig::default()
+    };
+    let n = net_with(false, 1500, cfg);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (b, stop2) = (n.b.clone(), stop.clone());
+    let srv = thread::spawn(move || serve_tcp(&b, 7042, &mut Echo, &stop2));
+    thread::sleep(Duration::from_millis(100));
+    let mut peer = half_open_peers(&n, 40, 1, 7042).pop().unwrap();
+    let mac = peer.resolve(B, Duration::from_secs(2)).unwrap();
+    for port in 1..=64u16 {
+        send_syn(&mut peer, mac, 42000 + port, 7042);
+        thread::sleep(Duration::from_micros(300));
+    }
+    let st = n.b.device_stats();
+    assert!(st.syn_limited > 0, "{st:?}");
+    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7042)).expect("room for others");
+    c.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello");
+    stop.store(true, Ordering::Relaxed);
+    srv.join().unwrap().unwrap();
 }
 
 #[test]
