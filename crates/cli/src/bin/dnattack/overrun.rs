@@ -42,6 +42,25 @@ struct Peer {
 }
 
 impl Peer {
+    /// A peer of the server at `to` on `port`: the server's MAC from the fast channel to it, or
+    /// by ARP through the daemon.
+    fn new(mut ep: Endpoint, to: SocketAddrV4, port: u16) -> Result<Peer> {
+        let mac = match ep.fc_peer_mac(*to.ip()) {
+            Some(m) => m,
+            None => ep
+                .resolve(*to.ip(), Duration::from_secs(2))
+                .context("no MAC for the server")?,
+        };
+        Ok(Peer {
+            buf: vec![0u8; ep.frame_size()],
+            ep,
+            mac,
+            to,
+            port,
+            sent: 0,
+        })
+    }
+
     fn send(
         &mut self,
         control: TcpControl,
@@ -123,22 +142,9 @@ fn stream(offset: usize, out: &mut Vec<u8>, len: usize) {
     out.extend((offset..offset + len).map(|k| REQUEST[k % REQUEST.len()]));
 }
 
-pub fn run(mut ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
-    let mac = match ep.fc_peer_mac(*to.ip()) {
-        Some(m) => m,
-        None => ep
-            .resolve(*to.ip(), Duration::from_secs(2))
-            .context("no MAC for the server")?,
-    };
+pub fn run(ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
     let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
-    let mut peer = Peer {
-        buf: vec![0u8; ep.frame_size()],
-        ep,
-        mac,
-        to,
-        port: 40000 + (seed % 20000) as u16,
-        sent: 0,
-    };
+    let mut peer = Peer::new(ep, to, 40000 + (seed % 20000) as u16)?;
     // the handshake, by hand
     let iss = TcpSeqNumber(seed as i32);
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -234,45 +240,31 @@ pub fn run(mut ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_jso
 /// take the last) that fetches `GET /bytes/N` and reports the largest segment it got. The
 /// server reads every SYN's options (DockLib clamps the MSS to the path): it must live on.
 pub fn syn_options(
-    mut ep: Endpoint,
+    ep: Endpoint,
     to: SocketAddrV4,
     mutations: u32,
     bytes: usize,
 ) -> Result<serde_json::Value> {
-    let mac = match ep.fc_peer_mac(*to.ip()) {
-        Some(m) => m,
-        None => ep
-            .resolve(*to.ip(), Duration::from_secs(2))
-            .context("no MAC for the server")?,
-    };
     let seed = std::process::id() as u64 ^ 0x9e37_79b9;
-    let mut peer = Peer {
-        buf: vec![0u8; ep.frame_size()],
-        ep,
-        mac,
-        to,
-        port: 20000,
-        sent: 0,
-    };
-    let syn = crafted_syn;
+    let mut peer = Peer::new(ep, to, 20000)?;
     let two_mss: &[u8] = &[2, 4, 0x02, 0x18, 2, 4, 0xff, 0xd7, 3, 3, 7];
     let mut crafted: Vec<Vec<u8>> = vec![
-        syn(&peer, 20001, 1, &[2, 0, 0xff, 0xff]),
-        syn(&peer, 20002, 1, &[2, 1, 0xff, 0xff]),
-        syn(&peer, 20003, 1, &[3, 40, 7, 2, 4, 0xff, 0xff]),
-        syn(&peer, 20004, 1, &[2, 3, 0xff, 0xff]),
-        syn(&peer, 20005, 1, &[2, 4, 0, 0]),
-        syn(&peer, 20006, 1, two_mss),
+        crafted_syn(&peer, 20001, 1, &[2, 0, 0xff, 0xff]),
+        crafted_syn(&peer, 20002, 1, &[2, 1, 0xff, 0xff]),
+        crafted_syn(&peer, 20003, 1, &[3, 40, 7, 2, 4, 0xff, 0xff]),
+        crafted_syn(&peer, 20004, 1, &[2, 3, 0xff, 0xff]),
+        crafted_syn(&peer, 20005, 1, &[2, 4, 0, 0]),
+        crafted_syn(&peer, 20006, 1, two_mss),
     ];
-    let mut f = syn(&peer, 20007, 1, two_mss);
+    let mut f = crafted_syn(&peer, 20007, 1, two_mss);
     f[ETH + IPV4 + 12] = 0xf0; // a data offset of 60 bytes in a shorter frame
     crafted.push(f);
-    let mut f = syn(&peer, 20008, 1, two_mss);
+    let mut f = crafted_syn(&peer, 20008, 1, two_mss);
     f[ETH + 2..ETH + 4].copy_from_slice(&30u16.to_be_bytes()); // shorter than its headers
     crafted.push(f);
     let mut x = seed | 1;
     for k in 0..mutations {
-        let mut f = syn(&peer, 21000 + (k % 20000) as u16, k, two_mss);
+        let mut f = crafted_syn(&peer, 21000 + (k % 20000) as u16, k, two_mss);
         for _ in 0..1 + super::xorshift(&mut x) % 4 {
             let i = ETH + (super::xorshift(&mut x) as usize % (f.len() - ETH));
             f[i] = super::xorshift(&mut x) as u8;
@@ -308,7 +300,7 @@ pub fn syn_options(
         if Instant::now() > deadline {
             bail!("no SYN-ACK from {to}");
         }
-        let f = syn(&peer, peer.port, iss.0 as u32, two_mss);
+        let f = crafted_syn(&peer, peer.port, iss.0 as u32, two_mss);
         let _ = peer.ep.send(&f);
         peer.ep.flush();
         let t = Instant::now();
@@ -402,21 +394,8 @@ fn crafted_syn(peer: &Peer, port: u16, iss: u32, opts: &[u8]) -> Vec<u8> {
 /// address in turn, for `seconds`, never completed (the server's SYN-ACKs are read and
 /// dropped; no reset goes back). Each one makes a half-open connection on the server's
 /// listener. Reports the SYNs sent and the SYN-ACKs seen.
-pub fn syn_flood(mut ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
-    let mac = match ep.fc_peer_mac(*to.ip()) {
-        Some(m) => m,
-        None => ep
-            .resolve(*to.ip(), Duration::from_secs(2))
-            .context("no MAC for the server")?,
-    };
-    let mut peer = Peer {
-        buf: vec![0u8; ep.frame_size()],
-        ep,
-        mac,
-        to,
-        port: 0,
-        sent: 0,
-    };
+pub fn syn_flood(ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
+    let mut peer = Peer::new(ep, to, 0)?;
     let mut x = std::process::id() as u64 ^ 0x5bd1_e995;
     let mss: &[u8] = &[2, 4, 0x05, 0xb4];
     let (mut syn_acks, mut k) = (0u64, 0u32);
