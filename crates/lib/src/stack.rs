@@ -178,7 +178,8 @@ impl Inner {
         let held = self.dev.held_syn_port();
         let mut heavy = std::mem::take(&mut self.dev.syn_heavy);
         heavy.clear();
-        let now = Instant::now();
+        // read once, and only when a half-open socket needs it (this runs before every poll)
+        let mut now = None;
         let mut listeners = std::mem::take(&mut self.listeners);
         let mut sources: Vec<(IpAddress, usize)> = Vec::new();
         for l in &mut listeners {
@@ -200,7 +201,9 @@ impl Inner {
                     }
                     tcp::State::Listen => listening += 1,
                     tcp::State::SynReceived => {
-                        let t = *since.entry(*h).or_insert(now);
+                        let t = *since
+                            .entry(*h)
+                            .or_insert_with(|| *now.get_or_insert_with(Instant::now));
                         if oldest.is_none_or(|(o, _)| t < o) {
                             oldest = Some((t, i));
                         }
@@ -229,7 +232,9 @@ impl Inner {
                 );
             }
             if waiting >= l.backlog {
-                let old = oldest.filter(|(t, _)| now.duration_since(*t) >= HALF_OPEN_MIN_AGE);
+                let old = oldest.filter(|(t, _)| {
+                    now.get_or_insert_with(Instant::now).duration_since(*t) >= HALF_OPEN_MIN_AGE
+                });
                 match old {
                     Some((_, i)) if held == Some(l.port) => {
                         // a SYN waits for a full pool: the oldest half-open connection makes
