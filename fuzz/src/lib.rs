@@ -95,10 +95,10 @@ pub fn header(data: &[u8]) {
         };
         assert!(info.size <= r.len());
         for ring in info.rings {
-            assert!(ring.area + ring.area_len() <= info.size);
+            assert!(ring.area + ring.area_len <= info.size);
+            assert!(ring.frame_size as usize <= ring.area_len);
             assert!(ring.descs + ring.depth as usize * DESC_SIZE <= info.size);
             for idx in [0, 1, ring.depth - 1, ring.depth, u32::MAX, i.u32()] {
-                assert!(ring.slot_rel(idx) as usize + ring.frame_size as usize <= ring.area_len());
                 assert!(ring.desc_off(idx) + DESC_SIZE <= info.size);
             }
         }
@@ -110,16 +110,19 @@ pub fn header(data: &[u8]) {
 pub fn ring(data: &[u8]) {
     let mut i = In(data);
     let depth = 2u32 << (i.u8() % 6);
+    // frames up to 256 bytes in an area that may run out before the descriptors do
     let p = RingParams {
         depth,
-        frame_size: 128,
+        frame_size: 256,
+        area_len: (depth as usize * 128).max(256),
     };
     let (rings, size) = plan([p, p]).expect("a valid plan");
     let r = Region::anonymous(size).expect("anonymous memory");
     let (mut c, mut pr) = (Consumer::new(rings[0]), Producer::new(rings[1]));
-    let (area, end) = (rings[0].area, rings[0].area + rings[0].area_len());
+    let (area, end) = (rings[0].area, rings[0].area + rings[0].area_len);
+    let (parea, pend) = (rings[1].area, rings[1].area + rings[1].area_len);
     while !i.done() {
-        match i.u8() % 6 {
+        match i.u8() % 8 {
             0 => {
                 let off = (usize::from(i.u16()) * 4) % size;
                 r.store_u32(off, i.u32(), Ordering::Release);
@@ -131,11 +134,23 @@ pub fn ring(data: &[u8]) {
             }
             2 => c.release(&r),
             3 => {
-                let n = 1 + usize::from(i.u8()) % 128;
-                let _ = pr.push(&r, &vec![0x5a; n], 0);
+                let n = 1 + usize::from(i.u16()) % 256;
+                if let Some(s) = pr.reserve_len(&r, n) {
+                    assert!(s.off >= parea && s.off + n <= pend && s.cap >= n);
+                    r.fill(s.off, n, 0x5a);
+                    assert!(pr.commit(&r, n, 0).is_ok());
+                }
             }
             4 => {
                 pr.publish(&r);
+            }
+            5 => {
+                // the producer restarts over whatever the hostile side wrote
+                pr = Producer::adopt(&r, rings[1]);
+            }
+            6 => {
+                let n = 1 + usize::from(i.u8());
+                let _ = pr.push(&r, &vec![0xa5; n], 0);
             }
             _ => {
                 c.arm(&r);
@@ -260,7 +275,7 @@ pub fn master(data: &[u8]) {
         let rx = p.info.rings[1];
         let mine = |o: usize| {
             (rx.ctrl..rx.descs + rx.depth as usize * DESC_SIZE).contains(&o)
-                || (rx.area..rx.area + rx.area_len()).contains(&o)
+                || (rx.area..rx.area + rx.area_len).contains(&o)
         };
         for (o, (x, y)) in b.iter().zip(&after).enumerate() {
             assert!(

@@ -247,7 +247,8 @@ enum FcCmd {
         a: String,
         /// The other partner.
         b: String,
-        /// MTU of the channel (default 65535).
+        /// MTU of the channel (default: the smaller of the two pipes' MTUs). TCP segments of up
+        /// to 64 KiB pass whatever the MTU, as on the pipes
         #[arg(long)]
         mtu: Option<u32>,
         /// Print JSON.

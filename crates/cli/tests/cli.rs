@@ -180,8 +180,9 @@ fn pipes_list_show_and_remove_with_json_and_permissions() {
         "--mtu",
         "9000",
     ]);
+    // a channel's MTU is its pipes' smaller one unless asked
     let fc = lab.json(&["fc", "connect", "a", "b", "--json"]);
-    assert_eq!(fc["mtu"], 65535);
+    assert_eq!(fc["mtu"], 1500);
     let ls = lab.json(&["pipe", "ls", "--json"]);
     assert_eq!(ls.as_array().unwrap().len(), 2);
     assert_eq!(ls[1]["mtu"], 9000);

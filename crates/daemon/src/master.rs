@@ -376,7 +376,7 @@ impl Local {
         let mut n = 0;
         while let Some(f) = self.inq.front() {
             let len = f.len();
-            let fits = self.rx.space(&p.region) > 0;
+            let fits = self.rx.fits(&p.region, len);
             if !fits || !self.ingress.as_mut().is_some_and(|b| b.take(len, now)) {
                 break;
             }
@@ -567,6 +567,12 @@ fn deliver(
         dl.count(Counter::DropTooBig, 1);
         return false;
     }
+    if dl.ingress.is_some() && dl.inq.is_empty() && !dl.rx.fits(&dp.region, frame.len) {
+        // no room: dropped as below, but before the limit takes tokens for it (a 64 KiB
+        // segment would leave the receiver owing what it never got)
+        count_rx_full(local, src, dst, flood);
+        return false;
+    }
     match dl.admit(frame.len, now_ns) {
         Admit::Now => {}
         Admit::Drop => return false,
@@ -581,12 +587,8 @@ fn deliver(
         }
     }
     let dl = &mut local[dst];
-    let Some(slot) = dl.rx.reserve(&dp.region) else {
-        if flood {
-            local[src].count(Counter::FloodRxFull, 1);
-        } else {
-            dl.count(Counter::DropRxFull, 1);
-        }
+    let Some(slot) = dl.rx.reserve_len(&dp.region, frame.len) else {
+        count_rx_full(local, src, dst, flood);
         return false;
     };
     let sp = &snap.pipes[src];
@@ -603,6 +605,16 @@ fn deliver(
     dl.count(Counter::RxBytes, frame.len as u64);
     mark(dl, dst, dirty);
     true
+}
+
+/// Counts a frame from `src` that found `dst`'s rx ring full: a flooded copy is charged to the
+/// sender, never to the receiver.
+fn count_rx_full(local: &mut [Local], src: usize, dst: usize, flood: bool) {
+    if flood {
+        local[src].count(Counter::FloodRxFull, 1);
+    } else {
+        local[dst].count(Counter::DropRxFull, 1);
+    }
 }
 
 /// Notes that pipe `idx`'s rx ring has frames to publish (once per batch).

@@ -66,7 +66,8 @@ pub enum Request {
         a: String,
         /// The other partner.
         b: String,
-        /// MTU of the channel (default 65535: the link is memory).
+        /// MTU of the channel (default: the smaller of the two pipes' MTUs; TCP segments of up
+        /// to 64 KiB pass whatever the MTU).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mtu: Option<u32>,
     },

@@ -138,6 +138,9 @@ pub struct Bucket {
     limit: Limit,
     timers: Timers,
     tokens: Nanobits,
+    /// Credit owed by a frame larger than the bucket (let through when the bucket was full):
+    /// repaid from the next quanta before any credit builds up again.
+    debt: Nanobits,
     /// Start of the current fine tick.
     fine_at: u64,
     /// Start of the current coarse interval.
@@ -155,6 +158,7 @@ impl Bucket {
             limit,
             timers,
             tokens: u128::from(limit.burst_bits) * NANO,
+            debt: 0,
             fine_at: now,
             coarse_at: now,
             passed: 0,
@@ -187,10 +191,15 @@ impl Bucket {
             let ticks = (now - self.fine_at) / fine;
             if ticks > 0 {
                 let quantum = u128::from(self.limit.rate_bps) * u128::from(fine);
-                // more than a burst plus a coarse interval's worth is cut below anyway
-                let most = self.cap() / quantum.max(1) + u128::from(coarse / fine) + 1;
+                // more than the debt, a burst and a coarse interval's worth is cut below anyway
+                let most =
+                    (self.cap() + self.debt) / quantum.max(1) + u128::from(coarse / fine) + 1;
                 let ticks = u128::from(ticks).min(most);
-                self.tokens = self.tokens.saturating_add(quantum * ticks);
+                let mut credit = quantum * ticks;
+                let repaid = credit.min(self.debt);
+                self.debt -= repaid;
+                credit -= repaid;
+                self.tokens = self.tokens.saturating_add(credit);
                 self.fine_at += ((now - self.fine_at) / fine) * fine;
             }
         }
@@ -200,12 +209,20 @@ impl Bucket {
         }
     }
 
-    /// Lets `bytes` through at `now` if the bucket holds enough; else counts a wait.
+    /// Lets `bytes` through at `now` if the bucket holds enough; else counts a wait. A frame
+    /// larger than the whole bucket (a 64 KiB TCP segment under a small burst) goes when the
+    /// bucket is full, and what it lacked is owed: the rate holds over time, and such a frame
+    /// never waits forever.
     pub fn take(&mut self, bytes: usize, now: u64) -> bool {
         self.advance(now);
         let need = bytes as u128 * 8 * NANO;
         if self.tokens >= need {
             self.tokens -= need;
+            self.passed += bytes as u64;
+            true
+        } else if need > self.cap() && self.debt == 0 && self.tokens >= self.cap() {
+            self.debt = need - self.tokens;
+            self.tokens = 0;
             self.passed += bytes as u64;
             true
         } else {
@@ -218,13 +235,16 @@ impl Bucket {
     pub fn wait_for(&self, bytes: usize, now: u64) -> u64 {
         let mut b = self.clone();
         b.advance(now);
-        let need = bytes as u128 * 8 * NANO;
-        if b.tokens >= need {
+        // a frame larger than the bucket waits for a full one
+        let need = (bytes as u128 * 8 * NANO).min(b.cap());
+        if b.tokens >= need && b.debt == 0 {
             return 0;
         }
         let fine = b.timers.fine.as_nanos().max(1);
         let quantum = u128::from(b.limit.rate_bps) * fine;
-        let ticks = (need - b.tokens).div_ceil(quantum.max(1));
+        let ticks = (need + b.debt - b.tokens.min(need))
+            .div_ceil(quantum.max(1))
+            .max(1);
         let next_tick = u128::from(b.fine_at) + fine - u128::from(now.max(b.fine_at));
         (next_tick + (ticks - 1) * fine).min(u128::from(u64::MAX)) as u64
     }
@@ -305,6 +325,32 @@ mod tests {
         assert!(
             (bits as f64 / 1e8 - 1.0).abs() < 0.02,
             "{bits} bits/s after the change"
+        );
+    }
+
+    #[test]
+    fn frames_larger_than_the_bucket_pass_on_credit_and_the_rate_holds() {
+        // 10 Mbit/s, burst 100 kbit: a 64 KiB segment (524 kbit) is five buckets
+        let l = lim(10_000_000, Some(100_000));
+        let mut b = Bucket::new(l, T, 0);
+        assert!(b.take(65_535, 0), "a full bucket lets it through");
+        assert!(!b.take(65_535, 0));
+        assert!(
+            !b.take(100, MS),
+            "the debt is repaid before anything else passes"
+        );
+        let w = MS + b.wait_for(65_535, MS);
+        // 424 kbit owed and a full bucket again (100 kbit) at 10 Mbit/s: 52.4 ms after the
+        // first (in whole fine ticks)
+        assert!((52 * MS..=53 * MS).contains(&w), "waits {w} ns");
+        assert!(!b.take(65_535, w - 200_000));
+        assert!(b.take(65_535, w));
+        // sent back to back for a second: the rate holds
+        let mut b = Bucket::new(l, T, 0);
+        let bits = run(&mut b, 65_535, 0, 1.0, 100_000) * 8;
+        assert!(
+            (bits as f64 / 1e7 - 1.0).abs() < 0.07,
+            "{bits} bits in a second"
         );
     }
 

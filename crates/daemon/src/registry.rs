@@ -454,6 +454,12 @@ fn pipe_layout(
     RegionInfo::planned(Kind::Pipe, id, depth).map_err(|e| err(ErrorCode::BadParams, e.to_string()))
 }
 
+/// A pipe's frame at its MTU (what a rate limit's smallest burst is counted in; its rings
+/// also carry TCP segments up to 64 KiB, which a bucket lets through on credit).
+fn mtu_frame(info: &RegionInfo) -> u32 {
+    (info.id.mtu + layout::ETH_HDR as u32).min(info.rings[0].frame_size)
+}
+
 /// The region size of a pipe at the default MTU and ring depth (what the pool keeps ready).
 pub fn default_region_size() -> usize {
     layout::RingParams::for_mtu(1500, None)
@@ -624,7 +630,7 @@ impl Registry {
     ) -> Result<Option<String>, String> {
         let info = check_pipe_rec(p)?;
         // limits are checked again as if set now (the file is not trusted)
-        let frame = info.rings[0].frame_size;
+        let frame = mtu_frame(&info);
         let check = |l: Option<Limit>| match l {
             Some(l) => Limit::new(l.rate_bps, Some(l.burst_bits), frame, self.timers.coarse)
                 .map(Some)
@@ -666,7 +672,7 @@ impl Registry {
             return Err("its pipes are not both there, or it is a duplicate".into());
         }
         let p =
-            layout::RingParams::for_mtu(f.mtu, Some(f.ring_depth)).map_err(|e| e.to_string())?;
+            layout::RingParams::offload(f.mtu, Some(f.ring_depth)).map_err(|e| e.to_string())?;
         let (rings, size) = layout::plan([p, p]).map_err(|e| e.to_string())?;
         let lo = match (pa, pb) {
             (Ok(a), Ok(b)) if b.ip < a.ip => f.b.clone(),
@@ -981,8 +987,9 @@ impl Registry {
                 format!("fast channel {a}<->{b} already exists"),
             ));
         }
-        let mtu = mtu.unwrap_or(65535);
-        let params = layout::RingParams::for_mtu(mtu, None)
+        // the pipes' MTU by default: TCP segments of up to 64 KiB pass either way
+        let mtu = mtu.unwrap_or(pa.mtu.min(pb.mtu));
+        let params = layout::RingParams::offload(mtu, None)
             .map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
         let (rings, size) =
             layout::plan([params, params]).map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
@@ -1356,7 +1363,7 @@ impl Registry {
     /// bits; `None` burst: the default), the others are kept. Checked first; written ahead.
     pub fn set_rate(&mut self, name: &str, change: &RateChange) -> Result<RateInfo, ApiError> {
         let pipe = self.get(name)?.clone();
-        let frame = pipe.info.rings[0].frame_size;
+        let frame = mtu_frame(&pipe.info);
         let mut l = self.limits.get(name).copied().unwrap_or_default();
         let make = |rate: Option<u64>, burst: Option<u64>, what: &str| {
             rate.map(|r| {

@@ -110,10 +110,29 @@ struct FcLink {
     rx_unreleased: u32,
 }
 
+/// The largest TCP frame sent within the host beyond a path's MTU: 32 KiB of payload with
+/// Ethernet, IPv4 and TCP headers. The rings carry 64 KiB, but a 256 KiB window holds only four
+/// such segments, and a stream between blocking peers through the daemon then ran at 9.4-11.0
+/// Gbps against 17.6-19.5 with 32 KiB (and 14.1-14.3 with 1460-byte segments); the HTTP chain
+/// did no worse with 32 KiB (docs/benchmarks.md, "Segment offload").
+pub const HOST_TCP_FRAME: usize = 32 * 1024 + frame::ETH + 40;
+
+/// The largest frame a path carries: a TCP segment (`tcp`) up to [`HOST_TCP_FRAME`] (or the
+/// MTU's frame if that is larger), within the ring's largest frame; anything else the MTU's
+/// frame.
+fn path_frame(tcp: bool, mtu: u32, ring: usize) -> usize {
+    let mtu = (mtu as usize + frame::ETH).min(ring);
+    if tcp {
+        HOST_TCP_FRAME.max(mtu).min(ring)
+    } else {
+        mtu
+    }
+}
+
 impl FcLink {
-    /// The largest frame the channel carries (its MTU plus the Ethernet header).
-    fn limit(&self) -> usize {
-        (self.mtu as usize + frame::ETH).min(self.tx.layout().frame_size as usize)
+    /// The largest frame the channel carries, TCP or not ([`path_frame`]).
+    fn limit(&self, tcp: bool) -> usize {
+        path_frame(tcp, self.mtu, self.tx.layout().frame_size as usize)
     }
 }
 
@@ -289,16 +308,17 @@ impl Endpoint {
     pub fn frame_size(&self) -> usize {
         self.info.rings[0].frame_size as usize
     }
-    /// The path `frame` takes, and the largest frame that path carries (its MTU plus the
-    /// Ethernet header): the fast channel to its destination, unless the frame is too large for
-    /// the channel and not for the pipe (then the pipe, to the daemon). A frame longer than the
-    /// limit goes nowhere as it is; what fits goes with [`Endpoint::send_parts_on`].
+    /// The path `frame` takes, and the largest frame that path carries: the fast channel to
+    /// its destination, unless the frame is too large for the channel and not for the pipe
+    /// (then the pipe, to the daemon). A frame longer than the limit goes nowhere as it is;
+    /// what fits goes with [`Endpoint::send_parts_on`].
     pub fn path_limit(&self, frame: &[u8]) -> (Route, usize) {
-        let daemon = self.pipe_limit();
+        let tcp = crate::segment::is_tcp(frame);
+        let daemon = self.pipe_limit(tcp);
         match self.channel_to(frame) {
             Some(i) => {
                 let l = &self.fcs[i];
-                let fc = l.limit();
+                let fc = l.limit(tcp);
                 if frame.len() > fc && frame.len() <= daemon {
                     (Route::Daemon, daemon)
                 } else {
@@ -308,17 +328,20 @@ impl Endpoint {
             None => (Route::Daemon, daemon),
         }
     }
-    /// The largest frame the path back to `frame`'s sender carries (by its source address).
+    /// The largest frame the path back to `frame`'s sender carries (by its source address), for
+    /// frames like `frame` (TCP or not).
     pub fn reply_limit(&self, frame: &[u8]) -> usize {
+        let tcp = crate::segment::is_tcp(frame);
         let src4 = frame::ipv4_src(frame).map(|(ip, _)| ip);
         match self.channel_of(src4, || frame::ipv6_src(frame)) {
-            Some(i) => self.fcs[i].limit(),
-            None => self.pipe_limit(),
+            Some(i) => self.fcs[i].limit(tcp),
+            None => self.pipe_limit(tcp),
         }
     }
-    /// The largest frame the pipe to the daemon carries (its MTU plus the Ethernet header).
-    fn pipe_limit(&self) -> usize {
-        (self.mtu() as usize + frame::ETH).min(self.frame_size())
+    /// The largest frame the pipe to the daemon carries, TCP or not ([`path_frame`]; the
+    /// daemon clamps the MSS of connections that leave through the wire to the wire's MTU).
+    fn pipe_limit(&self, tcp: bool) -> usize {
+        path_frame(tcp, self.mtu(), self.frame_size())
     }
     /// Addresses of current fast-channel partners, with their largest frame.
     pub fn fc_peers(&self) -> Vec<(Ipv4Addr, usize)> {

@@ -41,6 +41,11 @@ struct Tcp {
     end: usize,
 }
 
+/// Whether `frame` is a TCP segment this module can cut (and a path carries beyond its MTU).
+pub fn is_tcp(frame: &[u8]) -> bool {
+    parse(frame).is_some()
+}
+
 /// The layout of `frame` if it is a TCP segment this module can cut: IPv4 (not a fragment) or
 /// IPv6 with TCP as its first next header, lengths consistent with the frame.
 fn parse(frame: &[u8]) -> Option<Tcp> {

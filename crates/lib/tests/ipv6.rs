@@ -213,7 +213,7 @@ fn tcp_and_udp_over_ipv6_through_the_daemon() {
     );
     udp_exchange(&a, &b, SocketAddr::from((B6, 7101)), 50);
     // the daemon carried it, and answered a's neighbour solicitation for b
-    assert!(lab.counter("a", "tx_packets") > 1000);
+    assert!(lab.counter("a", "tx_bytes") > 4 << 20);
     lab.wait_counter("a", "ndp_replies", 1);
     assert_eq!(lab.counter("a", "drop_spoofed"), 0);
     assert_eq!(lab.counter("a", "drop_malformed"), 0);

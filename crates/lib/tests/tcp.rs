@@ -42,9 +42,10 @@ fn stream_between_two_masters_arrives_intact_while_pipes_come_and_go() {
         transfer(&n, 7002, 256 << 20);
         churn.join().unwrap();
     });
+    // 256 MiB in segments of up to 64 KiB: at least 4,096 frames
     let cross = n.master.cross.load(Ordering::Relaxed);
     assert!(
-        cross > 10_000,
+        cross > 4_000,
         "only {cross} frames passed between the masters"
     );
     assert_eq!(n.master.cross_drops.load(Ordering::Relaxed), 0);
@@ -70,13 +71,18 @@ fn stream_over_a_fast_channel_arrives_intact() {
 
 #[test]
 fn segments_take_the_size_of_their_path() {
-    // through the daemon at MTU 1500: each side offers the stack's 64 KiB MSS, and each SYN is
-    // clamped to the pipe on its way, so no segment needs cutting
+    // through the daemon at MTU 1500: the pipes carry TCP segments of up to 64 KiB within the
+    // host (as veth carries GSO segments), so each side's 64 KiB MSS stands and nothing is cut
     let n = net(false, 1500);
     transfer(&n, 7010, 16 << 20);
     let a = n.a.device_stats();
     assert_eq!((a.tx_segmented, a.tx_too_big), (0, 0), "{a:?}");
-    assert!(a.tx > (16 << 20) / 1460, "{a:?}");
+    // 1460-byte segments would be ~11,500 frames
+    assert!(
+        a.tx < (16 << 20) / 4000,
+        "{} frames for 16 MiB: the pipe's segments were small",
+        a.tx
+    );
     drop(n);
 
     // pipes at MTU 1500 with a fast channel of 64 KiB frames: large segments on the channel
@@ -84,15 +90,15 @@ fn segments_take_the_size_of_their_path() {
     transfer(&n, 7011, 64 << 20);
     let a = n.a.device_stats();
     assert_eq!((a.tx_segmented, a.tx_too_big), (0, 0), "{a:?}");
-    // 1460-byte segments would be ~46,000 frames
     assert!(
         a.tx < (64 << 20) / 4000,
         "{} frames for 64 MiB: the channel's segments were small",
         a.tx
     );
 
-    // the channel goes in the middle of a stream: its large segments are cut to the pipe's
-    // 1500 bytes on their way to the daemon, and the stream goes on intact
+    // the channel goes in the middle of a stream: its large segments go on through the
+    // daemon, and the stream goes on intact
+    let before = n.master.forwarded.load(Ordering::Relaxed);
     std::thread::scope(|sc| {
         let cut = sc.spawn(|| {
             // gives up after 30 s (the stream then failed): the assertions below say so
@@ -111,8 +117,8 @@ fn segments_take_the_size_of_their_path() {
         cut.join().unwrap();
     });
     let a = n.a.device_stats();
-    assert!(a.tx_segmented > 0, "{a:?}");
-    assert_eq!(a.tx_too_big, 0, "{a:?}");
+    assert_eq!((a.tx_segmented, a.tx_too_big), (0, 0), "{a:?}");
+    assert!(n.master.forwarded.load(Ordering::Relaxed) - before > 1000);
 }
 
 #[test]

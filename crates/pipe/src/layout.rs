@@ -10,7 +10,7 @@
 //!  │ 48  mac / mac_a u64           56 mac_b u64                              │
 //!  │ 64  heartbeat u64: the daemon's CLOCK_MONOTONIC in ms, every 200 ms     │
 //!  │ 128 ring table: nrings × {ctrl u64, descs u64, area u64, depth u32,     │
-//!  │                            frame_size u32}                    (32 B)    │
+//!  │                            frame_size u32, area_len u64}      (40 B)    │
 //!  │ 1024 counters: 64 × u64, mirrored by the daemon, never read back        │
 //!  ├──────────────────────────── ring 0 control (384 B) ─────────────────────┤
 //!  │ +0   prod  u32   written by the producer only      (own 128 B line)     │
@@ -19,8 +19,8 @@
 //!  ├──────────────────────────── ring 0 descriptors ─────────────────────────┤
 //!  │ depth × {offset u32 (into the ring's area), len u32, flags u32, _ u32}  │
 //!  ├──────────────────────────── ring 1 control + descriptors ───────────────┤
-//!  ├──────────────────────────── ring 0 area: depth × frame_size ────────────┤
-//!  ├──────────────────────────── ring 1 area: depth × frame_size ────────────┤
+//!  ├──────────────────────────── ring 0 area: area_len bytes ───────────────┤
+//!  ├──────────────────────────── ring 1 area: area_len bytes ───────────────┤
 //!  └─────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
@@ -28,6 +28,12 @@
 //! A fast-channel region has ring 0 = A → B and ring 1 = B → A, where A is the pipe with the
 //! lower IP address. Indices run freely over `u32` and are masked with `depth - 1`; 128-byte
 //! spacing keeps the producer's and the consumer's words off each other's (prefetched) lines.
+//!
+//! A ring's area is not cut into fixed slots: the producer lays frames end to end (each
+//! starting on a 64-byte line), and a descriptor says where its frame is. `frame_size` is the
+//! largest frame the ring carries and `area_len` the bytes of frames it holds at once, chosen
+//! apart: a pipe carries TCP segments of up to 64 KiB within the host (as veth carries GSO
+//! segments) in the area its MTU's frames need.
 
 use crate::region::Region;
 use std::net::Ipv4Addr;
@@ -36,7 +42,7 @@ use std::sync::atomic::Ordering;
 /// `b"DOCKPIPE"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DOCKPIPE");
 /// Layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Size of the header block.
 pub const HEADER_SIZE: usize = 4096;
 
@@ -57,13 +63,14 @@ const H_MAC_B: usize = 56;
 /// Offset of the daemon's heartbeat: CLOCK_MONOTONIC in ms, rewritten every 200 ms.
 pub const HEARTBEAT_OFF: usize = 64;
 const H_RINGS: usize = 128;
-const RING_ENTRY: usize = 32;
+const RING_ENTRY: usize = 40;
 // Fields of one ring-table entry.
 const RE_CTRL: usize = 0;
 const RE_DESCS: usize = 8;
 const RE_AREA: usize = 16;
 const RE_DEPTH: usize = 24;
 const RE_FRAME: usize = 28;
+const RE_AREA_LEN: usize = 32;
 /// Offset of the counter block (64 × u64).
 pub const COUNTERS_OFF: usize = 1024;
 /// Number of u64 counter slots in the header.
@@ -162,12 +169,14 @@ pub struct RingLayout {
     pub ctrl: usize,
     /// First descriptor.
     pub descs: usize,
-    /// First frame slot.
+    /// Start of the frame area.
     pub area: usize,
-    /// Number of descriptors and slots (a power of two).
+    /// Number of descriptors (a power of two): the most frames queued at once.
     pub depth: u32,
-    /// Bytes per slot; the largest frame the ring carries.
+    /// The largest frame the ring carries.
     pub frame_size: u32,
+    /// Bytes of the frame area (a multiple of 64, at least `frame_size`).
+    pub area_len: usize,
 }
 
 impl RingLayout {
@@ -191,38 +200,47 @@ impl RingLayout {
     pub fn desc_off(&self, idx: u32) -> usize {
         self.descs + (idx & self.depth.wrapping_sub(1)) as usize * DESC_SIZE
     }
-    /// Offset of slot `idx` relative to the area (the value a producer puts in a descriptor).
-    /// Never overflows for a layout that passed [`RingParams::check`] (depth x frame size at
-    /// most [`MAX_REGION`]); a corrupt one saturates instead of wrapping.
-    pub fn slot_rel(&self, idx: u32) -> u32 {
-        (idx & self.depth.wrapping_sub(1)).saturating_mul(self.frame_size)
-    }
-    /// Bytes of the frame area.
-    pub fn area_len(&self) -> usize {
-        self.depth as usize * self.frame_size as usize
-    }
 }
 
 /// Parameters of one ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingParams {
-    /// Number of slots, a power of two in `MIN_DEPTH..=MAX_DEPTH`.
+    /// Number of descriptors, a power of two in `MIN_DEPTH..=MAX_DEPTH`.
     pub depth: u32,
-    /// Bytes per slot, a multiple of 64 in `MIN_FRAME..=MAX_FRAME`.
+    /// Largest frame, a multiple of 64 in `MIN_FRAME..=MAX_FRAME`.
     pub frame_size: u32,
+    /// Bytes of the frame area, a multiple of 64, at least `frame_size`.
+    pub area_len: usize,
 }
 
 impl RingParams {
-    /// Defaults for an MTU: 1024 slots up to a 9000-byte MTU, 256 above (64 KiB frames).
+    /// Defaults for an MTU: 1024 frames up to a 9000-byte MTU, 256 above (64 KiB frames); an
+    /// area of `depth` frames of the MTU.
     pub fn for_mtu(mtu: u32, depth: Option<u32>) -> Result<RingParams, LayoutError> {
         if !(68..=65535).contains(&mtu) {
             return Err(LayoutError::BadParams("mtu must be within 68..=65535"));
         }
-        let frame_size = (mtu + ETH_HDR as u32).div_ceil(64) * 64;
+        let frame_size = ((mtu + ETH_HDR as u32).div_ceil(64) * 64).max(MIN_FRAME);
         let depth = depth.unwrap_or(if mtu <= 9000 { 1024 } else { 256 });
         let p = RingParams {
             depth,
-            frame_size: frame_size.max(MIN_FRAME),
+            frame_size,
+            area_len: depth as usize * frame_size as usize,
+        };
+        p.check()?;
+        Ok(p)
+    }
+
+    /// A pipe's or a fast channel's rings: frames of up to 64 KiB ([`MAX_FRAME`]: TCP segments within the host,
+    /// cut to the MTU where they leave it), in the area [`RingParams::for_mtu`] gives (at
+    /// least three of the largest frames: a frame never ends exactly where the oldest queued
+    /// one starts, so with two a second could not follow the first once the ring wrapped).
+    pub fn offload(mtu: u32, depth: Option<u32>) -> Result<RingParams, LayoutError> {
+        let base = RingParams::for_mtu(mtu, depth)?;
+        let p = RingParams {
+            frame_size: MAX_FRAME,
+            area_len: base.area_len.max(3 * MAX_FRAME as usize),
+            ..base
         };
         p.check()?;
         Ok(p)
@@ -242,9 +260,13 @@ impl RingParams {
                 "frame size must be a multiple of 64 within 128..=65600",
             ));
         }
-        // A ring's area fits a region, so every slot offset fits the descriptor's u32 and
-        // `slot_rel` cannot overflow.
-        if self.depth as usize * self.frame_size as usize > MAX_REGION {
+        if !self.area_len.is_multiple_of(64) || self.area_len < self.frame_size as usize {
+            return Err(LayoutError::BadParams(
+                "frame area must be a multiple of 64 and hold the largest frame",
+            ));
+        }
+        // A ring's area fits a region, so every offset in it fits a descriptor's u32.
+        if self.area_len > MAX_REGION {
             return Err(LayoutError::BadParams("ring larger than a region"));
         }
         Ok(())
@@ -260,6 +282,7 @@ pub fn plan(rings: [RingParams; 2]) -> Result<([RingLayout; 2], usize), LayoutEr
         area: 0,
         depth: 0,
         frame_size: 0,
+        area_len: 0,
     }; 2];
     for (o, p) in out.iter_mut().zip(rings.iter()) {
         p.check()?;
@@ -267,12 +290,13 @@ pub fn plan(rings: [RingParams; 2]) -> Result<([RingLayout; 2], usize), LayoutEr
         o.descs = off + CTRL_SIZE;
         o.depth = p.depth;
         o.frame_size = p.frame_size;
+        o.area_len = p.area_len;
         off = o.descs + p.depth as usize * DESC_SIZE;
     }
     for o in out.iter_mut() {
         off = off.next_multiple_of(4096);
         o.area = off;
-        off += o.area_len();
+        off += o.area_len;
     }
     let size = off.next_multiple_of(4096);
     if size > MAX_REGION {
@@ -369,6 +393,7 @@ pub fn init(
         st64(region, e + RE_AREA, r.area as u64);
         st32(region, e + RE_DEPTH, r.depth);
         st32(region, e + RE_FRAME, r.frame_size);
+        st64(region, e + RE_AREA_LEN, r.area_len as u64);
     }
     // SYNC: Release pairs with the Acquire load of the magic in `parse`.
     st64(region, H_MAGIC, MAGIC);
@@ -378,9 +403,9 @@ pub fn init(
 impl RegionInfo {
     /// The layout a region of `kind` with this identity and ring depth has: computed, never
     /// read from a region (whose header the other side can write). Returns it with the
-    /// region's size.
+    /// region's size. The rings carry 64 KiB frames ([`RingParams::offload`]).
     pub fn planned(kind: Kind, id: Identity, depth: u32) -> Result<RegionInfo, LayoutError> {
-        let p = RingParams::for_mtu(id.mtu, Some(depth))?;
+        let p = RingParams::offload(id.mtu, Some(depth))?;
         let (rings, size) = plan([p, p])?;
         Ok(RegionInfo {
             kind,
@@ -426,6 +451,7 @@ impl RegionInfo {
             area: 0,
             depth: 0,
             frame_size: 0,
+            area_len: 0,
         }; 2];
         for (i, r) in rings.iter_mut().enumerate() {
             let e = H_RINGS + i * RING_ENTRY;
@@ -436,14 +462,16 @@ impl RegionInfo {
                 area: as_off(ld64(region, e + RE_AREA)),
                 depth: ld32(region, e + RE_DEPTH),
                 frame_size: ld32(region, e + RE_FRAME),
+                area_len: as_off(ld64(region, e + RE_AREA_LEN)),
             };
             let bad = |what| LayoutError::BadRing { ring: i, what };
             RingParams {
                 depth: r.depth,
                 frame_size: r.frame_size,
+                area_len: r.area_len,
             }
             .check()
-            .map_err(|_| bad("depth or frame size out of range"))?;
+            .map_err(|_| bad("depth, frame size or area out of range"))?;
             let inside = |off: usize, n: usize| {
                 off >= HEADER_SIZE && off.checked_add(n).is_some_and(|end| end <= size)
             };
@@ -453,7 +481,7 @@ impl RegionInfo {
             if r.descs % DESC_SIZE != 0 || !inside(r.descs, r.depth as usize * DESC_SIZE) {
                 return Err(bad("descriptors outside the region"));
             }
-            if r.area % 64 != 0 || !inside(r.area, r.area_len()) {
+            if r.area % 64 != 0 || !inside(r.area, r.area_len) {
                 return Err(bad("frame area outside the region"));
             }
         }
@@ -526,18 +554,22 @@ pub fn mirrored_counter(region: &Region, idx: usize) -> u64 {
 mod tests {
     use super::*;
 
-    fn pipe_region(mtu: u32) -> (Region, RegionInfo) {
-        let p = RingParams::for_mtu(mtu, None).unwrap();
-        let (rings, size) = plan([p, p]).unwrap();
-        let r = Region::anonymous(size).unwrap();
-        let id = Identity {
+    /// The identity of the test pipe (10.0.0.1/24) at `mtu`.
+    fn pipe_id(mtu: u32) -> Identity {
+        Identity {
             ip_a: Ipv4Addr::new(10, 0, 0, 1),
             ip_b_or_prefix: 24,
             mac_a: [2, 0xdc, 10, 0, 0, 1],
             mac_b: [0; 6],
             mtu,
-        };
-        init(&r, Kind::Pipe, id, rings, size).unwrap();
+        }
+    }
+
+    fn pipe_region(mtu: u32) -> (Region, RegionInfo) {
+        let p = RingParams::for_mtu(mtu, None).unwrap();
+        let (rings, size) = plan([p, p]).unwrap();
+        let r = Region::anonymous(size).unwrap();
+        init(&r, Kind::Pipe, pipe_id(mtu), rings, size).unwrap();
         let info = RegionInfo::parse(&r, Kind::Pipe).unwrap();
         (r, info)
     }
@@ -555,29 +587,53 @@ mod tests {
     }
 
     #[test]
+    fn a_pipe_carries_64_kib_frames_in_the_area_of_its_mtu() {
+        let p = RingParams::offload(1500, None).unwrap();
+        assert_eq!(p.frame_size, MAX_FRAME);
+        assert_eq!(p.area_len, 1024 * 1536);
+        // a shallow ring of a small MTU still holds three of the largest frames
+        let small = RingParams::offload(1500, Some(4)).unwrap();
+        assert_eq!(small.area_len, 3 * MAX_FRAME as usize);
+        let pipe = RegionInfo::planned(Kind::Pipe, pipe_id(1500), 1024).unwrap();
+        assert_eq!(pipe.rings[1].frame_size, MAX_FRAME);
+        let fixed = RingParams::for_mtu(1500, Some(1024)).unwrap();
+        assert_eq!(fixed.frame_size, 1536);
+        assert_eq!(
+            pipe.size,
+            plan([fixed, fixed]).unwrap().1,
+            "the memory of 1500-byte frames"
+        );
+    }
+
+    #[test]
     fn the_largest_legal_geometry_stays_in_range() {
         // the deepest ring of the largest frames that fits a region
         let big = RingParams {
             depth: 1 << 13,
             frame_size: MAX_FRAME,
+            area_len: (1 << 13) * MAX_FRAME as usize,
         };
         assert!(big.check().is_ok());
-        let l = RingLayout {
-            ctrl: 0,
-            descs: 0,
-            area: 0,
-            depth: big.depth,
-            frame_size: big.frame_size,
-        };
-        assert_eq!(
-            l.slot_rel(u32::MAX) as usize + MAX_FRAME as usize,
-            l.area_len()
-        );
+        assert!(u32::try_from(big.area_len).is_ok());
         let too_big = RingParams {
             depth: MAX_DEPTH,
             frame_size: MAX_FRAME,
+            area_len: MAX_DEPTH as usize * MAX_FRAME as usize,
         };
         assert!(too_big.check().is_err(), "65536 x 65600 overflows u32");
+        let too_small = RingParams {
+            area_len: MAX_FRAME as usize - 64,
+            ..big
+        };
+        assert!(
+            too_small.check().is_err(),
+            "an area that cannot hold a frame"
+        );
+        let unaligned = RingParams {
+            area_len: MAX_FRAME as usize + 1,
+            ..big
+        };
+        assert!(unaligned.check().is_err());
     }
 
     #[test]
@@ -631,7 +687,7 @@ mod tests {
             }
             if let Ok(info) = RegionInfo::parse(&r, Kind::Pipe) {
                 for ring in info.rings {
-                    assert!(ring.area + ring.area_len() <= r.len());
+                    assert!(ring.area + ring.area_len <= r.len());
                 }
             }
         }

@@ -12,6 +12,12 @@
 //! Call order, producer: `reserve` → write the frame at the slot → `commit` (repeat) →
 //! `publish` once per batch. Consumer: `pop` (repeat, using each frame before the next
 //! `release`) → `release` once per batch.
+//!
+//! The producer lays frames end to end in the ring's area, each on a 64-byte line, and starts
+//! again at the beginning when the next does not fit before the end; frames are released in
+//! order, so the free bytes are one run (or two, around the end). Where each queued frame
+//! starts is kept on the producer's side, never read back from shared memory, so a consumer
+//! can only make room by releasing frames (its index is checked like any other).
 
 use crate::layout::{RingLayout, DESC_FLAGS, DESC_LEN, DESC_OFFSET, DESC_SEQ, DESC_SIZE};
 use crate::region::Region;
@@ -68,7 +74,7 @@ impl Descriptor {
             return Err(BadDescriptor::Oversize);
         }
         let end = self.offset as usize + self.len as usize;
-        if end > ring.area_len() {
+        if end > ring.area_len {
             return Err(BadDescriptor::OutOfBounds);
         }
         Ok(Frame {
@@ -110,6 +116,9 @@ pub struct Consumer {
     cached_prod: u32,
     /// The index [`Consumer::release_and_kick`] last published.
     released: u32,
+    /// Where an honest producer puts the next frame (relative to the area): the end of the
+    /// last one, on its line. Only a prefetch hint.
+    next_hint: usize,
     /// This side's counters.
     pub stats: RingStats,
 }
@@ -122,6 +131,7 @@ impl Consumer {
             cons: 0,
             cached_prod: 0,
             released: 0,
+            next_hint: 0,
             stats: RingStats::default(),
         }
     }
@@ -195,11 +205,11 @@ impl Consumer {
     /// skipped). The returned frame's bytes stay in place until [`Consumer::release`].
     pub fn pop(&mut self, region: &Region) -> Option<Result<Frame, BadDescriptor>> {
         let d = self.ring.desc_off(self.cons);
-        // Touch the slot an honest producer uses for this index together with the descriptor:
-        // the two cache misses overlap. Only a hint; what is used below is what the validated
+        // Touch where an honest producer put this frame together with the descriptor: the two
+        // cache misses overlap. Only a hint; what is used below is what the validated
         // descriptor says.
         let _ = region
-            .u64_at(self.ring.area + self.ring.slot_rel(self.cons) as usize)
+            .u64_at(self.ring.area + self.next_hint)
             .map(|w| w.load(Ordering::Relaxed));
         let want = self.cons.wrapping_add(1);
         // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
@@ -230,6 +240,12 @@ impl Consumer {
         let r = desc.validate(&self.ring);
         match r {
             Ok(f) => {
+                let end = (f.off - self.ring.area + f.len).next_multiple_of(ALIGN);
+                self.next_hint = if end + ALIGN > self.ring.area_len {
+                    0
+                } else {
+                    end
+                };
                 self.stats.frames += 1;
                 self.stats.bytes += f.len as u64;
             }
@@ -311,12 +327,15 @@ pub enum PushError {
     BadLength,
 }
 
-/// A free slot handed out by [`Producer::reserve`].
+/// Frames start on this boundary (a cache line).
+const ALIGN: usize = 64;
+
+/// Room handed out by [`Producer::reserve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
-    /// Absolute offset of the slot in the region.
+    /// Absolute offset of the room in the region.
     pub off: usize,
-    /// Capacity in bytes (the ring's frame size).
+    /// Capacity in bytes (at least what was asked for, at most the ring's frame size).
     pub cap: usize,
 }
 
@@ -327,6 +346,12 @@ pub struct Producer {
     prod: u32,
     published: u32,
     cached_cons: u32,
+    /// Where the next frame goes, relative to the area.
+    head: usize,
+    /// Where each queued frame starts (relative), by index: the producer's own record.
+    starts: Box<[u32]>,
+    /// What the last `reserve` handed out: (relative offset, capacity).
+    reserved: Option<(usize, usize)>,
     /// This side's counters.
     pub stats: RingStats,
 }
@@ -339,6 +364,9 @@ impl Producer {
             prod: 0,
             published: 0,
             cached_cons: 0,
+            head: 0,
+            starts: vec![0; ring.depth as usize].into_boxed_slice(),
+            reserved: None,
             stats: RingStats::default(),
         }
     }
@@ -346,7 +374,8 @@ impl Producer {
     /// A producer that resumes after a restart: at the published producer index, or at the
     /// consumer's if that is ahead (it took frames by sequence number that were committed but
     /// not yet published), then past any further frames committed before the restart, so no
-    /// index is ever reused within a lap.
+    /// index is ever reused within a lap. Where the queued frames lie is read back from their
+    /// descriptors (the consumer can write them, but a wrong one only misplaces its own frames).
     pub fn adopt(region: &Region, ring: RingLayout) -> Producer {
         let mut p = Producer::new(ring);
         let mut prod = region.load_u32(ring.prod_off(), Ordering::Acquire);
@@ -372,6 +401,18 @@ impl Producer {
             p.stats.ring_overrun += 1;
             prod.wrapping_sub(ring.depth)
         };
+        let mut i = p.cached_cons;
+        while i != prod {
+            let d = ring.desc_off(i);
+            let off = region.load_u32(d + DESC_OFFSET, Ordering::Relaxed) as usize;
+            let len = region.load_u32(d + DESC_LEN, Ordering::Relaxed) as usize;
+            let start = (off - off % ALIGN).min(ring.area_len);
+            p.starts[(i & ring.depth.wrapping_sub(1)) as usize] = start as u32;
+            p.head = (start + len.min(ring.frame_size as usize))
+                .next_multiple_of(ALIGN)
+                .min(ring.area_len);
+            i = i.wrapping_add(1);
+        }
         p
     }
 
@@ -380,66 +421,139 @@ impl Producer {
         &self.ring
     }
 
-    /// Free slots, re-reading the consumer's index only when the cached view says full.
-    pub fn space(&mut self, region: &Region) -> u32 {
+    /// Free descriptors, re-reading the consumer's index only when the cached view says full.
+    fn free_descs(&mut self, region: &Region) -> u32 {
         let used = self.prod.wrapping_sub(self.cached_cons);
         if used < self.ring.depth {
             return self.ring.depth - used;
         }
+        self.refresh(region);
+        self.ring.depth - self.prod.wrapping_sub(self.cached_cons)
+    }
+
+    /// Re-reads the consumer's index (checked: it may only move forward, never past what was
+    /// produced).
+    fn refresh(&mut self, region: &Region) {
         // SYNC: Acquire pairs with the consumer's Release store in `Consumer::release`.
         let cons = region.load_u32(self.ring.cons_off(), Ordering::Acquire);
-        // The consumer may only move forward, and never past what we produced.
         let advanced = cons.wrapping_sub(self.cached_cons);
         if advanced > self.prod.wrapping_sub(self.cached_cons) {
             self.stats.ring_overrun += 1;
-            return 0;
+            return;
         }
         self.cached_cons = cons;
-        self.ring.depth - self.prod.wrapping_sub(cons)
     }
 
-    /// The next free slot, or `None` (counted as `full`) when the ring is full.
-    pub fn reserve(&mut self, region: &Region) -> Option<Slot> {
-        if self.space(region) == 0 {
-            self.stats.full += 1;
+    /// Where a frame of `need` bytes (a multiple of [`ALIGN`]) can start now, relative to the
+    /// area, by the cached view of what the consumer released.
+    fn place(&self, need: usize) -> Option<usize> {
+        let area = self.ring.area_len;
+        if self.prod == self.cached_cons {
+            // nothing queued: from the start, where the lines are warm
+            return (need <= area).then_some(0);
+        }
+        let tail =
+            self.starts[(self.cached_cons & self.ring.depth.wrapping_sub(1)) as usize] as usize;
+        // queued frames lie in [tail, head), around the end if head < tail; a frame may not
+        // end exactly at tail (head == tail would read as empty)
+        if self.head >= tail {
+            if self.head + need <= area {
+                Some(self.head)
+            } else {
+                (need < tail).then_some(0)
+            }
+        } else {
+            (self.head + need < tail).then_some(self.head)
+        }
+    }
+
+    /// Where a frame of `len` bytes (within `1..=frame size`) can start now: a free descriptor
+    /// and room in the area, re-reading the consumer's index once when the cached view has
+    /// none.
+    fn room(&mut self, region: &Region, len: usize) -> Option<usize> {
+        if len == 0 || len > self.ring.frame_size as usize || self.free_descs(region) == 0 {
             return None;
         }
-        Some(Slot {
-            off: self.ring.area + self.ring.slot_rel(self.prod) as usize,
-            cap: self.ring.frame_size as usize,
+        let need = len.next_multiple_of(ALIGN);
+        self.place(need).or_else(|| {
+            self.refresh(region);
+            self.place(need)
         })
     }
 
-    /// Queues the frame written into the slot last returned by `reserve` (not yet visible).
-    pub fn commit(&mut self, region: &Region, len: usize, flags: u32) -> Result<(), PushError> {
+    /// Frames that can be queued now, 0 when the ring is full: free descriptors, or 0 when
+    /// the area has no room for a frame of the ring's largest size.
+    pub fn space(&mut self, region: &Region) -> u32 {
+        match self.room(region, self.ring.frame_size as usize) {
+            Some(_) => self.free_descs(region),
+            None => 0,
+        }
+    }
+
+    /// Whether a frame of `len` bytes can be queued now (a descriptor and room for it).
+    pub fn fits(&mut self, region: &Region, len: usize) -> bool {
+        self.room(region, len).is_some()
+    }
+
+    /// Room for a frame of the ring's largest size, or `None` (counted as `full`).
+    pub fn reserve(&mut self, region: &Region) -> Option<Slot> {
+        self.reserve_len(region, self.ring.frame_size as usize)
+    }
+
+    /// Room for a frame of `len` bytes, or `None`: counted as `full` when the ring has no room,
+    /// not counted when `len` is not within `1..=frame size`.
+    pub fn reserve_len(&mut self, region: &Region, len: usize) -> Option<Slot> {
+        self.reserved = None;
         if len == 0 || len > self.ring.frame_size as usize {
+            return None;
+        }
+        let Some(at) = self.room(region, len) else {
+            self.stats.full += 1;
+            return None;
+        };
+        let cap = len
+            .next_multiple_of(ALIGN)
+            .min(self.ring.frame_size as usize);
+        self.reserved = Some((at, cap));
+        Some(Slot {
+            off: self.ring.area + at,
+            cap,
+        })
+    }
+
+    /// Queues the frame written into the room the last `reserve` returned (not yet visible).
+    /// `len` must be within `1..=` that room's capacity.
+    pub fn commit(&mut self, region: &Region, len: usize, flags: u32) -> Result<(), PushError> {
+        let Some((at, cap)) = self.reserved else {
+            return Err(PushError::BadLength);
+        };
+        if len == 0 || len > cap {
             return Err(PushError::BadLength);
         }
+        self.reserved = None;
         let d = self.ring.desc_off(self.prod);
-        region.store_u32(
-            d + DESC_OFFSET,
-            self.ring.slot_rel(self.prod),
-            Ordering::Relaxed,
-        );
+        region.store_u32(d + DESC_OFFSET, at as u32, Ordering::Relaxed);
         region.store_u32(d + DESC_LEN, len as u32, Ordering::Relaxed);
         region.store_u32(d + DESC_FLAGS, flags, Ordering::Relaxed);
         debug_assert_eq!(DESC_SIZE, 16);
         // SYNC: Release pairs with the consumer's Acquire load of the sequence number in `pop`
         // and `ready`: the frame bytes and descriptor fields above are visible before it.
         region.store_u32(d + DESC_SEQ, self.prod.wrapping_add(1), Ordering::Release);
+        self.starts[(self.prod & self.ring.depth.wrapping_sub(1)) as usize] = at as u32;
+        self.head = at + len.next_multiple_of(ALIGN);
         self.prod = self.prod.wrapping_add(1);
         self.stats.frames += 1;
         self.stats.bytes += len as u64;
         Ok(())
     }
 
-    /// Copies `data` into the next slot and queues it.
+    /// Copies `data` into the ring and queues it.
     pub fn push(&mut self, region: &Region, data: &[u8], flags: u32) -> Result<(), PushError> {
         self.push_parts(region, &[data], flags)
     }
 
-    /// Copies the concatenation of `parts` into the next slot and queues it as one frame (a
-    /// header built apart from its payload goes in without being joined first).
+    /// Copies the concatenation of `parts` into the ring and queues it as one frame (a header
+    /// built apart from its payload goes in without being joined first).
     pub fn push_parts(
         &mut self,
         region: &Region,
@@ -450,7 +564,7 @@ impl Producer {
         if len == 0 || len > self.ring.frame_size as usize {
             return Err(PushError::BadLength);
         }
-        let slot = self.reserve(region).ok_or(PushError::Full)?;
+        let slot = self.reserve_len(region, len).ok_or(PushError::Full)?;
         let mut at = slot.off;
         for p in parts {
             region.write(at, p);
@@ -509,13 +623,104 @@ mod tests {
     use super::*;
     use crate::layout::{plan, RingParams};
 
-    fn ring(depth: u32) -> (Region, RingLayout) {
+    /// A region with two rings of these parameters, and the first ring.
+    fn ring_of(depth: u32, frame_size: u32, area_len: usize) -> (Region, RingLayout) {
         let p = RingParams {
             depth,
-            frame_size: 128,
+            frame_size,
+            area_len,
         };
         let (rings, size) = plan([p, p]).unwrap();
         (Region::anonymous(size).unwrap(), rings[0])
+    }
+
+    fn ring(depth: u32) -> (Region, RingLayout) {
+        ring_of(depth, 128, depth as usize * 128)
+    }
+
+    #[test]
+    fn frames_of_any_length_lie_end_to_end_and_wrap_to_the_start() {
+        // 64 descriptors, frames up to 1024 bytes, 4096 bytes of area
+        let (r, l) = ring_of(64, 1024, 4096);
+        let mut prod = Producer::new(l);
+        let mut c = Consumer::new(l);
+        // small frames take a line each: 64 of them fit, as many as there are descriptors
+        for i in 0..64u8 {
+            prod.push(&r, &[i; 60], 0).unwrap();
+        }
+        assert_eq!(prod.push(&r, &[0; 60], 0), Err(PushError::Full));
+        prod.publish(&r);
+        for i in 0..64u8 {
+            let f = c.pop(&r).unwrap().unwrap();
+            assert_eq!(f.off, l.area + 64 * i as usize);
+        }
+        c.release(&r);
+        // large ones, then a small one behind them: a fourth large one no longer fits
+        for i in 0..3u8 {
+            prod.push(&r, &[i; 1024], 0).unwrap();
+        }
+        prod.push(&r, &[7; 100], 0).unwrap();
+        assert_eq!(prod.push(&r, &[9; 1024], 0), Err(PushError::Full));
+        assert_eq!(prod.space(&r), 0, "no room for a frame of the largest size");
+        assert!(prod.fits(&r, 800) && !prod.fits(&r, 900));
+        prod.publish(&r);
+        let first = c.pop(&r).unwrap().unwrap();
+        c.release(&r);
+        // the first large frame's room is free again: the next wraps to the start
+        prod.push(&r, &[8; 900], 0).unwrap();
+        prod.publish(&r);
+        let mut seen = vec![];
+        while let Some(f) = c.pop(&r) {
+            let f = f.unwrap();
+            let mut b = vec![0u8; f.len];
+            assert!(r.read(f.off, &mut b));
+            assert!(b.iter().all(|x| *x == b[0]), "frame overwritten");
+            seen.push((f.off - l.area, f.len, b[0]));
+        }
+        assert_eq!(first.off, l.area);
+        assert_eq!(
+            seen,
+            vec![
+                (1024, 1024, 1),
+                (2048, 1024, 2),
+                (3072, 100, 7),
+                (0, 900, 8)
+            ]
+        );
+        // a frame larger than the ring's largest is refused, whatever the room
+        c.release(&r);
+        assert_eq!(prod.push(&r, &[1; 1025], 0), Err(PushError::BadLength));
+        assert!(prod.reserve_len(&r, 1025).is_none());
+        // commit needs a reserve, and no more than it reserved
+        assert_eq!(prod.commit(&r, 10, 0), Err(PushError::BadLength));
+        let s = prod.reserve_len(&r, 100).unwrap();
+        assert_eq!(s.cap, 128);
+        assert_eq!(prod.commit(&r, 129, 0), Err(PushError::BadLength));
+        assert_eq!(prod.commit(&r, 128, 0), Ok(()));
+    }
+
+    #[test]
+    fn a_restarted_producer_keeps_clear_of_frames_still_queued() {
+        let (r, l) = ring_of(8, 1024, 2048);
+        let mut prod = Producer::new(l);
+        let mut c = Consumer::new(l);
+        prod.push(&r, &[1; 700], 0).unwrap();
+        prod.push(&r, &[2; 700], 0).unwrap();
+        prod.publish(&r);
+        let f = c.pop(&r).unwrap().unwrap();
+        assert_eq!(f.len, 700);
+        c.release(&r);
+        // a new producer on the same ring: frame 2 is still queued at 704..1404
+        let mut again = Producer::adopt(&r, l);
+        again.push(&r, &[3; 300], 0).unwrap();
+        // 1728..2048 and 0..704 are free: 700 bytes would end at frame 2's start
+        assert_eq!(again.push(&r, &[4; 700], 0), Err(PushError::Full));
+        again.publish(&r);
+        for want in [2u8, 3] {
+            let f = c.pop(&r).unwrap().unwrap();
+            let mut b = vec![0u8; f.len];
+            assert!(r.read(f.off, &mut b) && b.iter().all(|x| *x == want));
+        }
     }
 
     #[test]

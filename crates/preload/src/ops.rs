@@ -913,7 +913,7 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
     }
     let o = s.opts().clone();
     let st = stack_if_attached()?;
-    let buf = 256 * 1024;
+    let buf = StackConfig::default().tcp_rx_buffer as i32;
     Some(Ok(match (level, name) {
         (libc::SOL_SOCKET, libc::SO_ERROR) => OptVal::Int(so_error(&s)),
         (libc::SOL_SOCKET, libc::SO_TYPE) => OptVal::Int(match s.proto {

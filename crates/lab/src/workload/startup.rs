@@ -258,9 +258,9 @@ fn docknet_once(
     cc.pipe_create(&cp, &format!("{cip}/16"), Some(1500), None)
         .with_context(|| format!("creating pipe {cp}"))?;
     if mode == Mode::DocknetFc {
-        // the pipes' MTU (the default, 64 KiB frames, makes a 33 MB region whose pages are
-        // all allocated at once: ~10 ms here)
-        c.fc_connect(&cp, &sp, Some(1500))
+        // the pipes' MTU (the default; a channel at MTU 65535 would be a 33 MB region whose
+        // pages are all allocated at once: ~10 ms here)
+        c.fc_connect(&cp, &sp, None)
             .with_context(|| format!("connecting {cp} and {sp}"))?;
     }
     if let Some((sns, cns)) = &namespaces {
