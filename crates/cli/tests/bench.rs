@@ -1044,7 +1044,16 @@ fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
             .status()
             .unwrap()
             .success();
-        assert_eq!(has("bridge", server, tool), there, "{prog}: {rows:?}");
+        let brief: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {} {} req/s {} errors",
+                    r["mode"], r["server"], r["tool"], r["req_per_s"], r["errors"]
+                )
+            })
+            .collect();
+        assert_eq!(has("bridge", server, tool), there, "{prog}: {brief:?}");
     }
     let v = valid(&json);
     assert!(v["not_available"]

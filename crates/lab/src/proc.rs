@@ -125,6 +125,48 @@ impl Stop {
     }
 }
 
+/// Whether a `/proc/net/tcp`-format table lists a socket listening on `port`.
+fn lists_listener(table: &str, port: u16) -> bool {
+    // "  0: 0100007F:1F90 00000000:0000 0A ...": local address:port (hex), remote, state (0A)
+    table.lines().skip(1).any(|l| {
+        let mut f = l.split_whitespace().skip(1);
+        let local = f.next().and_then(|a| a.rsplit(':').next());
+        let state = f.nth(1);
+        local.and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port) && state == Some("0A")
+    })
+}
+
+/// Waits until process `pid` is in namespace `ns` and a socket there listens on TCP `port`,
+/// for a server started with [`in_ns`]: a client started before would count refused
+/// connections as errors. Fails when `timeout` passes, the process ends or a signal comes.
+pub fn wait_listening(pid: u32, ns: &str, port: u16, timeout: Duration, stop: &Stop) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let want = std::fs::metadata(format!("/run/netns/{ns}"))
+        .with_context(|| format!("namespace {ns}"))?
+        .ino();
+    let t = Instant::now();
+    loop {
+        stop.check()?;
+        let inside = std::fs::metadata(format!("/proc/{pid}/ns/net"))
+            .with_context(|| format!("process {pid} ended before it listened on port {port}"))?
+            .ino()
+            == want;
+        let listens = || {
+            ["tcp", "tcp6"].iter().any(|t| {
+                std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
+                    .is_ok_and(|s| lists_listener(&s, port))
+            })
+        };
+        if inside && listens() {
+            return Ok(());
+        }
+        if t.elapsed() > timeout {
+            bail!("nothing listened on port {port} in {ns} within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A child process whose last JSON line on stdout is its result; killed on drop if still
 /// running. Its stdout is read from the start by a thread of its own: a result larger than the
 /// pipe's buffer (a dnperf report with a wide histogram is 70 KB) would otherwise block the
@@ -217,6 +259,23 @@ mod tests {
         let (a, b) = (unique("h"), unique("h"));
         assert_ne!(a, b);
         assert!(a.starts_with(&format!("dn{}x", std::process::id())) && a.ends_with('h'));
+    }
+
+    #[test]
+    fn a_listener_is_found_by_its_port_and_state_only() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue\n\
+           0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000\n\
+           1: 0100007F:0050 0100007F:9C40 01 00000000:00000000 00:00000000 00000000\n";
+        assert!(lists_listener(table, 8080));
+        assert!(
+            !lists_listener(table, 80),
+            "an established socket is not a listener"
+        );
+        assert!(!lists_listener(table, 40000), "a remote port is not ours");
+        let v6 = "  sl  local_address                         remote_address                        st\n\
+           0: 00000000000000000000000000000000:0050 00000000000000000000000000000000:0000 0A 0\n";
+        assert!(lists_listener(v6, 80));
+        assert!(!lists_listener("header only\n", 80));
     }
 
     #[test]

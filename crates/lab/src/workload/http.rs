@@ -14,7 +14,7 @@
 use crate::cpustat::CpuTimes;
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
-use crate::proc::{in_ns, Proc, Stop};
+use crate::proc::{in_ns, wait_listening, Proc, Stop};
 use crate::progress::Progress;
 use crate::row::{Row, Tool, Workload};
 use crate::topology::{DocknetLab, KernelLab};
@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 
 /// The servers `--server` takes.
 pub const SERVERS: [&str; 2] = ["docknet-httpd", "nginx"];
+
+/// How long a server has to come up before its run fails.
+const SERVER_UP: Duration = Duration::from_secs(20);
 
 /// What one measurement runs.
 #[derive(Debug, Clone)]
@@ -343,14 +346,30 @@ pub fn measure(
             );
             let mut c = in_ns(&l.pairs[0].server_ns, &p, a);
             c.stderr(std::process::Stdio::null());
-            Proc::spawn(c, "docknet-httpd")?
+            let s = Proc::spawn(c, "docknet-httpd")?;
+            wait_listening(
+                s.pid(),
+                &l.pairs[0].server_ns,
+                l.pairs[0].port,
+                SERVER_UP,
+                stop,
+            )?;
+            s
         }
         (HttpNet::Kernel(l), "nginx") => {
             nginx = Nginx::prepare(&server_addr)?;
             let (p, a) = pin(pl.server, Path::new("nginx"), nginx.args());
             let mut c = in_ns(&l.pairs[0].server_ns, &p, a);
             c.stderr(std::process::Stdio::null());
-            Proc::spawn(c, "nginx")?
+            let s = Proc::spawn(c, "nginx")?;
+            wait_listening(
+                s.pid(),
+                &l.pairs[0].server_ns,
+                l.pairs[0].port,
+                SERVER_UP,
+                stop,
+            )?;
+            s
         }
         (HttpNet::Docknet(l), "docknet-httpd") => {
             let args = vec![
@@ -369,7 +388,7 @@ pub fn measure(
                 args,
             );
             let p = Proc::spawn(c, "docknet-httpd in its container")?;
-            l.wait_servers(1, Duration::from_secs(20))?;
+            l.wait_servers(1, SERVER_UP)?;
             p
         }
         (_, s) => bail!("{s} does not run on {mode} here"),
