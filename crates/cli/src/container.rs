@@ -69,8 +69,9 @@ fn under_system(p: &Path) -> bool {
 
 /// Runs `a.cmd` in a new container attached to pipe `a.pipe`; returns the command's status.
 pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
+    // the daemon is asked for the pipe only once the namespaces exist (an unknown pipe is
+    // refused then, as clearly); connecting first fails early when no daemon runs
     let mut client = crate::ctl::client(socket)?;
-    client.pipe_show(&a.pipe)?;
     if let Some(c) = a.cpu {
         // the cores this process may run on (not available_parallelism, which a cgroup's CPU
         // quota lowers: a container under a quota of one core still picks its core)
@@ -112,17 +113,13 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             | CloneFlags::CLONE_NEWIPC,
     )
     .context("creating namespaces (docknet run needs root)")?;
-    let netns = format!("/proc/{}/ns/net", std::process::id());
-    let attached = client
-        .pipe_attach(&a.pipe, &netns, Some(&a.socket_name))
-        .context("handing the pipe to the container")?;
-    drop(client);
     let _ = nix::unistd::sethostname(&a.pipe);
 
     // The first child of this process becomes pid 1 of the new PID namespace; when it exits
     // the namespace dies, so nothing but the container's init may be started from here on. The
     // init is this process forked (not docknet executed again: a second start of this binary
-    // was a third of a container's start-up time).
+    // was a third of a container's start-up time). It builds the walls while this process
+    // asks the daemon for the pipe, and starts the command once told where the pipe is.
     let init_args = Init {
         cpu: a.cpu,
         walls: sandbox::Walls {
@@ -131,15 +128,17 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         },
         preload,
         cmd: a.cmd.clone(),
-        pipe_socket: attached.socket.clone(),
     };
+    let (go_r, go_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("a pipe to the init")?;
     // SAFETY: this process has a single thread (unshare above needed that too), so the child
     // may allocate and run any code; it leaves only through `exit`.
     #[allow(unsafe_code)]
     let forked = unsafe { nix::unistd::fork() };
     let child = match forked.context("starting the container's init")? {
         nix::unistd::ForkResult::Child => {
-            let code = match init(&init_args) {
+            drop((go_w, client));
+            let code = match init(&init_args, go_r) {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("docknet: error: {e:#}");
@@ -150,8 +149,24 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         }
         nix::unistd::ForkResult::Parent { child } => child,
     };
+    drop(go_r);
+    let netns = format!("/proc/{}/ns/net", std::process::id());
+    let attached = client
+        .pipe_attach(&a.pipe, &netns, Some(&a.socket_name))
+        .context("handing the pipe to the container");
+    drop(client);
+    match &attached {
+        // the init reads the socket's name to its end, then starts the command
+        Ok(at) => {
+            let mut w = std::fs::File::from(go_w);
+            let _ = std::io::Write::write_all(&mut w, at.socket.as_bytes());
+        }
+        // the init reads nothing and exits without starting the command
+        Err(_) => drop(go_w),
+    }
     block_signals()?;
     let code = supervise(child).map(ExitCode::from);
+    attached?;
     // the container is gone: close the pipe's socket in its (dead) namespace. A daemon that is
     // restarting gets 10 s; after that the attachment stays until the next `docknet run` of the
     // pipe sees its namespace empty and replaces it.
@@ -238,13 +253,12 @@ struct Init {
     walls: sandbox::Walls,
     preload: Option<PathBuf>,
     cmd: Vec<String>,
-    /// Where the pipe is handed out inside the container (`DOCKNET_PIPE`).
-    pipe_socket: String,
 }
 
-/// The container's pid 1 (forked by `run`): builds the walls, runs the command, forwards
-/// signals to it and returns its exit status.
-fn init(a: &Init) -> Result<u8> {
+/// The container's pid 1 (forked by `run`): builds the walls, waits for the name of the pipe's
+/// socket on `go` (nothing comes when the daemon refused the pipe: the supervisor reports
+/// why), runs the command, forwards signals to it and returns its exit status.
+fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     let (cpu, walls, cmd) = (a.cpu, &a.walls, &a.cmd);
     if cmd.is_empty() {
         bail!("no command");
@@ -276,9 +290,19 @@ fn init(a: &Init) -> Result<u8> {
             .context("installing signal handlers")?;
     }
     sandbox::install_seccomp()?;
+    let mut pipe_socket = String::new();
+    // bounded: a socket name is at most 108 bytes
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(std::fs::File::from(go), 256),
+        &mut pipe_socket,
+    )
+    .context("waiting for the pipe")?;
+    if pipe_socket.is_empty() {
+        return Ok(1);
+    }
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
-    command.env("DOCKNET_PIPE", &a.pipe_socket);
+    command.env("DOCKNET_PIPE", &pipe_socket);
     if let Some(p) = &a.preload {
         // only the command: the init itself stays free of it
         command.env("LD_PRELOAD", p);

@@ -335,6 +335,57 @@ fn a_hostile_container_hurts_only_itself() {
     assert!(v["transactions"].as_u64().unwrap() > 100);
 }
 
+/// A daemon that restarts resumes producing into each container's rx ring from indices and
+/// descriptors the container can write: it must bound what it reads back, keep serving
+/// everyone else, and still deliver into the offender's ring as far as the lies leave room.
+#[test]
+fn a_daemon_restarted_under_a_forging_container_serves_the_others() {
+    if !root_or_skip("restart under forged rings") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    let (_, ib) = pair(&lab, "a", "b", 50);
+    lab.ok(&["pipe", "create", "evil", "--ip", "10.50.0.66/24"]);
+    lab.ok(&["pipe", "create", "flood", "--ip", "10.50.0.67/24"]);
+    // the offender's rx ring claims frames at places past its area, then the daemon restarts
+    let v = peer_json(&lab.in_container("evil", &[ATTACK, "forge-rx"]));
+    assert!(v["queued"].as_u64().unwrap() > 0, "{v}");
+    lab.kill_daemon();
+    lab.start_daemon();
+    // broadcasts go into the forged ring while a checked stream runs through the daemon
+    let through = checked(&mut lab, "a", "b", &ib, 200);
+    let flood = lab.spawn_in("flood", None, &[ATTACK, "flood", "--seconds", "2"]);
+    intact(&mut lab, through, "through the restarted daemon");
+    assert!(lab.wait(flood, Duration::from_secs(30)).status.success());
+    assert!(
+        lab.counter("evil", "rx_packets") > 0,
+        "the daemon delivered into the forged ring"
+    );
+    // and again while the offender writes random words over its whole region
+    let evil = lab.spawn_in("evil", None, &[ATTACK, "scribble", "--seconds", "3"]);
+    std::thread::sleep(Duration::from_millis(500));
+    lab.kill_daemon();
+    lab.start_daemon();
+    let v = rr(&mut lab, "a", "b", &ib, "0.5");
+    assert!(v["transactions"].as_u64().unwrap() > 100, "{v}");
+    assert_eq!(v["lost"], 0, "{v}");
+    let out = lab.wait(evil, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(lab.daemon_pid() as i32), None).is_ok()
+    );
+    for p in ["a", "b"] {
+        assert_eq!(lab.counter(p, "bad_desc"), 0, "{p}");
+    }
+    // the offender's pipe is still the daemon's to show and to remove
+    lab.ok(&["pipe", "show", "evil"]);
+    lab.ok(&["pipe", "rm", "evil"]);
+}
+
 /// A fast-channel partner that is a hostile TCP peer: it fills a DockLib server's receive
 /// window (pipelined requests, answers never acknowledged) and keeps sending odd-sized
 /// segments past every window edge the server offered, also between an edge that shrank and

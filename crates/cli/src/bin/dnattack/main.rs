@@ -4,6 +4,8 @@
 //!
 //!   dnattack truncate | grow | punch    try to take the pipe's memory away (sealed: refused)
 //!   dnattack scribble --seconds S       random bytes over the whole region, continuously
+//!   dnattack forge-rx                   leave the rx ring claiming queued frames at hostile
+//!                                       places, for the next daemon to read back
 //!   dnattack flood --seconds S          broadcast frames as fast as the ring takes them
 //!   dnattack wake-storm --seconds S     toggle and FUTEX_WAKE the daemon's sleep word
 //!   dnattack connect-storm --seconds S  connect to the pipe's socket over and over
@@ -60,6 +62,10 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// Leave the rx ring claiming that half its descriptors hold frames not yet taken, and a
+    /// few more committed but not published, all at hostile places (offsets past the frame
+    /// area, lengths past the largest frame): what a daemon that restarts now reads back.
+    ForgeRx,
     /// Broadcast frames as fast as the tx ring takes them.
     Flood {
         #[arg(long, default_value_t = 3.0)]
@@ -186,6 +192,30 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
                 rounds += 1;
             }
             json!({"attack": "scribble", "bytes": r.len(), "rounds": rounds})
+        }
+        Cmd::ForgeRx => {
+            let (fd, info, _c) = grab(&name)?;
+            let r = Region::map_sealed(fd.as_fd(), info.size)?;
+            let ring = info.rings[1];
+            let prod = r.load_u32(ring.prod_off(), Ordering::Acquire);
+            let (queued, unpublished) = (ring.depth / 2, 4u32);
+            let cons = prod.wrapping_sub(queued);
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for i in 0..queued + unpublished {
+                let idx = cons.wrapping_add(i);
+                let d = ring.desc_off(idx);
+                let off = match i % 3 {
+                    0 => u32::MAX - 63,
+                    1 => ring.area_len as u32 + 64,
+                    _ => xorshift(&mut x) as u32,
+                };
+                r.store_u32(d + layout::DESC_OFFSET, off, Ordering::Relaxed);
+                r.store_u32(d + layout::DESC_LEN, u32::MAX >> (i % 8), Ordering::Relaxed);
+                r.store_u32(d + layout::DESC_SEQ, idx.wrapping_add(1), Ordering::Release);
+            }
+            r.store_u32(ring.cons_off(), cons, Ordering::Release);
+            json!({"attack": "forge-rx", "queued": queued, "unpublished": unpublished,
+                   "prod": prod, "cons": cons})
         }
         Cmd::Flood { seconds } => {
             let mut ep = docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?;
