@@ -46,9 +46,10 @@ fn run(args: &[&str], extra: &std::path::Path) -> (std::process::Output, u32) {
     (child.wait_with_output().unwrap(), pid)
 }
 
-/// Held by the tests whose assertions need the path measured to make progress: a raw stream
-/// pinned beside another test's daemon master (the pairs bench raises its master's priority)
-/// could send nothing in its short window (so could the report test's 0.2 s DockNet points).
+/// Held by every test that runs a bench, so they run one at a time: on two cores, benches
+/// beside each other starved each other's short windows (a raw stream pinned beside another
+/// test's daemon master sent nothing; a 0.3 s raw ping-pong whose server came up late lost its
+/// first request and measured nothing; a 0.2 s point without samples has no histogram).
 static PINNED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn pinned() -> std::sync::MutexGuard<'static, ()> {
@@ -76,6 +77,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
     if !root_or_skip("tcp_bench") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     for wl in ["rr", "stream"] {
@@ -164,6 +166,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
 
 #[test]
 fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
+    let _one = pinned();
     // loopback over ::1, veth and bridge with IPv6 addresses, DockNet on dual-stack pipes
     if !root_or_skip("bench_ipv6") || !dnperf_built() {
         return;
@@ -293,6 +296,7 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     if !root_or_skip("kernel_modes") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("k.json");
     let links = || -> Vec<String> {
@@ -465,6 +469,7 @@ fn a_failing_mode_is_skipped_with_its_error_and_the_others_still_run() {
     if !root_or_skip("failing_mode") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     // CNI plugins that exist but fail, as a broken installation would
     let dir = tempfile::tempdir().unwrap();
     let cni = dir.path().join("cni");
@@ -538,6 +543,7 @@ fn crosscheck_rows_come_from_sockperf_and_iperf3() {
     if !root_or_skip("crosscheck") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     for (wl, tool) in [("rr", "sockperf"), ("stream", "iperf3")] {
         let json = dir.path().join(format!("{wl}.json"));
@@ -694,6 +700,7 @@ fn ctrl_c_stops_the_bench_and_removes_everything() {
     if !root_or_skip("interrupt") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(EXE)
         .args([
@@ -756,6 +763,7 @@ fn two_host_bench_measures_every_mode_and_cleans_up() {
     if !root_or_skip("two-host bench") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     let (o, pid) = run(
@@ -872,6 +880,7 @@ fn ctrl_c_removes_both_hosts_and_the_wire() {
     if !root_or_skip("two-host interrupt") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let mut child = Command::new(EXE)
         .args([
             "bench",
@@ -932,6 +941,7 @@ fn the_rate_experiment_limits_both_modes_and_cleans_up() {
     if !root_or_skip("bench rate") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("rate.json");
     let o = run_clean(
@@ -1001,6 +1011,7 @@ fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
     if !root_or_skip("http bench") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("http.json");
     let (o, pid) = run(
@@ -1068,6 +1079,7 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
     if !root_or_skip("nat and cluster") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let nat = dir.path().join("nat.json");
     run_clean(
@@ -1133,6 +1145,7 @@ fn seed_studies_measure_render_and_clean_up() {
     if !root_or_skip("seed studies") || !dnperf_built() {
         return;
     }
+    let _one = pinned();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("rep");
     let json = dir.path().join("startup.json");

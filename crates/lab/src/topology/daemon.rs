@@ -2,7 +2,7 @@
 //! and removed on drop. Its control socket is spoken with the daemon's typed client.
 
 use crate::plan::DaemonSetup;
-use crate::proc::{terminate, unique};
+use crate::proc::{terminate, unique, Stop};
 use anyhow::{bail, Context, Result};
 use docknet_daemon::proto::Client;
 use std::path::{Path, PathBuf};
@@ -110,6 +110,25 @@ impl Daemon {
     /// A client of this daemon's control socket.
     pub fn client(&self) -> Result<Client> {
         Ok(Client::connect(&self.socket)?)
+    }
+
+    /// Waits until a process in pipe `pipe`'s container has connected to it (its DockLib is
+    /// up and takes frames), so a peer started next finds it: a raw request sent before is
+    /// lost, and the client gives it up only after a second. Fails after `timeout` or at a
+    /// signal.
+    pub fn wait_connected(&self, pipe: &str, timeout: Duration, stop: &Stop) -> Result<()> {
+        let t = Instant::now();
+        let mut c = self.client()?;
+        loop {
+            stop.check()?;
+            if c.pipe_show(pipe)?.connections > 0 {
+                return Ok(());
+            }
+            if t.elapsed() > timeout {
+                bail!("nothing in pipe {pipe}'s container connected to it within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// `EXE --socket S` as a command (for `docknet run` in this daemon's pipes).

@@ -3,7 +3,7 @@
 //! frames between `docknet raw peer`s (no TCP): they measure the rings themselves.
 
 use super::dnperf::Side;
-use super::{Fleet, Runner, SERVER_START};
+use super::{Fleet, Runner};
 use crate::mode::{Builder, Mode};
 use crate::plan::{DaemonSetup, Placement};
 use crate::proc::Proc;
@@ -131,7 +131,7 @@ impl Runner {
         Proc::spawn(c, &format!("raw peer in {pipe}"))
     }
 
-    /// One raw measurement: a server peer in pipe `b` (given time to attach), then a client
+    /// One raw measurement: a server peer in pipe `b` (once it is connected), then a client
     /// peer in pipe `a` against it. Returns the client's outcome and the server's.
     fn raw_point(
         &self,
@@ -144,7 +144,7 @@ impl Runner {
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
         let srv = owned(&["--role", server_role, "--idle", idle, "--quiet-exit", "5"]);
         let server = self.raw_peer(d, "b", cores.1, &srv)?;
-        std::thread::sleep(SERVER_START);
+        d.wait_connected("b", Duration::from_secs(20), &self.stop)?;
         let mut cli = owned(&["--role", client_role, "--dst", B, "--idle", idle]);
         cli.extend(owned(&[
             "--size",
