@@ -91,6 +91,14 @@ impl Lab {
             .ok()
     }
 
+    /// Whether the daemon still runs: one that crashed has exited, even before it is reaped
+    /// (a signal 0 to its pid would still reach the zombie).
+    pub fn daemon_alive(&mut self) -> bool {
+        self.daemon
+            .as_mut()
+            .is_some_and(|d| matches!(d.try_wait(), Ok(None)))
+    }
+
     pub fn daemon_pid(&self) -> u32 {
         self.daemon.as_ref().expect("daemon running").id()
     }

@@ -330,46 +330,31 @@ pub fn measure(
         v.extend(args);
         (PathBuf::from("taskset"), v)
     };
+    // a server in the kernel lab's server namespace, once it listens
+    let kernel_server = |l: &KernelLab, prog: &Path, args: Vec<String>, what: &str| {
+        let (p, a) = pin(pl.server, prog, args);
+        let mut c = in_ns(&l.pairs[0].server_ns, &p, a);
+        c.stderr(std::process::Stdio::null());
+        let s = Proc::spawn(c, what)?;
+        let pair = &l.pairs[0];
+        wait_listening(s.pid(), &pair.server_ns, pair.port, SERVER_UP, stop)?;
+        anyhow::Ok(s)
+    };
     // the server
     let nginx;
     let server = match (net, pt.server) {
         (HttpNet::Kernel(l), "docknet-httpd") => {
-            let (p, a) = pin(
-                pl.server,
-                &httpd,
-                vec![
-                    "--stack".into(),
-                    "kernel".into(),
-                    "--bind".into(),
-                    server_addr.clone(),
-                ],
-            );
-            let mut c = in_ns(&l.pairs[0].server_ns, &p, a);
-            c.stderr(std::process::Stdio::null());
-            let s = Proc::spawn(c, "docknet-httpd")?;
-            wait_listening(
-                s.pid(),
-                &l.pairs[0].server_ns,
-                l.pairs[0].port,
-                SERVER_UP,
-                stop,
-            )?;
-            s
+            let args = vec![
+                "--stack".into(),
+                "kernel".into(),
+                "--bind".into(),
+                server_addr.clone(),
+            ];
+            kernel_server(l, &httpd, args, "docknet-httpd")?
         }
         (HttpNet::Kernel(l), "nginx") => {
             nginx = Nginx::prepare(&server_addr)?;
-            let (p, a) = pin(pl.server, Path::new("nginx"), nginx.args());
-            let mut c = in_ns(&l.pairs[0].server_ns, &p, a);
-            c.stderr(std::process::Stdio::null());
-            let s = Proc::spawn(c, "nginx")?;
-            wait_listening(
-                s.pid(),
-                &l.pairs[0].server_ns,
-                l.pairs[0].port,
-                SERVER_UP,
-                stop,
-            )?;
-            s
+            kernel_server(l, Path::new("nginx"), nginx.args(), "nginx")?
         }
         (HttpNet::Docknet(l), "docknet-httpd") => {
             let args = vec![
