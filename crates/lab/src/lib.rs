@@ -31,6 +31,7 @@ pub mod summary;
 pub mod topology;
 pub mod verdict;
 pub mod workload;
+pub mod xcore;
 
 pub use mode::Mode;
 pub use row::{Results, Row, Tool, Workload};

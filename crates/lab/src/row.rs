@@ -407,6 +407,15 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_s_per_kreq: Option<std::collections::BTreeMap<String, f64>>,
+    /// Rr, stream and chain: the machine's cross-core handoff cost just before the point,
+    /// in microseconds to write 32 KiB that another core has just read (`crate::xcore`). On a
+    /// VM it moves with the host's placement of the vCPUs, and the daemon path with it.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub xcore_us: Option<f64>,
     /// Chain: payload bits per second through the chain, at the load generator.
     #[serde(
         default,
@@ -536,6 +545,7 @@ impl Row {
             cpu_cores: None,
             cpu_s_per_gb: None,
             cpu_s_per_kreq: None,
+            xcore_us: None,
             transfer_bps: None,
             p50_ms: None,
             p99_ms: None,

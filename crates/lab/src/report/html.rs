@@ -67,6 +67,9 @@ pub fn page(r: &Report) -> String {
     if let Some(w) = r.envs.iter().find_map(|e| e.wire.as_deref()) {
         let _ = writeln!(h, "<p>Two hosts: the wire is shaped: {}.</p>", esc(w));
     }
+    if let Some(x) = r.xcore_line() {
+        let _ = writeln!(h, "<p>{}</p>", esc(&x));
+    }
     let many = r.sections.len() > 1;
     for sec in &r.sections {
         let base = sec.topology.baseline();

@@ -35,6 +35,9 @@ pub fn report(r: &Report) -> String {
     if let Some(w) = r.envs.iter().find_map(|e| e.wire.as_deref()) {
         let _ = writeln!(m, "Two hosts: the wire is shaped: {w}.\n");
     }
+    if let Some(x) = r.xcore_line() {
+        let _ = writeln!(m, "{x}\n");
+    }
     let many = r.sections.len() > 1;
     for sec in &r.sections {
         let base = sec.topology.baseline();

@@ -376,6 +376,8 @@ fn run_mode(
     for &size in &args.sizes {
         stop.check()?;
         progress.start(&format!("{mode} chain {size} B"));
+        // the cross-core handoff cost of the moment (the chain's programs are idle here)
+        let xcore = crate::xcore::handoff_us(0, 1);
         let c = chain.cmd(
             0,
             &load,
@@ -421,13 +423,15 @@ fn run_mode(
             builder: Some(mode.builder().name().into()),
             idle: mode.is_docknet().then(|| peer_idle(args).to_string()),
             daemon_idle: mode.is_docknet().then(|| daemon_idle(args)),
+            xcore_us: xcore,
             ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
         };
         progress.done(&format!(
-            "  {mode}{} {size} B: {:.1} Mbit/s payload, {:.0} answers/s",
+            "  {mode}{} {size} B: {:.1} Mbit/s payload, {:.0} answers/s{}",
             if two { " (two hosts)" } else { "" },
             row.transfer_bps.unwrap_or(0.0) / 1e6,
-            r.req_per_s
+            r.req_per_s,
+            xcore.map_or(String::new(), |x| format!(" (cross-core 32 KiB {x:.2} us)"))
         ));
         rows.push(row);
     }

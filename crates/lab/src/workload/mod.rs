@@ -299,6 +299,8 @@ impl Runner {
     fn single(&mut self, run: &ModeRun, fleet: &Fleet, p: &Point, pl: &Placement) -> Result<()> {
         self.progress
             .start(&format!("{} {} {} B", run.mode, pl.cores(), p.size));
+        // the cross-core handoff cost of the moment, before anything of the point runs
+        let xcore = crate::xcore::handoff_us(0, 1);
         // the machine's CPU over the middle 80% of the measured window (the client starts
         // after the server, DockNet's after SERVER_START, and warms up first)
         let lead = match fleet {
@@ -311,6 +313,7 @@ impl Runner {
         );
         let report = self.measure(fleet, pl, p.size)?;
         let mut row = dnperf::row(&report, run.mode, self.workload, p, fleet.builder());
+        row.xcore_us = xcore;
         if let Ok(Some((d, secs))) = cpu.join() {
             let r = &report.result;
             match self.workload {
@@ -346,6 +349,10 @@ impl Runner {
             ),
             (None, Some(p), _) => format!("p50 {p:.2} us"),
             (None, None, g) => format!("{:.2} Gbps", g.unwrap_or(0.0)),
+        };
+        let what = match row.xcore_us {
+            Some(x) => format!("{what} (cross-core 32 KiB {x:.2} us)"),
+            None => what,
         };
         self.progress.done(&format!(
             "  {:<11} {:<8} {:<8} {} {:>6} B mtu {}: {what}",

@@ -1,0 +1,122 @@
+//! The machine's cross-core handoff cost: how long one core takes to write 32 KiB that
+//! another core has just read, the step every frame through the daemon takes twice (a
+//! container writes its tx ring, which the master read last time round; the master writes an
+//! rx ring, which a container read last time round).
+//!
+//! On a virtual machine this cost is not the machine's alone: it depends on where the host
+//! has placed the two vCPUs (sharing a cache, or not), and the host moves them. On this
+//! project's 2-core VM the probe finds levels that hold for seconds at a time (mostly 3.5-6
+//! us per 32 KiB, at times 25-31 us, rarely about 1 us), and the daemon path's 64 KiB
+//! ping-pong was slow in every run that followed a reading above 25 us and in one of 16 that
+//! followed a reading below 6 (docs/benchmarks.md, "Where the slow regime is"). The lab
+//! measures it just before each rr, stream and chain point (`xcore_us` in the row), so a
+//! reader can tell such a run from a slower program.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes handed over per round: one 32 KiB segment, what DockLib sends within the host.
+pub const BYTES: usize = 32 * 1024;
+const WORDS: usize = BYTES / 8;
+/// Rounds per sample, and samples (the median is reported).
+const ROUNDS: u64 = 300;
+const SAMPLES: usize = 5;
+/// The probe gives up (and reports nothing) past this, e.g. on a machine too busy to run it.
+const LIMIT: Duration = Duration::from_millis(500);
+
+/// Median over [`SAMPLES`] of the mean time, in microseconds, for a thread on core `a` to
+/// write [`BYTES`] that a thread on core `b` read in the round before. `None` when the cores
+/// cannot be pinned (fewer than two) or the probe ran out of time.
+pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if a == b || a >= cores || b >= cores {
+        return None;
+    }
+    let buf: Arc<Vec<AtomicU64>> = Arc::new((0..WORDS).map(|_| AtomicU64::new(0)).collect());
+    let turn = Arc::new(AtomicU64::new(0));
+    let give_up = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + LIMIT;
+    let mut samples = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        turn.store(0, Ordering::SeqCst);
+        let reader = {
+            let (buf, turn, give_up) = (buf.clone(), turn.clone(), give_up.clone());
+            std::thread::spawn(move || -> Option<u64> {
+                docknet_perf::stats::pin(b).ok()?;
+                let mut sum = 0u64;
+                for i in 0..ROUNDS {
+                    wait_for(&turn, 2 * i + 1, &give_up)?;
+                    for w in buf.iter() {
+                        sum = sum.wrapping_add(w.load(Ordering::Relaxed));
+                    }
+                    turn.store(2 * i + 2, Ordering::Release);
+                }
+                Some(sum)
+            })
+        };
+        let writer = {
+            let (buf, turn, give_up) = (buf.clone(), turn.clone(), give_up.clone());
+            std::thread::spawn(move || -> Option<Duration> {
+                docknet_perf::stats::pin(a).ok()?;
+                let mut spent = Duration::ZERO;
+                for i in 0..ROUNDS {
+                    wait_for(&turn, 2 * i, &give_up)?;
+                    let t = Instant::now();
+                    for (k, w) in buf.iter().enumerate() {
+                        w.store(i ^ k as u64, Ordering::Relaxed);
+                    }
+                    spent += t.elapsed();
+                    turn.store(2 * i + 1, Ordering::Release);
+                    if Instant::now() > deadline {
+                        give_up.store(true, Ordering::Relaxed);
+                        return None;
+                    }
+                }
+                Some(spent)
+            })
+        };
+        let spent = writer.join().ok().flatten();
+        if spent.is_none() {
+            give_up.store(true, Ordering::Relaxed);
+        }
+        let read = reader.join().ok().flatten();
+        match (spent, read) {
+            (Some(s), Some(_)) => samples.push(s.as_secs_f64() * 1e6 / ROUNDS as f64),
+            _ => return None,
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    samples.get(SAMPLES / 2).copied()
+}
+
+/// Spins until `turn` reaches `want`; `None` if the other side gave up first.
+fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool) -> Option<()> {
+    while turn.load(Ordering::Acquire) != want {
+        if give_up.load(Ordering::Relaxed) {
+            return None;
+        }
+        std::hint::spin_loop();
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_measures_two_distinct_cores_only() {
+        assert_eq!(handoff_us(0, 0), None);
+        assert_eq!(handoff_us(0, usize::MAX), None);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cores >= 2 {
+            // a busy machine can make one try run out of time; three in a row would not
+            let us = (0..3)
+                .find_map(|_| handoff_us(0, 1))
+                .expect("two cores: a figure");
+            // 32 KiB written takes at least a few ns per line and well under the limit
+            assert!(us > 0.01 && us < 500_000.0 / ROUNDS as f64, "{us}");
+        }
+    }
+}
