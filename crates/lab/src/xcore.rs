@@ -25,9 +25,9 @@ const SAMPLES: usize = 5;
 /// The probe gives up (and reports nothing) past this, e.g. on a machine too busy to run it.
 const LIMIT: Duration = Duration::from_millis(500);
 
-/// Median over five samples (300 rounds each) of the mean time, in microseconds, for a thread on core `a` to
-/// write [`BYTES`] that a thread on core `b` read in the round before. `None` when the cores
-/// cannot be pinned (fewer than two) or the probe ran out of time.
+/// Median over five samples (300 rounds each) of the mean time, in microseconds, for a thread
+/// on core `a` to write [`BYTES`] that a thread on core `b` read in the round before. `None`
+/// when the cores cannot be pinned (fewer than two) or the probe ran out of time.
 pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if a == b || a >= cores || b >= cores {
