@@ -90,6 +90,11 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
     samples.get(SAMPLES / 2).copied()
 }
 
+/// A reading as the progress line shows it after a point's figure (empty: none).
+pub fn label(us: Option<f64>) -> String {
+    us.map_or(String::new(), |x| format!(" (cross-core 32 KiB {x:.2} us)"))
+}
+
 /// Spins until `turn` reaches `want`; `None` if the other side gave up first.
 fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool) -> Option<()> {
     while turn.load(Ordering::Acquire) != want {

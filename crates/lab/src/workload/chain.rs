@@ -431,7 +431,7 @@ fn run_mode(
             if two { " (two hosts)" } else { "" },
             row.transfer_bps.unwrap_or(0.0) / 1e6,
             r.req_per_s,
-            xcore.map_or(String::new(), |x| format!(" (cross-core 32 KiB {x:.2} us)"))
+            crate::xcore::label(xcore)
         ));
         rows.push(row);
     }

@@ -350,10 +350,7 @@ impl Runner {
             (None, Some(p), _) => format!("p50 {p:.2} us"),
             (None, None, g) => format!("{:.2} Gbps", g.unwrap_or(0.0)),
         };
-        let what = match row.xcore_us {
-            Some(x) => format!("{what} (cross-core 32 KiB {x:.2} us)"),
-            None => what,
-        };
+        let what = what + &crate::xcore::label(row.xcore_us);
         self.progress.done(&format!(
             "  {:<11} {:<8} {:<8} {} {:>6} B mtu {}: {what}",
             row.mode.name(),
