@@ -24,10 +24,15 @@ const ROUNDS: u64 = 300;
 const SAMPLES: usize = 5;
 /// The probe gives up (and reports nothing) past this, e.g. on a machine too busy to run it.
 const LIMIT: Duration = Duration::from_millis(500);
+/// A sample counts when both threads were on their cores this share of its time.
+const MIN_ON_CPU: f64 = 0.9;
 
 /// Median over five samples (300 rounds each) of the mean time, in microseconds, for a thread
-/// on core `a` to write [`BYTES`] that a thread on core `b` read in the round before. `None`
-/// when the cores cannot be pinned (fewer than two) or the probe ran out of time.
+/// on core `a` to write [`BYTES`] that a thread on core `b` read in the round before. A sample
+/// in which either thread was off its core for more than a tenth of the time (another thread
+/// there, e.g. a daemon's master spinning) measures the scheduler, not the caches: it is left
+/// out. `None` when the cores cannot be pinned (fewer than two), fewer than three samples are
+/// left, or the probe ran out of time.
 pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if a == b || a >= cores || b >= cores {
@@ -42,8 +47,9 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
         turn.store(0, Ordering::SeqCst);
         let reader = {
             let (buf, turn, give_up) = (buf.clone(), turn.clone(), give_up.clone());
-            std::thread::spawn(move || -> Option<u64> {
+            std::thread::spawn(move || -> Option<f64> {
                 docknet_perf::stats::pin(b).ok()?;
+                let clock = OnCpu::start();
                 let mut sum = 0u64;
                 for i in 0..ROUNDS {
                     wait_for(&turn, 2 * i + 1, &give_up)?;
@@ -52,13 +58,15 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
                     }
                     turn.store(2 * i + 2, Ordering::Release);
                 }
-                Some(sum)
+                std::hint::black_box(sum);
+                Some(clock.share())
             })
         };
         let writer = {
             let (buf, turn, give_up) = (buf.clone(), turn.clone(), give_up.clone());
-            std::thread::spawn(move || -> Option<Duration> {
+            std::thread::spawn(move || -> Option<(Duration, f64)> {
                 docknet_perf::stats::pin(a).ok()?;
+                let clock = OnCpu::start();
                 let mut spent = Duration::ZERO;
                 for i in 0..ROUNDS {
                     wait_for(&turn, 2 * i, &give_up)?;
@@ -73,7 +81,7 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
                         return None;
                     }
                 }
-                Some(spent)
+                Some((spent, clock.share()))
             })
         };
         let spent = writer.join().ok().flatten();
@@ -82,12 +90,51 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
         }
         let read = reader.join().ok().flatten();
         match (spent, read) {
-            (Some(s), Some(_)) => samples.push(s.as_secs_f64() * 1e6 / ROUNDS as f64),
+            (Some((s, w)), Some(r)) => {
+                if w >= MIN_ON_CPU && r >= MIN_ON_CPU {
+                    samples.push(s.as_secs_f64() * 1e6 / ROUNDS as f64);
+                }
+            }
             _ => return None,
         }
     }
+    if samples.len() < 3 {
+        return None;
+    }
     samples.sort_by(f64::total_cmp);
-    samples.get(SAMPLES / 2).copied()
+    samples.get(samples.len() / 2).copied()
+}
+
+/// A thread's time on its core against the time passed, from when it was started.
+struct OnCpu {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl OnCpu {
+    fn start() -> OnCpu {
+        OnCpu {
+            wall: Instant::now(),
+            cpu: thread_cpu(),
+        }
+    }
+
+    /// The share of the time since `start` that the thread was on a core (0 when unknown).
+    fn share(&self) -> f64 {
+        let wall = self.wall.elapsed().as_secs_f64();
+        let cpu = thread_cpu().saturating_sub(self.cpu).as_secs_f64();
+        if wall > 0.0 {
+            cpu / wall
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The calling thread's CPU time (zero if the clock cannot be read).
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(Duration::ZERO, Duration::from)
 }
 
 /// A reading as the progress line shows it after a point's figure (empty: none).
@@ -109,6 +156,20 @@ fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_off_the_core_is_seen() {
+        let c = OnCpu::start();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(c.share() < 0.5, "asleep: {}", c.share());
+        let c = OnCpu::start();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        // a spinner on a busy machine may share its core, but not give most of it away
+        assert!(c.share() > 0.3, "spinning: {}", c.share());
+    }
 
     #[test]
     fn the_probe_measures_two_distinct_cores_only() {
