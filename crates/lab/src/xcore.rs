@@ -52,7 +52,7 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
                 let clock = OnCpu::start();
                 let mut sum = 0u64;
                 for i in 0..ROUNDS {
-                    wait_for(&turn, 2 * i + 1, &give_up)?;
+                    wait_for(&turn, 2 * i + 1, &give_up, deadline)?;
                     for w in buf.iter() {
                         sum = sum.wrapping_add(w.load(Ordering::Relaxed));
                     }
@@ -69,7 +69,7 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
                 let clock = OnCpu::start();
                 let mut spent = Duration::ZERO;
                 for i in 0..ROUNDS {
-                    wait_for(&turn, 2 * i, &give_up)?;
+                    wait_for(&turn, 2 * i, &give_up, deadline)?;
                     let t = Instant::now();
                     for (k, w) in buf.iter().enumerate() {
                         w.store(i ^ k as u64, Ordering::Relaxed);
@@ -142,10 +142,17 @@ pub fn label(us: Option<f64>) -> String {
     us.map_or(String::new(), |x| format!(" (cross-core 32 KiB {x:.2} us)"))
 }
 
-/// Spins until `turn` reaches `want`; `None` if the other side gave up first.
-fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool) -> Option<()> {
+/// Spins until `turn` reaches `want`; `None` if the other side gave up first or the probe ran
+/// out of time (the other side may never have started: a core it could not be pinned to).
+fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool, deadline: Instant) -> Option<()> {
+    let mut spins = 0u32;
     while turn.load(Ordering::Acquire) != want {
         if give_up.load(Ordering::Relaxed) {
+            return None;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(1024) && Instant::now() > deadline {
+            give_up.store(true, Ordering::Relaxed);
             return None;
         }
         std::hint::spin_loop();
@@ -156,6 +163,18 @@ fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_side_that_never_comes_ends_the_wait_at_the_deadline() {
+        let (turn, give_up) = (AtomicU64::new(0), AtomicBool::new(false));
+        let t = Instant::now();
+        let deadline = t + Duration::from_millis(30);
+        assert_eq!(wait_for(&turn, 1, &give_up, deadline), None);
+        assert!(t.elapsed() >= Duration::from_millis(30) && t.elapsed() < Duration::from_secs(5));
+        assert!(give_up.load(Ordering::Relaxed), "the other side is told");
+        let (turn, give_up) = (AtomicU64::new(1), AtomicBool::new(false));
+        assert_eq!(wait_for(&turn, 1, &give_up, deadline), Some(()));
+    }
 
     #[test]
     fn time_off_the_core_is_seen() {
