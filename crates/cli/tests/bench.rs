@@ -46,16 +46,6 @@ fn run(args: &[&str], extra: &std::path::Path) -> (std::process::Output, u32) {
     (child.wait_with_output().unwrap(), pid)
 }
 
-/// Held by every test that runs a bench, so they run one at a time: on two cores, benches
-/// beside each other starved each other's short windows (a raw stream pinned beside another
-/// test's daemon master sent nothing; a 0.3 s raw ping-pong whose server came up late lost its
-/// first request and measured nothing; a 0.2 s point without samples has no histogram).
-static PINNED: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn pinned() -> std::sync::MutexGuard<'static, ()> {
-    PINNED.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Runs docknet with `args` (and `extra`): it must succeed and leave nothing behind.
 fn run_clean(args: &[&str], extra: &std::path::Path) -> std::process::Output {
     let (o, pid) = run(args, extra);
@@ -77,7 +67,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
     if !root_or_skip("tcp_bench") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     for wl in ["rr", "stream"] {
@@ -173,7 +163,7 @@ fn tcp_bench_measures_every_mode_and_cleans_up() {
 
 #[test]
 fn rr_over_ipv6_measures_the_modes_that_can_and_says_why_not_for_the_others() {
-    let _one = pinned();
+    let _one = one_at_a_time();
     // loopback over ::1, veth and bridge with IPv6 addresses, DockNet on dual-stack pipes
     if !root_or_skip("bench_ipv6") || !dnperf_built() {
         return;
@@ -231,7 +221,7 @@ fn raw_bench_reports_targets_and_cleans_up() {
     if !root_or_skip("raw_bench") {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let o = run_clean(
         &[
@@ -303,7 +293,7 @@ fn kernel_modes_are_built_measured_and_removed_and_missing_ones_explained() {
     if !root_or_skip("kernel_modes") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("k.json");
     let links = || -> Vec<String> {
@@ -428,7 +418,7 @@ fn pairs_run_concurrently_and_report_memory_per_pair() {
     if !root_or_skip("pairs") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("p.json");
     run_clean(
@@ -476,7 +466,7 @@ fn a_failing_mode_is_skipped_with_its_error_and_the_others_still_run() {
     if !root_or_skip("failing_mode") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     // CNI plugins that exist but fail, as a broken installation would
     let dir = tempfile::tempdir().unwrap();
     let cni = dir.path().join("cni");
@@ -550,7 +540,7 @@ fn crosscheck_rows_come_from_sockperf_and_iperf3() {
     if !root_or_skip("crosscheck") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     for (wl, tool) in [("rr", "sockperf"), ("stream", "iperf3")] {
         let json = dir.path().join(format!("{wl}.json"));
@@ -588,7 +578,7 @@ fn the_report_renders_in_headless_chromium_with_every_figure() {
     }
     // every point must measure something (the schema wants each rr point's histogram): not
     // beside the raw and pairs benches' pinned, prioritized peers
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let rep = dir.path().join("rep");
     for wl in ["rr", "stream"] {
@@ -707,7 +697,7 @@ fn ctrl_c_stops_the_bench_and_removes_everything() {
     if !root_or_skip("interrupt") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(EXE)
         .args([
@@ -770,7 +760,7 @@ fn two_host_bench_measures_every_mode_and_cleans_up() {
     if !root_or_skip("two-host bench") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     let (o, pid) = run(
@@ -887,7 +877,7 @@ fn ctrl_c_removes_both_hosts_and_the_wire() {
     if !root_or_skip("two-host interrupt") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let mut child = Command::new(EXE)
         .args([
             "bench",
@@ -948,7 +938,7 @@ fn the_rate_experiment_limits_both_modes_and_cleans_up() {
     if !root_or_skip("bench rate") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("rate.json");
     let o = run_clean(
@@ -1018,7 +1008,7 @@ fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
     if !root_or_skip("http bench") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("http.json");
     let (o, pid) = run(
@@ -1086,7 +1076,7 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
     if !root_or_skip("nat and cluster") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let nat = dir.path().join("nat.json");
     run_clean(
@@ -1152,7 +1142,7 @@ fn seed_studies_measure_render_and_clean_up() {
     if !root_or_skip("seed studies") || !dnperf_built() {
         return;
     }
-    let _one = pinned();
+    let _one = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("rep");
     let json = dir.path().join("startup.json");

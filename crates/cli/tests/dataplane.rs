@@ -12,15 +12,6 @@ const RR: &[&str] = &[
     "raw", "peer", "--role", "rr", "--size", "64", "--warmup", "0.1",
 ];
 
-/// Held by every test here, so they run one at a time: their daemons, floods and checked
-/// streams beside each other on two cores starved the assertions that count what a short window
-/// did (a 0.5 s ping-pong after a daemon restart made 95 transactions beside the attack tests).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn pair(lab: &Lab, a: &str, b: &str, net: u8) -> (String, String) {
     let (ia, ib) = (format!("10.{net}.0.1"), format!("10.{net}.0.2"));
     lab.ok(&["pipe", "create", a, "--ip", &format!("{ia}/24")]);

@@ -12,6 +12,17 @@ pub const EXE: &str = env!("CARGO_BIN_EXE_docknet");
 pub const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
 pub const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
 static SEQ: AtomicU32 = AtomicU32::new(0);
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held by the tests of a binary that must run one at a time: on two cores, daemons, floods
+/// and benches beside each other starve the assertions that count what a short window did (a
+/// raw stream pinned beside another test's daemon master sent nothing; a 0.3 s raw ping-pong
+/// whose server came up late measured nothing; a 0.2 s point without samples has no
+/// histogram; a 0.5 s ping-pong after a daemon restart made 95 transactions beside the attack
+/// tests). A test that failed while holding it does not block the others.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// True when the test may run: root is needed for namespaces. Without root the test is
 /// skipped with a message, unless DOCKNET_REQUIRE_ROOT_TESTS=1 (CI), where it fails.
