@@ -13,7 +13,6 @@
 //! reader can tell such a run from a slower program.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes handed over per round: one 32 KiB segment, what DockLib sends within the host.
@@ -38,33 +37,28 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
     if a == b || a >= cores || b >= cores {
         return None;
     }
-    let buf: Arc<Vec<AtomicU64>> = Arc::new((0..WORDS).map(|_| AtomicU64::new(0)).collect());
-    let turn = Arc::new(AtomicU64::new(0));
-    let give_up = Arc::new(AtomicBool::new(false));
+    let buf: Vec<AtomicU64> = (0..WORDS).map(|_| AtomicU64::new(0)).collect();
+    let (turn, give_up) = (AtomicU64::new(0), AtomicBool::new(false));
     let deadline = Instant::now() + LIMIT;
     let mut samples = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
         turn.store(0, Ordering::SeqCst);
-        let reader = {
-            let (buf, turn, give_up) = (buf.clone(), turn.clone(), give_up.clone());
-            std::thread::spawn(move || -> Option<f64> {
+        let (spent, read) = std::thread::scope(|s| {
+            let reader = s.spawn(|| -> Option<f64> {
                 docknet_perf::stats::pin(b).ok()?;
                 let clock = OnCpu::start();
                 let mut sum = 0u64;
                 for i in 0..ROUNDS {
                     wait_for(&turn, 2 * i + 1, &give_up, deadline)?;
-                    for w in buf.iter() {
+                    for w in &buf {
                         sum = sum.wrapping_add(w.load(Ordering::Relaxed));
                     }
                     turn.store(2 * i + 2, Ordering::Release);
                 }
                 std::hint::black_box(sum);
                 Some(clock.share())
-            })
-        };
-        let writer = {
-            let (buf, turn, give_up) = (buf.clone(), turn.clone(), give_up.clone());
-            std::thread::spawn(move || -> Option<(Duration, f64)> {
+            });
+            let writer = s.spawn(|| -> Option<(Duration, f64)> {
                 docknet_perf::stats::pin(a).ok()?;
                 let clock = OnCpu::start();
                 let mut spent = Duration::ZERO;
@@ -82,13 +76,13 @@ pub fn handoff_us(a: usize, b: usize) -> Option<f64> {
                     }
                 }
                 Some((spent, clock.share()))
-            })
-        };
-        let spent = writer.join().ok().flatten();
-        if spent.is_none() {
-            give_up.store(true, Ordering::Relaxed);
-        }
-        let read = reader.join().ok().flatten();
+            });
+            let spent = writer.join().ok().flatten();
+            if spent.is_none() {
+                give_up.store(true, Ordering::Relaxed);
+            }
+            (spent, reader.join().ok().flatten())
+        });
         match (spent, read) {
             (Some((s, w)), Some(r)) => {
                 if w >= MIN_ON_CPU && r >= MIN_ON_CPU {
