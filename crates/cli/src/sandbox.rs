@@ -222,7 +222,7 @@ pub fn build_root(w: &Walls) -> Result<()> {
     mnt(None, Path::new("/"), None, ro_root, None)
 }
 
-/// A private `/dev`: a tmpfs with the usual nodes bound from the host's, the standard
+/// A private `/dev`: a tmpfs with the usual nodes bound read-only from the host's, the standard
 /// symlinks, and a private `/dev/shm`.
 fn make_dev(
     root: &Path,
@@ -234,7 +234,11 @@ fn make_dev(
     for (name, f) in devices {
         let at = dev.join(name);
         File::create(&at)?;
-        bind_fd(f, &at, true)?;
+        // read-only: the node is the host's inode, and root without capabilities still owns it
+        // (a writable bind let `chmod 000 /dev/null` reach the host's). A device stays readable
+        // and writable on a read-only mount: the kernel applies a mount's read-only flag to
+        // files, directories and links, not to what a device node opens.
+        bind_fd(f, &at, false)?;
     }
     for (l, to) in [
         ("fd", "/proc/self/fd"),

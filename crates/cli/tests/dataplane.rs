@@ -189,6 +189,7 @@ fn the_sandbox_holds_from_inside() {
         "read_kcore",
         "read_shadow",
         "block_device",
+        "chmod_host_inode",
         "mount",
         "unshare_user",
         "ptrace_init",
