@@ -37,6 +37,13 @@ pub struct RunArgs {
     /// Also show this host directory, read-only, at the same path (repeatable).
     #[arg(long = "bind")]
     pub binds: Vec<PathBuf>,
+    /// Who the command runs as: UID[:GID], numbers or the host's names (a user alone: its
+    /// group in /etc/passwd, or the same number). The default, nobody, reads only what the host
+    /// lets everyone read. `--user 0` runs the command as root, still without capabilities,
+    /// but owning, and so able to read, the host's root-only files in the directories the
+    /// container shows (/etc, /usr, the command's directory, --bind).
+    #[arg(long, default_value = "65534:65534", value_parser = sandbox::parse_user)]
+    pub user: sandbox::User,
     /// Run the command unmodified over the pipe: LD_PRELOAD the socket library built beside
     /// the docknet binary (libdocknet_preload.so). AF_INET TCP and UDP sockets on the pipe's
     /// network go to DockNet, everything else to the kernel (docs/preload.md).
@@ -125,7 +132,9 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         walls: sandbox::Walls {
             rootfs: a.rootfs.clone(),
             binds,
+            owner: a.user,
         },
+        user: a.user,
         preload,
         cmd: a.cmd.clone(),
     };
@@ -155,15 +164,21 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         .pipe_attach(&a.pipe, &netns, Some(&a.socket_name))
         .context("handing the pipe to the container");
     drop(client);
-    match &attached {
-        // the init reads the socket's name to its end, then starts the command
+    // The init reads the socket's name up to its NUL, then starts the command. The pipe stays
+    // open while this process lives: the init, once it is no longer root, checks that it is
+    // still open (its parent-death signal, reset by the change of user, may have come too late).
+    // When the daemon refused the pipe, the init reads nothing and exits.
+    let _alive = match &attached {
         Ok(at) => {
             let mut w = std::fs::File::from(go_w);
-            let _ = std::io::Write::write_all(&mut w, at.socket.as_bytes());
+            let _ = std::io::Write::write_all(&mut w, format!("{}\0", at.socket).as_bytes());
+            Some(w)
         }
-        // the init reads nothing and exits without starting the command
-        Err(_) => drop(go_w),
-    }
+        Err(_) => {
+            drop(go_w);
+            None
+        }
+    };
     block_signals()?;
     let code = supervise(child).map(ExitCode::from);
     attached?;
@@ -247,9 +262,45 @@ fn supervise(pid: Pid) -> Result<u8> {
     }
 }
 
+/// The name of the pipe's socket, as the supervisor writes it on `go` (up to a NUL; at most
+/// 256 bytes, a socket name being at most 108), once the supervisor is known to be alive: `None`
+/// when it wrote nothing (the daemon refused the pipe) or is gone.
+fn pipe_socket(go: std::os::fd::OwnedFd) -> Result<Option<String>> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut f = std::fs::File::from(go);
+    let mut name = Vec::new();
+    let mut buf = [0u8; 256];
+    while !name.contains(&0) && name.len() < buf.len() {
+        let n = std::io::Read::read(&mut f, &mut buf[..256 - name.len()])
+            .context("waiting for the pipe")?;
+        if n == 0 {
+            return Ok(None);
+        }
+        name.extend_from_slice(&buf[..n]);
+    }
+    let Some(end) = name.iter().position(|b| *b == 0) else {
+        bail!("the pipe's socket name is too long");
+    };
+    name.truncate(end);
+    // the supervisor keeps its end open for its life: a hang-up means it is gone
+    let mut fds = [PollFd::new(f.as_fd(), PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO).context("checking on the supervisor")?;
+    if fds[0]
+        .revents()
+        .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+    {
+        return Ok(None);
+    }
+    Ok(Some(
+        String::from_utf8(name).context("the pipe's socket name is not UTF-8")?,
+    ))
+}
+
 /// What the container's init is given.
 struct Init {
     cpu: Option<usize>,
+    user: sandbox::User,
     walls: sandbox::Walls,
     preload: Option<PathBuf>,
     cmd: Vec<String>,
@@ -276,6 +327,12 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     // a new session: no controlling terminal to inject keystrokes into
     let _ = nix::unistd::setsid();
     sandbox::drop_privileges()?;
+    if a.user != sandbox::User::default() {
+        sandbox::become_user(a.user)?;
+        // a change of user clears the parent-death signal
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+            .context("setting the parent-death signal")?;
+    }
     // The kernel discards signals sent to a PID namespace's init from outside unless the init
     // has a handler for them (blocking is not enough), so install handlers; `supervise` then
     // takes the signals from the pending set with sigwait and forwards them.
@@ -290,16 +347,9 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
             .context("installing signal handlers")?;
     }
     sandbox::install_seccomp()?;
-    let mut pipe_socket = String::new();
-    // bounded: a socket name is at most 108 bytes
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(std::fs::File::from(go), 256),
-        &mut pipe_socket,
-    )
-    .context("waiting for the pipe")?;
-    if pipe_socket.is_empty() {
+    let Some(pipe_socket) = pipe_socket(go)? else {
         return Ok(1);
-    }
+    };
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     command.env("DOCKNET_PIPE", &pipe_socket);
@@ -307,9 +357,17 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
         // only the command: the init itself stays free of it
         command.env("LD_PRELOAD", p);
     }
-    let child = command
-        .spawn()
-        .with_context(|| format!("starting {:?}", cmd[0]))?;
+    let child = command.spawn().map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            format!(
+                " (it runs as {}: the program and its directories must let that user in; --user 0 runs it as root)",
+                a.user
+            )
+        } else {
+            String::new()
+        };
+        anyhow::anyhow!("starting {:?}: {e}{hint}", cmd[0])
+    })?;
     // the init only waits from here: it keeps no capability either
     let _ = caps::clear(None, caps::CapSet::Effective);
     let _ = caps::clear(None, caps::CapSet::Permitted);

@@ -178,8 +178,9 @@ enum Cmd {
     Rate(RateCmd),
     /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
     /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
-    /// /dev, /proc and /tmp, no capabilities, no_new_privs and a seccomp filter. The pipe is
-    /// handed out on @docknet/pipe inside the container ($DOCKNET_PIPE).
+    /// /dev, /proc and /tmp, the user nobody (--user), no capabilities, no_new_privs and a
+    /// seccomp filter. The pipe is handed out on @docknet/pipe inside the container
+    /// ($DOCKNET_PIPE).
     Run(container::RunArgs),
     /// TCP side by side over network modes, measured by dnperf (needs root).
     #[command(subcommand)]

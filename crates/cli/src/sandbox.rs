@@ -1,5 +1,6 @@
 //! The container's walls, built by its init before the command starts: a root of its own, a
-//! private `/dev`, masked `/proc`, no capabilities, `no_new_privs`, a seccomp filter.
+//! private `/dev`, masked `/proc`, the user nobody, no capabilities, `no_new_privs`, a seccomp
+//! filter.
 //!
 //! The root is a fresh tmpfs holding read-only binds of the host's system directories (or of
 //! `--rootfs DIR`), the command's own directory, and `--bind` directories; nothing else of the
@@ -58,6 +59,71 @@ pub struct Walls {
     pub rootfs: Option<PathBuf>,
     /// More host directories to show read-only (at the same path).
     pub binds: Vec<PathBuf>,
+    /// Who owns the private `/run` (the user the command runs as).
+    pub owner: User,
+}
+
+/// Who a container's command runs as (numeric ids on the host).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl std::fmt::Display for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.uid, self.gid)
+    }
+}
+
+/// `UID[:GID]`, numbers or the host's names. A user alone takes its group from the host's
+/// `/etc/passwd`, or, as a number without an entry there, the same number.
+pub fn parse_user(s: &str) -> std::result::Result<User, String> {
+    use nix::unistd::{Group, User as Passwd};
+    let (u, g) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let entry = |u: &str| match u.parse::<u32>() {
+        Ok(n) => Ok(Passwd::from_uid(n.into())
+            .ok()
+            .flatten()
+            .map_or((n, n), |p| (n, p.gid.as_raw()))),
+        Err(_) => match Passwd::from_name(u) {
+            Ok(Some(p)) => Ok((p.uid.as_raw(), p.gid.as_raw())),
+            _ => Err(format!(
+                "no user {u:?} (a number, or a name in /etc/passwd)"
+            )),
+        },
+    };
+    let (uid, primary) = entry(u)?;
+    let gid = match g {
+        None => primary,
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => match Group::from_name(g) {
+                Ok(Some(gr)) => gr.gid.as_raw(),
+                _ => {
+                    return Err(format!(
+                        "no group {g:?} (a number, or a name in /etc/group)"
+                    ))
+                }
+            },
+        },
+    };
+    Ok(User { uid, gid })
+}
+
+/// Makes this process `u`: no supplementary groups, then the group, then the user (a user
+/// other than root keeps no capability). Called by the init after the walls are up.
+pub fn become_user(u: User) -> Result<()> {
+    use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
+    setgroups(&[]).context("dropping supplementary groups")?;
+    let g = Gid::from_raw(u.gid);
+    setresgid(g, g, g).with_context(|| format!("becoming group {}", u.gid))?;
+    let id = Uid::from_raw(u.uid);
+    setresuid(id, id, id).with_context(|| format!("becoming user {}", u.uid))?;
+    Ok(())
 }
 
 fn mnt(
@@ -162,10 +228,8 @@ pub fn build_root(w: &Walls) -> Result<()> {
     tmpfs(&root, "mode=0755,size=4m", MsFlags::empty())?;
     // the private /tmp and /run first, so a directory shown from under the host's /tmp (a
     // checkout there, say) is bound on top of them rather than hidden by them
-    for (d, opts) in [
-        ("/tmp", "mode=1777,size=256m"),
-        ("/run", "mode=0755,size=16m"),
-    ] {
+    let run_opts = format!("mode=0755,size=16m,uid={},gid={}", w.owner.uid, w.owner.gid);
+    for (d, opts) in [("/tmp", "mode=1777,size=256m"), ("/run", run_opts.as_str())] {
         tmpfs(
             &mountpoint(&root, Path::new(d), true)?,
             opts,
@@ -287,8 +351,8 @@ fn make_proc(
     Ok(())
 }
 
-/// Drops every capability from the bounding, inheritable and ambient sets (the command, run
-/// as root, then starts with none), and sets `no_new_privs`.
+/// Drops every capability from the bounding, inheritable and ambient sets (the command, as
+/// root or as its own user, then starts with none), and sets `no_new_privs`.
 pub fn drop_privileges() -> Result<()> {
     // capabilities this kernel does not know cannot be in any set: skip them
     let known = caps::runtime::procfs_all_supported(None).unwrap_or_else(|_| caps::all());

@@ -167,19 +167,37 @@ fn the_sandbox_holds_from_inside() {
     let host = tempfile::tempdir().unwrap();
     let host_sock = host.path().join("host.sock");
     let _l = std::os::unix::net::UnixListener::bind(&host_sock).unwrap();
-    let o = lab.in_container(
-        "x",
-        &[
-            ATTACK,
-            "escape",
-            "--socket",
-            path_of(&host_sock),
-            "--socket",
-            path_of(&lab.socket),
-        ],
+    // a file only root may read, in a directory shown to the container
+    use std::os::unix::fs::PermissionsExt;
+    let shown = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shown.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = shown.path().join("secret");
+    std::fs::write(&secret, "root only").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let escape = |user: &str| {
+        let o = lab
+            .cmd()
+            .args(["run", "--pipe", "x", "--bind", path_of(shown.path())])
+            .args(["--user", user, "--", ATTACK, "escape", "--secret"])
+            .args([path_of(&secret), "--socket", path_of(&host_sock)])
+            .args(["--socket", path_of(&lab.socket)])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        peer_json(&o)
+    };
+    // as root (without capabilities) the container still owns the host's root-only files
+    let v = escape("0");
+    assert_eq!(
+        (v["uid"].as_u64(), &v["read_secret"]),
+        (Some(0), &true.into())
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v = peer_json(&o);
+    assert_eq!(v["cap_eff"], "0000000000000000", "no capabilities: {v}");
+    // by default it runs as nobody: no file the host keeps from everyone
+    let v = lab.in_container("x", &["id", "-u"]);
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "65534");
+    let v = escape("65534");
+    assert_eq!(v["uid"], 65534);
     for hole in [
         "write_etc",
         "write_usr",
@@ -188,6 +206,7 @@ fn the_sandbox_holds_from_inside() {
         "write_sysrq",
         "read_kcore",
         "read_shadow",
+        "read_secret",
         "block_device",
         "chmod_host_inode",
         "mount",

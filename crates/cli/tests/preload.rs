@@ -168,11 +168,16 @@ fn must(o: &Output, what: &str) -> String {
 }
 
 /// A directory for the test's files, shown read-only in the containers.
+/// A directory shown to the containers: readable by their user (nobody), as a program's
+/// directory must be.
 fn workdir(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::Builder::new()
         .prefix(&format!("dnpl-{name}-{}-", std::process::id()))
         .tempdir_in("/tmp")
-        .unwrap()
+        .unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
 }
 
 /// Runs the C program's client in a fresh network namespace against its server on

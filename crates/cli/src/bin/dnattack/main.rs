@@ -121,6 +121,9 @@ enum Cmd {
         /// Host Unix sockets to try to connect to.
         #[arg(long = "socket")]
         sockets: Vec<PathBuf>,
+        /// Host files only their owner may read, to try to read.
+        #[arg(long = "secret")]
+        secrets: Vec<PathBuf>,
     },
 }
 
@@ -273,7 +276,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             }
             json!({"attack": "connect-storm", "connected": ok, "refused": refused})
         }
-        Cmd::Escape { sockets } => escape(&sockets),
+        Cmd::Escape { sockets, secrets } => escape(&sockets, &secrets),
         Cmd::WindowOverrun { to, seconds } => overrun::run(
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             to,
@@ -314,7 +317,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
 }
 
 /// Each way out, tried; `true` means it worked (a hole).
-fn escape(sockets: &[PathBuf]) -> serde_json::Value {
+fn escape(sockets: &[PathBuf], secrets: &[PathBuf]) -> serde_json::Value {
     let ok = |r: bool| serde_json::Value::Bool(r);
     let write = |p: &str| {
         std::fs::OpenOptions::new()
@@ -357,6 +360,9 @@ fn escape(sockets: &[PathBuf]) -> serde_json::Value {
         })
         .collect();
     let shadow = std::fs::read("/etc/shadow").is_ok_and(|b| !b.is_empty());
+    let secret = secrets
+        .iter()
+        .any(|p| std::fs::read(p).is_ok_and(|b| !b.is_empty()));
     // the inodes the container is shown from the host (its device nodes, the masks over
     // secrets and kernel files, the system directories): a change of their mode or times
     // would be the host's. Each is set to the mode it has, so a hole changes nothing.
@@ -399,6 +405,8 @@ fn escape(sockets: &[PathBuf]) -> serde_json::Value {
             (&f).read(&mut b)
         }).is_ok_and(|n| n > 0)),
         "read_shadow": ok(shadow),
+        "read_secret": ok(secret),
+        "uid": nix::unistd::geteuid().as_raw(),
         "block_device": ok(block_dev),
         "chmod_host_inode": ok(chmod_host),
         "mount": ok(mount),
