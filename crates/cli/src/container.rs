@@ -37,7 +37,7 @@ pub struct RunArgs {
     /// Also show this host directory, read-only, at the same path (repeatable).
     #[arg(long = "bind")]
     pub binds: Vec<PathBuf>,
-    /// Who the command runs as: UID[:GID], numbers or the host's names (a user alone: its
+    /// Who the command runs as: UID or UID:GID, numbers or the host's names (a user alone: its
     /// group in /etc/passwd, or the same number). The default, nobody, reads only what the host
     /// lets everyone read. `--user 0` runs the command as root, still without capabilities,
     /// but owning, and so able to read, the host's root-only files in the directories the
