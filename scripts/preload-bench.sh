@@ -19,6 +19,7 @@ for t in nginx wrk redis-server redis-benchmark; do
 done
 TAG=dnplb$$
 WORK=$(mktemp -d /tmp/$TAG.XXXX)
+chmod 755 "$WORK"  # shown to the containers, whose user is nobody
 RUN=/dev/shm/$TAG
 PIDS=()
 cleanup() {
@@ -33,7 +34,7 @@ trap cleanup EXIT INT TERM
 mkdir -p "$WORK/www" "$RUN"
 head -c 612 /dev/zero | tr '\0' 'x' > "$WORK/www/index.html"
 cat > "$WORK/nginx.conf" <<EOF
-user root; daemon off; master_process off; worker_processes 1;
+daemon off; master_process off; worker_processes 1;
 error_log stderr error; pid /tmp/$TAG-nginx.pid;
 events { worker_connections 4096; }
 http { access_log off; sendfile on; keepalive_requests 1000000;

@@ -5,8 +5,9 @@
 //! (`pipe_attach`: an abstract socket `@docknet/pipe` the container connects to, so no host path
 //! is shared), starts the container's init, forwards signals, and detaches the pipe when the
 //! command ends. The init (pid 1 of the new PID namespace) builds the container's walls
-//! ([`crate::sandbox`]): its own root, `/dev`, `/proc`; no capabilities; `no_new_privs`; a
-//! seccomp filter; a new session without a controlling terminal. Then it runs the command,
+//! ([`crate::sandbox`]): nothing the caller left open; its own root, `/dev`, `/proc`; the
+//! command's user (nobody by default); no capabilities; `no_new_privs`; a seccomp filter; a
+//! new session without a controlling terminal. Then it runs the command,
 //! forwards signals, reaps orphans, and exits with the command's status.
 
 use crate::sandbox;
@@ -95,7 +96,17 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     }
     let exe = std::env::current_exe().context("locating the docknet binary")?;
     let preload = if a.preload {
-        Some(preload_library(&exe)?)
+        let lib = preload_library(&exe)?;
+        // the dynamic loader skips a library it cannot read with a warning, and the command
+        // would then run on the kernel's sockets
+        if !sandbox::reachable_by(&lib, a.user) {
+            bail!(
+                "--preload: {} cannot be read by the container's user {} (the file, or a directory above it)",
+                lib.display(),
+                a.user
+            );
+        }
+        Some(lib)
     } else {
         None
     };
@@ -317,6 +328,11 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     // If the supervisor dies (even by SIGKILL), so does the container: killing pid 1 ends
     // every process of its PID namespace.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;
+    // nothing the caller of `docknet run` left open reaches the container (a directory's
+    // descriptor would lead out of the root built below)
+    close_inherited(std::os::fd::AsRawFd::as_raw_fd(&go))?;
+    // the directories the walls make let the user through, whatever the caller's umask
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     docknet_daemon::nic::link::set_up("lo").context("bringing up lo in the container")?;
     sandbox::build_root(walls)?;
     if let Some(c) = cpu {
@@ -327,12 +343,9 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     // a new session: no controlling terminal to inject keystrokes into
     let _ = nix::unistd::setsid();
     sandbox::drop_privileges()?;
-    if a.user != sandbox::User::default() {
-        sandbox::become_user(a.user)?;
-        // a change of user clears the parent-death signal
-        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-            .context("setting the parent-death signal")?;
-    }
+    sandbox::become_user(a.user)?;
+    // a change of user clears the parent-death signal
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;
     // The kernel discards signals sent to a PID namespace's init from outside unless the init
     // has a handler for them (blocking is not enough), so install handlers; `supervise` then
     // takes the signals from the pending set with sigwait and forwards them.
@@ -368,9 +381,30 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
         };
         anyhow::anyhow!("starting {:?}: {e}{hint}", cmd[0])
     })?;
-    // the init only waits from here: it keeps no capability either
-    let _ = caps::clear(None, caps::CapSet::Effective);
-    let _ = caps::clear(None, caps::CapSet::Permitted);
+    let child = Pid::from_raw(child.id() as i32);
     block_signals()?;
-    supervise(Pid::from_raw(child.id() as i32))
+    // a signal that came before the command existed only raised the flag: it ends the command
+    if flag.load(std::sync::atomic::Ordering::SeqCst) {
+        let _ = kill(child, Signal::SIGTERM);
+    }
+    supervise(child)
+}
+
+/// Closes every descriptor from 3 up but `keep`.
+#[allow(unsafe_code)]
+fn close_inherited(keep: std::os::fd::RawFd) -> Result<()> {
+    let keep = libc::c_uint::try_from(keep).context("a negative descriptor")?;
+    for (first, last) in [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)] {
+        if first > last {
+            continue;
+        }
+        // SAFETY: no Rust object of this process owns these descriptors: the init is a fork of
+        // a single-threaded supervisor that dropped its own (the control connection and its end
+        // of `go`) in the child, so what is open from 3 up besides `keep` was inherited from
+        // whoever started `docknet run`. Closing them invalidates no memory.
+        if unsafe { libc::close_range(first, last, 0) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("closing inherited descriptors");
+        }
+    }
+    Ok(())
 }

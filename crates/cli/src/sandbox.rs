@@ -77,52 +77,105 @@ impl std::fmt::Display for User {
 }
 
 /// `UID[:GID]`, numbers or the host's names. A user alone takes its group from the host's
-/// `/etc/passwd`, or, as a number without an entry there, the same number.
+/// `/etc/passwd`, or, as a number without an entry there, the same number; a group of 0 (root)
+/// that comes that way for a user other than root is refused (say it, `UID:0`, if it is
+/// meant). The id -1 (4294967295) is refused: to the kernel it means "leave unchanged".
 pub fn parse_user(s: &str) -> std::result::Result<User, String> {
     use nix::unistd::{Group, User as Passwd};
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
     };
-    let entry = |u: &str| match u.parse::<u32>() {
-        Ok(n) => Ok(Passwd::from_uid(n.into())
-            .ok()
-            .flatten()
-            .map_or((n, n), |p| (n, p.gid.as_raw()))),
-        Err(_) => match Passwd::from_name(u) {
-            Ok(Some(p)) => Ok((p.uid.as_raw(), p.gid.as_raw())),
+    let id = |n: u32, what: &str| {
+        if n == u32::MAX {
+            Err(format!("{what} {n} means \"unchanged\" to the kernel"))
+        } else {
+            Ok(n)
+        }
+    };
+    let group = |g: &str| match g.parse::<u32>() {
+        Ok(n) => id(n, "group"),
+        Err(_) => match Group::from_name(g) {
+            Ok(Some(gr)) => Ok(gr.gid.as_raw()),
             _ => Err(format!(
-                "no user {u:?} (a number, or a name in /etc/passwd)"
+                "no group {g:?} (a number, or a name in /etc/group)"
             )),
         },
     };
-    let (uid, primary) = entry(u)?;
-    let gid = match g {
-        None => primary,
-        Some(g) => match g.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => match Group::from_name(g) {
-                Ok(Some(gr)) => gr.gid.as_raw(),
-                _ => {
-                    return Err(format!(
-                        "no group {g:?} (a number, or a name in /etc/group)"
-                    ))
-                }
-            },
+    // numbers alone need no look-up in the user database
+    let (uid, primary) = match (u.parse::<u32>(), g) {
+        (Ok(n), Some(_)) => (id(n, "user")?, None),
+        (Ok(n), None) => (
+            id(n, "user")?,
+            Some(
+                Passwd::from_uid(n.into())
+                    .ok()
+                    .flatten()
+                    .map_or(n, |p| p.gid.as_raw()),
+            ),
+        ),
+        (Err(_), _) => match Passwd::from_name(u) {
+            Ok(Some(p)) => (p.uid.as_raw(), Some(p.gid.as_raw())),
+            _ => {
+                return Err(format!(
+                    "no user {u:?} (a number, or a name in /etc/passwd)"
+                ))
+            }
         },
+    };
+    let gid = match (g, primary) {
+        (Some(g), _) => group(g)?,
+        (None, Some(0)) if uid != 0 => {
+            return Err(format!(
+                "user {u:?}'s group is 0 (root): name the group (--user {u}:GROUP)"
+            ))
+        }
+        (None, Some(p)) => id(p, "group")?,
+        (None, None) => unreachable!("a user alone has its primary group"),
     };
     Ok(User { uid, gid })
 }
 
-/// Makes this process `u`: no supplementary groups, then the group, then the user (a user
-/// other than root keeps no capability). Called by the init after the walls are up.
+/// Whether `u` may read `p` and search every directory above it, by the mode bits (owner,
+/// group or others, as the kernel picks them; no access lists).
+pub fn reachable_by(p: &Path, u: User) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let allows = |m: &fs::Metadata, bit: u32| {
+        let shift = if m.uid() == u.uid {
+            6
+        } else if m.gid() == u.gid {
+            3
+        } else {
+            0
+        };
+        u.uid == 0 || m.mode() & (bit << shift) != 0
+    };
+    fs::metadata(p).is_ok_and(|m| allows(&m, 0o4))
+        && p.ancestors()
+            .skip(1)
+            .all(|d| fs::metadata(d).is_ok_and(|m| allows(&m, 0o1)))
+}
+
+/// Makes this process `u` (root too): no supplementary groups, then the group, then the
+/// user, checked; then no capability left in any set. Called by the init after the walls are
+/// up and the bounding set is empty.
 pub fn become_user(u: User) -> Result<()> {
-    use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
+    use nix::unistd::{getgroups, getresgid, getresuid, setgroups, setresgid, setresuid};
+    use nix::unistd::{Gid, Uid};
     setgroups(&[]).context("dropping supplementary groups")?;
     let g = Gid::from_raw(u.gid);
     setresgid(g, g, g).with_context(|| format!("becoming group {}", u.gid))?;
     let id = Uid::from_raw(u.uid);
     setresuid(id, id, id).with_context(|| format!("becoming user {}", u.uid))?;
+    let (r, gr) = (getresuid()?, getresgid()?);
+    if [r.real, r.effective, r.saved] != [id; 3]
+        || [gr.real, gr.effective, gr.saved] != [g; 3]
+        || !getgroups()?.iter().all(|x| *x == g)
+    {
+        bail!("the change of user to {u} did not hold");
+    }
+    caps::clear(None, caps::CapSet::Effective).context("clearing effective capabilities")?;
+    caps::clear(None, caps::CapSet::Permitted).context("clearing permitted capabilities")?;
     Ok(())
 }
 
@@ -142,17 +195,35 @@ fn mnt(
     })
 }
 
-/// Binds `src` (an open file or directory, by fd) onto `at`, read-only unless `rw`. Not
+/// Binds `src` (an open file or directory, by fd) onto `at`, read-only and nosuid. Not
 /// recursive: mounts under `src` are not carried over, so none of them can stay writable under
 /// a read-only bind.
-fn bind_fd(src: &File, at: &Path, rw: bool) -> Result<()> {
+fn bind_fd(src: &File, at: &Path, node: Node) -> Result<()> {
     let s = format!("/proc/self/fd/{}", src.as_raw_fd());
     mnt(Some(&s), at, None, MsFlags::MS_BIND, None)?;
-    if !rw {
-        let ro = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
-        mnt(None, at, None, ro, None)?;
+    // the remount sets the bind's flags anew: what is not said here is cleared, so the source
+    // mount's noexec is carried over, and device nodes in a tree shown from the host (an image
+    // with its own /dev, say) cannot be opened
+    let mut ro = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
+    if node == Node::Tree {
+        ro |= MsFlags::MS_NODEV;
     }
-    Ok(())
+    let noexec = nix::sys::statvfs::fstatvfs(src)
+        .with_context(|| format!("the mount behind {}", at.display()))?
+        .flags()
+        .contains(nix::sys::statvfs::FsFlags::ST_NOEXEC);
+    if noexec {
+        ro |= MsFlags::MS_NOEXEC;
+    }
+    mnt(None, at, None, ro, None)
+}
+
+/// What a bind shows: a tree (no device node in it opens) or a device node (the container's
+/// `/dev`, and `/dev/null` over what is masked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    Tree,
+    Device,
 }
 
 fn open_path(p: &Path) -> Result<File> {
@@ -245,7 +316,7 @@ pub fn build_root(w: &Walls) -> Result<()> {
         };
         let dir = fs::metadata(p).map(|m| m.is_dir()).unwrap_or(true);
         let at = mountpoint(&root, &target, dir)?;
-        bind_fd(f, &at, false)?;
+        bind_fd(f, &at, Node::Tree)?;
     }
     for (p, to) in &links {
         let at = root.join(p.strip_prefix("/").unwrap_or(p));
@@ -254,7 +325,7 @@ pub fn build_root(w: &Walls) -> Result<()> {
     if w.rootfs.is_none() {
         for s in SECRETS.iter().map(Path::new).filter(|s| s.exists()) {
             let at = root.join(s.strip_prefix("/")?);
-            bind_fd(&devnull, &at, false)?;
+            bind_fd(&devnull, &at, Node::Device)?;
         }
         for d in SECRET_DIRS.iter().map(Path::new).filter(|d| d.is_dir()) {
             tmpfs(
@@ -302,7 +373,7 @@ fn make_dev(
         // (a writable bind let `chmod 000 /dev/null` reach the host's). A device stays readable
         // and writable on a read-only mount: the kernel applies a mount's read-only flag to
         // files, directories and links, not to what a device node opens.
-        bind_fd(f, &at, false)?;
+        bind_fd(f, &at, Node::Device)?;
     }
     for (l, to) in [
         ("fd", "/proc/self/fd"),
@@ -331,7 +402,7 @@ fn make_proc(
         .map(|m| proc_.join(m))
         .filter(|m| m.exists())
     {
-        bind_fd(devnull, &m, false)?;
+        bind_fd(devnull, &m, Node::Device)?;
     }
     for h in PROC_HIDDEN
         .iter()
@@ -346,7 +417,7 @@ fn make_proc(
         .filter(|r| r.exists())
     {
         let f = open_path(&r)?;
-        bind_fd(&f, &r, false)?;
+        bind_fd(&f, &r, Node::Tree)?;
     }
     Ok(())
 }
@@ -507,4 +578,56 @@ pub fn install_seccomp() -> Result<()> {
         seccompiler::apply_filter(&p).context("installing the seccomp filter")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_are_read_as_numbers_or_names() {
+        let u = |uid, gid| Ok(User { uid, gid });
+        assert_eq!(parse_user("65534:65534"), u(65534, 65534));
+        assert_eq!(parse_user("0"), u(0, 0));
+        assert_eq!(parse_user("root"), u(0, 0));
+        assert_eq!(parse_user("root:root"), u(0, 0));
+        assert_eq!(parse_user("1000:0"), u(1000, 0), "group 0 when it is said");
+        // a number without an entry in /etc/passwd: the same number as its group
+        assert_eq!(parse_user("54321"), u(54321, 54321));
+        for bad in [
+            "4294967295",
+            "1:4294967295",
+            "no-such-user",
+            "0:no-such-group",
+            "x:",
+        ] {
+            assert!(parse_user(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reachable_means_the_file_and_every_directory_above_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("d");
+        fs::create_dir(&dir).unwrap();
+        let f = dir.join("lib.so");
+        fs::write(&f, b"x").unwrap();
+        set(top.path(), 0o755);
+        set(&dir, 0o755);
+        set(&f, 0o644);
+        let nobody = User {
+            uid: 65534,
+            gid: 65534,
+        };
+        assert!(reachable_by(&f, nobody));
+        set(&dir, 0o700);
+        assert!(!reachable_by(&f, nobody), "a directory it cannot search");
+        assert!(reachable_by(&f, User::default()), "root passes");
+        set(&dir, 0o755);
+        set(&f, 0o600);
+        assert!(!reachable_by(&f, nobody), "a file it cannot read");
+        assert!(!reachable_by(&dir.join("missing"), nobody));
+    }
 }

@@ -167,38 +167,47 @@ fn the_sandbox_holds_from_inside() {
     let host = tempfile::tempdir().unwrap();
     let host_sock = host.path().join("host.sock");
     let _l = std::os::unix::net::UnixListener::bind(&host_sock).unwrap();
-    // a file only root may read, in a directory shown to the container
+    // a directory shown to the container with a file only root may read and a device node
+    // anyone may open (a zero device, as an image's /dev would hold one)
     use std::os::unix::fs::PermissionsExt;
     let shown = tempfile::tempdir().unwrap();
     std::fs::set_permissions(shown.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let secret = shown.path().join("secret");
     std::fs::write(&secret, "root only").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let zero = shown.path().join("zero");
+    nix::sys::stat::mknod(
+        &zero,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 5),
+    )
+    .unwrap();
+    std::fs::set_permissions(&zero, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert!(
+        std::fs::File::open(&zero).is_ok(),
+        "the node opens on the host"
+    );
+    // started the way a shell with a directory open on descriptor 9 starts it
     let escape = |user: &str| {
-        let o = lab
-            .cmd()
-            .args(["run", "--pipe", "x", "--bind", path_of(shown.path())])
-            .args(["--user", user, "--", ATTACK, "escape", "--secret"])
-            .args([path_of(&secret), "--socket", path_of(&host_sock)])
-            .args(["--socket", path_of(&lab.socket)])
+        let cmd = format!(
+            "exec 9</ && exec {} --socket {} run --pipe x --bind {} --user {user} -- {ATTACK} escape --secret {} --device {} --socket {} --socket {}",
+            EXE,
+            path_of(&lab.socket),
+            path_of(shown.path()),
+            path_of(&secret),
+            path_of(&zero),
+            path_of(&host_sock),
+            path_of(&lab.socket),
+        );
+        let o = std::process::Command::new("sh")
+            .args(["-c", &cmd])
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         peer_json(&o)
     };
-    // as root (without capabilities) the container still owns the host's root-only files
-    let v = escape("0");
-    assert_eq!(
-        (v["uid"].as_u64(), &v["read_secret"]),
-        (Some(0), &true.into())
-    );
-    assert_eq!(v["cap_eff"], "0000000000000000", "no capabilities: {v}");
-    // by default it runs as nobody: no file the host keeps from everyone
-    let v = lab.in_container("x", &["id", "-u"]);
-    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "65534");
-    let v = escape("65534");
-    assert_eq!(v["uid"], 65534);
-    for hole in [
+    let holes = [
         "write_etc",
         "write_usr",
         "write_root",
@@ -206,20 +215,41 @@ fn the_sandbox_holds_from_inside() {
         "write_sysrq",
         "read_kcore",
         "read_shadow",
-        "read_secret",
         "block_device",
+        "open_device",
         "chmod_host_inode",
         "mount",
         "unshare_user",
         "ptrace_init",
         "tty",
-    ] {
-        assert_eq!(v[hole], false, "{hole}: {v}");
-    }
-    assert_eq!(v["cap_eff"], "0000000000000000", "no capabilities: {v}");
-    for s in v["host_sockets"].as_array().unwrap() {
-        assert_eq!(s["connected"], false, "{s}");
-    }
+    ];
+    let holds = |v: &serde_json::Value| {
+        for hole in holes {
+            assert_eq!(v[hole], false, "{hole}: {v}");
+        }
+        assert_eq!(v["cap_eff"], "0000000000000000", "no capabilities: {v}");
+        assert_eq!(v["inherited_fds"], serde_json::json!([]), "{v}");
+        for s in v["host_sockets"].as_array().unwrap() {
+            assert_eq!(s["connected"], false, "{s}");
+        }
+    };
+    // as root (without capabilities) every wall holds, but the container owns the host's
+    // root-only files and reads them
+    let v = escape("0");
+    holds(&v);
+    assert_eq!(
+        (v["uid"].as_u64(), &v["read_secret"]),
+        (Some(0), &true.into())
+    );
+    // by default it runs as nobody: no file the host keeps from everyone
+    let v = lab.in_container("x", &["id", "-u"]);
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "65534");
+    let v = escape("65534");
+    holds(&v);
+    assert_eq!(
+        (v["uid"].as_u64(), &v["read_secret"]),
+        (Some(65534), &false.into())
+    );
     // and the things an application needs still work: /tmp, /dev/null, /dev/urandom
     let o = lab.in_container(
         "x",

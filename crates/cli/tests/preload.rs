@@ -167,9 +167,8 @@ fn must(o: &Output, what: &str) -> String {
     text(o)
 }
 
-/// A directory for the test's files, shown read-only in the containers.
-/// A directory shown to the containers: readable by their user (nobody), as a program's
-/// directory must be.
+/// A directory for the test's files, shown read-only in the containers and readable by their
+/// user (nobody), as a program's directory must be.
 fn workdir(name: &str) -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let d = tempfile::Builder::new()
@@ -305,7 +304,7 @@ fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
     std::fs::write(
         &conf,
         format!(
-            "user root;\ndaemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr warn;\npid /tmp/nginx.pid;\n\
+            "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr warn;\npid /tmp/nginx.pid;\n\
              events {{ worker_connections 1024; }}\n\
              http {{ access_log off; sendfile on;\n client_body_temp_path /tmp/b; proxy_temp_path /tmp/p; fastcgi_temp_path /tmp/f; uwsgi_temp_path /tmp/u; scgi_temp_path /tmp/s;\n\
              server {{ listen 80; root {}; }} }}\n",

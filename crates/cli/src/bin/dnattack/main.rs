@@ -124,6 +124,9 @@ enum Cmd {
         /// Host files only their owner may read, to try to read.
         #[arg(long = "secret")]
         secrets: Vec<PathBuf>,
+        /// Device nodes in a directory shown from the host, to try to open.
+        #[arg(long = "device")]
+        devices: Vec<PathBuf>,
     },
 }
 
@@ -276,7 +279,11 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             }
             json!({"attack": "connect-storm", "connected": ok, "refused": refused})
         }
-        Cmd::Escape { sockets, secrets } => escape(&sockets, &secrets),
+        Cmd::Escape {
+            sockets,
+            secrets,
+            devices,
+        } => escape(&sockets, &secrets, &devices),
         Cmd::WindowOverrun { to, seconds } => overrun::run(
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             to,
@@ -317,7 +324,17 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
 }
 
 /// Each way out, tried; `true` means it worked (a hole).
-fn escape(sockets: &[PathBuf], secrets: &[PathBuf]) -> serde_json::Value {
+fn escape(sockets: &[PathBuf], secrets: &[PathBuf], devices: &[PathBuf]) -> serde_json::Value {
+    // first, before this program opens anything: descriptors it was started with beyond the
+    // standard three (one of a host directory would lead out of the root)
+    let inherited: Vec<i32> = (3..1024)
+        .filter(|fd| {
+            // SAFETY: F_GETFD only asks whether the descriptor is open; nothing is borrowed
+            #[allow(unsafe_code)]
+            let r = unsafe { libc::fcntl(*fd, libc::F_GETFD) };
+            r >= 0
+        })
+        .collect();
     let ok = |r: bool| serde_json::Value::Bool(r);
     let write = |p: &str| {
         std::fs::OpenOptions::new()
@@ -406,6 +423,8 @@ fn escape(sockets: &[PathBuf], secrets: &[PathBuf]) -> serde_json::Value {
         }).is_ok_and(|n| n > 0)),
         "read_shadow": ok(shadow),
         "read_secret": ok(secret),
+        "open_device": ok(devices.iter().any(|p| std::fs::File::open(p).is_ok())),
+        "inherited_fds": inherited,
         "uid": nix::unistd::geteuid().as_raw(),
         "block_device": ok(block_dev),
         "chmod_host_inode": ok(chmod_host),
