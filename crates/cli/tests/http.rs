@@ -18,8 +18,9 @@ fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     loop {
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
-        // a range of its own per process; within it, never the same port twice
-        let port = u16::try_from(20_000 + ((std::process::id() % 1000) * 40 + k) % 40_000).unwrap();
+        // a range of its own per process; within it, never the same port twice; below the
+        // kernel's ephemeral ports (32768 up here), which an outgoing connection may take
+        let port = u16::try_from(10_000 + ((std::process::id() % 1000) * 20 + k) % 22_000).unwrap();
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
@@ -43,8 +44,14 @@ impl Server {
             .unwrap();
         // under the whole suite's load a start can take seconds: wait up to 20 s, and say so
         // if it never listens (instead of letting the clients see a refusal)
+        // a connect that finds no listener can still succeed: a socket whose ephemeral source
+        // port is the port it connects to is connected to itself (TCP's simultaneous open)
+        let listening = || {
+            TcpStream::connect(("127.0.0.1", port))
+                .is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
+        };
         let t = std::time::Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !listening() {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "docknet-httpd did not listen on port {port} within 20 s"
