@@ -143,9 +143,8 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         walls: sandbox::Walls {
             rootfs: a.rootfs.clone(),
             binds,
-            owner: a.user,
+            user: a.user,
         },
-        user: a.user,
         preload,
         cmd: a.cmd.clone(),
     };
@@ -283,8 +282,8 @@ fn pipe_socket(go: std::os::fd::OwnedFd) -> Result<Option<String>> {
     let mut name = Vec::new();
     let mut buf = [0u8; 256];
     while !name.contains(&0) && name.len() < buf.len() {
-        let n = std::io::Read::read(&mut f, &mut buf[..256 - name.len()])
-            .context("waiting for the pipe")?;
+        let room = buf.len() - name.len();
+        let n = std::io::Read::read(&mut f, &mut buf[..room]).context("waiting for the pipe")?;
         if n == 0 {
             return Ok(None);
         }
@@ -311,7 +310,6 @@ fn pipe_socket(go: std::os::fd::OwnedFd) -> Result<Option<String>> {
 /// What the container's init is given.
 struct Init {
     cpu: Option<usize>,
-    user: sandbox::User,
     walls: sandbox::Walls,
     preload: Option<PathBuf>,
     cmd: Vec<String>,
@@ -343,7 +341,7 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     // a new session: no controlling terminal to inject keystrokes into
     let _ = nix::unistd::setsid();
     sandbox::drop_privileges()?;
-    sandbox::become_user(a.user)?;
+    sandbox::become_user(walls.user)?;
     // a change of user clears the parent-death signal
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;
     // The kernel discards signals sent to a PID namespace's init from outside unless the init
@@ -374,7 +372,7 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
         let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
             format!(
                 " (it runs as {}: the program and its directories must let that user in; --user 0 runs it as root)",
-                a.user
+                walls.user
             )
         } else {
             String::new()

@@ -643,18 +643,13 @@ mod tests {
             "docknet --log debug run --socket /t --pipe a --socket-name s -- x y",
         ];
         for line in read {
-            let small = RunCli::try_parse_from(args(line)).expect(line);
-            let small = Cli {
-                global: small.global,
-                cmd: match small.cmd {
-                    RunOnly::Run(a) => Cmd::Run(a),
-                },
-            };
+            // the small parser reads it, so `parse` answers with what it read
+            assert!(RunCli::try_parse_from(args(line)).is_ok(), "{line}");
             let full = Cli::try_parse_from(args(line)).expect(line);
-            assert_eq!(format!("{small:?}"), format!("{full:?}"), "{line}");
             assert_eq!(
                 format!("{:?}", parse(args(line)).unwrap()),
-                format!("{full:?}")
+                format!("{full:?}"),
+                "{line}"
             );
         }
         // help, version, errors and other commands are the full parser's

@@ -59,8 +59,8 @@ pub struct Walls {
     pub rootfs: Option<PathBuf>,
     /// More host directories to show read-only (at the same path).
     pub binds: Vec<PathBuf>,
-    /// Who owns the private `/run` (the user the command runs as).
-    pub owner: User,
+    /// Who the command runs as (it owns the private `/run`).
+    pub user: User,
 }
 
 /// Who a container's command runs as (numeric ids on the host).
@@ -103,18 +103,9 @@ pub fn parse_user(s: &str) -> std::result::Result<User, String> {
         },
     };
     // numbers alone need no look-up in the user database
-    let (uid, primary) = match (u.parse::<u32>(), g) {
-        (Ok(n), Some(_)) => (id(n, "user")?, None),
-        (Ok(n), None) => (
-            id(n, "user")?,
-            Some(
-                Passwd::from_uid(n.into())
-                    .ok()
-                    .flatten()
-                    .map_or(n, |p| p.gid.as_raw()),
-            ),
-        ),
-        (Err(_), _) => match Passwd::from_name(u) {
+    let (uid, named_group) = match u.parse::<u32>() {
+        Ok(n) => (id(n, "user")?, None),
+        Err(_) => match Passwd::from_name(u) {
             Ok(Some(p)) => (p.uid.as_raw(), Some(p.gid.as_raw())),
             _ => {
                 return Err(format!(
@@ -123,15 +114,22 @@ pub fn parse_user(s: &str) -> std::result::Result<User, String> {
             }
         },
     };
-    let gid = match (g, primary) {
-        (Some(g), _) => group(g)?,
-        (None, Some(0)) if uid != 0 => {
-            return Err(format!(
-                "user {u:?}'s group is 0 (root): name the group (--user {u}:GROUP)"
-            ))
+    let gid = match g {
+        Some(g) => group(g)?,
+        None => {
+            let primary = named_group.unwrap_or_else(|| {
+                Passwd::from_uid(uid.into())
+                    .ok()
+                    .flatten()
+                    .map_or(uid, |p| p.gid.as_raw())
+            });
+            if primary == 0 && uid != 0 {
+                return Err(format!(
+                    "user {u:?}'s group is 0 (root): name the group (--user {u}:GROUP)"
+                ));
+            }
+            id(primary, "group")?
         }
-        (None, Some(p)) => id(p, "group")?,
-        (None, None) => unreachable!("a user alone has its primary group"),
     };
     Ok(User { uid, gid })
 }
@@ -299,7 +297,7 @@ pub fn build_root(w: &Walls) -> Result<()> {
     tmpfs(&root, "mode=0755,size=4m", MsFlags::empty())?;
     // the private /tmp and /run first, so a directory shown from under the host's /tmp (a
     // checkout there, say) is bound on top of them rather than hidden by them
-    let run_opts = format!("mode=0755,size=16m,uid={},gid={}", w.owner.uid, w.owner.gid);
+    let run_opts = format!("mode=0755,size=16m,uid={},gid={}", w.user.uid, w.user.gid);
     for (d, opts) in [("/tmp", "mode=1777,size=256m"), ("/run", run_opts.as_str())] {
         tmpfs(
             &mountpoint(&root, Path::new(d), true)?,
