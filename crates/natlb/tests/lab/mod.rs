@@ -269,6 +269,16 @@ impl Drop for Lab {
             .and_then(|s| s.trim().parse::<u32>().ok())
         {
             signal(pid, nix::sys::signal::Signal::SIGKILL);
+            // it is not our child, so there is no wait(): it has gone once its command line
+            // reads empty (a zombie's does) or its /proc entry is gone; the nothing-left-behind
+            // checks run right after this (one CI run listed a process of this lab there, most
+            // likely this one)
+            let t = std::time::Instant::now();
+            while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty())
+                && t.elapsed() < std::time::Duration::from_secs(5)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
