@@ -1251,7 +1251,7 @@ fn seed_studies_measure_render_and_clean_up() {
         }
     }
     // a chain run: every mode and size measured, on its topology, by docknet-load
-    let chain = |name: &str, topology: &str, modes: [&str; 2], sizes: [usize; 2]| {
+    let chain = |name: &str, topology: &str, modes: [&str; 2], sizes: [usize; 2], runs: u64| {
         let out = dir.path().join(name);
         let (m, z) = (modes.join(","), format!("{},{}", sizes[0], sizes[1]));
         run_clean(
@@ -1270,6 +1270,8 @@ fn seed_studies_measure_render_and_clean_up() {
                 "1.5",
                 "--warmup",
                 "0.2",
+                "--repeat",
+                &runs.to_string(),
                 "--report",
                 report.to_str().unwrap(),
                 "--json",
@@ -1277,17 +1279,34 @@ fn seed_studies_measure_render_and_clean_up() {
             &out,
         );
         let v = valid(&out);
+        let point = |rows: &str, mode: &str, size: usize| -> Vec<serde_json::Value> {
+            v[rows]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["mode"] == mode && r["msg_size"] == size && r["workload"] == "chain")
+                .cloned()
+                .collect()
+        };
         for mode in modes {
             for size in sizes {
-                let r = v["results"]
-                    .as_array()
-                    .unwrap()
+                // every run in the results, numbered; one row of their medians in the summary
+                let runs_of = point("results", mode, size);
+                let mut seen: Vec<u64> = runs_of
                     .iter()
-                    .find(|r| {
-                        r["mode"] == mode && r["msg_size"] == size && r["workload"] == "chain"
-                    })
-                    .unwrap_or_else(|| panic!("{mode} {size}: {}", v["not_available"]))
-                    .clone();
+                    .map(|r| r["repeat"].as_u64().unwrap())
+                    .collect();
+                seen.sort_unstable();
+                assert_eq!(
+                    seen,
+                    (0..runs).collect::<Vec<_>>(),
+                    "{mode} {size}: {}",
+                    v["not_available"]
+                );
+                let [r] = &point("summary", mode, size)[..] else {
+                    panic!("{mode} {size}: one summary row: {}", v["summary"]);
+                };
+                assert_eq!(r["repeat"], runs, "{r}");
                 assert_eq!(r["topology"], topology, "{r}");
                 assert!(r["transfer_bps"].as_f64().unwrap() > 0.0, "{r}");
                 assert_eq!(r["tool"], "docknet-load");
@@ -1300,6 +1319,7 @@ fn seed_studies_measure_render_and_clean_up() {
         "one-host",
         ["loopback", "docknet-fc"],
         [10, 100000],
+        2,
     );
     assert!(v["ratios"]
         .as_array()
@@ -1321,6 +1341,7 @@ fn seed_studies_measure_render_and_clean_up() {
         "two-host",
         ["host", "vxlan-openvpn"],
         [100, 10000],
+        1,
     );
     assert!(
         v["ratios"].as_array().unwrap().iter().any(|l| l

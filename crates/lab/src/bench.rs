@@ -1037,13 +1037,13 @@ fn study_outputs(
     about: &str,
     table: fn(&[crate::row::Row]) -> String,
     (ratios, targets): (Vec<String>, Vec<String>),
-    rows: Vec<crate::row::Row>,
+    (results, summary): (Vec<crate::row::Row>, Vec<crate::row::Row>),
     skipped: Vec<NotAvailable>,
     (duration, warmup, repeat): (f64, f64, usize),
     json: Option<&PathBuf>,
     report_dir: Option<&PathBuf>,
 ) -> Result<()> {
-    print!("{}", table(&rows));
+    print!("{}", table(&summary));
     for s in &skipped {
         println!("{}", s.line());
     }
@@ -1058,8 +1058,8 @@ fn study_outputs(
     env.topology = Some(Topology::OneHost);
     let res = Results {
         env,
-        results: rows.clone(),
-        summary: rows,
+        results,
+        summary,
         ratios,
         targets,
         not_available: skipped,
@@ -1105,7 +1105,7 @@ pub fn run_startup(args: crate::workload::startup::StartupArgs) -> Result<()> {
         startup::ABOUT,
         startup::table,
         (Vec::new(), targets),
-        rows,
+        (rows.clone(), rows),
         skipped,
         (1.0, 0.0, args.reps),
         args.json.as_ref(),
@@ -1130,7 +1130,7 @@ pub fn run_cpuquota(args: crate::workload::cpuquota::CpuquotaArgs) -> Result<()>
         cpuquota::ABOUT,
         cpuquota::table,
         (Vec::new(), targets),
-        rows,
+        (rows.clone(), rows),
         skipped,
         (args.duration, args.warmup, 1),
         args.json.as_ref(),
@@ -1145,19 +1145,23 @@ pub fn run_chain(args: crate::workload::chain::ChainArgs) -> Result<()> {
     need_root("docknet bench chain")?;
     let stop = Stop::on_signals()?;
     crate::workload::http::beside(&std::env::current_exe()?, "docknet-forward")?;
-    let mut progress = crate::progress::Progress::new((modes.len() * args.sizes.len()) as u64);
+    let mut progress =
+        crate::progress::Progress::new((modes.len() * args.sizes.len() * args.repeat) as u64);
     let (rows, skipped) = chain::measure(&args, &stop, &mut progress)?;
     progress.finish();
-    let (ratios, targets) = (chain::ratios(&rows), chain::targets(&rows));
+    // the modes took turns: the table shows them in the order asked for, each by size
+    let mut summary = summarize(&rows);
+    summary.sort_by_key(|r| (modes.iter().position(|m| *m == r.mode), r.size));
+    let (ratios, targets) = (chain::ratios(&summary), chain::targets(&summary));
     study_outputs(
         Workload::Chain,
         "Kratzke's HTTP chain",
         chain::ABOUT,
         chain::table,
         (ratios, targets),
-        rows,
+        (rows, summary),
         skipped,
-        (args.duration, args.warmup, 1),
+        (args.duration, args.warmup, args.repeat),
         args.json.as_ref(),
         args.report.as_ref(),
     )

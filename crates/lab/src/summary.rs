@@ -21,7 +21,8 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// One row per (mode, cores, workload, size, MTU, tool, pairs, peers' idle policy) over its repeats, in the order
 /// points first appear. Where every run carries a latency histogram, p50/p99/p99.9 and the mean
 /// come from the merged histogram (never from averaged percentiles) and the merged buckets are
-/// kept for the CDF; every other figure is the median over the runs.
+/// kept for the CDF; errors are the sum over the runs; every other figure is the median over
+/// the runs.
 pub fn summarize(rows: &[Row]) -> Vec<Row> {
     let mut firsts: Vec<&Row> = Vec::new();
     for r in rows {
@@ -49,6 +50,16 @@ pub fn summarize(rows: &[Row]) -> Vec<Row> {
                 cpu_s_per_op: med(|r| r.cpu_s_per_op),
                 cpu_cores: med(|r| r.cpu_cores),
                 req_per_s: med(|r| r.req_per_s),
+                transfer_bps: med(|r| r.transfer_bps),
+                // every run's errors count: one bad run must not vanish in a median
+                errors: g
+                    .iter()
+                    .map(|r| r.errors)
+                    .reduce(|a, b| match (a, b) {
+                        (Some(a), Some(b)) => Some(a + b),
+                        (a, b) => a.or(b),
+                    })
+                    .flatten(),
                 mem_kib_per_pair: med(|r| r.mem_kib_per_pair),
                 lost: lost[lost.len() / 2],
                 path_ok: g.iter().all(|r| r.path_ok),
@@ -126,5 +137,30 @@ mod tests {
             (Some(7.0), Some(99.0), 2)
         );
         assert!(s[1].one_way_hist.is_none());
+    }
+
+    #[test]
+    fn chain_runs_keep_their_transfer_rate_and_every_error() {
+        let chain = |bps: f64, errors: Option<u64>| Row {
+            transfer_bps: Some(bps),
+            errors,
+            ..Row::new(Mode::Docknet, Tool::DocknetLoad, Workload::Chain, 500_000)
+        };
+        let s = summarize(&[
+            chain(3e9, Some(0)),
+            chain(1e9, Some(2)),
+            chain(2e9, None),
+            chain(9e9, Some(1)),
+        ]);
+        assert_eq!(s.len(), 1);
+        // the upper median of 1, 2, 3, 9
+        assert_eq!((s[0].transfer_bps, s[0].repeat), (Some(3e9), 4));
+        assert_eq!(
+            s[0].errors,
+            Some(3),
+            "the sum, not a median that hides a bad run"
+        );
+        let none = summarize(&[chain(1e9, None), chain(2e9, None)]);
+        assert_eq!(none[0].errors, None);
     }
 }

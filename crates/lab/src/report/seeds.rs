@@ -193,7 +193,8 @@ pub const CHAIN_TEXT: &str = "## HTTP chain (Kratzke, Fig. 2-3, Eq. 1-5)\n\nHow 
     payload at the siege, and the ratio to the reference: on one host loopback (the three \
     services in one namespace); on two hosts (siege and pong on host A, ping on host B) the \
     services as processes on the hosts, beside routed containers, the VXLAN overlay and the \
-    overlay through an OpenVPN tunnel. Regenerate: `docknet bench chain --report DIR` and \
+    overlay through an OpenVPN tunnel. The modes take turns at each size (`--repeat` runs, 3 \
+    by default), and a row is the median of its runs. Regenerate: `docknet bench chain --report DIR` and \
     `docknet bench chain --topology two-host --report DIR`.";
 
 /// The service demand of every dnperf rr and stream row that has one, as a text table.

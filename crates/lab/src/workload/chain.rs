@@ -68,12 +68,16 @@ pub struct ChainArgs {
     /// then sleep); spin or block when the peers spin or block].
     #[arg(long)]
     pub daemon_idle: Option<String>,
-    /// Measured seconds per size.
-    #[arg(long, default_value_t = 3.0)]
+    /// Measured seconds per size and run.
+    #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
-    /// Warm-up seconds per size (excluded).
+    /// Warm-up seconds per size and run (excluded).
     #[arg(long, default_value_t = 0.5)]
     pub warmup: f64,
+    /// Runs of each mode at each size. The modes take turns (each mode's chain stays up),
+    /// and each row is the median of its runs; every run is in the JSON.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -86,7 +90,9 @@ pub struct ChainArgs {
 pub const ABOUT: &str = "Kratzke's chain: docknet-load (the siege, keep-alive connections, \
     closed loop) -> docknet-forward (the ping service: one event loop, an upstream keep-alive \
     connection per client connection) -> docknet-httpd (the pong service, /bytes/N). Three \
-    containers on the mode's network, unpinned; DockNet's peers wait as --peer-idle says \
+    containers on the mode's network, unpinned. Every mode's chain is up at once and the modes \
+    take turns at each size and run (each row: the median of its runs; the ratios: medians over \
+    the reference's median). DockNet's peers wait as --peer-idle says \
     (one host: no spin, 50 us of yielding, then sleep; two hosts: block; unless said) and \
     its daemon as --daemon-idle (no spin, 200 us of yielding, then sleep; block with \
     blocking peers). Transfer rate: \
@@ -167,6 +173,9 @@ pub fn modes(args: &ChainArgs) -> Result<Vec<Mode>> {
     }
     if args.duration <= 0.0 || args.warmup < 0.0 {
         bail!("--duration must be positive, --warmup not negative");
+    }
+    if args.repeat == 0 || args.repeat > 100 {
+        bail!("--repeat: 1 ..= 100");
     }
     Ok(ms)
 }
@@ -276,14 +285,17 @@ fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// One mode: builds it, starts pong and ping, loads every size; the rows.
-fn run_mode(
-    args: &ChainArgs,
-    exe: &Path,
+/// One mode's chain, up: pong and ping started and answering through it.
+struct Up<'a> {
     mode: Mode,
-    stop: &Stop,
-    progress: &mut Progress,
-) -> Result<Vec<Row>> {
+    /// Ended before the topology they run on (fields drop in order).
+    _services: [Proc; 2],
+    chain: Chain<'a>,
+    ping_url: String,
+}
+
+/// Builds `mode`'s topology, starts pong and ping, and waits until the chain answers.
+fn bring_up<'a>(args: &ChainArgs, exe: &'a Path, mode: Mode, stop: &Stop) -> Result<Up<'a>> {
     let (httpd, fwd, load) = (
         beside(exe, "docknet-httpd")?,
         beside(exe, "docknet-forward")?,
@@ -335,10 +347,10 @@ fn run_mode(
     let (ping_url, pong_addr) = chain.addrs()?;
     let mut pong = chain.cmd(2, &httpd, strs(&["--bind", &pong_addr]));
     pong.stderr(std::process::Stdio::null());
-    let _pong = Proc::spawn(pong, "docknet-httpd (pong)")?;
+    let pong = Proc::spawn(pong, "docknet-httpd (pong)")?;
     let mut ping = chain.cmd(1, &fwd, strs(&["--bind", &ping_url, "--to", &pong_addr]));
     ping.stderr(std::process::Stdio::null());
-    let _ping = Proc::spawn(ping, "docknet-forward (ping)")?;
+    let ping = Proc::spawn(ping, "docknet-forward (ping)")?;
     if let Some(l) = &chain.d {
         l.wait_attached(&[chain.pipe(1), chain.pipe(2)], Duration::from_secs(20))?;
     }
@@ -372,73 +384,100 @@ fn run_mode(
     if !answered {
         bail!("the chain did not answer a probe within 30 s");
     }
-    let mut rows = Vec::new();
-    for &size in &args.sizes {
-        stop.check()?;
-        progress.start(&format!("{mode} chain {size} B"));
-        // the cross-core handoff cost of the moment (the chain's programs are idle here)
-        let xcore = crate::xcore::handoff_us(0, 1);
-        let c = chain.cmd(
-            0,
-            &load,
-            vec![
-                "--connections".into(),
-                args.connections.to_string(),
-                "--duration".into(),
-                format!("{}s", args.duration),
-                "--warmup".into(),
-                format!("{}s", args.warmup),
-                "--json".into(),
-                format!("http://{ping_url}/bytes/{size}"),
-            ],
-        );
-        let r: LoadReport = Proc::spawn(c, "docknet-load (siege)")?.result(
-            Duration::from_secs_f64(args.duration + args.warmup + 60.0),
-            stop,
-        )?;
-        let errors: u64 = r.errors.values().sum();
-        if r.ok == 0 {
-            bail!("no answer came through the chain at {size} B ({errors} errors)");
-        }
-        let row = Row {
-            transfer_bps: Some(r.req_per_s * size as f64 * 8.0),
-            req_per_s: Some(r.req_per_s),
-            p50_us: Some(r.p50_us),
-            p99_us: Some(r.p99_us),
-            mean_us: Some(r.mean_us),
-            connections: Some(args.connections),
-            errors: Some(errors),
-            placement: if two {
-                "siege (host A) -> ping (host B) -> pong (host A): docknet-load -> docknet-forward -> docknet-httpd, both hops across the wire, unpinned"
-            } else {
-                "siege -> ping -> pong (docknet-load -> docknet-forward -> docknet-httpd), unpinned"
-            }
-            .into(),
-            topology: args.topology,
-            mtu: Some(if mode.crosses_lo() {
-                crate::mode::LO_MTU
-            } else {
-                args.mtu
-            }),
-            builder: Some(mode.builder().name().into()),
-            idle: mode.is_docknet().then(|| peer_idle(args).to_string()),
-            daemon_idle: mode.is_docknet().then(|| daemon_idle(args)),
-            xcore_us: xcore,
-            ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
-        };
-        progress.done(&format!(
-            "  {mode}{} {size} B: {:.1} Mbit/s payload, {:.0} answers/s{}",
-            if two { " (two hosts)" } else { "" },
-            row.transfer_bps.unwrap_or(0.0) / 1e6,
-            r.req_per_s,
-            crate::xcore::label(xcore)
-        ));
-        rows.push(row);
-    }
-    Ok(rows)
+    Ok(Up {
+        mode,
+        _services: [pong, ping],
+        chain,
+        ping_url,
+    })
 }
 
-/// Measures every mode: the rows and what was left out.
+/// One run of the siege at `size` through `up`: its row.
+fn siege(
+    args: &ChainArgs,
+    up: &Up,
+    (size, repeat): (usize, usize),
+    stop: &Stop,
+    progress: &mut Progress,
+) -> Result<Row> {
+    let (mode, two) = (up.mode, up.chain.two);
+    let load = beside(up.chain.exe, "docknet-load")?;
+    let run = if args.repeat > 1 {
+        format!(", run {}/{}", repeat + 1, args.repeat)
+    } else {
+        String::new()
+    };
+    progress.start(&format!("{mode} chain {size} B{run}"));
+    // the cross-core handoff cost of the moment (the chain's programs are idle here)
+    let xcore = crate::xcore::handoff_us(0, 1);
+    let c = up.chain.cmd(
+        0,
+        &load,
+        vec![
+            "--connections".into(),
+            args.connections.to_string(),
+            "--duration".into(),
+            format!("{}s", args.duration),
+            "--warmup".into(),
+            format!("{}s", args.warmup),
+            "--json".into(),
+            format!("http://{}/bytes/{size}", up.ping_url),
+        ],
+    );
+    let r: LoadReport = Proc::spawn(c, "docknet-load (siege)")?.result(
+        Duration::from_secs_f64(args.duration + args.warmup + 60.0),
+        stop,
+    )?;
+    let errors: u64 = r.errors.values().sum();
+    if r.ok == 0 {
+        bail!("no answer came through the chain at {size} B ({errors} errors)");
+    }
+    let row = Row {
+        transfer_bps: Some(r.req_per_s * size as f64 * 8.0),
+        req_per_s: Some(r.req_per_s),
+        p50_us: Some(r.p50_us),
+        p99_us: Some(r.p99_us),
+        mean_us: Some(r.mean_us),
+        connections: Some(args.connections),
+        errors: Some(errors),
+        placement: if two {
+            "siege (host A) -> ping (host B) -> pong (host A): docknet-load -> docknet-forward -> docknet-httpd, both hops across the wire, unpinned"
+        } else {
+            "siege -> ping -> pong (docknet-load -> docknet-forward -> docknet-httpd), unpinned"
+        }
+        .into(),
+        topology: args.topology,
+        mtu: Some(if mode.crosses_lo() {
+            crate::mode::LO_MTU
+        } else {
+            args.mtu
+        }),
+        builder: Some(mode.builder().name().into()),
+        idle: mode.is_docknet().then(|| peer_idle(args).to_string()),
+        daemon_idle: mode.is_docknet().then(|| daemon_idle(args)),
+        xcore_us: xcore,
+        repeat,
+        ..Row::new(mode, Tool::DocknetLoad, Workload::Chain, size)
+    };
+    progress.done(&format!(
+        "  {mode}{} {size} B{run}: {:.1} Mbit/s payload, {:.0} answers/s{}",
+        if two { " (two hosts)" } else { "" },
+        row.transfer_bps.unwrap_or(0.0) / 1e6,
+        r.req_per_s,
+        crate::xcore::label(xcore)
+    ));
+    Ok(row)
+}
+
+/// The order the modes take their turns in at one (run, size): each turn starts one mode later
+/// than the last, so no mode always runs first (after the machine's quiet moment) or last.
+fn turns(modes: usize, turn: usize) -> impl Iterator<Item = usize> {
+    (0..modes).map(move |k| (k + turn) % modes.max(1))
+}
+
+/// Measures every mode: every run's rows and what was left out. Every mode's chain is up at
+/// once (idle between its turns), and the modes take turns at each size and run, so a drift
+/// of the machine's speed during the run falls on all of them alike.
 pub fn measure(
     args: &ChainArgs,
     stop: &Stop,
@@ -452,28 +491,58 @@ pub fn measure(
     ] {
         docknet_pipe::IdlePolicy::parse(&p).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     }
+    let points = (args.sizes.len() * args.repeat) as u64;
     let mut skipped: Vec<NotAvailable> = Vec::new();
-    let mut rows = Vec::new();
+    let mut ups: Vec<Option<Up>> = Vec::new();
     for mode in modes {
         stop.check()?;
         if let Some(why) = probe::unavailable(mode) {
-            progress.skip(args.sizes.len() as u64);
+            progress.skip(points);
             skipped.push(NotAvailable::here(mode.name(), why));
             continue;
         }
-        let before = rows.len();
-        match run_mode(args, &exe, mode, stop, progress) {
-            Ok(mut r) => rows.append(&mut r),
+        progress.line(&format!("{mode}: building the chain"));
+        match bring_up(args, &exe, mode, stop) {
+            Ok(up) => ups.push(Some(up)),
             Err(e) => {
                 if stop.raised() {
                     return Err(e);
                 }
-                progress.skip((args.sizes.len() - (rows.len() - before)) as u64);
+                progress.skip(points);
                 progress.line(&format!("{mode}: skipped: {e:#}"));
                 skipped.push(NotAvailable::failed(mode.name(), args.mtu, &e));
             }
         }
     }
+    let mut rows: Vec<Row> = Vec::new();
+    for repeat in 0..args.repeat {
+        for (i, &size) in args.sizes.iter().enumerate() {
+            for k in turns(ups.len(), repeat + i) {
+                stop.check()?;
+                let Some(up) = &ups[k] else {
+                    progress.skip(1);
+                    continue;
+                };
+                match siege(args, up, (size, repeat), stop, progress) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => {
+                        if stop.raised() {
+                            return Err(e);
+                        }
+                        // a mode that failed once is left out whole: its runs so far go too
+                        // (its later turns count themselves as skipped)
+                        let mode = up.mode;
+                        progress.skip(1);
+                        progress.line(&format!("{mode}: skipped: {e:#}"));
+                        skipped.push(NotAvailable::failed(mode.name(), args.mtu, &e));
+                        rows.retain(|r| r.mode != mode);
+                        ups[k] = None;
+                    }
+                }
+            }
+        }
+    }
+    drop(ups);
     Ok((rows, skipped))
 }
 
@@ -627,4 +696,22 @@ pub fn targets(rows: &[Row]) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_take_turns_each_once_per_size_and_run() {
+        for n in 1..5 {
+            for turn in 0..2 * n {
+                let mut t: Vec<usize> = turns(n, turn).collect();
+                assert_eq!(t[0], turn % n, "turn {turn} starts one mode later");
+                t.sort_unstable();
+                assert_eq!(t, (0..n).collect::<Vec<_>>(), "each mode once");
+            }
+        }
+        assert_eq!(turns(0, 3).count(), 0);
+    }
 }
