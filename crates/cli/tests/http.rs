@@ -36,10 +36,12 @@ struct Server {
 impl Server {
     fn start() -> Server {
         let port = free_port();
-        let child = Command::new(HTTPD)
+        // what it says goes to a file, for the failure message if it never listens
+        let log = tempfile::tempfile().unwrap();
+        let mut child = Command::new(HTTPD)
             .args(["--stack", "kernel", "--bind", &format!("127.0.0.1:{port}")])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log.try_clone().unwrap())
             .spawn()
             .unwrap();
         // under the whole suite's load a start can take seconds: wait up to 20 s, and say so
@@ -52,9 +54,23 @@ impl Server {
         };
         let t = std::time::Instant::now();
         while !listening() {
+            let said = || {
+                use std::io::Seek;
+                let mut f = &log;
+                let mut text = String::new();
+                let _ = f.rewind().and_then(|_| f.read_to_string(&mut text));
+                text
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "docknet-httpd on port {port} exited before it listened ({status}): {}",
+                    said()
+                );
+            }
             assert!(
                 t.elapsed() < Duration::from_secs(20),
-                "docknet-httpd did not listen on port {port} within 20 s"
+                "docknet-httpd did not listen on port {port} within 20 s; it said: {}",
+                said()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -102,8 +118,14 @@ fn stop_json(c: Child) -> serde_json::Value {
 /// Reads one answer: status, headers (lower-case names), body.
 fn answer(r: &mut impl BufRead) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    let status: u16 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    r.read_line(&mut line)
+        .unwrap_or_else(|e| panic!("reading a status line: {e}"));
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no status line (the connection closed): {line:?}"))
+        .parse()
+        .unwrap();
     let mut headers = Vec::new();
     loop {
         line.clear();
@@ -216,14 +238,17 @@ fn concurrent_clients_each_get_their_own_bytes() {
     let clients: Vec<_> = (0..16)
         .map(|k| {
             std::thread::spawn(move || {
-                let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                let s = TcpStream::connect(("127.0.0.1", port))
+                    .unwrap_or_else(|e| panic!("client {k}: connect to port {port}: {e}"));
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
                 let mut r = BufReader::new(s.try_clone().unwrap());
                 let mut w = s;
                 for i in 0..50 {
                     let n = 1 + (k * 997 + i * 131) % 20_000;
-                    write!(w, "GET /bytes/{n} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+                    write!(w, "GET /bytes/{n} HTTP/1.1\r\nHost: t\r\n\r\n")
+                        .unwrap_or_else(|e| panic!("client {k}, request {i}: write: {e}"));
                     let (st, _, b) = answer(&mut r);
-                    assert_eq!((st, b.len()), (200, n));
+                    assert_eq!((st, b.len()), (200, n), "client {k}, request {i}");
                 }
             })
         })
