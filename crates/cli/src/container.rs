@@ -6,7 +6,8 @@
 //! is shared), starts the container's init, forwards signals, and detaches the pipe when the
 //! command ends. The init (pid 1 of the new PID namespace) builds the container's walls
 //! ([`crate::sandbox`]): nothing the caller left open; its own root, `/dev`, `/proc`; the
-//! command's user (nobody by default); no capabilities; `no_new_privs`; a seccomp filter; a
+//! command's user (one of the container's own by default) and a limit on its processes; no
+//! capabilities; `no_new_privs`; a seccomp filter; a
 //! new session without a controlling terminal. Then it runs the command,
 //! forwards signals, reaps orphans, and exits with the command's status.
 
@@ -39,12 +40,20 @@ pub struct RunArgs {
     #[arg(long = "bind")]
     pub binds: Vec<PathBuf>,
     /// Who the command runs as: UID or UID:GID, numbers or the host's names (a user alone: its
-    /// group in /etc/passwd, or the same number). The default, nobody, reads only what the host
-    /// lets everyone read. `--user 0` runs the command as root, still without capabilities,
-    /// but owning, and so able to read, the host's root-only files in the directories the
-    /// container shows (/etc, /usr, the command's directory, --bind).
-    #[arg(long, default_value = "65534:65534", value_parser = sandbox::parse_user)]
-    pub user: sandbox::User,
+    /// group in /etc/passwd, or the same number). By default a user and group of the
+    /// container's own, 1879048192 plus the pid of this `docknet run` (no name in
+    /// /etc/passwd): it reads only what the host lets everyone read, and the kernel's limits
+    /// per user (processes, inotify, pipe buffers) are this container's alone. Containers given
+    /// the same user share those limits. `--user 0` runs the command as root, still without
+    /// capabilities, but owning, and so able to read, the host's root-only files in the
+    /// directories the container shows (/etc, /usr, the command's directory, --bind).
+    #[arg(long, value_parser = sandbox::parse_user)]
+    pub user: Option<sandbox::User>,
+    /// The most processes and threads the container's user may have (RLIMIT_NPROC, the init
+    /// included; the command cannot raise it). 0 keeps the caller's limit. Root is exempt
+    /// (--user 0), and containers given the same user share one count.
+    #[arg(long, default_value_t = 1024)]
+    pub pids_limit: u64,
     /// Run the command unmodified over the pipe: LD_PRELOAD the socket library built beside
     /// the docknet binary (libdocknet_preload.so). AF_INET TCP and UDP sockets on the pipe's
     /// network go to DockNet, everything else to the kernel (docs/preload.md).
@@ -94,16 +103,19 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             bail!("--cpu {c}: this process may run on cores {allowed:?} only");
         }
     }
+    let user = a
+        .user
+        .unwrap_or_else(|| sandbox::User::own(std::process::id()));
     let exe = std::env::current_exe().context("locating the docknet binary")?;
     let preload = if a.preload {
         let lib = preload_library(&exe)?;
         // the dynamic loader skips a library it cannot read with a warning, and the command
         // would then run on the kernel's sockets
-        if !sandbox::reachable_by(&lib, a.user) {
+        if !sandbox::reachable_by(&lib, user) {
             bail!(
                 "--preload: {} cannot be read by the container's user {} (the file, or a directory above it)",
                 lib.display(),
-                a.user
+                user
             );
         }
         Some(lib)
@@ -143,8 +155,9 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         walls: sandbox::Walls {
             rootfs: a.rootfs.clone(),
             binds,
-            user: a.user,
+            user,
         },
+        pids_limit: a.pids_limit,
         preload,
         cmd: a.cmd.clone(),
     };
@@ -310,6 +323,8 @@ fn pipe_socket(go: std::os::fd::OwnedFd) -> Result<Option<String>> {
 /// What the container's init is given.
 struct Init {
     cpu: Option<usize>,
+    /// RLIMIT_NPROC of the container (0: the caller's).
+    pids_limit: u64,
     walls: sandbox::Walls,
     preload: Option<PathBuf>,
     cmd: Vec<String>,
@@ -341,6 +356,15 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     // a new session: no controlling terminal to inject keystrokes into
     let _ = nix::unistd::setsid();
     sandbox::drop_privileges()?;
+    if a.pids_limit > 0 {
+        // soft and hard: the command cannot raise it; it holds across the change of user
+        nix::sys::resource::setrlimit(
+            nix::sys::resource::Resource::RLIMIT_NPROC,
+            a.pids_limit,
+            a.pids_limit,
+        )
+        .context("limiting the container's processes")?;
+    }
     sandbox::become_user(walls.user)?;
     // a change of user clears the parent-death signal
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context("setting the parent-death signal")?;

@@ -178,9 +178,9 @@ enum Cmd {
     Rate(RateCmd),
     /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
     /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
-    /// /dev, /proc and /tmp, the user nobody (--user), no capabilities, no_new_privs and a
-    /// seccomp filter. The pipe is handed out on @docknet/pipe inside the container
-    /// ($DOCKNET_PIPE).
+    /// /dev, /proc and /tmp, a user of the container's own (--user) with at most 1024
+    /// processes (--pids-limit), no capabilities, no_new_privs and a seccomp filter. The pipe
+    /// is handed out on @docknet/pipe inside the container ($DOCKNET_PIPE).
     Run(container::RunArgs),
     /// TCP side by side over network modes, measured by dnperf (needs root).
     #[command(subcommand)]
@@ -641,7 +641,13 @@ mod tests {
             "docknet --socket /s run --pipe a --cpu 1 -- sh -c run",
             "docknet run --pipe a --bind /opt --bind /srv --preload --rootfs /r -- x --pipe b",
             "docknet --log debug run --socket /t --pipe a --socket-name s -- x y",
+            "docknet run --pipe a --user 4242:4243 --pids-limit 64 -- x",
         ];
+        // no --user: the container's own, chosen when it starts; the process limit 1024
+        let Ok(Cmd::Run(r)) = parse(args(read[0])).map(|c| c.cmd) else {
+            panic!("run");
+        };
+        assert_eq!((r.user, r.pids_limit), (None, 1024));
         for line in read {
             // the small parser reads it, so `parse` answers with what it read
             assert!(RunCli::try_parse_from(args(line)).is_ok(), "{line}");

@@ -70,6 +70,26 @@ pub struct User {
     pub gid: u32,
 }
 
+/// The first of the uids (and gids) containers get by default: one per container, this plus
+/// the supervisor's pid. Above the range systemd leaves to containers' user namespaces
+/// (524288-1879048191) and below its range for foreign ids (0x7FFE0000), with room for every
+/// pid (the kernel's most is 4194304).
+pub const OWN_ID_BASE: u32 = 0x7000_0000;
+
+impl User {
+    /// A container's own user and group: [`OWN_ID_BASE`] plus `pid`, the pid of the process
+    /// that supervises the container for its whole life. No two running containers share it
+    /// (no two live processes share a pid), so the kernel's limits per user are each
+    /// container's own; one that is reused after a container ended finds nothing of it (its
+    /// processes ended with its PID namespace, and it could write nowhere that outlives it).
+    pub fn own(pid: u32) -> User {
+        // a pid is at most 2^22 (the kernel's PID_MAX_LIMIT); bounded anyway, so no input
+        // gives -1 ("unchanged" to the kernel)
+        let id = OWN_ID_BASE + pid.min(0x0FFF_FFFF);
+        User { uid: id, gid: id }
+    }
+}
+
 impl std::fmt::Display for User {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.uid, self.gid)
@@ -581,6 +601,21 @@ pub fn install_seccomp() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_container_s_own_user_is_its_supervisor_s_pid_above_the_base() {
+        assert_eq!(
+            User::own(1),
+            User {
+                uid: 0x7000_0001,
+                gid: 0x7000_0001
+            }
+        );
+        // the kernel's largest pid (2^22) stays below systemd's foreign range and -1
+        let top = User::own(4_194_304);
+        assert!(top.uid < 0x7FFE_0000 && top.uid > 1_879_048_191, "{top}");
+        assert_ne!(User::own(u32::MAX).uid, u32::MAX, "never -1");
+    }
 
     #[test]
     fn users_are_read_as_numbers_or_names() {

@@ -191,7 +191,7 @@ fn the_sandbox_holds_from_inside() {
     // started the way a shell with a directory open on descriptor 9 starts it
     let escape = |user: &str| {
         let cmd = format!(
-            "exec 9</ && exec {} --socket {} run --pipe x --bind {} --user {user} -- {ATTACK} escape --secret {} --device {} --socket {} --socket {}",
+            "exec 9</ && exec {} --socket {} run --pipe x --bind {} {user} -- {ATTACK} escape --secret {} --device {} --socket {} --socket {}",
             EXE,
             path_of(&lab.socket),
             path_of(shown.path()),
@@ -235,16 +235,36 @@ fn the_sandbox_holds_from_inside() {
     };
     // as root (without capabilities) every wall holds, but the container owns the host's
     // root-only files and reads them
-    let v = escape("0");
+    let v = escape("--user 0");
     holds(&v);
     assert_eq!(
         (v["uid"].as_u64(), &v["read_secret"]),
         (Some(0), &true.into())
     );
-    // by default it runs as nobody: no file the host keeps from everyone
-    let v = lab.in_container("x", &["id", "-u"]);
-    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "65534");
-    let v = escape("65534");
+    // by default it runs as a user of its own, one no other container has: no file the host
+    // keeps from everyone
+    let own = |o: std::process::Output| -> u64 {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ids: Vec<u64> = String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        assert_eq!(ids[0], ids[1], "its own group too");
+        assert!(ids[0] >= 0x7000_0000, "{ids:?}");
+        ids[0]
+    };
+    let (u1, u2) = (
+        own(lab.in_container("x", &["sh", "-c", "id -u; id -g"])),
+        own(lab.in_container("x", &["sh", "-c", "id -u; id -g"])),
+    );
+    assert_ne!(u1, u2, "two containers, two users");
+    let v = escape("");
+    holds(&v);
+    assert!(v["uid"].as_u64().unwrap() >= 0x7000_0000, "{v}");
+    assert_eq!(v["read_secret"], false, "{v}");
+    // nobody, asked for, as the default was before
+    let v = escape("--user 65534");
     holds(&v);
     assert_eq!(
         (v["uid"].as_u64(), &v["read_secret"]),
@@ -267,6 +287,90 @@ fn the_sandbox_holds_from_inside() {
     let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).unwrap();
     assert_eq!(flags & 1, 1, "lo is not up: {flags:#x}");
     assert_eq!(o.status.code(), Some(7));
+}
+
+/// A fork bomb inside one container takes its own processes, not another container's: each
+/// container's user is its own, and its processes are limited (RLIMIT_NPROC).
+#[test]
+fn a_fork_bomb_stays_in_its_container() {
+    if !root_or_skip("fork bomb") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "a", "--ip", "10.46.0.1/24"]);
+    lab.ok(&["pipe", "create", "b", "--ip", "10.46.0.2/24"]);
+    // a bomb that holds what it got; its first line says how far it came
+    let bomb = |pipe: &str, run: &[&str], max: &str| {
+        let mut c = std::process::Command::new(EXE);
+        c.args(["--socket", path_of(&lab.socket), "run", "--pipe", pipe])
+            .args(run)
+            .args(["--", ATTACK, "fork-bomb", "--max", max, "--hold", "30"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let v: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = child.kill();
+                let o = child.wait_with_output().unwrap();
+                panic!("{line:?}: {}", String::from_utf8_lossy(&o.stderr))
+            }
+        };
+        (child, v)
+    };
+    let end = |mut child: std::process::Child| {
+        // the supervisor passes SIGTERM on; the bomb's children end with its PID namespace
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let _ = child.wait();
+    };
+    // the bomb stops at its limit (the init and the bomb itself count too)
+    let (a, v) = bomb("a", &["--pids-limit", "16"], "500");
+    assert_eq!(v["holding"], true, "{v}");
+    let forks = v["forks"].as_u64().unwrap();
+    assert!((10..16).contains(&forks), "{v}");
+    assert_eq!(v["errno"], nix::errno::Errno::EAGAIN as i32, "{v}");
+    end(a);
+    // with the defaults it stops at 1024; while it holds them, a container beside it, with
+    // the defaults too, forks freely: its user, and so its count, is its own
+    let (a, v) = bomb("a", &[], "5000");
+    let forks = v["forks"].as_u64().unwrap();
+    assert!((1000..1024).contains(&forks), "{v}");
+    let o = lab.in_container("b", &[ATTACK, "fork-bomb", "--max", "200"]);
+    end(a);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w = peer_json(&o);
+    assert_eq!(
+        (w["forks"].as_u64(), &w["errno"]),
+        (Some(200), &serde_json::Value::Null),
+        "{w}"
+    );
+    // two containers given one user share its count, which is why each has its own by
+    // default: beside a bomb of user 4242 at its limit, a second container of 4242 cannot
+    // even start its command
+    let (a, v) = bomb("a", &["--user", "4242", "--pids-limit", "16"], "500");
+    assert!(v["forks"].as_u64().unwrap() < 16, "{v}");
+    let o = std::process::Command::new(EXE)
+        .args(["--socket", path_of(&lab.socket), "run", "--pipe", "b"])
+        .args(["--user", "4242", "--pids-limit", "16", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    end(a);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("Resource temporarily unavailable"),
+        "{err}"
+    );
 }
 
 /// Starts a checked stream (dnperf --workload check) from `client` to `server_ip` and returns

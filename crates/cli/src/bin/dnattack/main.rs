@@ -11,6 +11,8 @@
 //!   dnattack connect-storm --seconds S  connect to the pipe's socket over and over
 //!   dnattack escape [--socket PATH]...  try to leave the sandbox (host files, devices,
 //!                                       /proc/sys, mount, ptrace, host Unix sockets)
+//!   dnattack fork-bomb --max N --hold S fork children that wait until N or the first
+//!                                       refusal; say how many, hold them S seconds
 //!   dnattack inspect                    what the daemon hands this container: its pipe and
 //!                                       the fast channels it sees
 //!   dnattack window-overrun --to IP:PORT --seconds S
@@ -115,6 +117,16 @@ enum Cmd {
         /// How long to flood.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+    },
+    /// Fork children that wait, until `--max` or the first refusal; print how many (a first
+    /// line, "holding": true), hold them `--hold` seconds, end them and print it again.
+    ForkBomb {
+        /// Children to try for.
+        #[arg(long, default_value_t = 1000)]
+        max: u32,
+        /// Seconds to hold them before ending them.
+        #[arg(long, default_value_t = 0.0)]
+        hold: f64,
     },
     /// Try to leave the sandbox.
     Escape {
@@ -284,6 +296,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             secrets,
             devices,
         } => escape(&sockets, &secrets, &devices),
+        Cmd::ForkBomb { max, hold } => fork_bomb(max, hold)?,
         Cmd::WindowOverrun { to, seconds } => overrun::run(
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             to,
@@ -321,6 +334,53 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             json!({"pipe": pipe, "channels": channels})
         }
     })
+}
+
+/// Forks up to `max` children that only wait, stopping at the first refusal; prints how many
+/// (and why it stopped), holds them `hold` seconds, then ends them.
+fn fork_bomb(max: u32, hold: f64) -> Result<serde_json::Value> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::{fork, ForkResult};
+    use std::io::Write;
+    let mut kids = Vec::new();
+    let mut refused = None;
+    for _ in 0..max {
+        // SAFETY: this program has a single thread (nothing before this spawned one), so the
+        // child may run anything; it only waits for its signal.
+        #[allow(unsafe_code)]
+        let forked = unsafe { fork() };
+        match forked {
+            Ok(ForkResult::Child) => loop {
+                nix::unistd::pause();
+            },
+            Ok(ForkResult::Parent { child }) => kids.push(child),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let report = |holding: bool| {
+        json!({
+            "attack": "fork-bomb",
+            "forks": kids.len(),
+            "refused": refused.map(|e| e.desc()),
+            "errno": refused.map(|e| e as i32),
+            "holding": holding,
+        })
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", report(true))?;
+    out.flush()?;
+    drop(out);
+    std::thread::sleep(Duration::from_secs_f64(hold.max(0.0)));
+    for k in &kids {
+        let _ = kill(*k, Signal::SIGKILL);
+    }
+    for k in &kids {
+        let _ = nix::sys::wait::waitpid(*k, None);
+    }
+    Ok(report(false))
 }
 
 /// Each way out, tried; `true` means it worked (a hole).
