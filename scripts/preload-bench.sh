@@ -19,7 +19,7 @@ for t in nginx wrk redis-server redis-benchmark; do
 done
 TAG=dnplb$$
 WORK=$(mktemp -d /tmp/$TAG.XXXX)
-chmod 755 "$WORK"  # shown to the containers, whose user is nobody
+chmod 755 "$WORK"  # shown to the containers, each of which runs as a user of its own
 RUN=/dev/shm/$TAG
 PIDS=()
 cleanup() {

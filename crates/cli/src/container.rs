@@ -41,18 +41,20 @@ pub struct RunArgs {
     pub binds: Vec<PathBuf>,
     /// Who the command runs as: UID or UID:GID, numbers or the host's names (a user alone: its
     /// group in /etc/passwd, or the same number). By default a user and group of the
-    /// container's own, 1879048192 plus the pid of this `docknet run` (no name in
-    /// /etc/passwd): it reads only what the host lets everyone read, and the kernel's limits
-    /// per user (processes, inotify, pipe buffers) are this container's alone. Containers given
-    /// the same user share those limits. `--user 0` runs the command as root, still without
-    /// capabilities, but owning, and so able to read, the host's root-only files in the
-    /// directories the container shows (/etc, /usr, the command's directory, --bind).
+    /// container's own, from 1879048192 up, numbered by its network namespace, so that no other
+    /// running container has it: it reads only what the host lets everyone read, and the
+    /// kernel's limits per user (processes, inotify, pipe buffers) are this container's alone.
+    /// The id has no name (whoami and the like find none; --user 65534 runs it as nobody).
+    /// Containers given the same user share those limits. `--user 0` runs the command as root,
+    /// still without capabilities, but owning, and so able to read, the host's root-only files
+    /// in the directories the container shows (/etc, /usr, the command's directory, --bind).
     #[arg(long, value_parser = sandbox::parse_user)]
     pub user: Option<sandbox::User>,
-    /// The most processes and threads the container's user may have (RLIMIT_NPROC, the init
-    /// included; the command cannot raise it). 0 keeps the caller's limit. Root is exempt
-    /// (--user 0), and containers given the same user share one count.
-    #[arg(long, default_value_t = 1024)]
+    /// The most processes and threads the container's user may have (RLIMIT_NPROC; the init
+    /// and the command count, so at least 2; the command cannot raise it). 0 keeps the
+    /// caller's limit. Root is exempt (--user 0), and containers given the same user share one
+    /// count.
+    #[arg(long, default_value_t = 1024, value_parser = pids_limit)]
     pub pids_limit: u64,
     /// Run the command unmodified over the pipe: LD_PRELOAD the socket library built beside
     /// the docknet binary (libdocknet_preload.so). AF_INET TCP and UDP sockets on the pipe's
@@ -62,6 +64,15 @@ pub struct RunArgs {
     /// The command and its arguments (after --).
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,
+}
+
+/// `--pids-limit`: 0 (the caller's), or room for the init and the command at least.
+fn pids_limit(s: &str) -> std::result::Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(1) => Err("1: the init and the command are two processes already".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The command's program on the host's PATH (its directory is shown in the container).
@@ -103,22 +114,9 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             bail!("--cpu {c}: this process may run on cores {allowed:?} only");
         }
     }
-    let user = a
-        .user
-        .unwrap_or_else(|| sandbox::User::own(std::process::id()));
     let exe = std::env::current_exe().context("locating the docknet binary")?;
     let preload = if a.preload {
-        let lib = preload_library(&exe)?;
-        // the dynamic loader skips a library it cannot read with a warning, and the command
-        // would then run on the kernel's sockets
-        if !sandbox::reachable_by(&lib, user) {
-            bail!(
-                "--preload: {} cannot be read by the container's user {} (the file, or a directory above it)",
-                lib.display(),
-                user
-            );
-        }
-        Some(lib)
+        Some(preload_library(&exe)?)
     } else {
         None
     };
@@ -135,6 +133,10 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             }
         }
     }
+    // the container's own user is numbered by its network namespace, and the host's users
+    // and groups are looked up (for one that has that id) in the host's
+    let host_net =
+        std::fs::File::open("/proc/self/ns/net").context("opening the host's network namespace")?;
     // Must happen while this process has a single thread.
     unshare(
         CloneFlags::CLONE_NEWNET
@@ -144,6 +146,21 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     )
     .context("creating namespaces (docknet run needs root)")?;
     let _ = nix::unistd::sethostname(&a.pipe);
+    let user = match a.user {
+        Some(u) => u,
+        None => sandbox::User::own_here()?,
+    };
+    if let Some(lib) = &preload {
+        // the dynamic loader skips a library it cannot read with a warning, and the command
+        // would then run on the kernel's sockets
+        if !sandbox::reachable_by(lib, user) {
+            bail!(
+                "--preload: {} cannot be read by the container's user {} (the file, or a directory above it)",
+                lib.display(),
+                user
+            );
+        }
+    }
 
     // The first child of this process becomes pid 1 of the new PID namespace; when it exits
     // the namespace dies, so nothing but the container's init may be started from here on. The
@@ -187,17 +204,24 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         .pipe_attach(&a.pipe, &netns, Some(&a.socket_name))
         .context("handing the pipe to the container");
     drop(client);
+    // while the init builds the walls: the container's own id must be no host account's (the
+    // look-up can take a while: the user database's modules are loaded for it)
+    let free = match a.user {
+        Some(_) => Ok(()),
+        None => sandbox::no_account_has(user, &host_net),
+    };
+    drop(host_net);
     // The init reads the socket's name up to its NUL, then starts the command. The pipe stays
     // open while this process lives: the init, once it is no longer root, checks that it is
     // still open (its parent-death signal, reset by the change of user, may have come too late).
     // When the daemon refused the pipe, the init reads nothing and exits.
-    let _alive = match &attached {
-        Ok(at) => {
+    let _alive = match (&attached, &free) {
+        (Ok(at), Ok(())) => {
             let mut w = std::fs::File::from(go_w);
             let _ = std::io::Write::write_all(&mut w, format!("{}\0", at.socket).as_bytes());
             Some(w)
         }
-        Err(_) => {
+        _ => {
             drop(go_w);
             None
         }
@@ -205,6 +229,8 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     block_signals()?;
     let code = supervise(child).map(ExitCode::from);
     attached?;
+    // (refused: the pipe is detached below, then the reason is the error)
+    let code = free.and(code);
     // the container is gone: close the pipe's socket in its (dead) namespace. A daemon that is
     // restarting gets 10 s; after that the attachment stays until the next `docknet run` of the
     // pipe sees its namespace empty and replaces it.

@@ -179,8 +179,8 @@ enum Cmd {
     /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
     /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
     /// /dev, /proc and /tmp, a user of the container's own (--user) with at most 1024
-    /// processes (--pids-limit), no capabilities, no_new_privs and a seccomp filter. The pipe
-    /// is handed out on @docknet/pipe inside the container ($DOCKNET_PIPE).
+    /// processes and threads (--pids-limit), no capabilities, no_new_privs and a seccomp
+    /// filter. The pipe is handed out on @docknet/pipe inside the container ($DOCKNET_PIPE).
     Run(container::RunArgs),
     /// TCP side by side over network modes, measured by dnperf (needs root).
     #[command(subcommand)]

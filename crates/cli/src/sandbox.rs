@@ -1,6 +1,6 @@
 //! The container's walls, built by its init before the command starts: a root of its own, a
-//! private `/dev`, masked `/proc`, the user nobody, no capabilities, `no_new_privs`, a seccomp
-//! filter.
+//! private `/dev`, masked `/proc`, a user of its own (or `--user`'s), no capabilities,
+//! `no_new_privs`, a seccomp filter.
 //!
 //! The root is a fresh tmpfs holding read-only binds of the host's system directories (or of
 //! `--rootfs DIR`), the command's own directory, and `--bind` directories; nothing else of the
@@ -70,24 +70,69 @@ pub struct User {
     pub gid: u32,
 }
 
-/// The first of the uids (and gids) containers get by default: one per container, this plus
-/// the supervisor's pid. Above the range systemd leaves to containers' user namespaces
-/// (524288-1879048191) and below its range for foreign ids (0x7FFE0000), with room for every
-/// pid (the kernel's most is 4194304).
+/// The first of the uids (and gids) containers get by default, one per container. Above the
+/// range systemd leaves to containers' user namespaces (524288-1879048191), below its range for
+/// foreign ids (0x7FFE0000) in every realistic case, and never -1.
 pub const OWN_ID_BASE: u32 = 0x7000_0000;
 
+/// Where the kernel numbers the inodes of namespaces it creates (`PROC_DYNAMIC_FIRST`).
+const NS_INODE_FIRST: u64 = 0xF000_0000;
+
 impl User {
-    /// A container's own user and group: [`OWN_ID_BASE`] plus `pid`, the pid of the process
-    /// that supervises the container for its whole life. No two running containers share it
-    /// (no two live processes share a pid), so the kernel's limits per user are each
-    /// container's own; one that is reused after a container ended finds nothing of it (its
-    /// processes ended with its PID namespace, and it could write nowhere that outlives it).
-    pub fn own(pid: u32) -> User {
-        // a pid is at most 2^22 (the kernel's PID_MAX_LIMIT); bounded anyway, so no input
-        // gives -1 ("unchanged" to the kernel)
-        let id = OWN_ID_BASE + pid.min(0x0FFF_FFFF);
-        User { uid: id, gid: id }
+    /// A container's own user and group: [`OWN_ID_BASE`] plus the number of its network
+    /// namespace's inode (`ns_inode`, counted from where the kernel starts numbering them).
+    /// The kernel gives no two live namespaces one number, on the whole host, and a network
+    /// namespace lives at least as long as any process in it; so no two containers that have
+    /// a process between them share the id, whichever PID namespace each `docknet run` was
+    /// started from, and the kernel's limits per user are each container's own. An id used
+    /// again, after its container ended, finds nothing of that container: its processes ended
+    /// with its PID namespace, and it could write nowhere that outlives it (its writable places
+    /// are private tmpfs).
+    pub fn own(ns_inode: u64) -> Result<User> {
+        let n = ns_inode
+            .checked_sub(NS_INODE_FIRST)
+            .filter(|n| *n < 0x0FFE_0000)
+            .with_context(|| {
+                format!("the network namespace's inode {ns_inode:#x} is not one the kernel numbers")
+            })?;
+        let id = OWN_ID_BASE + n as u32;
+        Ok(User { uid: id, gid: id })
     }
+
+    /// The user of the network namespace this process is in (made for the container).
+    pub fn own_here() -> Result<User> {
+        use std::os::unix::fs::MetadataExt;
+        let ino = fs::metadata("/proc/self/ns/net")
+            .context("reading the container's network namespace")?
+            .ino();
+        User::own(ino)
+    }
+}
+
+/// Refuses an own id `u` that a host account has (a directory service can map people's ids
+/// into this range), since the container would own that person's files. The accounts are
+/// looked up in the host's network namespace (`host`), where a directory service is
+/// reachable; this process returns to its own network namespace after.
+pub fn no_account_has(u: User, host: &File) -> Result<()> {
+    use nix::sched::{setns, CloneFlags};
+    let own =
+        File::open("/proc/self/ns/net").context("opening the container's network namespace")?;
+    setns(host, CloneFlags::CLONE_NEWNET)
+        .context("entering the host's network namespace to look up accounts")?;
+    let taken_u = nix::unistd::User::from_uid(u.uid.into()).ok().flatten();
+    let taken_g = nix::unistd::Group::from_gid(u.gid.into()).ok().flatten();
+    setns(&own, CloneFlags::CLONE_NEWNET)
+        .context("returning to the container's network namespace")?;
+    if let Some(name) = taken_u
+        .map(|p| format!("user {}", p.name))
+        .or(taken_g.map(|g| format!("group {}", g.name)))
+    {
+        bail!(
+            "the container's own id {} is the host's {name}: choose one with --user",
+            u.uid
+        );
+    }
+    Ok(())
 }
 
 impl std::fmt::Display for User {
@@ -603,18 +648,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_container_s_own_user_is_its_supervisor_s_pid_above_the_base() {
+    fn an_own_id_a_host_account_has_is_refused() {
+        if !nix::unistd::Uid::effective().is_root() {
+            return; // setns needs root
+        }
+        let host = File::open("/proc/self/ns/net").unwrap();
+        let root = User { uid: 0, gid: 0 };
+        let e = no_account_has(root, &host).unwrap_err().to_string();
+        assert!(e.contains("the host's user root"), "{e}");
+        let free = User {
+            uid: 0x7FFF_FFFD,
+            gid: 0x7FFF_FFFD,
+        };
+        assert!(no_account_has(free, &host).is_ok());
+    }
+
+    #[test]
+    fn a_container_s_own_user_is_numbered_by_its_network_namespace() {
         assert_eq!(
-            User::own(1),
+            User::own(0xF000_0001).unwrap(),
             User {
                 uid: 0x7000_0001,
                 gid: 0x7000_0001
             }
         );
-        // the kernel's largest pid (2^22) stays below systemd's foreign range and -1
-        let top = User::own(4_194_304);
+        // the host's first namespaces have fixed numbers below the dynamic ones
+        assert!(User::own(0xEFFF_FFFC).is_err());
+        // never into systemd's foreign range, never -1
+        let top = User::own(0xF000_0000 + 0x0FFD_FFFF).unwrap();
         assert!(top.uid < 0x7FFE_0000 && top.uid > 1_879_048_191, "{top}");
-        assert_ne!(User::own(u32::MAX).uid, u32::MAX, "never -1");
+        assert!(User::own(0xFFFF_FFFF).is_err());
+        assert!(User::own(u64::MAX).is_err());
+        // a real one, from this process's own network namespace's inode
+        use std::os::unix::fs::MetadataExt;
+        let ino = fs::metadata("/proc/self/ns/net").unwrap().ino();
+        if ino >= NS_INODE_FIRST {
+            assert!(User::own(ino).is_ok());
+        }
     }
 
     #[test]

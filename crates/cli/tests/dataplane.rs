@@ -254,11 +254,25 @@ fn the_sandbox_holds_from_inside() {
         assert!(ids[0] >= 0x7000_0000, "{ids:?}");
         ids[0]
     };
-    let (u1, u2) = (
-        own(lab.in_container("x", &["sh", "-c", "id -u; id -g"])),
-        own(lab.in_container("x", &["sh", "-c", "id -u; id -g"])),
+    // two containers at once (the second on a pipe of its own), two users
+    lab.ok(&["pipe", "create", "y", "--ip", "10.45.0.2/24"]);
+    let (first, line) = background(
+        &lab,
+        "y",
+        &[],
+        &["sh", "-c", "echo $(id -u) $(id -g); sleep 30"],
     );
-    assert_ne!(u1, u2, "two containers, two users");
+    let ids: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(
+        ids.len() == 2 && ids[0] == ids[1] && ids[0] >= 0x7000_0000,
+        "{line:?}"
+    );
+    let u2 = own(lab.in_container("x", &["sh", "-c", "id -u; id -g"]));
+    first.end();
+    assert_ne!(ids[0], u2, "two containers at once, two users");
     let v = escape("");
     holds(&v);
     assert!(v["uid"].as_u64().unwrap() >= 0x7000_0000, "{v}");
@@ -302,37 +316,16 @@ fn a_fork_bomb_stays_in_its_container() {
     lab.ok(&["pipe", "create", "b", "--ip", "10.46.0.2/24"]);
     // a bomb that holds what it got; its first line says how far it came
     let bomb = |pipe: &str, run: &[&str], max: &str| {
-        let mut c = std::process::Command::new(EXE);
-        c.args(["--socket", path_of(&lab.socket), "run", "--pipe", pipe])
-            .args(run)
-            .args(["--", ATTACK, "fork-bomb", "--max", max, "--hold", "30"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let v: serde_json::Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) => {
-                let _ = child.kill();
-                let o = child.wait_with_output().unwrap();
-                panic!("{line:?}: {}", String::from_utf8_lossy(&o.stderr))
-            }
-        };
-        (child, v)
-    };
-    let end = |mut child: std::process::Child| {
-        // the supervisor passes SIGTERM on; the bomb's children end with its PID namespace
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .unwrap();
-        let _ = child.wait();
+        let (c, line) = background(
+            &lab,
+            pipe,
+            run,
+            &[ATTACK, "fork-bomb", "--max", max, "--hold", "30"],
+        );
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(v) => (c, v),
+            Err(_) => panic!("{line:?}: {}", c.stderr()),
+        }
     };
     // the bomb stops at its limit (the init and the bomb itself count too)
     let (a, v) = bomb("a", &["--pids-limit", "16"], "500");
@@ -340,14 +333,14 @@ fn a_fork_bomb_stays_in_its_container() {
     let forks = v["forks"].as_u64().unwrap();
     assert!((10..16).contains(&forks), "{v}");
     assert_eq!(v["errno"], nix::errno::Errno::EAGAIN as i32, "{v}");
-    end(a);
+    a.end();
     // with the defaults it stops at 1024; while it holds them, a container beside it, with
     // the defaults too, forks freely: its user, and so its count, is its own
     let (a, v) = bomb("a", &[], "5000");
     let forks = v["forks"].as_u64().unwrap();
     assert!((1000..1024).contains(&forks), "{v}");
     let o = lab.in_container("b", &[ATTACK, "fork-bomb", "--max", "200"]);
-    end(a);
+    a.end();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let w = peer_json(&o);
     assert_eq!(
@@ -356,21 +349,84 @@ fn a_fork_bomb_stays_in_its_container() {
         "{w}"
     );
     // two containers given one user share its count, which is why each has its own by
-    // default: beside a bomb of user 4242 at its limit, a second container of 4242 cannot
-    // even start its command
-    let (a, v) = bomb("a", &["--user", "4242", "--pids-limit", "16"], "500");
+    // default: beside a bomb of one user at its limit, a second container of that user
+    // cannot even start its command (an id no host account and no container has)
+    let shared = "2147483646";
+    let (a, v) = bomb("a", &["--user", shared, "--pids-limit", "16"], "500");
     assert!(v["forks"].as_u64().unwrap() < 16, "{v}");
-    let o = std::process::Command::new(EXE)
-        .args(["--socket", path_of(&lab.socket), "run", "--pipe", "b"])
-        .args(["--user", "4242", "--pids-limit", "16", "--", "/bin/true"])
+    let o = lab
+        .cmd()
+        .args(["run", "--pipe", "b", "--user", shared, "--pids-limit", "16"])
+        .args(["--", "/bin/true"])
         .output()
         .unwrap();
-    end(a);
+    a.end();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("Resource temporarily unavailable"),
         "{err}"
     );
+    // a limit the init and the command cannot both fit under is refused
+    let o = lab
+        .cmd()
+        .args(["run", "--pipe", "b", "--pids-limit", "1", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "--pids-limit 1");
+}
+
+/// A container started in the background. Ended when dropped (SIGKILL to its supervisor,
+/// whose death takes the container with it), so a failed assertion leaves nothing running.
+struct Background(Option<std::process::Child>);
+
+impl Background {
+    /// Ends it the graceful way: SIGTERM, which the supervisor passes on to the command.
+    fn end(mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = c.wait();
+        }
+    }
+
+    /// What it printed on stderr, once ended.
+    fn stderr(mut self) -> String {
+        let Some(mut c) = self.0.take() else {
+            return String::new();
+        };
+        let _ = c.kill();
+        let o = c.wait_with_output().unwrap();
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `docknet run --pipe PIPE RUN... -- CMD...` in the background, once it printed its first
+/// line (returned).
+fn background(lab: &Lab, pipe: &str, run: &[&str], cmd: &[&str]) -> (Background, String) {
+    let mut c = lab.cmd();
+    c.args(["run", "--pipe", pipe])
+        .args(run)
+        .arg("--")
+        .args(cmd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let out = child.stdout.take().unwrap();
+    let bg = Background(Some(child));
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+    (bg, line)
 }
 
 /// Starts a checked stream (dnperf --workload check) from `client` to `server_ip` and returns

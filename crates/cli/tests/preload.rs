@@ -168,7 +168,7 @@ fn must(o: &Output, what: &str) -> String {
 }
 
 /// A directory for the test's files, shown read-only in the containers and readable by their
-/// user (nobody), as a program's directory must be.
+/// users (each container's own), as a program's directory must be.
 fn workdir(name: &str) -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let d = tempfile::Builder::new()
