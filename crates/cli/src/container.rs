@@ -205,7 +205,9 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         .context("handing the pipe to the container");
     drop(client);
     // while the init builds the walls: the container's own id must be no host account's (the
-    // look-up can take a while: the user database's modules are loaded for it)
+    // look-up can take a while: the user database's modules are loaded for it). After the
+    // attach: the daemon found the container's network namespace through this process's, which
+    // the look-up leaves for the host's and enters again.
     let free = match a.user {
         Some(_) => Ok(()),
         None => sandbox::no_account_has(user, &host_net),
