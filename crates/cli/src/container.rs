@@ -52,10 +52,12 @@ pub struct RunArgs {
     pub user: Option<sandbox::User>,
     /// The most processes and threads the container's user may have (RLIMIT_NPROC; the init
     /// and the command count, so at least 2; the command cannot raise it). 0 keeps the
-    /// caller's limit. Root is exempt (--user 0), and containers given the same user share one
-    /// count.
-    #[arg(long, default_value_t = 1024, value_parser = pids_limit)]
-    pub pids_limit: u64,
+    /// caller's limit. The kernel counts every process of the user on the host: with --user,
+    /// the host's own processes of that user count too, so there is no limit unless this is
+    /// given; the container's own user is limited to 1024 unless this says otherwise. Root is
+    /// exempt (--user 0), and containers given the same user share one count.
+    #[arg(long, value_parser = pids_limit)]
+    pub pids_limit: Option<u64>,
     /// Run the command unmodified over the pipe: LD_PRELOAD the socket library built beside
     /// the docknet binary (libdocknet_preload.so). AF_INET TCP and UDP sockets on the pipe's
     /// network go to DockNet, everything else to the kernel (docs/preload.md).
@@ -65,6 +67,9 @@ pub struct RunArgs {
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,
 }
+
+/// The process limit of a container that runs as its own user, unless `--pids-limit` says.
+pub const OWN_PIDS_LIMIT: u64 = 1024;
 
 /// `--pids-limit`: 0 (the caller's), or room for the init and the command at least.
 fn pids_limit(s: &str) -> std::result::Result<u64, String> {
@@ -174,7 +179,10 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             binds,
             user,
         },
-        pids_limit: a.pids_limit,
+        pids_limit: a.pids_limit.unwrap_or(match a.user {
+            None => OWN_PIDS_LIMIT,
+            Some(_) => 0,
+        }),
         preload,
         cmd: a.cmd.clone(),
     };
@@ -186,7 +194,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     let forked = unsafe { nix::unistd::fork() };
     let child = match forked.context("starting the container's init")? {
         nix::unistd::ForkResult::Child => {
-            drop((go_w, client));
+            drop((go_w, client, host_net));
             let code = match init(&init_args, go_r) {
                 Ok(code) => code,
                 Err(e) => {
@@ -449,9 +457,10 @@ fn close_inherited(keep: std::os::fd::RawFd) -> Result<()> {
             continue;
         }
         // SAFETY: no Rust object of this process owns these descriptors: the init is a fork of
-        // a single-threaded supervisor that dropped its own (the control connection and its end
-        // of `go`) in the child, so what is open from 3 up besides `keep` was inherited from
-        // whoever started `docknet run`. Closing them invalidates no memory.
+        // a single-threaded supervisor that dropped its own (the control connection, its end
+        // of `go` and the host's network namespace) in the child, so what is open from 3 up
+        // besides `keep` was inherited from whoever started `docknet run`. Closing them
+        // invalidates no memory.
         if unsafe { libc::close_range(first, last, 0) } != 0 {
             return Err(std::io::Error::last_os_error()).context("closing inherited descriptors");
         }

@@ -643,11 +643,12 @@ mod tests {
             "docknet --log debug run --socket /t --pipe a --socket-name s -- x y",
             "docknet run --pipe a --user 4242:4243 --pids-limit 64 -- x",
         ];
-        // no --user: the container's own, chosen when it starts; the process limit 1024
+        // no --user: the container's own, chosen when it starts; no --pids-limit: the run
+        // chooses (1024 for the container's own user, none for a user given)
         let Ok(Cmd::Run(r)) = parse(args(read[0])).map(|c| c.cmd) else {
             panic!("run");
         };
-        assert_eq!((r.user, r.pids_limit), (None, 1024));
+        assert_eq!((r.user, r.pids_limit), (None, None));
         for line in read {
             // the small parser reads it, so `parse` answers with what it read
             assert!(RunCli::try_parse_from(args(line)).is_ok(), "{line}");

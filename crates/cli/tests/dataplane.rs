@@ -372,7 +372,45 @@ fn a_fork_bomb_stays_in_its_container() {
         .args(["run", "--pipe", "b", "--pids-limit", "1", "--", "/bin/true"])
         .output()
         .unwrap();
-    assert!(!o.status.success(), "--pids-limit 1");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("the init and the command are two processes"),
+        "--pids-limit 1: {err}"
+    );
+}
+
+/// Inside a user namespace that maps only root (as a rootless runtime's maps fewer ids than a
+/// container's own would need), `docknet run` refuses to choose the container's own id and
+/// says to choose one with --user, instead of failing at the change of user.
+#[test]
+fn an_own_id_outside_the_user_namespace_s_map_is_refused() {
+    if !root_or_skip("user namespace") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "u", "--ip", "10.47.0.1/24"]);
+    let o = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--"])
+        .arg(EXE)
+        .arg("--socket")
+        .arg(&lab.socket)
+        .args(["run", "--pipe", "u", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("is not mapped in this user namespace"),
+        "{:?}: {err}",
+        o.status
+    );
+    // the pipe was never handed out: it is free for a run that can take it
+    let o = lab
+        .cmd()
+        .args(["run", "--pipe", "u", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// A container started in the background. Ended when dropped (SIGKILL to its supervisor,

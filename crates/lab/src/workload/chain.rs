@@ -257,8 +257,8 @@ impl Chain<'_> {
     }
 }
 
-/// The daemon's idle policy for the peers' (the daemon takes spin, adaptive or block).
-/// The daemon's idle policy for `args` (see `--daemon-idle`).
+/// The daemon's idle policy for `args` (see `--daemon-idle`): unless said, the peers' when
+/// they spin or block.
 fn daemon_idle(args: &ChainArgs) -> String {
     match (args.daemon_idle.as_deref(), peer_idle(args)) {
         (Some(d), _) => d,
@@ -489,7 +489,17 @@ pub fn measure(
         ("--peer-idle", peer_idle(args).to_string()),
         ("--daemon-idle", daemon_idle(args)),
     ] {
-        docknet_pipe::IdlePolicy::parse(&p).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let policy =
+            docknet_pipe::IdlePolicy::parse(&p).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+        let docknet = modes.iter().filter(|m| m.is_docknet()).count();
+        if policy == docknet_pipe::IdlePolicy::Spin && docknet > 0 && modes.len() > 1 {
+            // the chains stay up between their turns, so a spinning one holds a core
+            // through every other mode's turn
+            progress.line(&format!(
+                "warning: {what} spin: DockNet's chains spin while the other modes take their \
+                 turns and take a core from them; measure spin with one mode at a time"
+            ));
+        }
     }
     let points = (args.sizes.len() * args.repeat) as u64;
     let mut skipped: Vec<NotAvailable> = Vec::new();
