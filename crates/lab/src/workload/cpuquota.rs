@@ -63,7 +63,8 @@ const CLIENT_CORE: usize = 0;
 
 /// What the figures are, in words.
 pub const ABOUT: &str = "dnperf rr, 64-byte requests back to back over one connection; the \
-    server (core 1) under a cgroup CPU quota per 10000 us period, the client (core 0) without. \
+    server (core 1) under a cgroup CPU quota per 10000 us period, the client (core 0; through \
+    DockNet's daemon, with the daemon's master, both yielding) without. \
     Latency is the round trip (the thesis's measure): mean, median, p99 and the number above \
     1 ms. Kernel modes: the server sleeps in the kernel between requests. DockNet: the server \
     waits as its idle policy says (spin: busy polling; adaptive: spin briefly, then sleep).";
@@ -340,7 +341,7 @@ fn point(
                 "--stack",
                 "docknet",
                 "--idle",
-                "spin",
+                client_idle(mode),
                 "--connect",
                 &addr,
                 "--workload",
@@ -387,14 +388,45 @@ fn point(
         cores: format!("c{CLIENT_CORE} s{SERVER_CORE}"),
         placement: format!(
             "server on core {SERVER_CORE} under {quota}/{} us ({}; throttled in {throttled} \
-             periods), client on core {CLIENT_CORE}; round trips",
+             periods), client on core {CLIENT_CORE}{}; round trips",
             args.period,
-            ctl.name()
+            ctl.name(),
+            if through_daemon(mode) {
+                " with the daemon's master, both yielding"
+            } else {
+                ""
+            }
         ),
         mtu: Some(1500),
         builder: Some(mode.builder().name().into()),
         ..Row::new(mode, Tool::Dnperf, Workload::Cpuquota, 64)
     })
+}
+
+/// Whether `mode`'s frames cross the daemon's master (not a fast channel).
+fn through_daemon(mode: Mode) -> bool {
+    mode.is_docknet() && mode.link() != crate::mode::Link::FastChannel
+}
+
+/// How the client waits: it spins on its own core; through the daemon it shares that core with
+/// the master and yields to it (a spinning client would hold the core for a scheduler slice
+/// while the master waits to carry its request), so the server's core stays the server's alone.
+fn client_idle(mode: Mode) -> &'static str {
+    if through_daemon(mode) {
+        "adaptive:0"
+    } else {
+        "spin"
+    }
+}
+
+/// How the daemon waits: over a fast channel it is off the path; through it, its master
+/// shares the client's core and yields between frames as the client does.
+fn daemon_idle(mode: Mode) -> &'static str {
+    if through_daemon(mode) {
+        "adaptive:0"
+    } else {
+        "adaptive"
+    }
 }
 
 /// Measures every mode and quota: the rows and what was left out.
@@ -433,8 +465,8 @@ pub fn measure(
         }
         let built = if mode.is_docknet() {
             let setup = DaemonSetup {
-                idle: "adaptive",
-                master_core: None,
+                idle: daemon_idle(mode),
+                master_core: through_daemon(mode).then_some(CLIENT_CORE),
                 master_core_b: None,
                 master_nice: 0,
             };
