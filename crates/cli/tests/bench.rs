@@ -1212,7 +1212,7 @@ fn seed_studies_measure_render_and_clean_up() {
             "bench",
             "cpuquota",
             "--modes",
-            "bridge,docknet-fc",
+            "bridge,docknet,docknet-fc",
             "--quotas",
             "1000,10000",
             "--idle",
@@ -1239,7 +1239,7 @@ fn seed_studies_measure_render_and_clean_up() {
     assert!(cgroups.is_empty(), "cgroups left behind: {cgroups:?}");
     let v = valid(&cq);
     let rows = v["results"].as_array().unwrap();
-    for mode in ["bridge", "docknet-fc"] {
+    for mode in ["bridge", "docknet", "docknet-fc"] {
         for q in [1000, 10000] {
             let r = rows
                 .iter()
@@ -1248,6 +1248,12 @@ fn seed_studies_measure_render_and_clean_up() {
             assert!(r["samples"].as_u64().unwrap() > 0, "{r}");
             assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
             assert!(r["over_1ms"].is_u64(), "{r}");
+            // through the daemon, its master shares the client's core, not the server's
+            let shared = r["placement"]
+                .as_str()
+                .unwrap()
+                .contains("with the daemon's master");
+            assert_eq!(shared, mode == "docknet", "{r}");
         }
     }
     // a chain run: every mode and size measured, on its topology, by docknet-load

@@ -157,7 +157,7 @@ pub const QUOTA_TEXT: &str = "## Tail latency under a CPU quota (thesis, Table 3
     259 / 1741 / 14,273; 4000: 258 / 253 / 331 / 39; 10000: 263 / 255 / 333 / 0. Ours: dnperf \
     rr (64 B, back to back) with the server under the quota; the server spends a few \
     microseconds per request, not the Thrift server's ~80, so the quota binds at lower \
-    fractions. Regenerate: `docknet bench cpuquota --modes bridge,docknet-fc --report DIR`.";
+    fractions. Regenerate: `docknet bench cpuquota --report DIR`.";
 
 /// The thesis's fixed-cost claim and the command.
 pub const FIXED_TEXT: &str = "## The bridge's fixed cost (thesis, Sect. 3.5)\n\nDoes the \

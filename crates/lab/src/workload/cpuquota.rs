@@ -27,7 +27,11 @@ use std::time::Duration;
 #[derive(Debug, Clone, clap::Args)]
 pub struct CpuquotaArgs {
     /// Modes: bridge (or another one-host kernel mode), docknet, docknet-fc.
-    #[arg(long, value_delimiter = ',', default_value = "bridge,docknet-fc")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "bridge,docknet,docknet-fc"
+    )]
     pub modes: Vec<String>,
     /// The server's CPU quotas per period, microseconds.
     #[arg(
