@@ -485,14 +485,15 @@ pub fn measure(
 ) -> Result<(Vec<Row>, Vec<NotAvailable>)> {
     let exe = std::env::current_exe()?;
     let modes = modes(args)?;
+    // the chains stay up between their turns: a spinning one shares the machine with others
+    let shared = modes.len() > 1 && modes.iter().any(|m| m.is_docknet());
     for (what, p) in [
         ("--peer-idle", peer_idle(args).to_string()),
         ("--daemon-idle", daemon_idle(args)),
     ] {
         let policy =
             docknet_pipe::IdlePolicy::parse(&p).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-        let docknet = modes.iter().filter(|m| m.is_docknet()).count();
-        if policy == docknet_pipe::IdlePolicy::Spin && docknet > 0 && modes.len() > 1 {
+        if shared && policy == docknet_pipe::IdlePolicy::Spin {
             // the chains stay up between their turns, so a spinning one holds a core
             // through every other mode's turn
             progress.line(&format!(

@@ -407,9 +407,9 @@ fn point(
     })
 }
 
-/// Whether `mode`'s frames cross the daemon's master (not a fast channel).
+/// Whether `mode`'s frames cross the daemon's master (pipes on one host).
 fn through_daemon(mode: Mode) -> bool {
-    mode.is_docknet() && mode.link() != crate::mode::Link::FastChannel
+    mode.link() == crate::mode::Link::Pipe
 }
 
 /// How the client waits: it spins on its own core; through the daemon it shares that core with
