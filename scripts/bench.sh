@@ -2,7 +2,9 @@
 # The main job: installs what is missing, builds, then measures DockNet (through the daemon and
 # over a fast channel) side by side with the kernel's container networks, all measured by
 # dnperf in one run: rr (latency) and stream (goodput) at 64 B, 1 KiB and 64 KiB over loopback,
-# bridge, bridge-nat, macvlan, ovs (ipvlan where the kernel has it), docknet and docknet-fc, plus a
+# bridge, bridge-nat, macvlan, ovs (ipvlan where the kernel has it), docknet and docknet-fc, hand-
+# placed on chosen cores, then rr on the bridge and DockNet as a user gets them (nothing pinned,
+# every program at its defaults), plus a
 # short pairs sweep (1, 4, 16 concurrent pairs); then two hosts joined by a wire: host, routed,
 # nat, vxlan against DockNet's daemons on the wire (docknet: AF_XDP, docknet-packet: AF_PACKET);
 # then rate limits (a TCP flow under stepped limits, and beside a UDP hog) on the bridge with the
@@ -35,8 +37,8 @@ rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md "$OUT"/rate.json "$OUT"/rate.md "$OUT"/i
 if [ "${FULL:-0}" = 1 ]; then
     MODES=loopback,container,veth,bridge,bridge-nat,macvlan,ipvlan,ovs,sriov,docknet,docknet-fc
     COMMON=(--repeat 2 --duration 1 --warmup 0.3 --mtus 1500,9000 --report "$OUT")
-    $D bench rr --modes "$MODES" --sizes 64,1024,16384,65536 --crosscheck "${COMMON[@]}" "$@"
-    $D bench stream --modes "$MODES" --sizes 64,1024,16384,65536,409600 --crosscheck "${COMMON[@]}" "$@"
+    $D bench rr --modes "$MODES" --sizes 64,1024,16384,65536 --crosscheck --placement pinned,unpinned "${COMMON[@]}" "$@"
+    $D bench stream --modes "$MODES" --sizes 64,1024,16384,65536,409600 --crosscheck --placement pinned,unpinned "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
         --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --report "$OUT" "$@"
     # pairs at MTU 9000 too, written beside the MTU 1500 run (the report reads every tcp-*.json)
@@ -68,6 +70,10 @@ else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
     COMMON=(--sizes 64,1024,65536 --repeat 1 --duration 0.8 --warmup 0.2 --report "$OUT")
     $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
+    # what a user gets: nothing pinned, every program at its defaults (a file of its own beside
+    # tcp-rr.json; the report reads both)
+    $D bench rr --modes bridge,docknet,docknet-fc --placement unpinned --sizes 64,1024,65536 \
+        --repeat 2 --duration 0.8 --warmup 0.2 --json "$OUT/tcp-rr-unpinned.json" "$@"
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,docknet,docknet-fc --pairs 1,4,16 --sizes 1024 \
         --duration 0.6 --warmup 0.2 --report "$OUT" "$@"

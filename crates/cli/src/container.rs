@@ -63,7 +63,9 @@ pub struct RunArgs {
     /// network go to DockNet, everything else to the kernel (docs/preload.md).
     #[arg(long)]
     pub preload: bool,
-    /// The command and its arguments (after --).
+    /// The command and its arguments (after --): a name on PATH, an absolute path, or a path
+    /// relative to this directory (`./server`), as in a shell. It starts in this directory
+    /// where the container shows it (a system directory, or one given with --bind), else in /.
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,
 }
@@ -125,12 +127,30 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     } else {
         None
     };
+    let mut cmd = a.cmd.clone();
     let mut binds = a.binds.clone();
+    // a relative path (`./server`, `target/release/x`) means the caller's directory, as in a
+    // shell; the container starts in its own root, so the path is made absolute here
+    if cmd[0].contains('/') && !cmd[0].starts_with('/') {
+        if a.rootfs.is_some() {
+            bail!(
+                "{:?}: a relative command path with --rootfs is ambiguous; give the path inside the root, from /",
+                cmd[0]
+            );
+        }
+        let Some(abs) = resolve(&cmd[0]) else {
+            bail!(
+                "{:?}: no such file in {}",
+                cmd[0],
+                std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|_| "the current directory".into())
+            );
+        };
+        cmd[0] = abs.to_string_lossy().into_owned();
+    }
     if a.rootfs.is_none() {
-        for prog in [resolve(&a.cmd[0]), Some(exe.clone())]
-            .into_iter()
-            .flatten()
-        {
+        for prog in [resolve(&cmd[0]), Some(exe.clone())].into_iter().flatten() {
             if let Some(d) = prog.parent().filter(|d| !under_system(d)) {
                 if !binds.iter().any(|b| b == d) {
                     binds.push(d.to_path_buf());
@@ -138,6 +158,10 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             }
         }
     }
+    // the command starts in the caller's directory where the container shows it, else in /
+    let cwd = std::env::current_dir().ok().filter(|d| {
+        a.rootfs.is_none() && (under_system(d) || binds.iter().any(|b| d.starts_with(b)))
+    });
     // the container's own user is numbered by its network namespace, and the host's users
     // and groups are looked up (for one that has that id) in the host's
     let host_net =
@@ -184,7 +208,8 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             Some(_) => 0,
         }),
         preload,
-        cmd: a.cmd.clone(),
+        cmd,
+        cwd,
     };
     let (go_r, go_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).context("a pipe to the init")?;
@@ -364,6 +389,8 @@ struct Init {
     walls: sandbox::Walls,
     preload: Option<PathBuf>,
     cmd: Vec<String>,
+    /// Where the command starts (the caller's directory, where the container shows it).
+    cwd: Option<PathBuf>,
 }
 
 /// The container's pid 1 (forked by `run`): builds the walls, waits for the name of the pipe's
@@ -424,6 +451,9 @@ fn init(a: &Init, go: std::os::fd::OwnedFd) -> Result<u8> {
     let mut command = Command::new(&cmd[0]);
     command.args(&cmd[1..]);
     command.env("DOCKNET_PIPE", &pipe_socket);
+    if let Some(d) = &a.cwd {
+        command.current_dir(d);
+    }
     if let Some(p) = &a.preload {
         // only the command: the init itself stays free of it
         command.env("LD_PRELOAD", p);

@@ -96,6 +96,39 @@ pub fn print_fc(f: &FcInfo) {
     );
 }
 
+/// `status`: the daemon's, or with none answering on `socket`, what a stopped daemon's fd holder
+/// in `run_dir` (default: the socket's directory) still keeps (then exit status 1).
+pub fn status(socket: &Path, run_dir: Option<&Path>, json: bool) -> Result<std::process::ExitCode> {
+    let err = match client(socket).and_then(|mut c| Ok(c.status()?)) {
+        Ok(s) => {
+            print(&s, json, print_status)?;
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
+        Err(e) => e,
+    };
+    let dir = run_dir.or(socket.parent()).unwrap_or(Path::new("."));
+    let Some(held) = docknet_daemon::holder::held(dir) else {
+        return Err(err);
+    };
+    if json {
+        let v = serde_json::json!({ "daemon": null, "run_dir": dir, "held": held });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        let until = held.seconds_left.map_or_else(
+            || "until a daemon comes (--holder-grace forever)".to_string(),
+            |s| format!("for {s} s more, then gives them up (--holder-grace)"),
+        );
+        println!(
+            "no daemon answers on {}: {err:#}\nheld with no daemon: the fd holder (pid {}) keeps {} regions and sockets of {} for the next daemon, {until}",
+            socket.display(),
+            held.pid,
+            held.kept,
+            dir.display()
+        );
+    }
+    Ok(std::process::ExitCode::FAILURE)
+}
+
 /// `status`.
 pub fn print_status(s: &Status) {
     let fields: [(&str, String); 13] = [

@@ -110,15 +110,22 @@ enum Cmd {
         #[arg(long, env = "DOCKNET_MASTER_NICE", default_value_t = docknet_daemon::MASTER_NICE, allow_negative_numbers = true,
               value_parser = clap::value_parser!(i32).range(-20..=19))]
         master_nice: i32,
-        /// What the master thread does when idle: spin (lowest latency, one core busy),
-        /// adaptive, adaptive:SPIN_US or adaptive:SPIN_US:YIELD_US (spin 50 us, yield 1 ms,
-        /// then sleep on a futex: no CPU when idle), block.
+        /// What the master thread does when idle: adaptive (yield the core for up to 1 ms,
+        /// fewer yields when others want the core, then sleep on a futex: no CPU when idle),
+        /// adaptive:SPIN_US[:YIELD_US] (spin first), spin (lowest latency with a core of its
+        /// own, one core busy), block.
         #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
         /// Remove every pipe when stopping (SIGINT/SIGTERM). Without it, pipes stay with the
         /// daemon's fd holder for the next daemon on this run directory to adopt.
         #[arg(long)]
         ephemeral: bool,
+        /// How long the fd holder keeps the pipes once this daemon has stopped, for the next
+        /// daemon on this run directory to adopt: seconds, 90s, 10m, 2h, or forever. It gives
+        /// them up sooner when the run directory is removed. `docknet status` shows what is
+        /// held while no daemon runs.
+        #[arg(long, default_value = "5m", value_parser = docknet_daemon::holder::parse_grace, conflicts_with = "ephemeral")]
+        holder_grace: docknet_daemon::holder::Grace,
         /// Drive this link (in the daemon's network namespace) as the pipes' way to the wire:
         /// frames for addresses no pipe owns leave through it, and frames arriving on it for a
         /// pipe's address are delivered (the daemon answers ARP for the pipes and resolves
@@ -158,11 +165,16 @@ enum Cmd {
     Capture(ops::CaptureArgs),
     /// Pipes by traffic, drops and limits, and the master threads' load, live.
     Top(ops::TopArgs),
-    /// Show the daemon's status.
+    /// Show the daemon's status. With no daemon answering, says whether a stopped daemon's fd
+    /// holder still keeps its pipes for the next daemon (and for how long), and exits 1.
     Status {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The daemon's run directory, where a stopped daemon's holder is looked for [default:
+        /// the directory of --socket].
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
     },
     /// Create, remove, list and inspect pipes.
     #[command(subcommand)]
@@ -195,6 +207,8 @@ enum Cmd {
     Holder {
         #[arg(long)]
         socket: PathBuf,
+        #[arg(long, default_value = "forever", value_parser = docknet_daemon::holder::parse_grace)]
+        grace: docknet_daemon::holder::Grace,
     },
 }
 
@@ -412,6 +426,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             master_nice,
             idle,
             ephemeral,
+            holder_grace,
             nic,
             nic_mode,
             nic_queues,
@@ -443,6 +458,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                 master_nice,
                 idle,
                 holder: Some(std::env::current_exe().context("locating the docknet binary")?),
+                holder_grace: holder_grace.0,
                 ephemeral,
                 nic: nic.map(|iface| docknet_daemon::nic::NicConfig {
                     iface,
@@ -460,7 +476,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Capture(a) => ops::capture(sock, a)?,
         Cmd::Top(a) => ops::top(sock, a)?,
-        Cmd::Status { json } => ctl::print(&ctl::client(sock)?.status()?, json, ctl::print_status)?,
+        Cmd::Status { json, run_dir } => return ctl::status(sock, run_dir.as_deref(), json),
         Cmd::Pipe(PipeCmd::Create {
             name,
             ip,
@@ -544,7 +560,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             ctl::print(&ctl::client(sock)?.rate_show(&name)?, json, ctl::print_rate)?
         }
         Cmd::Run(a) => return container::run(sock, &a),
-        Cmd::Holder { socket } => docknet_daemon::holder::serve(&socket)
+        Cmd::Holder { socket, grace } => docknet_daemon::holder::serve(&socket, grace.0)
             .with_context(|| format!("fd holder on {}", socket.display()))?,
         Cmd::Bench(BenchCmd::Rr(a)) => docknet_lab::bench::run(Workload::Rr, a)?,
         Cmd::Bench(BenchCmd::Stream(a)) => docknet_lab::bench::run(Workload::Stream, a)?,

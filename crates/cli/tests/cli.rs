@@ -422,3 +422,176 @@ fn a_container_killed_without_detaching_does_not_keep_its_pipe() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn docknet_run_takes_a_relative_command_path_as_a_shell_would() {
+    use std::path::Path;
+    use std::time::Duration;
+    if !root_or_skip("relative_command_path") {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let mut lab = Lab::start("adaptive");
+    lab.ok(&["pipe", "create", "s", "--ip", "10.63.0.2/24"]);
+    lab.ok(&["pipe", "create", "c", "--ip", "10.63.0.3/24"]);
+    let dnperf = env!("CARGO_BIN_EXE_dnperf");
+    let server = lab.spawn_in(
+        "s",
+        None,
+        &[
+            dnperf,
+            "server",
+            "--stack",
+            "docknet",
+            "--bind",
+            "10.63.0.2:7000",
+            "--conns",
+            "1",
+        ],
+    );
+    assert!(lab.attached_within("s", Duration::from_secs(10)));
+    // from the binaries' directory, by `./dnperf`; and from above it, by `debug/dnperf`
+    let bin_dir = Path::new(dnperf).parent().unwrap();
+    let (above, last) = (bin_dir.parent().unwrap(), bin_dir.file_name().unwrap());
+    let relative = Path::new(last).join("dnperf");
+    let o = lab
+        .cmd()
+        .current_dir(above)
+        .args(["run", "--pipe", "c", "--"])
+        .arg(&relative)
+        .args([
+            "client",
+            "--stack",
+            "docknet",
+            "--connect",
+            "10.63.0.2:7000",
+        ])
+        .args([
+            "--workload",
+            "rr",
+            "--duration",
+            "0.2",
+            "--warmup",
+            "0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}: {}",
+        relative.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        peer_json(&o)["result"]["transactions"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
+    let _ = lab.wait(server, Duration::from_secs(10));
+    // a directory the container shows is where the command starts, as in a shell; one it does
+    // not show leaves it in /
+    let pwd = |dir: &Path, bind: bool| {
+        let mut c = lab.cmd();
+        c.current_dir(dir).args(["run", "--pipe", "c"]);
+        if bind {
+            c.arg("--bind").arg(dir);
+        }
+        let o = c.args(["--", "/bin/sh", "-c", "pwd"]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(pwd(dir.path(), true), dir.path().to_str().unwrap());
+    assert_eq!(pwd(dir.path(), false), "/");
+    // a relative path to nothing says where it looked, in one line
+    let o = lab
+        .cmd()
+        .current_dir(dir.path())
+        .args(["run", "--pipe", "c", "--", "./no-such-server"])
+        .output()
+        .unwrap();
+    let e = err_line(&o);
+    assert!(
+        e.contains("no-such-server") && e.contains(dir.path().to_str().unwrap()),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_stopped_daemon_s_holder_waits_out_its_grace_and_leaves_with_its_run_directory() {
+    use std::time::{Duration, Instant};
+    if !root_or_skip("holder_grace") {
+        return;
+    }
+    // a zombie has exited (nothing may reap it at once: its parent was the daemon)
+    let alive = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let mut lab = Lab::start_with("adaptive", &["--holder-grace", "1h"]);
+    lab.ok(&["pipe", "create", "a", "--ip", "10.64.0.1/24"]);
+    lab.ok(&["pipe", "create", "b", "--ip", "10.64.0.2/24"]);
+    let holder = lab.holder_pid().expect("the daemon started a holder");
+    let stop = |lab: &mut Lab| {
+        let st = lab.signal_daemon(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5));
+        assert!(st.is_some_and(|s| s.success()), "{st:?}");
+    };
+    // stopped: status says what is held and for how long
+    stop(&mut lab);
+    let o = lab.run(&["status"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success());
+    assert!(
+        text.contains("held with no daemon") && text.contains("keeps 2 regions"),
+        "{text}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&lab.run(&["status", "--json"]).stdout)
+        .expect("status --json with no daemon");
+    assert!(v["daemon"].is_null(), "{v}");
+    assert_eq!(v["held"]["kept"], 2, "{v}");
+    assert_eq!(v["held"]["pid"], holder, "{v}");
+    assert!(
+        v["held"]["seconds_left"].as_u64().is_some_and(|s| s > 3500),
+        "{v}"
+    );
+    // a restart within the grace adopts every pipe, from the same holder
+    lab.start_daemon();
+    let names: Vec<String> = lab
+        .json(&["pipe", "ls", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(lab.holder_pid(), Some(holder));
+    // stopped again, and its run directory removed (as scripts and tests do): the holder goes
+    stop(&mut lab);
+    assert!(alive(holder));
+    std::fs::remove_dir_all(&lab.dir).unwrap();
+    let t = Instant::now();
+    while alive(holder) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the holder outlived its run directory"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // a short grace with the directory kept: gone when it passes
+    let mut lab = Lab::start_with("adaptive", &["--holder-grace", "2s"]);
+    lab.ok(&["pipe", "create", "a", "--ip", "10.64.0.1/24"]);
+    let holder = lab.holder_pid().unwrap();
+    stop(&mut lab);
+    let t = Instant::now();
+    while alive(holder) {
+        assert!(t.elapsed() < Duration::from_secs(6), "the grace passed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(lab.dir.exists());
+}

@@ -114,6 +114,9 @@ pub struct Config {
     /// The program that runs the fd holder as `PROGRAM __holder --socket PATH` (the `docknet`
     /// binary); `None`: no holder, so nothing survives the daemon.
     pub holder: Option<PathBuf>,
+    /// How long the fd holder keeps the pipes with no daemon connected (`None`: without limit);
+    /// it also ends when the run directory is removed.
+    pub holder_grace: Option<std::time::Duration>,
     /// Remove every pipe when stopping (SIGINT/SIGTERM), leaving nothing behind; otherwise the
     /// pipes stay (in the fd holder) for the next daemon to adopt.
     pub ephemeral: bool,
@@ -162,7 +165,7 @@ pub fn run(cfg: Config) -> Result<(), Error> {
 
     let holder: Option<Box<dyn holder::Keeper>> = match &cfg.holder {
         Some(exe) => Some(Box::new(
-            holder::Holder::connect_or_start(&cfg.run_dir, exe)
+            holder::Holder::connect_or_start(&cfg.run_dir, exe, cfg.holder_grace)
                 .map_err(io("starting the fd holder"))?,
         )),
         None => None,

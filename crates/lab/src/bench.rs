@@ -59,6 +59,12 @@ pub struct BenchArgs {
     /// every container on core 1, the master on core 0) [default: unpinned].
     #[arg(long, value_delimiter = ',', value_name = "CORE")]
     pub cores: Option<Vec<usize>>,
+    /// rr and stream: where the parties run. pinned: hand-placed on chosen cores with chosen
+    /// idle policies (kernel modes on one core and on two; DockNet as docs/lab.md says).
+    /// unpinned: what a user gets, no process pinned in any mode and every DockNet program at
+    /// its defaults. Both: side by side.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pinned")]
+    pub placement: Vec<crate::plan::PlacementKind>,
     /// Measured seconds per point.
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
@@ -143,6 +149,7 @@ impl BenchArgs {
             peer_idle,
             pairs_cores: self.cores.clone().unwrap_or_default(),
             machine_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            placements: self.placement.clone(),
         })
     }
 

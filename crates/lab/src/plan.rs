@@ -17,7 +17,8 @@ pub struct Placement {
     pub master: Option<usize>,
     /// Two hosts: host B's daemon's master core.
     pub master_b: Option<usize>,
-    /// The peers' idle policy (DockNet peers; kernel peers always block in the kernel).
+    /// The peers' idle policy (DockNet peers; kernel peers always block in the kernel); empty:
+    /// none given, the programs' default.
     pub idle: &'static str,
     /// Pairs: the cores every pair's containers are pinned to, pair `i` on
     /// `pairs_cores[i % len]` (empty: unpinned).
@@ -53,6 +54,41 @@ impl Placement {
 
 /// The kernel placements: client and server on one core, and on two cores.
 pub const KERNEL_PLACEMENTS: [(usize, usize); 2] = [(1, 1), (0, 1)];
+
+/// How the parties of an rr or stream run are placed (`--placement`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlacementKind {
+    /// Hand-placed and pinned, with chosen idle policies (the paper's setting): kernel modes on
+    /// one core and on two; DockNet's peers and daemon master as [`docknet_placement`] says.
+    Pinned,
+    /// What a user gets: no affinity for any process of any mode, every DockNet program
+    /// (peers, daemon) at its defaults. Rows carry `"placement": "unpinned"`.
+    Unpinned,
+}
+
+/// The description, and so the `placement` field, of every unpinned row.
+pub const UNPINNED: &str = "unpinned";
+
+/// The unpinned placement: nothing pinned, no idle policy given (every program's default).
+fn unpinned_placement() -> Placement {
+    Placement {
+        client: None,
+        server: None,
+        master: None,
+        master_b: None,
+        idle: "",
+        pairs_cores: Vec::new(),
+        description: UNPINNED.into(),
+    }
+}
+
+/// The daemon of an unpinned run: its defaults (the `adaptive` idle policy, not pinned, nice 0).
+const UNPINNED_DAEMON: DaemonSetup = DaemonSetup {
+    idle: "adaptive",
+    master_core: None,
+    master_core_b: None,
+    master_nice: 0,
+};
 
 /// How a DockNet mode's daemon runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +183,8 @@ pub struct Request {
     pub pairs_cores: Vec<usize>,
     /// Cores of this machine.
     pub machine_cores: usize,
+    /// rr and stream on one host: the placements to measure, side by side.
+    pub placements: Vec<PlacementKind>,
 }
 
 /// A bad request, said in one line.
@@ -187,6 +225,18 @@ impl Request {
         }
         if self.peer_idle.is_empty() {
             return bad("--peer-idle needs at least one policy".into());
+        }
+        if self.placements.is_empty() {
+            return bad("--placement needs pinned, unpinned or both".into());
+        }
+        if self.placements != [PlacementKind::Pinned]
+            && (self.topology == Topology::TwoHost
+                || !matches!(self.workload, Workload::Rr | Workload::Stream))
+        {
+            return bad(
+                "--placement applies to rr and stream on one host (pairs are unpinned unless --cores)"
+                    .into(),
+            );
         }
         if let Some(c) = self.pairs_cores.iter().find(|c| **c >= self.machine_cores) {
             return bad(format!(
@@ -449,6 +499,9 @@ impl Plan {
         };
         let mut ns = req.pairs.clone();
         ns.sort_unstable();
+        let pinned = req.placements.contains(&PlacementKind::Pinned)
+            || req.workload == Workload::Pairs
+            || req.topology == Topology::TwoHost;
         for &mode in &req.modes {
             if let Some(why) = unavailable(mode) {
                 plan.unavailable.push((mode, why));
@@ -497,6 +550,8 @@ impl Plan {
                     } else if mode.is_docknet() && req.topology == Topology::TwoHost {
                         // one run per placement: each needs its own daemons
                         continue;
+                    } else if mode.is_docknet() && !pinned {
+                        // only the unpinned run below
                     } else if mode.is_docknet() {
                         let (p, daemon) = docknet_placement(mode);
                         run.daemon = Some(daemon);
@@ -523,14 +578,26 @@ impl Plan {
                             }
                         }
                     } else {
-                        for cores in KERNEL_PLACEMENTS {
+                        let unpinned = req
+                            .placements
+                            .contains(&PlacementKind::Unpinned)
+                            .then(unpinned_placement);
+                        for p in unpinned.into_iter() {
+                            for &size in &req.sizes {
+                                run.points
+                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
+                            }
+                        }
+                        let cores = if pinned { &KERNEL_PLACEMENTS[..] } else { &[] };
+                        for &cores in cores {
                             let p = kernel_placement(mode, cores, req.topology);
                             for &size in &req.sizes {
                                 run.points
                                     .push(point(Measure::Dnperf(p.clone()), size, repeat));
                             }
                         }
-                        let tool = crosscheck_tool(req.workload).filter(|_| req.crosscheck);
+                        let tool =
+                            crosscheck_tool(req.workload).filter(|_| req.crosscheck && pinned);
                         for tool in tool.into_iter() {
                             for &size in &req.sizes {
                                 let p = crosscheck_placement(mode, tool);
@@ -559,7 +626,29 @@ impl Plan {
                         plan.runs.push(run);
                     }
                 } else {
-                    plan.runs.push(run);
+                    let unpinned = mode.is_docknet()
+                        && req.placements.contains(&PlacementKind::Unpinned)
+                        && req.workload != Workload::Pairs;
+                    let un = unpinned.then(|| {
+                        // its own run: the daemon at its defaults, not pinned
+                        let p = unpinned_placement();
+                        let mut un = ModeRun {
+                            daemon: Some(UNPINNED_DAEMON),
+                            points: Vec::new(),
+                            ..run.clone()
+                        };
+                        for repeat in 0..req.repeat {
+                            for &size in &req.sizes {
+                                un.points
+                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
+                            }
+                        }
+                        un
+                    });
+                    if !run.points.is_empty() {
+                        plan.runs.push(run);
+                    }
+                    plan.runs.extend(un);
                 }
             }
         }
@@ -598,6 +687,7 @@ mod tests {
             peer_idle: vec!["block"],
             pairs_cores: Vec::new(),
             machine_cores: 2,
+            placements: vec![PlacementKind::Pinned],
         }
     }
 
@@ -849,5 +939,72 @@ mod tests {
         }
         assert_eq!(row_mtu(Mode::Container, 1500), LO_MTU);
         assert_eq!(row_mtu(Mode::Veth, 9000), 9000);
+    }
+
+    #[test]
+    fn unpinned_runs_pin_nothing_and_give_no_idle_policy() {
+        let mut r = req(
+            Workload::Rr,
+            &[Mode::Bridge, Mode::Docknet, Mode::DocknetFc],
+        );
+        r.mtus = vec![1500];
+        r.repeat = 1;
+        r.crosscheck = true;
+        r.placements = vec![PlacementKind::Pinned, PlacementKind::Unpinned];
+        let p = Plan::new(&r, |_| None);
+        // bridge: one run with both; each DockNet mode: its pinned run, then its unpinned one
+        let modes: Vec<Mode> = p.runs.iter().map(|r| r.mode).collect();
+        assert_eq!(
+            modes,
+            [
+                Mode::Bridge,
+                Mode::Docknet,
+                Mode::Docknet,
+                Mode::DocknetFc,
+                Mode::DocknetFc
+            ]
+        );
+        let unpinned: Vec<&Point> = p
+            .runs
+            .iter()
+            .flat_map(|r| &r.points)
+            .filter(|x| x.placement().description == UNPINNED)
+            .collect();
+        assert_eq!(unpinned.len(), 3 * r.sizes.len());
+        for x in &unpinned {
+            let pl = x.placement();
+            assert_eq!(
+                (pl.client, pl.server, pl.master, pl.idle),
+                (None, None, None, "")
+            );
+            assert_eq!(x.tool(), Tool::Dnperf, "no cross-check unpinned");
+        }
+        for run in p.runs.iter().filter(|r| r.mode.is_docknet()) {
+            let un = run.points[0].placement().description == UNPINNED;
+            assert!(run
+                .points
+                .iter()
+                .all(|x| (x.placement().description == UNPINNED) == un));
+            let d = run.daemon.as_ref().unwrap();
+            if un {
+                assert_eq!(
+                    (d.idle, d.master_core, d.master_nice),
+                    ("adaptive", None, 0)
+                );
+            }
+        }
+        // unpinned alone: no pinned point anywhere
+        r.placements = vec![PlacementKind::Unpinned];
+        let p = Plan::new(&r, |_| None);
+        assert_eq!(p.runs.len(), 3);
+        assert!(p
+            .runs
+            .iter()
+            .flat_map(|r| &r.points)
+            .all(|x| x.placement().description == UNPINNED));
+        // not for the other workloads or two hosts
+        let mut pairs = req(Workload::Pairs, &[Mode::Bridge]);
+        pairs.placements = vec![PlacementKind::Unpinned];
+        assert!(pairs.check().is_err());
     }
 }

@@ -34,7 +34,7 @@ impl Verdict {
 
 /// The baseline row a mode's row is compared with (bridge on one host, host on two): same
 /// topology, workload, size, MTU and pairs, and the placement whose cores the row's start with
-/// ("c1 s1 m0" → bridge "c1 s1").
+/// ("c1 s1 m0" → bridge "c1 s1"); an unpinned row ("-") with the unpinned baseline only.
 pub fn baseline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
     rows.iter().find(|b| {
         b.mode == r.topology.baseline()
@@ -44,7 +44,11 @@ pub fn baseline_of<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
             && b.size == r.size
             && b.mtu == r.mtu
             && b.pairs == r.pairs
-            && (r.cores.starts_with(&b.cores) || b.cores == "-")
+            && if b.cores == "-" {
+                r.cores == "-"
+            } else {
+                r.cores.starts_with(&b.cores)
+            }
     })
 }
 
@@ -276,6 +280,7 @@ pub fn one_host_targets(rows: &[Row]) -> Vec<Verdict> {
             }
         }
     }
+    out.extend(unpinned_targets(rows));
     for (size, want) in [(65536, 1.0), (1024, 3.0)] {
         for fc in dnperf(rows, Mode::DocknetFc, Workload::Stream, size) {
             if let (Some(x), Some(b)) = (ratio(rows, fc), baseline_of(rows, fc)) {
@@ -295,6 +300,45 @@ pub fn one_host_targets(rows: &[Row]) -> Vec<Verdict> {
                     met: x >= want,
                 });
             }
+        }
+    }
+    out
+}
+
+/// What a user gets, nothing pinned and every program at its defaults (`--placement
+/// unpinned`): through the daemon and over a fast channel, 64 B rr p50 at most half the
+/// bridge's (unpinned too) and p99 no higher than the bridge's.
+fn unpinned_targets(rows: &[Row]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for mode in [Mode::Docknet, Mode::DocknetFc] {
+        for d in
+            dnperf(rows, mode, Workload::Rr, 64).filter(|d| d.placement == crate::plan::UNPINNED)
+        {
+            let Some(b) = baseline_of(rows, d) else {
+                continue;
+            };
+            let (Some(p50), Some(p99), Some(b50), Some(b99)) =
+                (d.p50_us, d.p99_us, b.p50_us, b.p99_us)
+            else {
+                continue;
+            };
+            let mtu = d.mtu.unwrap_or(0);
+            out.push(Verdict {
+                target: format!(
+                    "{mode} 64 B rr p50 <= 0.5x bridge's, unpinned at defaults (mtu {mtu})"
+                ),
+                value: p50 / b50,
+                threshold: 0.5,
+                measured: format!("{:.2}x ({p50:.2} vs {b50:.2} us)", p50 / b50),
+                met: p50 <= 0.5 * b50,
+            });
+            out.push(Verdict {
+                target: format!("{mode} 64 B rr p99 <= bridge's, unpinned at defaults (mtu {mtu})"),
+                value: p99,
+                threshold: b99,
+                measured: format!("{p99:.2} vs {b99:.2} us"),
+                met: p99 <= b99,
+            });
         }
     }
     out
@@ -616,5 +660,48 @@ mod tests {
             "daemon 64 B one-way p50 >= 5x lower than kernel bridge TCP (cross core, c0 s1): 4.0x (1.00 vs 4.00 us), NOT MET"
         );
         assert_eq!(raw_ratio_lines(&rows).len(), 2);
+    }
+
+    #[test]
+    fn unpinned_rows_are_judged_against_the_unpinned_bridge_only() {
+        let un = |mode, p50: f64, p99: f64| Row {
+            placement: crate::plan::UNPINNED.into(),
+            p99_us: Some(p99),
+            ..row(mode, "-", Workload::Rr, 64, p50, 0.0)
+        };
+        let rows = vec![
+            row(Mode::Bridge, "c1 s1", Workload::Rr, 64, 4.0, 0.0),
+            un(Mode::Bridge, 36.0, 80.0),
+            row(Mode::Docknet, "c1 s1 m0", Workload::Rr, 64, 3.0, 0.0),
+            un(Mode::Docknet, 4.5, 12.0),
+            un(Mode::DocknetFc, 20.0, 90.0),
+        ];
+        // pinned with pinned, unpinned with unpinned
+        assert_eq!(baseline_of(&rows, &rows[2]).unwrap().cores, "c1 s1");
+        assert_eq!(baseline_of(&rows, &rows[3]).unwrap().p50_us, Some(36.0));
+        let v = unpinned_targets(&rows);
+        let met: Vec<(String, bool)> = v.iter().map(|v| (v.target.clone(), v.met)).collect();
+        assert_eq!(
+            met,
+            [
+                (
+                    "docknet 64 B rr p50 <= 0.5x bridge's, unpinned at defaults (mtu 1500)".into(),
+                    true
+                ),
+                (
+                    "docknet 64 B rr p99 <= bridge's, unpinned at defaults (mtu 1500)".into(),
+                    true
+                ),
+                (
+                    "docknet-fc 64 B rr p50 <= 0.5x bridge's, unpinned at defaults (mtu 1500)"
+                        .into(),
+                    false
+                ),
+                (
+                    "docknet-fc 64 B rr p99 <= bridge's, unpinned at defaults (mtu 1500)".into(),
+                    false
+                ),
+            ]
+        );
     }
 }

@@ -42,7 +42,7 @@ struct Cli {
     #[arg(long, value_enum, default_value = "rr")]
     policy: Policy,
     /// What the loop does when no frame waits: spin (owns a core: lowest latency), adaptive
-    /// (spin 50 us, yield, then sleep), adaptive:SPIN_US, or block (sleep at once).
+    /// (yield up to 1 ms, then sleep), adaptive:SPIN_US, or block (sleep at once).
     #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
     idle: IdlePolicy,
     /// Write the counters as JSON to FILE every second (atomically: a new file renamed over).

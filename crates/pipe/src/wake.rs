@@ -118,10 +118,12 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::R
 /// How a poller behaves when it finds no work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdlePolicy {
-    /// Busy-poll forever: lowest latency, one core at 100%.
+    /// Busy-poll forever: lowest latency while the poller has a core of its own, one core at
+    /// 100%, and a scheduler slice lost whenever it shares one.
     Spin,
-    /// Spin for `spin`, then yield the core until `yield_for` has passed too, then sleep on a
-    /// futex until a producer kicks. An idle system burns no CPU.
+    /// Spin for `spin`, then yield the core until `yield_for` has passed too (or until the core
+    /// was contended [`MAX_CONTENDED_YIELDS`] times), then sleep on a futex until a producer
+    /// kicks. An idle system burns no CPU.
     Adaptive {
         /// Busy-poll budget after the last work.
         spin: Duration,
@@ -132,15 +134,32 @@ pub enum IdlePolicy {
     Block,
 }
 
+/// A yield that kept this poller off its core for longer than this gave the core to someone
+/// else: a contended yield.
+pub const CONTENDED_YIELD: Duration = Duration::from_micros(5);
+
+/// Contended yields a waiter makes, with no work coming, before it sleeps, at most. A yielding
+/// waiter stays runnable: beside one partner on its core it hands the core over and is back for
+/// the reply without a wake-up (one-core ping-pong costs one contended yield per message), but
+/// beside many runnable waiters every yield of its own is a context switch the busy ones pay
+/// for. So the budget learns: it halves each time it ran out with no work coming (the waiter
+/// then slept anyway), and doubles, up to this, each time work came while it yielded on a
+/// contended core. Among many waiters it settles at one yield; beside one partner it stays here.
+pub const MAX_CONTENDED_YIELDS: u32 = 8;
+
 impl IdlePolicy {
-    /// Adaptive with the default budgets (50 µs spin, 1 ms yield).
+    /// The default of every DockNet program: no spinning, yield the core for up to 1 ms (fewer
+    /// when the core is contended), then sleep. Measured best with nothing pinned and waiters
+    /// outnumbering cores (docs/benchmarks.md, "Shared cores"): a yielding waiter gives its
+    /// core to whatever is runnable at once, and is still awake, so no cross-core wake-up, when
+    /// its next frame comes.
     pub const ADAPTIVE: IdlePolicy = IdlePolicy::Adaptive {
-        spin: Duration::from_micros(50),
+        spin: Duration::ZERO,
         yield_for: Duration::from_millis(1),
     };
 
-    /// Parses `spin`, `adaptive`, `adaptive:SPIN_US` (then 1 ms of yielding),
-    /// `adaptive:SPIN_US:YIELD_US`, or `block`.
+    /// Parses `spin`, `adaptive` ([`IdlePolicy::ADAPTIVE`]), `adaptive:SPIN_US` (then 1 ms of
+    /// yielding), `adaptive:SPIN_US:YIELD_US`, or `block`.
     pub fn parse(s: &str) -> Result<IdlePolicy, String> {
         match s {
             "spin" => Ok(IdlePolicy::Spin),
@@ -177,6 +196,7 @@ impl std::fmt::Display for IdlePolicy {
         match self {
             IdlePolicy::Spin => f.write_str("spin"),
             IdlePolicy::Block => f.write_str("block"),
+            p if *p == IdlePolicy::ADAPTIVE => f.write_str("adaptive"),
             IdlePolicy::Adaptive { spin, yield_for } if *yield_for == Duration::from_millis(1) => {
                 write!(f, "adaptive:{}", spin.as_micros())
             }
@@ -210,6 +230,14 @@ pub enum IdleStep {
 pub struct Idler {
     policy: IdlePolicy,
     idle_since: Option<Instant>,
+    /// When the last yield was handed out (its length tells whether the core was contended).
+    yielded_at: Option<Instant>,
+    /// Contended yields since the last work.
+    contended: u32,
+    /// Contended yields allowed before sleeping (1..=[`MAX_CONTENDED_YIELDS`]), learned.
+    budget: u32,
+    /// Whether the last idle spell ended in sleep.
+    slept: bool,
 }
 
 impl Idler {
@@ -218,6 +246,10 @@ impl Idler {
         Idler {
             policy,
             idle_since: None,
+            yielded_at: None,
+            contended: 0,
+            budget: MAX_CONTENDED_YIELDS,
+            slept: false,
         }
     }
 
@@ -228,7 +260,18 @@ impl Idler {
 
     /// Call after a round that did work.
     pub fn busy(&mut self) {
+        let contended = self.contended > 0
+            || self
+                .yielded_at
+                .is_some_and(|y| y.elapsed() > CONTENDED_YIELD);
+        if contended && !self.slept {
+            // work came while this waiter yielded a contended core: yielding paid
+            self.budget = (self.budget * 2).min(MAX_CONTENDED_YIELDS);
+        }
         self.idle_since = None;
+        self.yielded_at = None;
+        self.contended = 0;
+        self.slept = false;
     }
 
     /// Call after a round that found nothing; says what to do.
@@ -237,13 +280,25 @@ impl Idler {
             IdlePolicy::Spin => IdleStep::Spin,
             IdlePolicy::Block => IdleStep::Sleep,
             IdlePolicy::Adaptive { spin, yield_for } => {
-                let since = *self.idle_since.get_or_insert_with(Instant::now);
-                let idle = since.elapsed();
+                let now = Instant::now();
+                let since = *self.idle_since.get_or_insert(now);
+                if let Some(y) = self.yielded_at.take() {
+                    if now.duration_since(y) > CONTENDED_YIELD {
+                        self.contended += 1;
+                    }
+                }
+                let idle = now.duration_since(since);
                 if idle < spin {
                     IdleStep::Spin
-                } else if idle < spin + yield_for {
+                } else if idle < spin + yield_for && self.contended < self.budget {
+                    self.yielded_at = Some(now);
                     IdleStep::Yield
                 } else {
+                    if self.contended >= self.budget && !self.slept {
+                        // the budget ran out on a contended core with no work coming
+                        self.budget = (self.budget / 2).max(1);
+                    }
+                    self.slept = true;
                     IdleStep::Sleep
                 }
             }
@@ -281,7 +336,12 @@ mod tests {
             Ok(IdlePolicy::Adaptive { .. })
         ));
         assert!(IdlePolicy::parse("fast").is_err());
-        assert_eq!(IdlePolicy::ADAPTIVE.to_string(), "adaptive:50");
+        assert_eq!(IdlePolicy::ADAPTIVE.to_string(), "adaptive");
+        assert_eq!(IdlePolicy::parse("adaptive:0"), Ok(IdlePolicy::ADAPTIVE));
+        assert_eq!(
+            IdlePolicy::parse("adaptive:50").unwrap().to_string(),
+            "adaptive:50"
+        );
         let y = IdlePolicy::parse("adaptive:0:200").unwrap();
         assert_eq!(
             y,
@@ -316,6 +376,59 @@ mod tests {
         assert_eq!(i.idle(), IdleStep::Sleep);
         i.busy();
         assert_eq!(i.idle(), IdleStep::Spin);
+    }
+
+    #[test]
+    fn a_yielding_waiter_sleeps_after_enough_contended_yields() {
+        let mut i = Idler::new(IdlePolicy::Adaptive {
+            spin: Duration::ZERO,
+            yield_for: Duration::from_secs(60),
+        });
+        // yields that come straight back (nobody else wanted the core) do not count (a
+        // preemption of this test on a loaded machine may count one or two)
+        for _ in 0..20 {
+            assert_eq!(i.idle(), IdleStep::Yield);
+        }
+        let before = i.contended;
+        assert!(
+            before <= 2,
+            "{before} of 20 quick yields counted as contended"
+        );
+        // yields that kept it off its core do: a sleep after MAX_CONTENDED_YIELDS of them
+        let mut yields = 0;
+        loop {
+            std::thread::sleep(CONTENDED_YIELD * 2);
+            match i.idle() {
+                IdleStep::Yield => yields += 1,
+                IdleStep::Sleep => break,
+                IdleStep::Spin => panic!("no spin budget"),
+            }
+        }
+        assert_eq!(yields + 1 + before, MAX_CONTENDED_YIELDS);
+        // that spell ran out: the next gets half the budget, and a spell where work came while
+        // yielding a contended core doubles it again
+        i.busy();
+        let spell = |i: &mut Idler| {
+            let mut n = 0;
+            loop {
+                std::thread::sleep(CONTENDED_YIELD * 2);
+                match i.idle() {
+                    IdleStep::Yield => n += 1,
+                    _ => return n,
+                }
+            }
+        };
+        assert_eq!(spell(&mut i), MAX_CONTENDED_YIELDS / 2);
+        i.busy();
+        for _ in 0..10 {
+            spell(&mut i);
+            i.busy();
+        }
+        assert_eq!(i.budget, 1, "many waiters: one yield, then sleep");
+        assert_eq!(i.idle(), IdleStep::Yield);
+        std::thread::sleep(CONTENDED_YIELD * 2);
+        i.busy(); // work came during a contended yield
+        assert_eq!(i.budget, 2);
     }
 
     #[test]

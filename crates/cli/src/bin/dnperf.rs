@@ -58,8 +58,10 @@ struct Common {
     /// Pin to this core.
     #[arg(long)]
     cpu: Option<usize>,
-    /// DockNet: what a waiting call does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
-    #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
+    /// DockNet: what a waiting call does: adaptive (yield the core up to 1 ms, then sleep; the
+    /// default of every DockNet program), adaptive:SPIN_US[:YIELD_US] (spin first), spin (the
+    /// paper's busy polling: fastest with a core of one's own, slowest sharing one), block.
+    #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
     idle: IdlePolicy,
 }
 
@@ -122,8 +124,8 @@ enum Cmd {
         /// Pin to this core.
         #[arg(long)]
         cpu: Option<usize>,
-        /// What a waiting call does (spin, adaptive, adaptive:SPIN_US, adaptive:SPIN_US:YIELD_US, block).
-        #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
+        /// What a waiting call does (adaptive, adaptive:SPIN_US[:YIELD_US], spin, block).
+        #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
     },
     /// Start-up time: reaches a server the moment it answers. Fresh TCP connects to

@@ -59,7 +59,10 @@ pub fn args(
     if let Some(c) = cpu {
         v.extend(["--cpu".into(), c.to_string()]);
     }
-    v.extend(["--idle".into(), idle.into()]);
+    // no policy given: the program's default, as a user runs it
+    if !idle.is_empty() {
+        v.extend(["--idle".into(), idle.into()]);
+    }
     match side {
         Side::Client(w, size) => v.extend(
             [

@@ -271,7 +271,9 @@ impl Runner {
                 };
                 let args = dnperf::args(stack, &addr, core, idle, side, self.timing);
                 let mut c = l.run_in(&self.exe, &pipe, core, &self.dnperf, args);
-                c.env("DOCKNET_IDLE", idle);
+                if !idle.is_empty() {
+                    c.env("DOCKNET_IDLE", idle);
+                }
                 Proc::spawn(c, what)
             }
         }
