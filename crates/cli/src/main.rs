@@ -112,7 +112,7 @@ enum Cmd {
         master_nice: i32,
         /// What the master thread does when idle: adaptive (yield the core for up to 1 ms,
         /// fewer yields when others want the core, then sleep on a futex: no CPU when idle),
-        /// adaptive:SPIN_US[:YIELD_US] (spin first), spin (lowest latency with a core of its
+        /// adaptive:SPIN_US or adaptive:SPIN_US:YIELD_US (spin first), spin (lowest latency with a core of its
         /// own, one core busy), block.
         #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,

@@ -59,7 +59,7 @@ pub const KERNEL_PLACEMENTS: [(usize, usize); 2] = [(1, 1), (0, 1)];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlacementKind {
     /// Hand-placed and pinned, with chosen idle policies (the paper's setting): kernel modes on
-    /// one core and on two; DockNet's peers and daemon master as [`docknet_placement`] says.
+    /// one core and on two; DockNet's peers and daemon master as docs/lab.md says.
     Pinned,
     /// What a user gets: no affinity for any process of any mode, every DockNet program
     /// (peers, daemon) at its defaults. Rows carry `"placement": "unpinned"`.

@@ -59,7 +59,7 @@ struct Common {
     #[arg(long)]
     cpu: Option<usize>,
     /// DockNet: what a waiting call does: adaptive (yield the core up to 1 ms, then sleep; the
-    /// default of every DockNet program), adaptive:SPIN_US[:YIELD_US] (spin first), spin (the
+    /// default of every DockNet program), adaptive:SPIN_US or adaptive:SPIN_US:YIELD_US (spin first), spin (the
     /// paper's busy polling: fastest with a core of one's own, slowest sharing one), block.
     #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
     idle: IdlePolicy,
@@ -124,7 +124,7 @@ enum Cmd {
         /// Pin to this core.
         #[arg(long)]
         cpu: Option<usize>,
-        /// What a waiting call does (adaptive, adaptive:SPIN_US[:YIELD_US], spin, block).
+        /// What a waiting call does (adaptive, adaptive:SPIN_US or adaptive:SPIN_US:YIELD_US, spin, block).
         #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
         idle: IdlePolicy,
     },
