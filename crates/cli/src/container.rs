@@ -129,6 +129,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     };
     let mut cmd = a.cmd.clone();
     let mut binds = a.binds.clone();
+    let prog = resolve(&cmd[0]);
     // a relative path (`./server`, `target/release/x`) means the caller's directory, as in a
     // shell; the container starts in its own root, so the path is made absolute here
     if cmd[0].contains('/') && !cmd[0].starts_with('/') {
@@ -138,7 +139,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
                 cmd[0]
             );
         }
-        let Some(abs) = resolve(&cmd[0]) else {
+        let Some(abs) = &prog else {
             bail!(
                 "{:?}: no such file in {}",
                 cmd[0],
@@ -150,7 +151,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         cmd[0] = abs.to_string_lossy().into_owned();
     }
     if a.rootfs.is_none() {
-        for prog in [resolve(&cmd[0]), Some(exe.clone())].into_iter().flatten() {
+        for prog in [prog, Some(exe.clone())].into_iter().flatten() {
             if let Some(d) = prog.parent().filter(|d| !under_system(d)) {
                 if !binds.iter().any(|b| b == d) {
                     binds.push(d.to_path_buf());

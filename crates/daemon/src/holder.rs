@@ -42,13 +42,8 @@ pub fn pid_path(run_dir: &Path) -> PathBuf {
     run_dir.join("holder.pid")
 }
 
-/// How long a holder keeps its regions with no daemon, unless the daemon says
-/// (`--holder-grace`): long enough for a restart, an upgrade or a crash loop's back-off, short
-/// enough that a daemon stopped for good gives its memory back within minutes.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(300);
-
-/// How often a holder without a daemon looks for its socket.
-const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// How often (ms) a holder without a daemon looks for its socket.
+const CHECK_EVERY_MS: u16 = 500;
 
 /// A grace period: how long a holder keeps regions with no daemon (`None`: without limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,15 +54,14 @@ pub fn parse_grace(s: &str) -> Result<Grace, String> {
     if s == "forever" {
         return Ok(Grace(None));
     }
+    let bad = || format!("{s:?}: use seconds (300), 90s, 10m, 2h or forever");
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: use seconds (300), 90s, 10m, 2h or forever"))?;
+    let n: u64 = num.parse().map_err(|_| bad())?;
     let secs = match unit {
         "" | "s" => n,
         "m" => n.saturating_mul(60),
         "h" => n.saturating_mul(3600),
-        _ => return Err(format!("{s:?}: use seconds (300), 90s, 10m, 2h or forever")),
+        _ => return Err(bad()),
     };
     Ok(Grace(Some(Duration::from_secs(secs))))
 }
@@ -75,10 +69,7 @@ pub fn parse_grace(s: &str) -> Result<Grace, String> {
 /// Whether `sock` is still the socket this holder bound (its inode), so a removed run
 /// directory, or a new holder on the same path, ends this one.
 fn still_ours(sock: &Path, ino: u64) -> bool {
-    std::os::unix::fs::MetadataExt::ino(&match std::fs::symlink_metadata(sock) {
-        Ok(m) => m,
-        Err(_) => return false,
-    }) == ino
+    std::fs::symlink_metadata(sock).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == ino)
 }
 
 /// Runs the holder on `sock` until the daemon has hung up with nothing kept, the socket is gone
@@ -108,8 +99,7 @@ pub fn serve(sock: &Path, grace: Option<Duration>) -> io::Result<()> {
             listener.as_fd(),
             nix::poll::PollFlags::POLLIN,
         )];
-        let wait = u16::try_from(CHECK_EVERY.as_millis()).unwrap_or(u16::MAX);
-        match nix::poll::poll(&mut fds, wait) {
+        match nix::poll::poll(&mut fds, CHECK_EVERY_MS) {
             Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
             Ok(_) => {}
             Err(e) => return Err(e.into()),

@@ -490,6 +490,27 @@ pub fn crosscheck_tool(w: Workload) -> Option<Tool> {
     }
 }
 
+impl ModeRun {
+    /// A run of this one's mode and MTU with a daemon of its own, measuring `p` by dnperf at
+    /// every repeat and size of `req`.
+    fn own(&self, daemon: DaemonSetup, p: &Placement, req: &Request) -> ModeRun {
+        let points = (0..req.repeat)
+            .flat_map(|repeat| {
+                req.sizes.iter().map(move |&size| Point {
+                    measure: Measure::Dnperf(p.clone()),
+                    size,
+                    repeat,
+                })
+            })
+            .collect();
+        ModeRun {
+            daemon: Some(daemon),
+            points,
+            ..self.clone()
+        }
+    }
+}
+
 impl Plan {
     /// Plans `req`; `unavailable` says why a mode cannot run here (`None`: it can).
     pub fn new(req: &Request, unavailable: impl Fn(Mode) -> Option<String>) -> Plan {
@@ -499,9 +520,10 @@ impl Plan {
         };
         let mut ns = req.pairs.clone();
         ns.sort_unstable();
-        let pinned = req.placements.contains(&PlacementKind::Pinned)
-            || req.workload == Workload::Pairs
-            || req.topology == Topology::TwoHost;
+        // --placement applies to rr and stream on one host; pairs and two hosts place their own
+        let placed = req.workload != Workload::Pairs && req.topology == Topology::OneHost;
+        let unpinned = placed && req.placements.contains(&PlacementKind::Unpinned);
+        let pinned = !placed || req.placements.contains(&PlacementKind::Pinned);
         for &mode in &req.modes {
             if let Some(why) = unavailable(mode) {
                 plan.unavailable.push((mode, why));
@@ -578,19 +600,13 @@ impl Plan {
                             }
                         }
                     } else {
-                        let unpinned = req
-                            .placements
-                            .contains(&PlacementKind::Unpinned)
-                            .then(unpinned_placement);
-                        for p in unpinned.into_iter() {
-                            for &size in &req.sizes {
-                                run.points
-                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
-                            }
-                        }
-                        let cores = if pinned { &KERNEL_PLACEMENTS[..] } else { &[] };
-                        for &cores in cores {
-                            let p = kernel_placement(mode, cores, req.topology);
+                        let placements = unpinned.then(unpinned_placement).into_iter().chain(
+                            KERNEL_PLACEMENTS
+                                .iter()
+                                .filter(|_| pinned)
+                                .map(|&cores| kernel_placement(mode, cores, req.topology)),
+                        );
+                        for p in placements {
                             for &size in &req.sizes {
                                 run.points
                                     .push(point(Measure::Dnperf(p.clone()), size, repeat));
@@ -612,39 +628,12 @@ impl Plan {
                     && req.workload != Workload::Pairs
                 {
                     for (p, daemon) in two_host_docknet_placements(mode) {
-                        let mut run = ModeRun {
-                            daemon: Some(daemon),
-                            points: Vec::new(),
-                            ..run.clone()
-                        };
-                        for repeat in 0..req.repeat {
-                            for &size in &req.sizes {
-                                run.points
-                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
-                            }
-                        }
-                        plan.runs.push(run);
+                        plan.runs.push(run.own(daemon, &p, req));
                     }
                 } else {
-                    let unpinned = mode.is_docknet()
-                        && req.placements.contains(&PlacementKind::Unpinned)
-                        && req.workload != Workload::Pairs;
-                    let un = unpinned.then(|| {
-                        // its own run: the daemon at its defaults, not pinned
-                        let p = unpinned_placement();
-                        let mut un = ModeRun {
-                            daemon: Some(UNPINNED_DAEMON),
-                            points: Vec::new(),
-                            ..run.clone()
-                        };
-                        for repeat in 0..req.repeat {
-                            for &size in &req.sizes {
-                                un.points
-                                    .push(point(Measure::Dnperf(p.clone()), size, repeat));
-                            }
-                        }
-                        un
-                    });
+                    // the unpinned DockNet run: the daemon at its defaults, not pinned
+                    let un = (mode.is_docknet() && unpinned)
+                        .then(|| run.own(UNPINNED_DAEMON, &unpinned_placement(), req));
                     if !run.points.is_empty() {
                         plan.runs.push(run);
                     }

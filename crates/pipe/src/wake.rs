@@ -260,11 +260,11 @@ impl Idler {
 
     /// Call after a round that did work.
     pub fn busy(&mut self) {
-        let contended = self.contended > 0
-            || self
-                .yielded_at
-                .is_some_and(|y| y.elapsed() > CONTENDED_YIELD);
-        if contended && !self.slept {
+        // (a clock read only when the last step was a yield)
+        if self.yielded_at.is_some() {
+            self.count_yield(Instant::now());
+        }
+        if self.contended > 0 && !self.slept {
             // work came while this waiter yielded a contended core: yielding paid
             self.budget = (self.budget * 2).min(MAX_CONTENDED_YIELDS);
         }
@@ -272,6 +272,16 @@ impl Idler {
         self.yielded_at = None;
         self.contended = 0;
         self.slept = false;
+    }
+
+    /// Ends the yield handed out last, if any: it counts as contended when it kept this poller
+    /// off its core for more than [`CONTENDED_YIELD`].
+    fn count_yield(&mut self, now: Instant) {
+        if let Some(y) = self.yielded_at.take() {
+            if now.duration_since(y) > CONTENDED_YIELD {
+                self.contended += 1;
+            }
+        }
     }
 
     /// Call after a round that found nothing; says what to do.
@@ -282,11 +292,7 @@ impl Idler {
             IdlePolicy::Adaptive { spin, yield_for } => {
                 let now = Instant::now();
                 let since = *self.idle_since.get_or_insert(now);
-                if let Some(y) = self.yielded_at.take() {
-                    if now.duration_since(y) > CONTENDED_YIELD {
-                        self.contended += 1;
-                    }
-                }
+                self.count_yield(now);
                 let idle = now.duration_since(since);
                 if idle < spin {
                     IdleStep::Spin
