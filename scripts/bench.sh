@@ -37,8 +37,8 @@ rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md "$OUT"/rate.json "$OUT"/rate.md "$OUT"/i
 if [ "${FULL:-0}" = 1 ]; then
     MODES=loopback,container,veth,bridge,bridge-nat,macvlan,ipvlan,ovs,sriov,docknet,docknet-fc
     COMMON=(--repeat 2 --duration 1 --warmup 0.3 --mtus 1500,9000 --report "$OUT")
-    $D bench rr --modes "$MODES" --sizes 64,1024,16384,65536 --crosscheck --placement pinned,unpinned "${COMMON[@]}" "$@"
-    $D bench stream --modes "$MODES" --sizes 64,1024,16384,65536,409600 --crosscheck --placement pinned,unpinned "${COMMON[@]}" "$@"
+    $D bench rr --modes "$MODES" --sizes 64,1024,16384,65536 --crosscheck --placement pinned,unpinned,one-core "${COMMON[@]}" "$@"
+    $D bench stream --modes "$MODES" --sizes 64,1024,16384,65536,409600 --crosscheck --placement pinned,unpinned,one-core "${COMMON[@]}" "$@"
     $D bench pairs --modes bridge,macvlan,ovs,docknet,docknet-fc --pairs 1,2,4,8,16,32,64,128 \
         --sizes 1024 --repeat 1 --duration 1 --warmup 0.3 --report "$OUT" "$@"
     # pairs at MTU 9000 too, written beside the MTU 1500 run (the report reads every tcp-*.json)

@@ -133,3 +133,57 @@ fn a_user_with_sudo_is_re_run_under_it_with_arguments_and_toolchain_kept() {
         ]
     );
 }
+
+/// The idle-policy sweep's smoke version: the bridge, the daemon path and a fast channel at
+/// their defaults, a short line each, with this build's binaries; nothing left behind.
+#[test]
+fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
+    if !nix::unistd::Uid::effective().is_root() {
+        assert_ne!(
+            std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref(),
+            Ok("1"),
+            "the idle sweep needs root"
+        );
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_docknet")).parent().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/idle-sweep.sh");
+    let o = Command::new(&script)
+        .env("QUICK", "1")
+        .env("DOCKNET_BIN", bin)
+        .env("OUT", out.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let tsv = std::fs::read_to_string(out.path().join("idle-sweep.tsv")).unwrap();
+    let lines: Vec<Vec<&str>> = tsv
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let paths: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    assert_eq!(paths, ["bridge", "daemon", "fc"], "{tsv}");
+    for l in &lines {
+        let tx: u64 = l[7].parse().unwrap();
+        assert!(tx > 0, "no transactions: {l:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("docknet-sweep-")
+        })
+        .collect();
+    assert!(left.is_empty(), "run directories left: {left:?}");
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains("dnsw"), "namespaces left: {netns}");
+}

@@ -62,7 +62,8 @@ pub struct BenchArgs {
     /// rr and stream: where the parties run. pinned: hand-placed on chosen cores with chosen
     /// idle policies (kernel modes on one core and on two; DockNet as docs/lab.md says).
     /// unpinned: what a user gets, no process pinned in any mode and every DockNet program at
-    /// its defaults. Both: side by side.
+    /// its defaults. one-core: a pod with one CPU, client and server on core 1 at their defaults
+    /// (the daemon not pinned). Several: side by side.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pinned")]
     pub placement: Vec<crate::plan::PlacementKind>,
     /// Measured seconds per point.

@@ -64,6 +64,10 @@ pub enum PlacementKind {
     /// What a user gets: no affinity for any process of any mode, every DockNet program
     /// (peers, daemon) at its defaults. Rows carry `"placement": "unpinned"`.
     Unpinned,
+    /// A pod with one CPU: client and server confined to core 1, every DockNet program at its
+    /// defaults, the daemon not pinned; kernel modes on core 1 (`c1 s1`). Rows carry
+    /// `"placement": "one core, defaults"`.
+    OneCore,
 }
 
 /// The description, and so the `placement` field, of every unpinned row.
@@ -82,7 +86,21 @@ fn unpinned_placement() -> Placement {
     }
 }
 
-/// The daemon of an unpinned run: its defaults (the `adaptive` idle policy, not pinned, nice 0).
+/// The description, and so the `placement` field, of every DockNet row confined to one core at
+/// its defaults.
+pub const ONE_CORE: &str = "one core, defaults";
+
+/// Client and server on core 1, no idle policy given (every program's default).
+fn one_core_placement() -> Placement {
+    Placement {
+        client: Some(1),
+        server: Some(1),
+        description: ONE_CORE.into(),
+        ..unpinned_placement()
+    }
+}
+
+/// The daemon of an unpinned or one-core run: its defaults (the `adaptive` idle policy, not pinned, nice 0).
 const UNPINNED_DAEMON: DaemonSetup = DaemonSetup {
     idle: "adaptive",
     master_core: None,
@@ -227,7 +245,7 @@ impl Request {
             return bad("--peer-idle needs at least one policy".into());
         }
         if self.placements.is_empty() {
-            return bad("--placement needs pinned, unpinned or both".into());
+            return bad("--placement needs pinned, unpinned or one-core".into());
         }
         if self.placements != [PlacementKind::Pinned]
             && (self.topology == Topology::TwoHost
@@ -523,6 +541,7 @@ impl Plan {
         // --placement applies to rr and stream on one host; pairs and two hosts place their own
         let placed = req.workload != Workload::Pairs && req.topology == Topology::OneHost;
         let unpinned = placed && req.placements.contains(&PlacementKind::Unpinned);
+        let one_core = placed && req.placements.contains(&PlacementKind::OneCore);
         let pinned = !placed || req.placements.contains(&PlacementKind::Pinned);
         for &mode in &req.modes {
             if let Some(why) = unavailable(mode) {
@@ -600,10 +619,11 @@ impl Plan {
                             }
                         }
                     } else {
+                        // one core is the pinned placements' first (c1 s1) for the kernel
                         let placements = unpinned.then(unpinned_placement).into_iter().chain(
                             KERNEL_PLACEMENTS
                                 .iter()
-                                .filter(|_| pinned)
+                                .filter(|&&c| pinned || (one_core && c == KERNEL_PLACEMENTS[0]))
                                 .map(|&cores| kernel_placement(mode, cores, req.topology)),
                         );
                         for p in placements {
@@ -631,13 +651,19 @@ impl Plan {
                         plan.runs.push(run.own(daemon, &p, req));
                     }
                 } else {
-                    // the unpinned DockNet run: the daemon at its defaults, not pinned
-                    let un = (mode.is_docknet() && unpinned)
-                        .then(|| run.own(UNPINNED_DAEMON, &unpinned_placement(), req));
+                    // the DockNet runs at defaults: the daemon at its own, not pinned
+                    let at_defaults: Vec<ModeRun> = [
+                        (unpinned, unpinned_placement as fn() -> Placement),
+                        (one_core, one_core_placement),
+                    ]
+                    .into_iter()
+                    .filter(|(asked, _)| mode.is_docknet() && *asked)
+                    .map(|(_, p)| run.own(UNPINNED_DAEMON, &p(), req))
+                    .collect();
                     if !run.points.is_empty() {
                         plan.runs.push(run);
                     }
-                    plan.runs.extend(un);
+                    plan.runs.extend(at_defaults);
                 }
             }
         }
@@ -991,6 +1017,21 @@ mod tests {
             .iter()
             .flat_map(|r| &r.points)
             .all(|x| x.placement().description == UNPINNED));
+        // one core: DockNet confined to core 1 at its defaults, the kernel on core 1
+        r.placements = vec![PlacementKind::OneCore];
+        let p = Plan::new(&r, |_| None);
+        assert_eq!(p.runs.len(), 3);
+        for run in &p.runs {
+            for x in &run.points {
+                let pl = x.placement();
+                assert_eq!((pl.client, pl.server, pl.master), (Some(1), Some(1), None));
+                assert_eq!(x.tool(), Tool::Dnperf);
+                if run.mode.is_docknet() {
+                    assert_eq!((pl.idle, pl.description.as_str()), ("", ONE_CORE));
+                    assert_eq!(run.daemon, Some(UNPINNED_DAEMON));
+                }
+            }
+        }
         // not for the other workloads or two hosts
         let mut pairs = req(Workload::Pairs, &[Mode::Bridge]);
         pairs.placements = vec![PlacementKind::Unpinned];

@@ -280,7 +280,7 @@ pub fn one_host_targets(rows: &[Row]) -> Vec<Verdict> {
             }
         }
     }
-    out.extend(unpinned_targets(rows));
+    out.extend(at_defaults_targets(rows));
     for (size, want) in [(65536, 1.0), (1024, 3.0)] {
         for fc in dnperf(rows, Mode::DocknetFc, Workload::Stream, size) {
             if let (Some(x), Some(b)) = (ratio(rows, fc), baseline_of(rows, fc)) {
@@ -305,10 +305,11 @@ pub fn one_host_targets(rows: &[Row]) -> Vec<Verdict> {
     out
 }
 
-/// What a user gets, nothing pinned and every program at its defaults (`--placement
-/// unpinned`): through the daemon and over a fast channel, 64 B rr p50 at most half the
-/// bridge's (unpinned too) and p99 no higher than the bridge's.
-fn unpinned_targets(rows: &[Row]) -> Vec<Verdict> {
+/// What a user gets, every program at its defaults. Nothing pinned (`--placement unpinned`):
+/// through the daemon and over a fast channel, 64 B rr p50 at most half the bridge's (unpinned
+/// too) and p99 no higher than the bridge's. Both ends on one core (`--placement one-core`):
+/// the fast channel's p50 at most the bridge's on that core, the daemon path's at most twice.
+fn at_defaults_targets(rows: &[Row]) -> Vec<Verdict> {
     let mut out = Vec::new();
     for mode in [Mode::Docknet, Mode::DocknetFc] {
         for d in
@@ -338,6 +339,30 @@ fn unpinned_targets(rows: &[Row]) -> Vec<Verdict> {
                 threshold: b99,
                 measured: format!("{p99:.2} vs {b99:.2} us"),
                 met: p99 <= b99,
+            });
+        }
+    }
+    // a pod with one CPU: the fast channel at most the bridge's p50 on that core, through the
+    // daemon (one more thread, outside the pod) at most twice it
+    for (mode, want) in [(Mode::DocknetFc, 1.0), (Mode::Docknet, 2.0)] {
+        for d in
+            dnperf(rows, mode, Workload::Rr, 64).filter(|d| d.placement == crate::plan::ONE_CORE)
+        {
+            let (Some(b), Some(p50)) = (baseline_of(rows, d), d.p50_us) else {
+                continue;
+            };
+            let Some(b50) = b.p50_us else {
+                continue;
+            };
+            out.push(Verdict {
+                target: format!(
+                    "{mode} 64 B rr p50 <= {want}x bridge's, both on one core at defaults (mtu {})",
+                    d.mtu.unwrap_or(0)
+                ),
+                value: p50 / b50,
+                threshold: want,
+                measured: format!("{:.2}x ({p50:.2} vs {b50:.2} us)", p50 / b50),
+                met: p50 <= want * b50,
             });
         }
     }
@@ -679,7 +704,29 @@ mod tests {
         // pinned with pinned, unpinned with unpinned
         assert_eq!(baseline_of(&rows, &rows[2]).unwrap().cores, "c1 s1");
         assert_eq!(baseline_of(&rows, &rows[3]).unwrap().p50_us, Some(36.0));
-        let v = unpinned_targets(&rows);
+        let one = |mode, p50: f64| Row {
+            placement: crate::plan::ONE_CORE.into(),
+            ..row(mode, "c1 s1", Workload::Rr, 64, p50, 0.0)
+        };
+        let one_core = [one(Mode::DocknetFc, 3.9), one(Mode::Docknet, 8.5)];
+        let v = at_defaults_targets(&[rows.clone(), one_core.to_vec()].concat());
+        let tail: Vec<(String, bool)> = v[4..].iter().map(|v| (v.target.clone(), v.met)).collect();
+        assert_eq!(
+            tail,
+            [
+                (
+                    "docknet-fc 64 B rr p50 <= 1x bridge's, both on one core at defaults (mtu 1500)"
+                        .into(),
+                    true
+                ),
+                (
+                    "docknet 64 B rr p50 <= 2x bridge's, both on one core at defaults (mtu 1500)"
+                        .into(),
+                    false
+                ),
+            ]
+        );
+        let v = at_defaults_targets(&rows);
         let met: Vec<(String, bool)> = v.iter().map(|v| (v.target.clone(), v.met)).collect();
         assert_eq!(
             met,
