@@ -333,6 +333,9 @@ pub(crate) struct Shared {
     pub(crate) engine_parked: AtomicBool,
     /// Calls started so far (wrapping): tells the engine whether the application is active.
     pub(crate) calls: AtomicU32,
+    /// The contended yields a blocking call's wait allows before it sleeps, as the calls before
+    /// it learned ([`Idler::budget`]): each call's wait is short, the learning is not.
+    idle_budget: AtomicU32,
     pub(crate) cfg: StackConfig,
     ip: Ipv4Addr,
     prefix: u8,
@@ -527,6 +530,7 @@ impl Stack {
                 cfg: cfg.clone(),
             }),
             callers: AtomicU32::new(0),
+            idle_budget: AtomicU32::new(docknet_pipe::wake::MAX_CONTENDED_YIELDS),
             engine_parked: AtomicBool::new(false),
             calls: AtomicU32::new(0),
             cfg,
@@ -639,7 +643,6 @@ impl Stack {
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut idler = Idler::new(self.shared.cfg.idle);
         {
             // Try first: often the data or the buffer space is already there, and one poll
             // (to transmit) is all the call needs.
@@ -649,13 +652,17 @@ impl Stack {
                 return r;
             }
         }
-        loop {
+        let budget = &self.shared.idle_budget;
+        let mut idler = Idler::with_budget(self.shared.cfg.idle, budget.load(Ordering::Relaxed));
+        let r = loop {
             {
                 let mut g = self.lock();
                 let moved = g.poll();
                 if let Some(r) = f(&mut g) {
                     g.poll();
-                    return r;
+                    // what the wait was for came: whether yielding paid is learned here too
+                    idler.busy();
+                    break r;
                 }
                 if moved {
                     idler.busy();
@@ -663,10 +670,10 @@ impl Stack {
                 }
             }
             if woken.iter().any(|(w, v)| w.load(Ordering::Acquire) != *v) {
-                return Err(io::Error::from(io::ErrorKind::Interrupted));
+                break Err(io::Error::from(io::ErrorKind::Interrupted));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(timed_out(&self.lock().dev.ep));
+                break Err(timed_out(&self.lock().dev.ep));
             }
             if !idler.step() {
                 continue;
@@ -674,7 +681,9 @@ impl Stack {
             // the sleep ends early for a frame, a kick, a channel change, the waker or the
             // stack's next timer; the cap only bounds how long a lost wake-up could cost
             self.shared.sleep(CALL_SLEEP_MAX, deadline, woken);
-        }
+        };
+        budget.store(idler.budget(), Ordering::Relaxed);
+        r
     }
 
     /// The stack's configuration.

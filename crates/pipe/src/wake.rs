@@ -253,6 +253,21 @@ impl Idler {
         }
     }
 
+    /// A poller with `policy` that goes on from a budget of contended yields learned before
+    /// (see [`Idler::budget`]): waits that each make an idler of their own keep what the
+    /// thread's earlier waits learned.
+    pub fn with_budget(policy: IdlePolicy, budget: u32) -> Idler {
+        Idler {
+            budget: budget.clamp(1, MAX_CONTENDED_YIELDS),
+            ..Idler::new(policy)
+        }
+    }
+
+    /// The contended yields this poller now allows before it sleeps, as learned.
+    pub fn budget(&self) -> u32 {
+        self.budget
+    }
+
     /// The policy in force.
     pub fn policy(&self) -> IdlePolicy {
         self.policy
@@ -430,7 +445,14 @@ mod tests {
             spell(&mut i);
             i.busy();
         }
-        assert_eq!(i.budget, 1, "many waiters: one yield, then sleep");
+        assert_eq!(i.budget(), 1, "many waiters: one yield, then sleep");
+        // a later wait, with an idler of its own, goes on from there
+        assert_eq!(Idler::with_budget(i.policy(), i.budget()).budget(), 1);
+        assert_eq!(Idler::with_budget(i.policy(), 0).budget(), 1);
+        assert_eq!(
+            Idler::with_budget(i.policy(), 99).budget(),
+            MAX_CONTENDED_YIELDS
+        );
         assert_eq!(i.idle(), IdleStep::Yield);
         std::thread::sleep(CONTENDED_YIELD * 2);
         i.busy(); // work came during a contended yield
