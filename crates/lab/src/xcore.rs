@@ -158,6 +158,15 @@ fn wait_for(turn: &AtomicU64, want: u64, give_up: &AtomicBool, deadline: Instant
 mod tests {
     use super::*;
 
+    /// Held by the tests that spin: the probe spins on both cores of a two-core machine, so
+    /// beside the spinner of `time_off_the_core_is_seen` (libtest runs two tests at once there)
+    /// three spinners shared two cores, and both tests failed together.
+    static SPINNERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn spinning_alone() -> std::sync::MutexGuard<'static, ()> {
+        SPINNERS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     #[test]
     fn a_side_that_never_comes_ends_the_wait_at_the_deadline() {
         let (turn, give_up) = (AtomicU64::new(0), AtomicBool::new(false));
@@ -172,6 +181,7 @@ mod tests {
 
     #[test]
     fn time_off_the_core_is_seen() {
+        let _alone = spinning_alone();
         let c = OnCpu::start();
         std::thread::sleep(Duration::from_millis(20));
         assert!(c.share() < 0.5, "asleep: {}", c.share());
@@ -186,6 +196,7 @@ mod tests {
 
     #[test]
     fn the_probe_measures_two_distinct_cores_only() {
+        let _alone = spinning_alone();
         assert_eq!(handoff_us(0, 0), None);
         assert_eq!(handoff_us(0, usize::MAX), None);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
