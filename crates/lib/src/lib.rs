@@ -29,6 +29,6 @@ pub mod udp;
 pub use device::Faults;
 pub use poll::{Interest, Ready, Waited, Waker, Watch};
 pub use raw::{AttachError, Endpoint, Route, SendError, Via};
-pub use stack::{Stack, StackConfig};
+pub use stack::{Stack, StackConfig, ACK_DELAY};
 pub use tcp::{TcpListener, TcpStream};
 pub use udp::UdpSocket;

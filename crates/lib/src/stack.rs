@@ -43,7 +43,10 @@ pub struct StackConfig {
     pub tcp_tx_buffer: usize,
     /// Nagle's algorithm (off: lowest latency for request/response).
     pub nagle: bool,
-    /// Delayed ACK (off by default).
+    /// How long an acknowledgement may wait for data to ride on ([`ACK_DELAY`] by default;
+    /// `None`: every segment is acknowledged at once). It never waits while the application
+    /// sleeps: the stack sends what it held back before any wait ends in a sleep, so a reply
+    /// made without sleeping carries the ACK and saves a frame each way.
     pub ack_delay: Option<Duration>,
     /// CUBIC congestion control (on) or none.
     pub congestion_control: bool,
@@ -62,6 +65,11 @@ pub struct StackConfig {
     pub faults: Option<Faults>,
 }
 
+/// The default [`StackConfig::ack_delay`]: the longest an acknowledgement waits while the
+/// application is busy without calling (a stream's every other full segment is acknowledged at
+/// once, as RFC 9293 asks, and nothing waits while the application sleeps).
+pub const ACK_DELAY: Duration = Duration::from_millis(1);
+
 impl Default for StackConfig {
     fn default() -> StackConfig {
         StackConfig {
@@ -69,7 +77,7 @@ impl Default for StackConfig {
             tcp_rx_buffer: 256 * 1024,
             tcp_tx_buffer: 256 * 1024,
             nagle: false,
-            ack_delay: None,
+            ack_delay: Some(ACK_DELAY),
             congestion_control: true,
             backlog: 128,
             half_open_timeout: HALF_OPEN_TIMEOUT,
@@ -288,6 +296,22 @@ impl Inner {
         }
     }
 
+    /// Sends every acknowledgement the ACK delay holds back (a poll, only when one is held).
+    pub(crate) fn release_delayed_acks(&mut self) {
+        let mut held = false;
+        for (_, s) in self.sockets.iter_mut() {
+            if let smoltcp::socket::Socket::Tcp(t) = s {
+                if t.ack_delayed() {
+                    t.expire_ack_delay();
+                    held = true;
+                }
+            }
+        }
+        if held {
+            self.poll();
+        }
+    }
+
     pub(crate) fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
         self.sockets.get_mut::<tcp::Socket>(h)
     }
@@ -368,6 +392,8 @@ impl Shared {
     /// are disarmed again). Wait outside the lock ([`Armed::wait`]), then [`Shared::disarm`].
     pub(crate) fn arm(&self, max: Duration, deadline: Option<Instant>) -> Option<Armed> {
         let mut g = self.lock();
+        // nothing waits for a reply to ride on while this side sleeps
+        g.release_delayed_acks();
         // with the tx ring full, smoltcp's "send now" is not a reason to wake: the daemon
         // kicks when it takes frames, and the peer's frames wake the rx side
         let mut t = if g.dev.ep.tx_full() && !g.dev.backlogged() {

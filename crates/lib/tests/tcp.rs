@@ -773,3 +773,58 @@ fn a_stack_pings_another_and_an_absent_address_times_out() {
         assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
     }
 }
+
+#[test]
+fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back() {
+    // An ACK delay far longer than the test: only a reply or the release before a sleep can
+    // acknowledge anything in time.
+    let cfg = StackConfig {
+        ack_delay: Some(Duration::from_secs(60)),
+        ..StackConfig::default()
+    };
+    let n = net_with(true, 1500, cfg);
+    const ROUNDS: u64 = 200;
+    let mut l = TcpListener::bind(&n.b, 7010).unwrap();
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut m = [0u8; 64];
+        for _ in 0..ROUNDS {
+            s.read_exact(&mut m).unwrap();
+            s.write_all(&m).unwrap();
+        }
+        // one way: take a message, then sleep in the next read until the client closes
+        s.read_exact(&mut m).unwrap();
+        assert_eq!(s.read(&mut m).unwrap(), 0);
+    });
+    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7010)).unwrap();
+    let mut m = [0u8; 64];
+    // a first round settles the handshake's frames
+    c.write_all(&m).unwrap();
+    c.read_exact(&mut m).unwrap();
+    let before = (n.a.device_stats().tx, n.b.device_stats().tx);
+    for i in 1..ROUNDS {
+        c.write_all(&[i as u8; 64]).unwrap();
+        c.read_exact(&mut m).unwrap();
+        assert_eq!(m, [i as u8; 64]);
+    }
+    let sent = (
+        n.a.device_stats().tx - before.0,
+        n.b.device_stats().tx - before.1,
+    );
+    // one frame per message each way: no pure ACK between a request and its reply
+    let most = (ROUNDS - 1) * 11 / 10;
+    assert!(
+        sent.0 <= most && sent.1 <= most,
+        "frames sent for {} rounds: client {}, server {}",
+        ROUNDS - 1,
+        sent.0,
+        sent.1
+    );
+    c.write_all(&[7; 64]).unwrap();
+    // within the client's shortest retransmission timeout (1 s), whose duplicate would make
+    // the server acknowledge at once
+    c.flush_acked(Duration::from_millis(800))
+        .expect("the server acknowledges before it sleeps, not after the 60 s delay");
+    drop(c);
+    srv.join().unwrap();
+}

@@ -829,6 +829,20 @@ impl<'a> Socket<'a> {
         self.ack_delay = duration
     }
 
+    /// Whether an acknowledgement is held back by the ACK delay (DockNet patch).
+    pub fn ack_delayed(&self) -> bool {
+        matches!(self.ack_delay_timer, AckDelayTimer::Waiting(_))
+    }
+
+    /// Ends the ACK delay now: an acknowledgement held back leaves at the next dispatch, as if
+    /// its timer had expired (DockNet patch). DockLib calls it before the application sleeps,
+    /// so a reply that came quickly carried the ACK and one that did not wait no longer.
+    pub fn expire_ack_delay(&mut self) {
+        if let AckDelayTimer::Waiting(_) = self.ack_delay_timer {
+            self.ack_delay_timer = AckDelayTimer::Immediate;
+        }
+    }
+
     /// Enable or disable Nagle's Algorithm.
     ///
     /// Also known as "tinygram prevention". By default, it is enabled.
@@ -2259,6 +2273,13 @@ impl<'a> Socket<'a> {
             );
             return None;
         };
+
+        // DockNet patch: with nothing buffered and nothing held out of order, start the data
+        // at the front of the buffer again, where the lines are warm (smoltcp resets an empty
+        // send buffer the same way; an empty receive buffer kept walking through all of it).
+        if assembler_was_empty && self.rx_buffer.is_empty() {
+            self.rx_buffer.clear();
+        }
 
         // Place payload octets into the buffer.
         tcp_trace!(
