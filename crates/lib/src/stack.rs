@@ -99,6 +99,10 @@ pub(crate) struct Inner {
     /// Listeners by port: their listening sockets and the connections not yet accepted.
     pub(crate) listeners: Vec<Listening>,
     cfg: StackConfig,
+    /// Set by a call step that changed nothing a poll would send (a read that left the window
+    /// as announced): the blocking call skips its poll after the step. Taken there, and reset
+    /// whenever the lock is taken, so it never outlives its step.
+    pub(crate) nothing_to_send: bool,
 }
 
 /// A listener's sockets: smoltcp has no backlog, so a listener owns a pool of sockets on its
@@ -141,6 +145,14 @@ const SPARE: usize = 2;
 impl Inner {
     fn now(&self) -> smoltcp::time::Instant {
         smoltcp::time::Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
+    }
+
+    /// The poll after a call's step succeeded, so what it queued leaves now; skipped when the
+    /// step said it changed nothing to send.
+    fn poll_after_step(&mut self) {
+        if !std::mem::take(&mut self.nothing_to_send) {
+            self.poll();
+        }
     }
 
     /// Polls the interface; true when anything moved.
@@ -383,7 +395,10 @@ impl Armed {
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves smoltcp's state as it was; carry on with it.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        // a step's word holds for the step it follows, under the same lock only
+        g.nothing_to_send = false;
+        g
     }
 
     /// Arms the rings' sleep words under the lock. The sleep may last until the stack's next
@@ -554,6 +569,7 @@ impl Stack {
                 closing: Vec::new(),
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
+                nothing_to_send: false,
             }),
             callers: AtomicU32::new(0),
             idle_budget: AtomicU32::new(docknet_pipe::wake::MAX_CONTENDED_YIELDS),
@@ -674,7 +690,7 @@ impl Stack {
             // (to transmit) is all the call needs.
             let mut g = self.lock();
             if let Some(r) = f(&mut g) {
-                g.poll();
+                g.poll_after_step();
                 return r;
             }
         }
@@ -685,7 +701,7 @@ impl Stack {
                 let mut g = self.lock();
                 let moved = g.poll();
                 if let Some(r) = f(&mut g) {
-                    g.poll();
+                    g.poll_after_step();
                     // what the wait was for came: whether yielding paid is learned here too
                     idler.busy();
                     break r;

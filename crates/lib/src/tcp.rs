@@ -426,10 +426,12 @@ fn read_step(
 ) -> Option<io::Result<usize>> {
     let s = g.tcp(h);
     if s.can_recv() && !buf.is_empty() {
-        return Some(
-            s.recv_slice(buf)
-                .map_err(|e| io::Error::other(e.to_string())),
-        );
+        let r = s
+            .recv_slice(buf)
+            .map_err(|e| io::Error::other(e.to_string()));
+        // a read only needs a poll after it when it opened the window enough to announce
+        g.nothing_to_send = !g.tcp(h).window_update_due();
+        return Some(r);
     }
     if s.may_recv() {
         return None;

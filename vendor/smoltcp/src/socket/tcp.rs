@@ -843,6 +843,13 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// Whether reading has opened the receive window enough to announce it now (DockNet patch:
+    /// the test the socket's dispatch makes, so a caller can skip a poll that would send
+    /// nothing).
+    pub fn window_update_due(&self) -> bool {
+        self.window_to_update()
+    }
+
     /// Enable or disable Nagle's Algorithm.
     ///
     /// Also known as "tinygram prevention". By default, it is enabled.
