@@ -103,6 +103,13 @@ pub(crate) struct Inner {
     /// as announced): the blocking call skips its poll after the step. Taken there, and reset
     /// whenever the lock is taken, so it never outlives its step.
     pub(crate) nothing_to_send: bool,
+    /// Set by a poll that left nothing to send; taken by the next [`Shared::lock`] into
+    /// `was_clean`. Whatever else holds the lock and changes a socket ends with it unset.
+    clean: bool,
+    /// Whether the critical section before this one ended with a poll that left nothing to
+    /// do: a blocking call whose first try finds nothing then skips its first poll (it would
+    /// find nothing either) and goes on to wait; the sleep is armed only if no frame came.
+    was_clean: bool,
 }
 
 /// A listener's sockets: smoltcp has no backlog, so a listener owns a pool of sockets on its
@@ -183,6 +190,7 @@ impl Inner {
                 !done
             });
         }
+        self.clean = !self.dev.backlogged();
         changed || self.dev.stats != before
     }
 
@@ -398,6 +406,7 @@ impl Shared {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         // a step's word holds for the step it follows, under the same lock only
         g.nothing_to_send = false;
+        g.was_clean = std::mem::take(&mut g.clean);
         g
     }
 
@@ -570,6 +579,8 @@ impl Stack {
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
                 nothing_to_send: false,
+                clean: false,
+                was_clean: false,
             }),
             callers: AtomicU32::new(0),
             idle_budget: AtomicU32::new(docknet_pipe::wake::MAX_CONTENDED_YIELDS),
@@ -660,6 +671,8 @@ impl Stack {
         if let Some(r) = f(&mut g) {
             if transmit {
                 g.poll();
+            } else {
+                g.clean = false; // the step may have queued something for the next poll
             }
             return r;
         }
@@ -685,21 +698,23 @@ impl Stack {
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
         let deadline = timeout.map(|t| Instant::now() + t);
-        {
-            // Try first: often the data or the buffer space is already there, and one poll
-            // (to transmit) is all the call needs.
+        // Try first: often the data or the buffer space is already there, and one poll
+        // (to transmit) is all the call needs.
+        let mut polled = {
             let mut g = self.lock();
             if let Some(r) = f(&mut g) {
                 g.poll_after_step();
                 return r;
             }
-        }
+            g.was_clean
+        };
         let budget = &self.shared.idle_budget;
         let mut idler = Idler::with_budget(self.shared.cfg.idle, budget.load(Ordering::Relaxed));
         let r = loop {
             {
                 let mut g = self.lock();
-                let moved = g.poll();
+                // the first poll is skipped when the last one, just before, left nothing
+                let moved = !std::mem::take(&mut polled) && g.poll();
                 if let Some(r) = f(&mut g) {
                     g.poll_after_step();
                     // what the wait was for came: whether yielding paid is learned here too
@@ -736,7 +751,10 @@ impl Stack {
     /// Runs `f` on the stack's state as one call (the engine stays out of the way).
     pub(crate) fn with_inner<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         let _call = CallGuard::new(&self.shared);
-        f(&mut self.lock())
+        let mut g = self.lock();
+        let r = f(&mut g);
+        g.clean = false;
+        r
     }
 
     /// Sleeps once on the rings (armed under the lock, waited on outside it), at most `max`.
