@@ -273,6 +273,15 @@ fn benches_refuse_unknown_modes_and_sizes_with_one_line() {
             "docknet-fc",
         ][..],
         &["bench", "startup", "--launch", "exec"][..],
+        &["bench", "http", "--placement", "one-core"][..],
+        &[
+            "bench",
+            "http",
+            "--backends",
+            "1,2",
+            "--placement",
+            "unpinned",
+        ][..],
     ] {
         let o = Command::new(EXE).args(args).output().unwrap();
         assert!(!o.status.success());
@@ -1019,6 +1028,8 @@ fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
             "bridge,docknet-fc",
             "--connections",
             "4",
+            "--placement",
+            "pinned,unpinned",
             "--duration",
             "0.5",
             "--warmup",
@@ -1031,6 +1042,26 @@ fn http_bench_runs_its_servers_and_tools_and_cleans_up() {
     assert!(o.status.success(), "{err}");
     assert_eq!(leftovers(pid), (vec![], vec![]), "nothing left behind");
     let rows = rows_of(&json, "http");
+    // each mode also as a user gets it: nothing pinned, every program at its defaults
+    for mode in ["bridge", "docknet-fc"] {
+        assert!(
+            rows.iter().any(|r| r["mode"] == mode
+                && r["placement"] == "unpinned"
+                && r["cores"] == "-"
+                && r["req_per_s"].as_f64().unwrap() > 100.0),
+            "{mode} unpinned: {rows:?}"
+        );
+    }
+    let v = valid(&json);
+    assert!(
+        v["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t.to_string().contains("unpinned at defaults")),
+        "the unpinned rows are judged on their own: {}",
+        v["targets"]
+    );
     let has = |mode: &str, server: &str, tool: &str| {
         rows.iter().any(|r| {
             r["mode"] == mode

@@ -524,6 +524,12 @@ pub struct HttpArgs {
     /// too), /hello.txt, /bytes/N.
     #[arg(long, default_value = "/")]
     pub path: String,
+    /// Where the parties run. pinned: load generator core 0, server core 1 (through the
+    /// daemon both on core 1, its master spinning on core 0), with chosen idle policies.
+    /// unpinned: what a user gets, nothing pinned in any mode and every DockNet program at its
+    /// defaults. Both: side by side, each judged against the bridge in the same placement.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pinned")]
+    pub placement: Vec<crate::plan::PlacementKind>,
     /// Measured seconds per point.
     #[arg(long, default_value_t = 5.0)]
     pub duration: f64,
@@ -709,6 +715,11 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
 /// Runs `docknet bench http`.
 pub fn run_http(args: HttpArgs) -> Result<()> {
     if let Some(b) = args.backends.clone() {
+        if args.placement != [crate::plan::PlacementKind::Pinned] {
+            bail!(
+                "--placement applies to the single server; the web cluster places its own parties"
+            );
+        }
         return run_cluster(&args, &b);
     }
     use crate::row::Tool;
@@ -745,6 +756,11 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
     {
         bail!("--path must start with / and hold no spaces");
     }
+    let mut placements = args.placement.clone();
+    placements.dedup();
+    if placements.is_empty() || placements.contains(&crate::plan::PlacementKind::OneCore) {
+        bail!("--placement for bench http takes pinned, unpinned or both (one-core is for rr and stream)");
+    }
     need_root("docknet bench http")?;
     let stop = Stop::on_signals()?;
     let exe = std::env::current_exe()?;
@@ -780,7 +796,7 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
         }
         v
     };
-    let total: usize = modes.iter().map(|m| points_of(*m).len()).sum();
+    let total: usize = modes.iter().map(|m| points_of(*m).len()).sum::<usize>() * placements.len();
     let mut progress = crate::progress::Progress::new(total as u64);
     let (mut rows, mut skipped) = (Vec::new(), Vec::new());
     let mut note =
@@ -789,10 +805,16 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
             progress.line(&na.line());
             skipped.push(na);
         };
-    for mode in modes {
+    let runs = modes
+        .iter()
+        .flat_map(|&m| placements.iter().map(move |&k| (m, k)));
+    for (mode, kind) in runs {
         stop.check()?;
         let points = points_of(mode);
-        if mode.is_docknet() && servers.contains(&"nginx") {
+        let Some(pl) = h::placement(mode, kind) else {
+            unreachable!("placements are checked above");
+        };
+        if mode.is_docknet() && servers.contains(&"nginx") && kind == placements[0] {
             note(
                 &mut progress,
                 &format!("{mode} (nginx)"),
@@ -805,7 +827,6 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
             note(&mut progress, mode.name(), Status::NotAvailable, why);
             continue;
         }
-        let pl = h::placement(mode);
         let built: Result<(
             Option<crate::topology::KernelLab>,
             Option<crate::topology::DocknetLab>,
@@ -835,8 +856,8 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
         for pt in points {
             stop.check()?;
             let what = format!(
-                "{mode} {} ({}) {} conns",
-                pt.server, pt.tool, pt.connections
+                "{mode} [{}] {} ({}) {} conns",
+                pl.cores, pt.server, pt.tool, pt.connections
             );
             progress.start(&what);
             let missing = match (pt.server, pt.tool) {

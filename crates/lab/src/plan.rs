@@ -101,7 +101,7 @@ fn one_core_placement() -> Placement {
 }
 
 /// The daemon of an unpinned or one-core run: its defaults (the `adaptive` idle policy, not pinned, nice 0).
-const UNPINNED_DAEMON: DaemonSetup = DaemonSetup {
+pub(crate) const UNPINNED_DAEMON: DaemonSetup = DaemonSetup {
     idle: "adaptive",
     master_core: None,
     master_core_b: None,

@@ -7,13 +7,15 @@
 //! worker) is loaded by `wrk`: the server people deploy, on the same network. On DockNet modes
 //! nginx needs the preload library and is reported as not available without it.
 //!
-//! Placement: the load generator on core 0, the server on core 1; through the daemon, the
-//! master spins on core 0 and both containers share core 1 (as the lab's rr). The machine's
-//! CPU per answer comes from `/proc/stat` over the middle of the measured window.
+//! Placement (`--placement pinned`): the load generator on core 0, the server on core 1; through
+//! the daemon, the master spins on core 0 and both containers share core 1 (as the lab's rr).
+//! `--placement unpinned`: nothing pinned in any mode, no idle policy given to any DockNet
+//! program (each at its default), the daemon at its defaults. The machine's CPU per answer
+//! comes from `/proc/stat` over the middle of the measured window.
 
 use crate::cpustat::CpuTimes;
 use crate::mode::Mode;
-use crate::plan::DaemonSetup;
+use crate::plan::{DaemonSetup, PlacementKind};
 use crate::proc::{in_ns, wait_listening, Proc, Stop};
 use crate::progress::Progress;
 use crate::row::{Row, Tool, Workload};
@@ -139,12 +141,12 @@ pub fn parse_wrk(out: &str) -> Option<WrkOut> {
 /// Where the parties of a mode run, and its daemon.
 #[derive(Debug, Clone)]
 pub struct HttpPlacement {
-    /// The load generator's core.
-    pub client: usize,
-    /// The server's core.
-    pub server: usize,
-    /// DockNet peers' idle policy.
-    pub idle: &'static str,
+    /// The load generator's core (`None`: not pinned).
+    pub client: Option<usize>,
+    /// The server's core (`None`: not pinned).
+    pub server: Option<usize>,
+    /// DockNet peers' idle policy (`None`: none given, each program's default).
+    pub idle: Option<&'static str>,
     /// The daemon, for DockNet modes.
     pub daemon: Option<DaemonSetup>,
     /// Short form.
@@ -153,13 +155,30 @@ pub struct HttpPlacement {
     pub description: String,
 }
 
-/// The placement of `mode`.
-pub fn placement(mode: Mode) -> HttpPlacement {
+/// The placement of `mode`: pinned (the paper's setting) or unpinned (a user's defaults; the
+/// rows' placement reads [`crate::plan::UNPINNED`]). `None` for a placement HTTP does not run.
+pub fn placement(mode: Mode, kind: PlacementKind) -> Option<HttpPlacement> {
+    match kind {
+        PlacementKind::Pinned => Some(pinned(mode)),
+        PlacementKind::Unpinned => Some(HttpPlacement {
+            client: None,
+            server: None,
+            idle: None,
+            daemon: mode.is_docknet().then_some(crate::plan::UNPINNED_DAEMON),
+            cores: "-".into(),
+            description: crate::plan::UNPINNED.into(),
+        }),
+        PlacementKind::OneCore => None,
+    }
+}
+
+/// The pinned placement of `mode`.
+fn pinned(mode: Mode) -> HttpPlacement {
     match mode {
         Mode::Docknet => HttpPlacement {
-            client: 1,
-            server: 1,
-            idle: "adaptive:0",
+            client: Some(1),
+            server: Some(1),
+            idle: Some("adaptive:0"),
             daemon: Some(DaemonSetup {
                 idle: "spin",
                 master_core: Some(0),
@@ -172,9 +191,9 @@ pub fn placement(mode: Mode) -> HttpPlacement {
                 .into(),
         },
         Mode::DocknetFc => HttpPlacement {
-            client: 0,
-            server: 1,
-            idle: "spin",
+            client: Some(0),
+            server: Some(1),
+            idle: Some("spin"),
             daemon: Some(DaemonSetup {
                 idle: "adaptive",
                 master_core: None,
@@ -187,9 +206,9 @@ pub fn placement(mode: Mode) -> HttpPlacement {
                 .into(),
         },
         m => HttpPlacement {
-            client: 0,
-            server: 1,
-            idle: "spin",
+            client: Some(0),
+            server: Some(1),
+            idle: None,
             daemon: None,
             cores: "c0 s1".into(),
             description: format!(
@@ -321,7 +340,10 @@ pub fn measure(
     };
     let httpd = beside(exe, "docknet-httpd")?;
     let load = beside(exe, "docknet-load")?;
-    let pin = |core: usize, prog: &Path, args: Vec<String>| -> (PathBuf, Vec<String>) {
+    let pin = |core: Option<usize>, prog: &Path, args: Vec<String>| -> (PathBuf, Vec<String>) {
+        let Some(core) = core else {
+            return (prog.to_path_buf(), args);
+        };
         let mut v = vec![
             "-c".to_string(),
             core.to_string(),
@@ -329,6 +351,12 @@ pub fn measure(
         ];
         v.extend(args);
         (PathBuf::from("taskset"), v)
+    };
+    // DockNet programs get an idle policy only where the placement chooses one
+    let idle_args = |v: &mut Vec<String>| {
+        if let Some(i) = pl.idle {
+            v.extend(["--idle".into(), i.into()]);
+        }
     };
     // a server in the kernel lab's server namespace, once it listens
     let kernel_server = |l: &KernelLab, prog: &Path, args: Vec<String>, what: &str| {
@@ -357,21 +385,10 @@ pub fn measure(
             kernel_server(l, Path::new("nginx"), nginx.args(), "nginx")?
         }
         (HttpNet::Docknet(l), "docknet-httpd") => {
-            let args = vec![
-                "--stack".into(),
-                "docknet".into(),
-                "--idle".into(),
-                pl.idle.into(),
-                "--bind".into(),
-                server_addr.clone(),
-            ];
-            let c = l.run_in(
-                exe,
-                &DocknetLab::server_pipe(0),
-                Some(pl.server),
-                &httpd,
-                args,
-            );
+            let mut args = vec!["--stack".into(), "docknet".into()];
+            idle_args(&mut args);
+            args.extend(["--bind".into(), server_addr.clone()]);
+            let c = l.run_in(exe, &DocknetLab::server_pipe(0), pl.server, &httpd, args);
             let p = Proc::spawn(c, "docknet-httpd in its container")?;
             l.wait_servers(1, SERVER_UP)?;
             p
@@ -444,20 +461,10 @@ pub fn measure(
                     in_ns(&l.pairs[0].client_ns, &p, a)
                 }
                 HttpNet::Docknet(l) => {
-                    args.extend([
-                        "--stack".into(),
-                        "docknet".into(),
-                        "--idle".into(),
-                        pl.idle.into(),
-                        url.clone(),
-                    ]);
-                    l.run_in(
-                        exe,
-                        &DocknetLab::client_pipe(0),
-                        Some(pl.client),
-                        &load,
-                        args,
-                    )
+                    args.extend(["--stack".into(), "docknet".into()]);
+                    idle_args(&mut args);
+                    args.push(url.clone());
+                    l.run_in(exe, &DocknetLab::client_pipe(0), pl.client, &load, args)
                 }
             };
             let r: LoadReport = Proc::spawn(c, "docknet-load")?.result(timeout, stop)?;
