@@ -19,6 +19,56 @@ fn md_table<S: AsRef<str>>(heads: &[S], rows: impl Iterator<Item = Vec<String>>)
     m
 }
 
+/// The README's summary: the one-host opening table (at MTU 1500 when the run had several),
+/// under a line that says when and by which commands it was measured. `None` without one-host
+/// rr or stream rows.
+pub fn readme_summary(r: &Report) -> Option<String> {
+    let sec = r
+        .sections
+        .iter()
+        .find(|s| s.topology == crate::mode::Topology::OneHost)?;
+    let (_, lines) = sec
+        .headlines
+        .iter()
+        .find(|(m, _)| m.is_none_or(|m| m == 1500))
+        .or(sec.headlines.first())?;
+    if lines.is_empty() {
+        return None;
+    }
+    let mut commands: Vec<&str> = Vec::new();
+    for e in &r.envs {
+        if !e.command.is_empty() && !commands.contains(&e.command.as_str()) {
+            commands.push(&e.command);
+        }
+    }
+    let first = r.envs.iter().map(|e| e.unix_time).filter(|t| *t > 0).min();
+    let date = first
+        .and_then(|t| chrono::DateTime::from_timestamp(t as i64, 0))
+        .map_or("an unknown date".into(), |d| {
+            d.format("%Y-%m-%d").to_string()
+        });
+    let env = r.env();
+    let mut m = format!(
+        "Measured on {date} (kernel {}, {} cores, {} s per point after {} s warm-up, {} run(s) \
+         per point) by:\n\n",
+        env.kernel.as_deref().unwrap_or("?"),
+        env.cores,
+        env.duration_s,
+        env.warmup_s,
+        env.repeat
+    );
+    for c in commands {
+        let _ = writeln!(m, "- `{c}`");
+    }
+    m += "\nEach mode's best figures over its placements (dnperf), against the bridge's best. \
+          This block is written by `docknet report --readme README.md FILES`.\n\n";
+    m += &md_table(
+        &headline_columns(sec.topology.baseline()),
+        lines.iter().map(|l| headline_cells(l).to_vec()),
+    );
+    Some(m)
+}
+
 /// `report.md`.
 pub fn report(r: &Report) -> String {
     let env = r.env();

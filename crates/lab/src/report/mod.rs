@@ -31,6 +31,32 @@ pub struct ReportArgs {
     /// TrueType font for the figures' text.
     #[arg(long, env = "DOCKNET_FONT", default_value = charts::DEFAULT_FONT)]
     pub font: PathBuf,
+    /// Also write the one-host summary table (each mode's best figures) into FILE, between
+    /// the lines `<!-- docknet report: summary -->` and `<!-- /docknet report: summary -->`,
+    /// with the date and the commands of the runs behind it. Run on README.md after
+    /// `FULL=1 ./scripts/bench.sh`, so the README's table is that run's.
+    #[arg(long, value_name = "FILE")]
+    pub readme: Option<PathBuf>,
+}
+
+/// The line that opens the generated block in a README.
+pub const README_BEGIN: &str = "<!-- docknet report: summary -->";
+/// The line that closes it.
+pub const README_END: &str = "<!-- /docknet report: summary -->";
+
+/// `text` with the lines between [`README_BEGIN`] and [`README_END`] replaced by `block`;
+/// the markers stay, everything outside them is kept byte for byte.
+pub fn splice(text: &str, block: &str) -> Result<String> {
+    let begin = text
+        .find(README_BEGIN)
+        .with_context(|| format!("no line {README_BEGIN} to write the summary after"))?;
+    let from = begin + README_BEGIN.len();
+    let end = text[from..]
+        .find(README_END)
+        .map(|e| from + e)
+        .with_context(|| format!("no line {README_END} after {README_BEGIN}"))?;
+    let block = block.trim_end_matches('\n');
+    Ok(format!("{}\n{block}\n{}", &text[..from], &text[end..]))
 }
 
 /// What a report shows of one topology (one host, or two hosts).
@@ -297,6 +323,7 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
         font: std::env::var_os("DOCKNET_FONT")
             .map(PathBuf::from)
             .unwrap_or_else(|| charts::DEFAULT_FONT.into()),
+        readme: None,
     })
 }
 
@@ -401,6 +428,16 @@ pub fn run(args: &ReportArgs) -> Result<PathBuf> {
     let md = args.out.join("report.md");
     std::fs::write(&md, markdown::report(&report))
         .with_context(|| format!("writing {}", md.display()))?;
+    if let Some(readme) = &args.readme {
+        let block = markdown::readme_summary(&report)
+            .context("--readme: the results have no one-host rr or stream rows to summarize")?;
+        let text = std::fs::read_to_string(readme)
+            .with_context(|| format!("reading {}", readme.display()))?;
+        let new = splice(&text, &block).with_context(|| format!("{}", readme.display()))?;
+        if new != text {
+            std::fs::write(readme, new).with_context(|| format!("writing {}", readme.display()))?;
+        }
+    }
     Ok(index)
 }
 
@@ -433,6 +470,7 @@ mod tests {
             files: vec![f],
             out: out.clone(),
             font,
+            readme: None,
         })
         .unwrap();
         let html = std::fs::read_to_string(index).unwrap();
@@ -440,6 +478,49 @@ mod tests {
         assert!(!html.contains("<script>alert") && !html.contains("<img src=x>"));
         let svg = std::fs::read_to_string(out.join("figures/cdf-rr-64.svg")).unwrap();
         assert!(svg.contains("&lt;b&gt;evil") && !svg.contains("<b>evil"));
+    }
+
+    #[test]
+    fn the_readme_block_is_replaced_between_its_markers_and_nowhere_else() {
+        let text = format!("# Title\n\nbefore\n{README_BEGIN}\nold table\n{README_END}\nafter\n");
+        let once = splice(&text, "new table\n").unwrap();
+        assert_eq!(
+            once,
+            format!("# Title\n\nbefore\n{README_BEGIN}\nnew table\n{README_END}\nafter\n")
+        );
+        assert_eq!(splice(&once, "new table").unwrap(), once, "idempotent");
+        assert!(splice("no markers\n", "x").is_err());
+        assert!(splice(&format!("{README_END}\n{README_BEGIN}\n"), "x").is_err());
+    }
+
+    #[test]
+    fn the_readme_summary_says_when_and_how_it_was_measured() {
+        let mut env = json!({"command": "docknet bench rr --modes bridge,docknet-fc",
+            "unix_time": 1_795_000_000u64, "cores": 2, "duration_s": 1.0, "warmup_s": 0.2,
+            "repeat": 1, "kernel": "6.18.0"});
+        let rr = json!({"env": env.clone(), "results": [],
+            "summary": [row("bridge", "c1 s1", "rr", 64, 4.0), row("docknet-fc", "c0 s1", "rr", 64, 1.0)]});
+        env["command"] = "docknet bench stream --modes bridge".into();
+        env["unix_time"] = 1_795_000_300u64.into();
+        let st = json!({"env": env, "results": [], "summary": [row("bridge", "c0 s1", "stream", 1024, 0.0)]});
+        let r = Report::of(&[
+            Results::parse(rr.to_string().as_bytes()).unwrap(),
+            Results::parse(st.to_string().as_bytes()).unwrap(),
+        ]);
+        let m = markdown::readme_summary(&r).unwrap();
+        assert!(
+            m.starts_with("Measured on 2026-11-18 (kernel 6.18.0, 2 cores"),
+            "{m}"
+        );
+        assert!(
+            m.contains("- `docknet bench rr --modes bridge,docknet-fc`"),
+            "{m}"
+        );
+        assert!(m.contains("- `docknet bench stream --modes bridge`"), "{m}");
+        assert!(m.contains("1.00 us [c0 s1]") && m.contains("4.00x"), "{m}");
+        let empty = json!({"env": {}, "results": [], "summary": []});
+        let r = Report::of(&[Results::parse(empty.to_string().as_bytes()).unwrap()]);
+        assert_eq!(markdown::readme_summary(&r), None);
     }
 
     #[test]
