@@ -138,8 +138,10 @@ fn metrics_parse_and_move_with_traffic() {
         &[("master", "0")],
     );
     let frames = sample(&after, "docknet_master_frames_total", &[("master", "0")]);
+    // each request and each answer crosses the master once (their ACKs ride on the next
+    // message of the other side)
     assert!(
-        busy > 0.0 && frames >= 2000.0,
+        busy > 0.0 && frames >= 1000.0,
         "busy {busy} s, {frames} frames"
     );
     assert!(
