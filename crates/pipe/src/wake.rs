@@ -386,17 +386,25 @@ mod tests {
 
     #[test]
     fn adaptive_goes_spin_yield_sleep() {
+        // Each phase is checked with the others far away, so a test preempted for a while on
+        // a loaded machine (a 6 ms sleep that took 12) still sees the phase it expects: a
+        // long yield phase after a short spin, and a short one that is surely over.
         let mut i = Idler::new(IdlePolicy::Adaptive {
             spin: Duration::from_millis(5),
-            yield_for: Duration::from_millis(5),
+            yield_for: Duration::from_secs(60),
         });
         assert_eq!(i.idle(), IdleStep::Spin);
         std::thread::sleep(Duration::from_millis(6));
         assert_eq!(i.idle(), IdleStep::Yield);
-        std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(i.idle(), IdleStep::Sleep);
-        i.busy();
-        assert_eq!(i.idle(), IdleStep::Spin);
+        let mut j = Idler::new(IdlePolicy::Adaptive {
+            spin: Duration::from_millis(1),
+            yield_for: Duration::from_millis(1),
+        });
+        assert_eq!(j.idle(), IdleStep::Spin);
+        std::thread::sleep(Duration::from_millis(3));
+        assert_eq!(j.idle(), IdleStep::Sleep);
+        j.busy();
+        assert_eq!(j.idle(), IdleStep::Spin);
     }
 
     #[test]
