@@ -2281,13 +2281,6 @@ impl<'a> Socket<'a> {
             return None;
         };
 
-        // DockNet patch: with nothing buffered and nothing held out of order, start the data
-        // at the front of the buffer again, where the lines are warm (smoltcp resets an empty
-        // send buffer the same way; an empty receive buffer kept walking through all of it).
-        if assembler_was_empty && self.rx_buffer.is_empty() {
-            self.rx_buffer.clear();
-        }
-
         // Place payload octets into the buffer.
         tcp_trace!(
             "rx buffer: receiving {} octets at offset {}",
