@@ -317,7 +317,7 @@ impl Inner {
     }
 
     /// Sends every acknowledgement the ACK delay holds back (a poll, only when one is held).
-    pub(crate) fn release_delayed_acks(&mut self) {
+    fn release_delayed_acks(&mut self) {
         let mut held = false;
         for (_, s) in self.sockets.iter_mut() {
             if let smoltcp::socket::Socket::Tcp(t) = s {

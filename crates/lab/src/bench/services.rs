@@ -312,9 +312,8 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
     for (mode, kind) in runs {
         stop.check()?;
         let points = points_of(mode);
-        let Some(pl) = h::placement(mode, kind) else {
-            unreachable!("placements are checked above");
-        };
+        // one-core is refused above
+        let pl = h::placement(mode, kind == crate::plan::PlacementKind::Unpinned);
         if mode.is_docknet() && servers.contains(&"nginx") && kind == placements[0] {
             note(
                 &mut progress,

@@ -15,7 +15,7 @@
 
 use crate::cpustat::CpuTimes;
 use crate::mode::Mode;
-use crate::plan::{DaemonSetup, PlacementKind};
+use crate::plan::DaemonSetup;
 use crate::proc::{in_ns, wait_listening, Proc, Stop};
 use crate::progress::Progress;
 use crate::row::{Row, Tool, Workload};
@@ -155,20 +155,19 @@ pub struct HttpPlacement {
     pub description: String,
 }
 
-/// The placement of `mode`: pinned (the paper's setting) or unpinned (a user's defaults; the
-/// rows' placement reads [`crate::plan::UNPINNED`]). `None` for a placement HTTP does not run.
-pub fn placement(mode: Mode, kind: PlacementKind) -> Option<HttpPlacement> {
-    match kind {
-        PlacementKind::Pinned => Some(pinned(mode)),
-        PlacementKind::Unpinned => Some(HttpPlacement {
-            client: None,
-            server: None,
-            idle: None,
-            daemon: mode.is_docknet().then_some(crate::plan::UNPINNED_DAEMON),
-            cores: "-".into(),
-            description: crate::plan::UNPINNED.into(),
-        }),
-        PlacementKind::OneCore => None,
+/// The placement of `mode`: unpinned (a user's defaults; the rows' placement reads
+/// [`crate::plan::UNPINNED`]) or pinned (the paper's setting).
+pub fn placement(mode: Mode, unpinned: bool) -> HttpPlacement {
+    if !unpinned {
+        return pinned(mode);
+    }
+    HttpPlacement {
+        client: None,
+        server: None,
+        idle: None,
+        daemon: mode.is_docknet().then_some(crate::plan::UNPINNED_DAEMON),
+        cores: "-".into(),
+        description: crate::plan::UNPINNED.into(),
     }
 }
 
