@@ -674,7 +674,14 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
         let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
         assert!(n("zero_windows") > 0, "the window filled: {v}");
         assert!(n("segments") > 100 && n("acks") > 100, "{v}");
-        assert!(lab.running(srv), "the server died under the attack: {v}");
+        if !lab.running(srv) {
+            let out = lab.wait(srv, Duration::from_secs(5));
+            panic!(
+                "the server died under the attack: {v}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let shrunk = n("window_shrinks") > 0;
         seen.push(v);
         if shrunk {

@@ -802,7 +802,16 @@ impl<'a> Socket<'a> {
         let next_ack = self.remote_seq_no + self.rx_buffer.len();
 
         let last_win = (self.remote_last_win as usize) << self.remote_win_shift;
-        let last_win_adjusted = last_ack + last_win - next_ack;
+        // DockNet patch: the peer may have filled the window up to an edge advertised before
+        // the last one (`remote_max_edge`), so the next ACK can lie past the last edge while
+        // that ACK is still held back by the delay; the window left is then zero, where the
+        // plain subtraction panicked
+        let last_edge = last_ack + last_win;
+        let last_win_adjusted = if last_edge > next_ack {
+            last_edge - next_ack
+        } else {
+            0
+        };
 
         Some(u16::try_from(last_win_adjusted >> self.remote_win_shift).unwrap_or(u16::MAX))
     }
@@ -4817,6 +4826,68 @@ mod test {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 1 + 1400),
                 window_len: 65185,
+                ..RECV_TEMPL
+            }]
+        );
+    }
+
+    /// DockNet patch: a segment that fills the window up to an edge advertised before a
+    /// shrunk one is accepted; with its ACK still delayed, asking whether a window update is
+    /// due (as `poll_at` and `dispatch` do) finds none instead of panicking on the ack past
+    /// the last advertised edge, and the delayed ACK then announces the full buffer.
+    #[test]
+    fn test_docknet_filled_to_an_earlier_edge_with_the_ack_delayed() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_win_scale = Some(0);
+        s.remote_win_shift = 3;
+        s.remote_last_win = s.scaled_window();
+        s.remote_max_edge = Some(REMOTE_SEQ + 1 + 64);
+        s.set_ack_delay(None);
+        // 5 bytes: the next advertisement rounds 59 down to 56, one edge 3 bytes short
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[7; 5],
+                ..SEND_TEMPL
+            }
+        );
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 5),
+                window_len: 7,
+                ..RECV_TEMPL
+            }]
+        );
+        // the peer fills up to the first edge (59 bytes), past the shrunk one; its ACK waits
+        s.set_ack_delay(Some(Duration::from_millis(10)));
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 5,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[8; 59],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.rx_buffer.len(), 64, "accepted up to the earlier edge");
+        assert!(s.ack_delayed());
+        assert!(!s.window_update_due());
+        assert_eq!(
+            s.socket.poll_at(&mut s.cx),
+            PollAt::Time(Instant::from_millis(10))
+        );
+        recv_nothing!(s);
+        s.expire_ack_delay();
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 64),
+                window_len: 0,
                 ..RECV_TEMPL
             }]
         );
