@@ -362,7 +362,14 @@ impl<'a> RateRun<'a> {
         let mut bin = 1u64;
         loop {
             let now = t0.elapsed().as_secs_f64();
-            while next < events.len() && events[next].0 <= now + 1e-6 {
+            // one phase change per bin: a pass that fell behind (a slow control call on a
+            // loaded host) takes the next change after a bin, so no phase goes without one
+            let mut changed = false;
+            while !changed && next < events.len() && events[next].0 <= now + 1e-6 {
+                changed = match &events[next].1 {
+                    Event::Start(i, ..) | Event::Stop(i) => *i == 1,
+                    Event::Limit(..) => name == rate::STEPS,
+                };
                 match &events[next].1 {
                     Event::Start(i, secs, size) => {
                         let proto = if *i == 0 { "tcp" } else { "udp" };
