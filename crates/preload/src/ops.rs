@@ -914,6 +914,8 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
     let o = s.opts().clone();
     let st = stack_if_attached()?;
     let buf = StackConfig::default().tcp_rx_buffer as i32;
+    let unset =
+        linux_default(level, name).filter(|_| level != libc::IPPROTO_TCP || s.proto == Proto::Tcp);
     Some(Ok(match (level, name) {
         (libc::SOL_SOCKET, libc::SO_ERROR) => OptVal::Int(so_error(&s)),
         (libc::SOL_SOCKET, libc::SO_TYPE) => OptVal::Int(match s.proto {
@@ -959,6 +961,7 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
         (libc::IPPROTO_TCP, libc::TCP_INFO) if s.proto == Proto::Tcp => OptVal::Bytes(tcp_info(&s)),
         _ => match o.other.iter().find(|(k, _)| *k == (level, name)) {
             Some((_, v)) => OptVal::Int(*v),
+            None if unset.is_some() => OptVal::Int(unset.unwrap_or_default()),
             None => {
                 let _ = st;
                 return Some(Err(unsupported(
@@ -968,6 +971,31 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
             }
         },
     }))
+}
+
+/// What Linux answers for an option DockNet accepts and records but that was never set on
+/// the socket (programs query them: nginx TCP_FASTOPEN and TCP_DEFER_ACCEPT, libpq the
+/// keepalive timers).
+fn linux_default(level: i32, name: i32) -> Option<i32> {
+    Some(match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_PRIORITY | libc::SO_OOBINLINE) => 0,
+        (libc::SOL_SOCKET, libc::SO_RCVLOWAT | libc::SO_SNDLOWAT) => 1,
+        (libc::IPPROTO_IP, libc::IP_TOS | libc::IP_BIND_ADDRESS_NO_PORT | libc::IP_RECVERR) => 0,
+        (libc::IPPROTO_IP, libc::IP_TTL) => 64,
+        (libc::IPPROTO_TCP, libc::TCP_QUICKACK) => 1,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => 7200,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => 75,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => 9,
+        (
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK
+            | libc::TCP_DEFER_ACCEPT
+            | libc::TCP_USER_TIMEOUT
+            | libc::TCP_FASTOPEN
+            | libc::TCP_NOTSENT_LOWAT,
+        ) => 0,
+        _ => return None,
+    })
 }
 
 /// SO_ERROR: the pending error (refused, reset), reported once.

@@ -328,6 +328,26 @@ static int client(void) {
   vl = sizeof v;
   getsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &v, &vl);
   show("opt.keepalive_get", v);
+  /* options a program queries without setting them: Linux's defaults */
+  static const struct { const char *name; int level, opt; } unset[] = {
+      {"opt.unset.fastopen", IPPROTO_TCP, TCP_FASTOPEN},
+      {"opt.unset.defer_accept", IPPROTO_TCP, TCP_DEFER_ACCEPT},
+      {"opt.unset.cork", IPPROTO_TCP, TCP_CORK},
+      {"opt.unset.keepidle", IPPROTO_TCP, TCP_KEEPIDLE},
+      {"opt.unset.keepintvl", IPPROTO_TCP, TCP_KEEPINTVL},
+      {"opt.unset.keepcnt", IPPROTO_TCP, TCP_KEEPCNT},
+      {"opt.unset.user_timeout", IPPROTO_TCP, TCP_USER_TIMEOUT},
+      {"opt.unset.rcvlowat", SOL_SOCKET, SO_RCVLOWAT},
+      {"opt.unset.ip_tos", IPPROTO_IP, IP_TOS},
+  };
+  for (unsigned i = 0; i < sizeof unset / sizeof unset[0]; i++) {
+    v = -7;
+    vl = sizeof v;
+    int rc = getsockopt(s, unset[i].level, unset[i].opt, &v, &vl);
+    show(unset[i].name, rc == 0 ? v : rc);
+  }
+  v = 7;
+  show("opt.defer_accept_set", setsockopt(s, IPPROTO_TCP, TCP_DEFER_ACCEPT, &v, sizeof v));
   int fl = 1;
   show("opt.fionbio", ioctl(s, FIONBIO, &fl));
   show("opt.fionbio_recv", recv(s, buf, sizeof buf, 0));
