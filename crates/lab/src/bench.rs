@@ -177,16 +177,16 @@ fn lines(v: &[Verdict]) -> Vec<String> {
     v.iter().map(Verdict::line).collect()
 }
 
-/// Writes `res` as JSON to `json` and into `report` as `NAME.json` and `NAME.md` (`md`).
+/// Writes `res` as JSON to `json` and into `report_dir` as `NAME.json` and `NAME.md` (`md`).
 fn write_outputs(
     res: &Results,
     json: Option<&PathBuf>,
-    report: Option<&PathBuf>,
+    report_dir: Option<&PathBuf>,
     name: &str,
     md: impl FnOnce() -> String,
 ) -> Result<()> {
     let mut outputs: Vec<PathBuf> = json.into_iter().cloned().collect();
-    if let Some(dir) = report {
+    if let Some(dir) = report_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         outputs.push(dir.join(format!("{name}.json")));
         let path = dir.join(format!("{name}.md"));
@@ -197,6 +197,23 @@ fn write_outputs(
         std::fs::write(f, serde_json::to_vec_pretty(res)?)
             .with_context(|| format!("writing {}", f.display()))?;
         eprintln!("wrote {}", f.display());
+    }
+    Ok(())
+}
+
+/// [`write_outputs`], then the report of `report_dir` rebuilt (`index.html`, `report.md`) over
+/// every results file in it.
+fn publish(
+    res: &Results,
+    json: Option<&PathBuf>,
+    report_dir: Option<&PathBuf>,
+    name: &str,
+    md: impl FnOnce() -> String,
+) -> Result<()> {
+    write_outputs(res, json, report_dir, name, md)?;
+    if let Some(dir) = report_dir {
+        let index = report::build_dir(dir)?;
+        eprintln!("wrote {}", index.display());
     }
     Ok(())
 }
@@ -341,17 +358,13 @@ pub fn run(workload: Workload, args: BenchArgs) -> Result<()> {
     if args.ipv6 {
         name.push_str("-ipv6");
     }
-    write_outputs(
+    publish(
         &res,
         args.json.as_ref(),
         args.report.as_ref(),
         &name,
         || markdown::bench(title, note, &res),
     )?;
-    if let Some(dir) = &args.report {
-        let index = report::build_dir(dir)?;
-        eprintln!("wrote {}", index.display());
-    }
     Ok(())
 }
 
@@ -566,17 +579,13 @@ pub fn run_rate(args: RateArgs) -> Result<()> {
         targets,
         not_available: skipped,
     };
-    write_outputs(
+    publish(
         &res,
         args.json.as_ref(),
         args.report.as_ref(),
         "rate",
         || markdown::rate(&res, &phases),
     )?;
-    if let Some(dir) = &args.report {
-        let index = report::build_dir(dir)?;
-        println!("report: {}", index.display());
-    }
     Ok(())
 }
 
@@ -615,7 +624,7 @@ fn study_outputs(
         targets,
         not_available: skipped,
     };
-    write_outputs(&res, json, report_dir, &format!("tcp-{workload}"), || {
+    publish(&res, json, report_dir, &format!("tcp-{workload}"), || {
         format!(
             "# {title}\n\nCommand: `{}`\n\n{about}\n\n```text\n{}```\n\n{}\n",
             res.env.command,
@@ -629,10 +638,6 @@ fn study_outputs(
                 .collect::<String>()
         )
     })?;
-    if let Some(dir) = report_dir {
-        let index = report::build_dir(dir)?;
-        eprintln!("wrote {}", index.display());
-    }
     Ok(())
 }
 

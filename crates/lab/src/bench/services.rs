@@ -188,7 +188,7 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
         targets,
         not_available: skipped,
     };
-    write_outputs(
+    publish(
         &res,
         args.json.as_ref(),
         args.report.as_ref(),
@@ -206,10 +206,6 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
             )
         },
     )?;
-    if let Some(dir) = &args.report {
-        let index = report::build_dir(dir)?;
-        eprintln!("wrote {}", index.display());
-    }
     Ok(())
 }
 
@@ -422,17 +418,13 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
         targets,
         not_available: skipped,
     };
-    write_outputs(
+    publish(
         &res,
         args.json.as_ref(),
         args.report.as_ref(),
         "tcp-http",
         || markdown::http(&res),
     )?;
-    if let Some(dir) = &args.report {
-        let index = report::build_dir(dir)?;
-        eprintln!("wrote {}", index.display());
-    }
     Ok(())
 }
 
@@ -462,7 +454,7 @@ pub fn run_nat(args: crate::workload::nat::NatArgs) -> Result<()> {
         targets,
         not_available: Vec::new(),
     };
-    write_outputs(
+    publish(
         &res,
         args.json.as_ref(),
         args.report.as_ref(),
@@ -476,9 +468,5 @@ pub fn run_nat(args: crate::workload::nat::NatArgs) -> Result<()> {
         )
         },
     )?;
-    if let Some(dir) = &args.report {
-        let index = report::build_dir(dir)?;
-        eprintln!("wrote {}", index.display());
-    }
     Ok(())
 }
