@@ -272,6 +272,43 @@ static int client(void) {
   show("epoll.closed_member", epoll_wait(ep, out, 4, 100));
   close(ep);
 
+  /* readiness raised by another thread ends a wait when it comes, never by a timeout (the
+   * wait's own, or the 1 s a blocked DockLib call sleeps between its own polls, which would
+   * hide a lost wake-up): one epoll over 64 echo connections (every other one
+   * edge-triggered), the last made readable by a thread 300 ms later; then poll on the first */
+  {
+    enum { K = 64 };
+    int cs[K], ep3 = epoll_create1(0);
+    for (int i = 0; i < K; i++) {
+      cs[i] = conn('e');
+      struct epoll_event e = {.events = EPOLLIN | (i % 2 ? EPOLLET : 0), .data.u64 = (unsigned)i};
+      epoll_ctl(ep3, EPOLL_CTL_ADD, cs[i], &e);
+    }
+    show("xthread.epoll_idle", epoll_wait(ep3, out, 4, 50));
+    struct timespec t0, t1;
+    pthread_t w;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_create(&w, NULL, late_writer, (void *)(long)cs[K - 1]);
+    n = epoll_wait(ep3, out, 4, 10000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long waited = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    show("xthread.epoll_n", n);
+    show("xthread.epoll_the_ready_one", n == 1 && out[0].data.u64 == K - 1);
+    show("xthread.epoll_not_by_timeout", waited >= 250 && waited < 900);
+    pthread_join(w, NULL);
+    show("xthread.epoll_read", read(cs[K - 1], buf, sizeof buf));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_create(&w, NULL, late_writer, (void *)(long)cs[0]);
+    show("xthread.poll", wait_fd(cs[0], POLLIN, 10000) & POLLIN);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    waited = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    show("xthread.poll_not_by_timeout", waited >= 250 && waited < 900);
+    pthread_join(w, NULL);
+    for (int i = 0; i < K; i++)
+      close(cs[i]);
+    close(ep3);
+  }
+
   /* half-close by the server: it answers after our FIN */
   s = conn('h');
   show("srvhalf.write", write(s, "abc", 3));
