@@ -914,8 +914,6 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
     let o = s.opts().clone();
     let st = stack_if_attached()?;
     let buf = StackConfig::default().tcp_rx_buffer as i32;
-    let unset =
-        linux_default(level, name).filter(|_| level != libc::IPPROTO_TCP || s.proto == Proto::Tcp);
     Some(Ok(match (level, name) {
         (libc::SOL_SOCKET, libc::SO_ERROR) => OptVal::Int(so_error(&s)),
         (libc::SOL_SOCKET, libc::SO_TYPE) => OptVal::Int(match s.proto {
@@ -959,9 +957,17 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
             OptVal::Bytes(b"cubic\0".to_vec())
         }
         (libc::IPPROTO_TCP, libc::TCP_INFO) if s.proto == Proto::Tcp => OptVal::Bytes(tcp_info(&s)),
-        _ => match o.other.iter().find(|(k, _)| *k == (level, name)) {
-            Some((_, v)) => OptVal::Int(*v),
-            None if unset.is_some() => OptVal::Int(unset.unwrap_or_default()),
+        // what was set, else what Linux has for a socket that never set it
+        _ => match o
+            .other
+            .iter()
+            .find(|(k, _)| *k == (level, name))
+            .map(|(_, v)| *v)
+            .or_else(|| {
+                linux_default(level, name)
+                    .filter(|_| level != libc::IPPROTO_TCP || s.proto == Proto::Tcp)
+            }) {
+            Some(v) => OptVal::Int(v),
             None => {
                 let _ = st;
                 return Some(Err(unsupported(

@@ -366,10 +366,6 @@ impl<'a> RateRun<'a> {
             // loaded host) takes the next change after a bin, so no phase goes without one
             let mut changed = false;
             while !changed && next < events.len() && events[next].0 <= now + 1e-6 {
-                changed = match &events[next].1 {
-                    Event::Start(i, ..) | Event::Stop(i) => *i == 1,
-                    Event::Limit(..) => name == rate::STEPS,
-                };
                 match &events[next].1 {
                     Event::Start(i, secs, size) => {
                         let proto = if *i == 0 { "tcp" } else { "udp" };
@@ -378,12 +374,14 @@ impl<'a> RateRun<'a> {
                         if *i == 1 {
                             phase[0] = rate::UDP_ON.into();
                             phase[1] = rate::UDP_ON.into();
+                            changed = true;
                         }
                     }
                     Event::Stop(i) => {
                         if *i == 1 {
                             phase[0] = "after".into();
                             phase[1] = "off".into();
+                            changed = true;
                         }
                     }
                     Event::Limit(i, lim) => {
@@ -401,6 +399,7 @@ impl<'a> RateRun<'a> {
                                 Lim::Present => rate::PRESENT[again].into(),
                                 l => l.phase(),
                             };
+                            changed = true;
                         }
                     }
                 }
