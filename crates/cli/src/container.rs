@@ -23,7 +23,9 @@ use std::process::{Command, ExitCode};
 /// What `docknet run` was asked for.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Pipe to attach.
+    /// Pipe to attach. A pipe serves one container at a time: while another container that
+    /// still has processes holds it, the run waits up to 3 s for them to exit (a container
+    /// restarted right after it was killed) and then fails.
     #[arg(long)]
     pub pipe: String,
     /// Pin the container to this core.
@@ -234,8 +236,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     };
     drop(go_r);
     let netns = format!("/proc/{}/ns/net", std::process::id());
-    let attached = client
-        .pipe_attach(&a.pipe, &netns, Some(&a.socket_name))
+    let attached = attach_when_free(&mut client, &a.pipe, &netns, &a.socket_name)
         .context("handing the pipe to the container");
     drop(client);
     // while the init builds the walls: the container's own id must be no host account's (the
@@ -278,6 +279,34 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
         }
     }
     code
+}
+
+/// How long `docknet run` waits for the pipe's previous container to leave its network
+/// namespace. A container killed a moment ago (its supervisor SIGKILLed, as a restart does)
+/// still has processes exiting there for a few milliseconds, and the daemon hands a pipe to one
+/// container at a time.
+const ATTACH_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Asks the daemon for the pipe; while it is attached to a container whose namespace still has
+/// processes, asks again every 20 ms for up to [`ATTACH_WAIT`], then returns the refusal.
+fn attach_when_free(
+    client: &mut docknet_daemon::proto::Client,
+    pipe: &str,
+    netns: &str,
+    socket: &str,
+) -> Result<docknet_daemon::proto::Attached, docknet_daemon::proto::ClientError> {
+    use docknet_daemon::proto::{ClientError, ErrorCode};
+    let t = std::time::Instant::now();
+    loop {
+        match client.pipe_attach(pipe, netns, Some(socket)) {
+            Err(ClientError::Api(e))
+                if e.code == ErrorCode::Exists && t.elapsed() < ATTACH_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// The file name of the preload library, beside the `docknet` binary.
