@@ -204,7 +204,7 @@ impl Epoll {
         let Some(st) = stack_if_attached() else {
             return sys::epoll_wait(self.kfd, out, timeout_ms);
         };
-        let deadline = deadline(timeout_ms);
+        let deadline = deadline_of(timeout_ms);
         let mut mark = crate::sig::mark();
         loop {
             let token = self.waker.token();
@@ -435,7 +435,11 @@ impl Spin {
     }
 }
 
-fn deadline(timeout_ms: i32) -> Option<Instant> {
+/// A short list kept on the stack (what one `poll` or `select` call looks at, usually a
+/// handful of descriptors).
+type Few<T> = smallvec::SmallVec<[T; 8]>;
+
+fn deadline_of(timeout_ms: i32) -> Option<Instant> {
     (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
 }
 
@@ -455,10 +459,10 @@ fn ms(d: Option<Duration>) -> i32 {
 
 /// One look at `socks` (one poll of the stack): (index, poll bits) of those ready for what
 /// they are watched for (errors always count).
-fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Vec<(usize, u32)> {
-    let mut idx = Vec::with_capacity(socks.len());
-    let mut watches = Vec::with_capacity(socks.len());
-    let mut res = Vec::new();
+fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Few<(usize, u32)> {
+    let mut idx: Few<usize> = Few::new();
+    let mut watches: Few<Watch<'_>> = Few::new();
+    let mut res = Few::new();
     for (i, (s, ev)) in socks.iter().enumerate() {
         match s.watch(*ev) {
             Some(w) => {
@@ -495,7 +499,17 @@ fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Vec<(usize, u32)> {
 
 /// `poll` over `fds` where at least one is a DockNet socket; `None` when none is.
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
-    let mut dn: Vec<(usize, Arc<Sock>)> = Vec::new();
+    poll_timed(fds, timeout_ms, &mut None)
+}
+
+/// [`poll`], leaving in `deadline` the deadline it set when it first had to wait (`None`: it
+/// answered at once, so none of the timeout went by, and no clock was read).
+pub fn poll_timed(
+    fds: &mut [libc::pollfd],
+    timeout_ms: i32,
+    deadline: &mut Option<Option<Instant>>,
+) -> Option<R<usize>> {
+    let mut dn: Few<(usize, Arc<Sock>)> = Few::new();
     for (i, p) in fds.iter().enumerate() {
         if TABLE.maybe(p.fd) {
             if let Some(s) = TABLE.sock(p.fd).filter(|s| s.adopted()) {
@@ -507,24 +521,27 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         return None;
     }
     let st = stack_if_attached()?;
-    let kidx: Vec<usize> = (0..fds.len())
+    let kidx: Few<usize> = (0..fds.len())
         .filter(|i| !dn.iter().any(|(j, _)| j == i))
         .collect();
-    let mut kfds: Vec<libc::pollfd> = kidx.iter().map(|&i| fds[i]).collect();
-    let socks: Vec<(Arc<Sock>, u32)> = dn
-        .iter()
-        .map(|(i, s)| (s.clone(), fds[*i].events as u16 as u32))
-        .collect();
-    let deadline = deadline(timeout_ms);
+    let mut kfds: Few<libc::pollfd> = kidx.iter().map(|&i| fds[i]).collect();
+    // (index in `fds`, and the socket with the events asked for)
+    let (at, socks): (Few<usize>, Few<(Arc<Sock>, u32)>) = dn
+        .into_iter()
+        .map(|(i, s)| (i, (s, fds[i].events as u16 as u32)))
+        .unzip();
+    // The deadline and the spin start with the first look that finds nothing: a call that
+    // finds something at once (most of them, in a busy loop) reads no clock.
+    *deadline = None;
     let mut mark = crate::sig::mark();
-    let mut spin = Spin::new(deadline);
+    let mut spin: Option<Spin> = None;
     Some(loop {
         for p in fds.iter_mut() {
             p.revents = 0;
         }
         let mut n = 0;
         for (j, bits) in check(st, &socks) {
-            let i = dn[j].0;
+            let i = at[j];
             let want = fds[i].events as u16 as u32 | (libc::POLLERR | libc::POLLHUP) as u32;
             let b = bits & want;
             if b != 0 {
@@ -547,12 +564,13 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         if n > 0 {
             break Ok(n);
         }
+        let deadline = *deadline.get_or_insert_with(|| deadline_of(timeout_ms));
         let left = remaining(deadline);
         if left == Some(Duration::ZERO) {
             break Ok(0);
         }
         if kfds.is_empty() {
-            let watches: Vec<Watch<'_>> = socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
+            let watches: Few<Watch<'_>> = socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
             let mut ready = Vec::new();
             let token = crate::sig::SIG_WAKER.token();
             if mark.take().is_some() {
@@ -569,7 +587,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
         // mixed: look at both for the idle policy's spin and yield time (the loop's next
         // rounds), then sleep on the kernel descriptors plus our eventfd, which the notifier
         // signals
-        if spin.next() {
+        if spin.get_or_insert_with(|| Spin::new(deadline)).next() {
             continue;
         }
         if mark.take().is_some() {
@@ -579,7 +597,7 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
             Ok(f) => f,
             Err(e) => break Err(e),
         };
-        let mut all = kfds.clone();
+        let mut all: Vec<libc::pollfd> = kfds.to_vec();
         all.push(libc::pollfd {
             fd: wfd,
             events: libc::POLLIN,

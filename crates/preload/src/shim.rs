@@ -950,6 +950,7 @@ unsafe fn select_inner(
     w: *mut libc::fd_set,
     e: *mut libc::fd_set,
     ms: c_int,
+    deadline: &mut Option<Option<std::time::Instant>>,
 ) -> Option<R<c_int>> {
     if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) {
         return None;
@@ -958,7 +959,7 @@ unsafe fn select_inner(
         // SAFETY: `set` is a valid fd_set and fd < FD_SETSIZE.
         !set.is_null() && unsafe { libc::FD_ISSET(fd, set) }
     };
-    let mut pfds = Vec::new();
+    let mut pfds: smallvec::SmallVec<[libc::pollfd; 16]> = smallvec::SmallVec::new();
     let mut any = false;
     for fd in 0..nfds {
         let mut ev = 0;
@@ -972,7 +973,9 @@ unsafe fn select_inner(
             ev |= libc::POLLPRI;
         }
         if ev != 0 {
-            any |= ops::is_docknet(fd);
+            // the lock-free bitmap only: `event::poll` looks the sockets up once, and answers
+            // `None` (the kernel's select) when none of them is DockNet's
+            any |= ops::TABLE.maybe(fd);
             pfds.push(libc::pollfd {
                 fd,
                 events: ev,
@@ -983,7 +986,7 @@ unsafe fn select_inner(
     if !any {
         return None;
     }
-    let res = guard(|| event::poll(&mut pfds, ms))?;
+    let res = guard(|| event::poll_timed(&mut pfds, ms, deadline))?;
     Some(res.and_then(|_| {
         let mut count = 0;
         for set in [r, w, e] {
@@ -1029,12 +1032,20 @@ pub unsafe extern "C" fn select(
         (tv.tv_sec.max(0) as i64 * 1000 + (tv.tv_usec.max(0) as i64 + 999) / 1000)
             .min(i32::MAX as i64) as c_int
     };
-    let start = std::time::Instant::now();
+    let mut deadline = None;
     // SAFETY: the caller's sets.
-    if let Some(res) = unsafe { select_inner(nfds, r, w, e, ms) } {
-        if !t.is_null() && ms >= 0 {
-            // Linux writes back the time not slept
-            let left = Duration::from_millis(ms as u64).saturating_sub(start.elapsed());
+    if let Some(res) = unsafe { select_inner(nfds, r, w, e, ms, &mut deadline) } {
+        // Linux writes back the time not slept; an answer that came at once (no deadline was
+        // set) slept none, and the caller's timeval already says so
+        if let (false, Some(Some(d))) = (t.is_null(), deadline) {
+            // SAFETY: the caller's timeval.
+            let tv = unsafe { std::ptr::read_unaligned(t) };
+            let asked = Duration::from_secs(tv.tv_sec.max(0) as u64)
+                + Duration::from_micros(tv.tv_usec.clamp(0, 999_999) as u64);
+            // (the deadline is whole milliseconds, rounded up: never more than was asked)
+            let left = d
+                .saturating_duration_since(std::time::Instant::now())
+                .min(asked);
             // SAFETY: the caller's timeval.
             unsafe {
                 (*t).tv_sec = left.as_secs() as libc::time_t;
@@ -1059,7 +1070,7 @@ pub unsafe extern "C" fn pselect(
     // SAFETY: `mask` is null or the caller's sigset.
     let old = sys::sigmask_set(unsafe { mask.as_ref() });
     // SAFETY: the caller's sets.
-    let res = unsafe { select_inner(nfds, r, w, e, ts_ms(t)) };
+    let res = unsafe { select_inner(nfds, r, w, e, ts_ms(t), &mut None) };
     sys::sigmask_set(old.as_ref());
     if let Some(res) = res {
         return ret(res);

@@ -243,6 +243,9 @@ static int client(void) {
   struct timeval tv = {3, 0};
   show("select.n", select(s + 1, &rs, NULL, NULL, &tv));
   show("select.isset", FD_ISSET(s, &rs) != 0);
+  /* Linux writes back the time not slept: most of the 3 s, never more */
+  long left_us = tv.tv_sec * 1000000L + tv.tv_usec;
+  show("select.left_most", left_us > 2000000L && left_us <= 3000000L);
   usleep(20000);
   show("select.read", read(s, buf, sizeof buf));
   FD_ZERO(&rs);
@@ -250,6 +253,19 @@ static int client(void) {
   tv.tv_sec = 0;
   tv.tv_usec = 100000;
   show("select.timeout", select(s + 1, &rs, NULL, NULL, &tv));
+  show("select.timeout_left_none", tv.tv_sec == 0 && tv.tv_usec == 0);
+  /* answered at once: all of the time is left */
+  send(s, "now", 3, 0);
+  wait_fd(s, POLLIN, 3000);
+  usleep(20000);
+  FD_ZERO(&rs);
+  FD_SET(s, &rs);
+  tv.tv_sec = 1;
+  tv.tv_usec = 500;
+  show("select.at_once", select(s + 1, &rs, NULL, NULL, &tv));
+  left_us = tv.tv_sec * 1000000L + tv.tv_usec;
+  show("select.at_once_left", left_us > 900000L && left_us <= 1000500L);
+  show("select.at_once_read", read(s, buf, sizeof buf));
 
   /* dup: the same connection through two descriptors */
   int d = dup(s);
