@@ -4,8 +4,9 @@
 
 use crate::event::Epoll;
 use crate::sock::Sock;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 /// Descriptors below this are answered by the bitmap alone; above it the map is asked.
 const BITMAP_FDS: usize = 1 << 16;
@@ -25,6 +26,41 @@ pub enum Entry {
 pub struct Table {
     bits: Box<[AtomicU64]>,
     map: RwLock<Vec<Option<Entry>>>,
+    /// Bumped by every change of `map`: a thread's cached look-ups hold while it is unchanged.
+    generation: AtomicU64,
+}
+
+/// A cached look-up: weak, so a socket closed by another thread is not kept alive (its close
+/// takes effect when the last strong reference goes, as before).
+#[derive(Debug, Clone)]
+enum Seen {
+    Absent,
+    Sock(Weak<Sock>),
+    Epoll(Weak<Epoll>),
+}
+
+/// Slots in a thread's cache (a program's thread mostly works a handful of descriptors).
+const CACHED: usize = 8;
+
+/// A thread's last look-ups in one table at one generation. A hit costs no lock (the read
+/// lock's two atomic operations), only the weak reference's upgrade.
+#[derive(Debug)]
+struct Cache {
+    table: usize,
+    generation: u64,
+    next: usize,
+    slots: [(i32, Seen); CACHED],
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            table: 0,
+            generation: 0,
+            next: 0,
+            slots: [const { (-1, Seen::Absent) }; CACHED],
+        })
+    };
 }
 
 impl Default for Table {
@@ -39,6 +75,7 @@ impl Table {
         Table {
             bits: (0..BITMAP_FDS / 64).map(|_| AtomicU64::new(0)).collect(),
             map: RwLock::new(Vec::new()),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -79,7 +116,66 @@ impl Table {
         if !self.maybe(fd) {
             return None;
         }
-        self.read().get(fd as usize).and_then(Clone::clone)
+        // SYNC: Acquire pairs with the Release bump in `changed`: a change that happened
+        // before this call (in this thread, or in one that told this one about it) shows as a
+        // new generation, and the cache is not used for it.
+        let generation = self.generation.load(Ordering::Acquire);
+        let me = self as *const Table as usize;
+        // The cache is skipped where it cannot be borrowed (a signal handler that interrupted
+        // a look-up in this thread, a thread being torn down).
+        let hit = CACHE
+            .try_with(|c| {
+                let c = c.try_borrow().ok()?;
+                if c.table != me || c.generation != generation {
+                    return None;
+                }
+                let (_, seen) = c.slots.iter().find(|(f, _)| *f == fd)?;
+                match seen {
+                    Seen::Absent => Some(None),
+                    Seen::Sock(w) => w.upgrade().map(|s| Some(Entry::Sock(s))),
+                    Seen::Epoll(w) => w.upgrade().map(|e| Some(Entry::Epoll(e))),
+                }
+            })
+            .ok()
+            .flatten();
+        if let Some(e) = hit {
+            return e;
+        }
+        let e = self.read().get(fd as usize).and_then(Clone::clone);
+        let seen = match &e {
+            None => Seen::Absent,
+            Some(Entry::Sock(s)) => Seen::Sock(Arc::downgrade(s)),
+            Some(Entry::Epoll(x)) => Seen::Epoll(Arc::downgrade(x)),
+        };
+        let _ = CACHE.try_with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return;
+            };
+            if c.table != me || c.generation != generation {
+                // (read before the look-up: what was looked up is at least that new)
+                c.table = me;
+                c.generation = generation;
+                for slot in c.slots.iter_mut() {
+                    *slot = (-1, Seen::Absent);
+                }
+            }
+            let at = match c.slots.iter().position(|(f, _)| *f == fd) {
+                Some(i) => i,
+                None => {
+                    let i = c.next;
+                    c.next = (i + 1) % CACHED;
+                    i
+                }
+            };
+            c.slots[at] = (fd, seen);
+        });
+        e
+    }
+
+    /// Marks a change of the map (called with the write lock held).
+    fn changed(&self) {
+        // SYNC: Release pairs with the Acquire load in `get`.
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// The socket at `fd`.
@@ -110,6 +206,7 @@ impl Table {
         }
         let old = m[i].replace(e);
         self.mark(fd, true);
+        self.changed();
         old
     }
 
@@ -121,6 +218,7 @@ impl Table {
         let mut m = self.write();
         let old = m.get_mut(fd as usize).and_then(Option::take);
         self.mark(fd, false);
+        self.changed();
         old
     }
 
@@ -160,5 +258,41 @@ mod tests {
         assert!(!t.maybe(5));
         assert!(t.remove(5).is_none());
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn a_cached_look_up_follows_changes_and_keeps_nothing_alive() {
+        let t = Table::new();
+        let a = Arc::new(Sock::new(Proto::Tcp, false));
+        t.insert(7, Entry::Sock(a.clone()));
+        assert_eq!(t.sock(7).unwrap().id, a.id);
+        assert_eq!(t.sock(7).unwrap().id, a.id); // from the cache
+                                                 // replaced: the next look-up sees the new socket, not the cached one
+        let b = Arc::new(Sock::new(Proto::Tcp, false));
+        t.insert(7, Entry::Sock(b.clone()));
+        assert_eq!(t.sock(7).unwrap().id, b.id);
+        // removed: gone at once, and the cache held no strong reference
+        let w = Arc::downgrade(&b);
+        drop(b);
+        drop(t.remove(7));
+        assert!(t.get(7).is_none());
+        assert!(
+            w.upgrade().is_none(),
+            "the cache kept a closed socket alive"
+        );
+        // another table's entries are not taken for this one's
+        let u = Table::new();
+        u.insert(7, Entry::Sock(a.clone()));
+        assert!(t.get(7).is_none());
+        assert_eq!(u.sock(7).unwrap().id, a.id);
+        // a change made by another thread is seen by this one's next look-up
+        let c = Arc::new(Sock::new(Proto::Udp, false));
+        let c2 = c.clone();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                u.insert(7, Entry::Sock(c2));
+            });
+        });
+        assert_eq!(u.sock(7).unwrap().id, c.id);
     }
 }
