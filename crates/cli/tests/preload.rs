@@ -100,7 +100,7 @@ fn run_args(
 }
 
 /// A server container, killed (with its container) when dropped.
-struct Server(Child);
+struct Server(Option<Child>);
 
 impl Server {
     fn start(lab: &Lab, pipe: &str, binds: &[&Path], args: &[&str]) -> Server {
@@ -109,7 +109,36 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("server container");
-        Server(c)
+        Server(Some(c))
+    }
+
+    /// A server container whose output is kept, for [`Server::finish`].
+    fn start_captured(lab: &Lab, pipe: &str, args: &[&str]) -> Server {
+        let c = run_args(lab, pipe, &[], &[], args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("server container");
+        Server(Some(c))
+    }
+
+    /// Waits for the server to end on its own (at most `limit`); its output.
+    fn finish(mut self, limit: Duration) -> Output {
+        let mut c = self.0.take().expect("a running server");
+        let t = Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            if t.elapsed() > limit {
+                let _ = c.kill();
+                let o = c.wait_with_output().unwrap();
+                panic!(
+                    "the server did not end in {limit:?}: stdout {} stderr {}",
+                    text(&o),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        c.wait_with_output().unwrap()
     }
 }
 
@@ -117,8 +146,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         // SIGKILL to `docknet run`: its init dies with it (parent-death signal), and with the
         // init the container's PID namespace
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -276,6 +307,74 @@ fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
             let first = text(&o).lines().next().unwrap_or("").to_string();
             assert_eq!(first, "refused.connect: -1 ENETUNREACH", "{}", text(&o));
         }
+    }
+}
+
+/// A forked child is refused the DockNet sockets it inherited (they belong to the parent's
+/// stack, which alone may drive the pipe's rings), at once and with one line on stderr, and the
+/// parent's connection carries on undisturbed.
+#[test]
+fn a_forked_child_is_refused_inherited_sockets_and_the_parent_carries_on() {
+    if !ready("preload fork", &[("cc", "gcc")]) {
+        return;
+    }
+    let dir = workdir("forked");
+    let bin = dir.path().join("forked");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/preload/forked.c");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(src)
+        .output()
+        .unwrap();
+    must(&cc, "cc forked.c");
+    let b = bin.to_str().unwrap();
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        let server = Server::start_captured(&lab, &s, &[b, "server", "7400"]);
+        let o = client(
+            &lab,
+            &c,
+            &[],
+            &[],
+            &[b, "client", &ip, "7400"],
+            Duration::from_secs(60),
+        );
+        let out = must(&o, "the client");
+        assert!(
+            out.contains("client.ready: 1 R"),
+            "fast channel {fc}: {out}"
+        );
+        assert!(
+            out.contains("client.echo: 4 ping"),
+            "fast channel {fc}: {out}"
+        );
+        let so = server.finish(Duration::from_secs(30));
+        let got = text(&so);
+        let err = String::from_utf8_lossy(&so.stderr).into_owned();
+        for want in [
+            "listener.accept: -1 EOPNOTSUPP",
+            "listener.poll: 1 nval 1",
+            "listener.epoll_ctl: -1 EPERM",
+            "listener.close: 0",
+            "parent.accept: 1",
+            "conn.recv: -1 EOPNOTSUPP",
+            "conn.send: -1 EOPNOTSUPP",
+            "conn.poll: 1 nval 1",
+            "conn.epoll_ctl: -1 EPERM",
+            "conn.close: 0",
+            "parent.recv: 4",
+            "parent.send: 4",
+        ] {
+            assert!(
+                got.lines().any(|l| l == want),
+                "fast channel {fc}: no {want:?} in\n{got}\nstderr:\n{err}"
+            );
+        }
+        assert!(
+            err.contains("cannot be used in a child process after fork"),
+            "fast channel {fc}: {err}"
+        );
     }
 }
 

@@ -509,6 +509,9 @@ pub fn poll_timed(
     timeout_ms: i32,
     deadline: &mut Option<Option<Instant>>,
 ) -> Option<R<usize>> {
+    if ops::forked() {
+        return poll_inherited(fds);
+    }
     let mut dn: Few<(usize, Arc<Sock>)> = Few::new();
     for (i, p) in fds.iter().enumerate() {
         if TABLE.maybe(p.fd) {
@@ -611,6 +614,38 @@ pub fn poll_timed(
             break Err(e);
         }
     })
+}
+
+/// `poll` in a forked child: the DockNet sockets it inherited are reported invalid
+/// (`POLLNVAL`) at once, with one line on stderr, instead of never becoming ready; the kernel's
+/// descriptors beside them are looked at as they are now. `None` when it inherited none.
+fn poll_inherited(fds: &mut [libc::pollfd]) -> Option<R<usize>> {
+    let dead: Few<bool> = fds.iter().map(|p| ops::inherited(p.fd)).collect();
+    if !dead.contains(&true) {
+        return None;
+    }
+    let _ = ops::inherited_error();
+    let mut kfds: Few<libc::pollfd> = fds
+        .iter()
+        .zip(&dead)
+        .filter(|(_, d)| !**d)
+        .map(|(p, _)| *p)
+        .collect();
+    let k = match sys::poll(&mut kfds, 0) {
+        Ok(k) => k,
+        Err(e) => return Some(Err(e)),
+    };
+    let mut kernel = kfds.iter();
+    let mut n = k;
+    for (p, d) in fds.iter_mut().zip(&dead) {
+        if *d {
+            p.revents = libc::POLLNVAL;
+            n += 1;
+        } else if let Some(q) = kernel.next() {
+            p.revents = q.revents;
+        }
+    }
+    Some(Ok(n))
 }
 
 thread_local! {

@@ -144,8 +144,52 @@ fn rand16() -> u16 {
     h.finish() as u16
 }
 
-fn sock(fd: i32) -> Option<Arc<Sock>> {
-    TABLE.sock(fd)
+/// The socket at `fd` for an operation. `None`: not DockNet's, the kernel's call (in a forked
+/// child also a socket still undecided: the child's sockets are the kernel's). `Err`: a DockNet
+/// socket a forked child inherited, which it must not drive (see [`inherited`]).
+fn sock(fd: i32) -> Option<R<Arc<Sock>>> {
+    let s = TABLE.sock(fd)?;
+    if !forked() {
+        return Some(Ok(s));
+    }
+    s.adopted().then(|| Err(inherited_error()))
+}
+
+/// The socket at `fd` for an operation, or a return from the calling operation: with `None`
+/// (the kernel's call) or with the error of an inherited socket.
+macro_rules! ours {
+    ($fd:expr) => {
+        match sock($fd)? {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+}
+
+/// Whether `fd` is a DockNet socket (or an epoll instance with DockNet members) that this
+/// process inherited through `fork`. Its connection lives in the parent's stack, and that
+/// stack alone drives the pipe's rings (single producer, single consumer): the child's copy of
+/// it must never touch them, so every call on such a descriptor but `close` fails at once.
+pub fn inherited(fd: i32) -> bool {
+    if !forked() || !TABLE.maybe(fd) {
+        return false;
+    }
+    match TABLE.get(fd) {
+        Some(Entry::Sock(s)) => s.adopted(),
+        Some(Entry::Epoll(e)) => e.members.lock().map(|m| !m.is_empty()).unwrap_or(true),
+        None => false,
+    }
+}
+
+/// The error of a call on an inherited DockNet descriptor, with one line on stderr (once).
+pub fn inherited_error() -> Errno {
+    log_once(&format!(
+        "a DockNet socket cannot be used in a child process after fork (pid {}): it belongs to \
+         the parent, whose stack drives the pipe; run the program as one process (nginx: \
+         master_process off)",
+        std::process::id()
+    ));
+    libc::EOPNOTSUPP
 }
 
 // ---------------------------------------------------------------------------------------
@@ -199,7 +243,7 @@ fn v4(addr: Option<SocketAddrV4>) -> R<SocketAddrV4> {
 
 /// `bind(2)`. `addr`: the address if it is AF_INET (`None`: another family).
 pub fn bind(fd: i32, addr: Option<SocketAddrV4>) -> Option<R<()>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     if s.adopted() {
         return Some(Err(libc::EINVAL));
     }
@@ -241,7 +285,7 @@ fn bind_docknet(fd: i32, s: &Sock, st: &Stack, a: SocketAddrV4) -> R<()> {
 
 /// `listen(2)`.
 pub fn listen(fd: i32) -> Option<R<()>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     if s.proto == Proto::Udp {
         return if s.adopted() {
             Some(Err(libc::EOPNOTSUPP))
@@ -278,7 +322,7 @@ pub fn listen(fd: i32) -> Option<R<()>> {
 
 /// `connect(2)`. `addr`: `Some(Some(a))` AF_INET, `Some(None)` AF_UNSPEC, `None` other.
 pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     if let Some(c) = s.conn.get() {
         return Some(connect_again(&s, c, addr));
     }
@@ -393,7 +437,7 @@ fn apply_stream_opts(s: &Sock, t: &TcpStream) {
 
 /// `accept4(2)`: the new connection's descriptor and its peer.
 pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     let Some(Conn::Listener(l, _)) = s.conn.get() else {
         return if s.adopted() {
             Some(Err(libc::EINVAL))
@@ -450,7 +494,7 @@ fn as_v4(a: std::net::SocketAddr) -> SocketAddrV4 {
 
 /// `getsockname(2)`.
 pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     let st = stack_if_attached()?;
     Some(match s.conn.get() {
         Some(Conn::Stream(t)) => Ok(t
@@ -475,7 +519,7 @@ pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
 
 /// `getpeername(2)`.
 pub fn peer_name(fd: i32) -> Option<R<SocketAddrV4>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     Some(match s.conn.get() {
         Some(Conn::Stream(t)) => match t.connect_result() {
             Some(Ok(())) => t.peer_addr().map(as_v4).ok_or(libc::ENOTCONN),
@@ -522,7 +566,7 @@ pub fn recv(
     buf: &mut [u8],
     flags: i32,
 ) -> Option<R<(usize, usize, Option<SocketAddrV4>)>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     let Some(c) = s.conn.get() else {
         return if s.adopted() {
             Some(Err(libc::ENOTCONN))
@@ -662,7 +706,7 @@ fn blocking<T>(
 
 /// `sendto(2)` and friends: bytes taken from `buf`. `to`: the destination given, if any.
 pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option<R<usize>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     let c = match s.conn.get() {
         Some(c) => c,
         None if s.proto == Proto::Udp && to.is_some() => {
@@ -740,7 +784,7 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
 
 /// `shutdown(2)`.
 pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     let c = match s.conn.get() {
         Some(c) => c,
         None if s.adopted() => return Some(Err(libc::ENOTCONN)),
@@ -824,7 +868,7 @@ pub fn setsockopt(
     time: Option<Option<Duration>>,
     linger: Option<(bool, i32)>,
 ) -> Option<R<()>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     if !s.adopted() {
         // still the kernel's socket: the kernel applies it too (the caller passes it on),
         // and it is recorded for the DockNet socket it may become
@@ -907,7 +951,7 @@ fn record_opt(
 
 /// `getsockopt(2)`.
 pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
-    let s = sock(fd)?;
+    let s = ours!(fd);
     if !s.adopted() {
         return None;
     }
@@ -1047,7 +1091,7 @@ fn tcp_info(s: &Sock) -> Vec<u8> {
 
 /// `fcntl(2)` commands that concern a socket's status flags.
 pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
-    let s = sock(fd)?;
+    let s = TABLE.sock(fd).filter(|_| !forked())?;
     match cmd {
         libc::F_GETFL if s.adopted() => Some(Ok(libc::O_RDWR
             | if s.nonblock.load(Ordering::Relaxed) {
@@ -1070,7 +1114,11 @@ pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
 
 /// `ioctl(2)` on a socket: FIONBIO (`arg`: the int), FIONREAD, SIOCOUTQ.
 pub fn ioctl(fd: i32, req: u64, arg: Option<i32>) -> Option<R<Option<i32>>> {
-    let s = sock(fd)?;
+    if req == libc::FIONBIO && forked() {
+        // only a flag, as `fcntl` is: the kernel's, on the descriptor itself
+        return None;
+    }
+    let s = ours!(fd);
     if req == libc::FIONBIO {
         s.nonblock.store(arg.unwrap_or(0) != 0, Ordering::Relaxed);
         return if s.adopted() { Some(Ok(None)) } else { None };
@@ -1095,7 +1143,7 @@ pub fn sendfile(out_fd: i32, in_fd: i32, off: Option<&mut i64>, count: usize) ->
     if TABLE.sock(in_fd).is_some_and(|s| s.adopted()) {
         return Some(Err(libc::EINVAL));
     }
-    let s = sock(out_fd)?;
+    let s = ours!(out_fd);
     if !s.adopted() {
         return None;
     }

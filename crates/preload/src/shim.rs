@@ -1102,6 +1102,12 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     ev: *mut libc::epoll_event,
 ) -> c_int {
+    if op != libc::EPOLL_CTL_DEL && (ops::inherited(fd) || ops::inherited(epfd)) {
+        // a forked child's copy of a DockNet socket never becomes ready: refused, as epoll
+        // refuses a descriptor it cannot watch
+        let _ = ops::inherited_error();
+        return ret(Err(libc::EPERM));
+    }
     if TABLE.maybe(epfd) {
         if let Some(ep) = TABLE.epoll(epfd) {
             let e = (!ev.is_null()).then(|| {
@@ -1144,6 +1150,10 @@ fn epoll_wait_inner(
     out: &mut [libc::epoll_event],
     timeout: c_int,
 ) -> Option<R<usize>> {
+    if ops::inherited(epfd) {
+        // an epoll instance of the parent's with DockNet members: they are the parent's
+        return Some(Err(ops::inherited_error()));
+    }
     let ep = TABLE.epoll(epfd)?;
     let has = !ep.members.lock().map(|m| m.is_empty()).unwrap_or(true);
     if !has {
