@@ -143,7 +143,12 @@ pub struct PipeDevice {
     /// listener's pool has been refilled, and is the next frame received.
     pub(crate) held_syn: Option<usize>,
     /// Neighbours told to smoltcp (see [`PipeDevice::learn`]): address, MAC, when.
-    learned: std::collections::HashMap<IpAddr, ([u8; 6], std::time::Instant)>,
+    learned: std::collections::HashMap<IpAddr, ([u8; 6], Instant)>,
+    /// The last of them (most frames come from the one peer a connection talks to: it is
+    /// checked without hashing).
+    last_learnt: Option<(IpAddr, [u8; 6], Instant)>,
+    /// The time of the poll in progress (smoltcp's, read once per poll).
+    now: Instant,
     /// A received frame that waits (in `rx_buf`) behind the ARP reply (neighbour
     /// advertisement) announcing its sender.
     after_arp: Option<usize>,
@@ -157,7 +162,7 @@ pub struct PipeDevice {
 }
 
 /// How long smoltcp is trusted to remember a neighbour it was told of (it forgets after 60 s).
-const LEARN_FOR: Duration = Duration::from_secs(30);
+const LEARN_FOR: smoltcp::time::Duration = smoltcp::time::Duration::from_secs(30);
 /// Neighbours remembered at most (the table is emptied beyond).
 const LEARN_MAX: usize = 1024;
 
@@ -180,6 +185,8 @@ impl PipeDevice {
             syn_heavy: Vec::new(),
             held_syn: None,
             learned: std::collections::HashMap::new(),
+            last_learnt: None,
+            now: Instant::from_micros(0),
             after_arp: None,
             arp_buf: [0; crate::frame::NA_LEN],
             arp_len: 0,
@@ -282,9 +289,16 @@ impl PipeDevice {
 
     /// Records that `ip` is at `mac`; false when smoltcp was told so recently.
     fn remember(&mut self, ip: IpAddr, mac: [u8; 6]) -> bool {
-        let now = std::time::Instant::now();
-        if let Some((m, t)) = self.learned.get(&ip) {
-            if *m == mac && now.duration_since(*t) < LEARN_FOR {
+        let now = self.now;
+        let fresh = |t: Instant| now >= t && now - t < LEARN_FOR;
+        if let Some((i, m, t)) = self.last_learnt {
+            if i == ip && m == mac && fresh(t) {
+                return false;
+            }
+        }
+        if let Some(&(m, t)) = self.learned.get(&ip) {
+            if m == mac && fresh(t) {
+                self.last_learnt = Some((ip, mac, t));
                 return false;
             }
         }
@@ -292,6 +306,7 @@ impl PipeDevice {
             self.learned.clear();
         }
         self.learned.insert(ip, (mac, now));
+        self.last_learnt = Some((ip, mac, now));
         true
     }
 
@@ -535,7 +550,8 @@ impl phy::Device for PipeDevice {
     type RxToken<'a> = PipeRxToken<'a>;
     type TxToken<'a> = PipeTxToken<'a>;
 
-    fn receive(&mut self, _now: Instant) -> Option<(PipeRxToken<'_>, PipeTxToken<'_>)> {
+    fn receive(&mut self, now: Instant) -> Option<(PipeRxToken<'_>, PipeTxToken<'_>)> {
+        self.now = now;
         // a frame behind its sender's announcement goes in the same poll, whatever the budget
         let n = if let Some(n) = self.after_arp.take() {
             n
