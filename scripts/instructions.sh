@@ -10,8 +10,8 @@
 # client's instructions per round trip: all of them inside the workload, and those in `write`,
 # in `read` (with its wait) and per poll of the stack. `--idle block` (the default) makes a wait
 # cost a futex sleep instead of polling rounds, so the count is the work per message. Needs
-# valgrind (`apt-get install valgrind`) and root (containers). Builds nothing: run
-# `cargo build --release -p docknet` first.
+# valgrind (`apt-get install valgrind`; scripts/setup.sh installs it) and root (containers).
+# Builds nothing: run `cargo build --release -p docknet` first (or set DOCKNET_BIN).
 set -euo pipefail
 
 size=64 seconds=3 idle=block json=0
@@ -27,8 +27,9 @@ while [ $# -gt 0 ]; do
 done
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-exe=$root/target/release/docknet
-dnperf=$root/target/release/dnperf
+bin=${DOCKNET_BIN:-$root/target/release}  # where docknet and dnperf are (default: the release build)
+exe=$bin/docknet
+dnperf=$bin/dnperf
 for t in valgrind callgrind_annotate; do
   command -v "$t" >/dev/null || { echo "instructions.sh: $t not found (apt-get install valgrind)" >&2; exit 1; }
 done
@@ -73,9 +74,9 @@ cost() { awk -v f="$1" '/%\)  \*  / && index($0, f) { gsub(",", "", $1); if ($1 
 calls() { awk -v f="$1" '/%\)  >  / && index($0, f) { s = $0; sub(/.*\(/, "", s); sub(/x\).*/, "", s); gsub(",", "", s); n += s } END { print n + 0 }' "$out/tree.txt"; }
 total=$(cost 'src/workload.rs:docknet_perf::workload::client')
 writes=$(calls 'TcpStream as std::io::Write>::write')
-write=$(cost 'tcp.rs:<docknet_lib::tcp::TcpStream as std::io::Write>::write')
-read=$(cost 'tcp.rs:<docknet_lib::tcp::TcpStream as std::io::Read>::read')
-poll=$(cost 'stack.rs:docknet_lib::stack::Inner::poll')
+write=$(cost ':<docknet_lib::tcp::TcpStream as std::io::Write>::write')
+read=$(cost ':<docknet_lib::tcp::TcpStream as std::io::Read>::read')
+poll=$(cost ':docknet_lib::stack::Inner::poll')
 polls=$(calls 'docknet_lib::stack::Inner::poll')
 [ "${writes:-0}" -gt 0 ] || { echo "instructions.sh: no round trips counted (see $out)" >&2; trap - EXIT; exit 1; }
 per() { echo $(( ${1:-0} / $2 )); }

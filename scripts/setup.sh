@@ -38,6 +38,7 @@ declare -A NEED=(
     [redis-server]=redis-server  # unmodified programs over DockNet (docknet run --preload)
     [redis-benchmark]=redis-tools
     [openvpn]=openvpn   # bench chain's encrypted overlay (VXLAN through a static-key tunnel)
+    [valgrind]=valgrind # scripts/instructions.sh counts a round trip's instructions (callgrind)
 )
 # files -> Debian package
 declare -A NEED_FILES=(

@@ -187,3 +187,44 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
     let netns = String::from_utf8_lossy(&netns.stdout);
     assert!(!netns.contains("dnsw"), "namespaces left: {netns}");
 }
+
+/// The instruction count's smoke version: one second of ping-pong under callgrind with this
+/// build's binaries, a count that makes sense, nothing left behind.
+#[test]
+fn the_instruction_count_counts_round_trips_and_leaves_nothing_behind() {
+    if !nix::unistd::Uid::effective().is_root() {
+        assert_ne!(
+            std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref(),
+            Ok("1"),
+            "the instruction count needs root"
+        );
+        return;
+    }
+    let bin = Path::new(env!("CARGO_BIN_EXE_docknet")).parent().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/instructions.sh");
+    let o = Command::new(&script)
+        .args(["--seconds", "1", "--json"])
+        .env("DOCKNET_BIN", bin)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert!(v["round_trips"].as_u64().unwrap() > 50, "{v}");
+    // a poll that moves a frame is hundreds of instructions at least, and a round trip is two
+    // of them on this side plus the copies
+    assert!(v["per_poll"].as_u64().unwrap() > 300, "{v}");
+    let all = v["per_round_trip"]["all"].as_u64().unwrap();
+    let write = v["per_round_trip"]["write"].as_u64().unwrap();
+    assert!(write > 0 && all > write, "{v}");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("docknet-dnin"))
+        .collect();
+    assert!(left.is_empty(), "run directories left: {left:?}");
+}
