@@ -9,7 +9,8 @@
 # (native, core 1) and dnperf's client under `valgrind --tool=callgrind` (core 0). Prints the
 # client's instructions per round trip: all of them inside the workload, and those in `write`,
 # in `read` (with its wait) and per poll of the stack. `--idle block` (the default) makes a wait
-# cost a futex sleep instead of polling rounds, so the count is the work per message. Needs
+# cost a futex sleep instead of polling rounds, so the count is the work per message (valgrind
+# 3.19 does not know futex_waitv: DockLib then waits on one ring word at a time). Needs
 # valgrind (`apt-get install valgrind`; scripts/setup.sh installs it) and root (containers).
 # Builds nothing: run `cargo build --release -p docknet` first (or set DOCKNET_BIN).
 set -euo pipefail

@@ -197,7 +197,8 @@ impl SleepSet {
     /// Sleeps until a producer kicks one of the rings, the fast channels change, any of `extra`
     /// (word, expected value) changes, or `timeout` passes.
     pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) {
-        let mut words: Vec<(&AtomicU32, u32)> = self
+        // (on the stack for the usual few rings: a sleep allocates nothing)
+        let mut words: smallvec::SmallVec<[(&AtomicU32, u32); 8]> = self
             .words
             .iter()
             .filter_map(|(r, off, v)| r.u32_at(*off).map(|w| (w, *v)))

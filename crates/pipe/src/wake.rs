@@ -9,8 +9,25 @@
 //! only disturb its own word.
 
 use std::io;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+/// Set once `futex_waitv` failed for want of the call itself (a kernel older than 5.16, or a
+/// seccomp filter that refuses it): from then on [`wait_any`] sleeps on its first word alone.
+static NO_WAITV: AtomicBool = AtomicBool::new(false);
+
+/// The word that last ended a one-word wait (its index in the caller's list): the next wait
+/// sleeps on it, since traffic tends to keep to one ring.
+static LAST_WOKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How long a wait on the first word alone sleeps at most, so that the other words (another
+/// ring, a control word) are still looked at every millisecond.
+const ONE_WORD_SLICE: Duration = Duration::from_millis(1);
+
+/// Whether this process waits on one word at a time because `futex_waitv` is not available.
+pub fn one_word_waits() -> bool {
+    NO_WAITV.load(Ordering::Relaxed)
+}
 
 /// Most words one `futex_waitv` call takes (kernel's `FUTEX_WAITV_MAX`).
 pub const MAX_WAITERS: usize = 128;
@@ -66,14 +83,20 @@ pub enum Woke {
 /// Sleeps until any of `words` (each with the value it is expected to hold) is woken or no
 /// longer holds its value, or `timeout` passes. Returns at once if any word already differs.
 /// Takes at most [`MAX_WAITERS`] words; with more, it sleeps on the first ones only, so callers
-/// with more rings than that must pass a short timeout.
+/// with more rings than that must pass a short timeout. Where `futex_waitv` is not available it
+/// sleeps on the first word for at most a millisecond at a time (see [`one_word_waits`]), and
+/// says so once on stderr.
 pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
     let n = words.len().min(MAX_WAITERS);
     if n == 0 {
         std::thread::sleep(timeout.unwrap_or(Duration::from_millis(100)));
         return Ok(Woke::TimedOut);
     }
-    let w: Vec<FutexWaitv> = words[..n]
+    if NO_WAITV.load(Ordering::Relaxed) {
+        return wait_first(words, timeout);
+    }
+    // (on the stack for the usual few words: a sleep allocates nothing)
+    let w: smallvec::SmallVec<[FutexWaitv; 8]> = words[..n]
         .iter()
         .map(|(a, expected)| FutexWaitv {
             val: u64::from(*expected),
@@ -111,6 +134,64 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::R
     match e.raw_os_error() {
         Some(libc::EAGAIN) => Ok(Woke::Changed),
         Some(libc::ETIMEDOUT) | Some(libc::EINTR) => Ok(Woke::TimedOut),
+        Some(libc::ENOSYS) | Some(libc::EPERM) => {
+            if !NO_WAITV.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "docknet: futex_waitv is not available ({e}: a kernel older than 5.16, or a \
+                     seccomp filter that refuses it); waiting on one ring at a time and looking \
+                     at the others every millisecond"
+                );
+            }
+            wait_first(words, timeout)
+        }
+        _ => Err(e),
+    }
+}
+
+/// [`wait_any`] without `futex_waitv`: `FUTEX_WAIT` on one word (the one that ended the last
+/// such wait, else the first) for at most [`ONE_WORD_SLICE`], after checking that none of the
+/// others changed.
+fn wait_first(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
+    let changed = |words: &[(&AtomicU32, u32)]| {
+        let k = words
+            .iter()
+            .position(|(w, v)| w.load(Ordering::SeqCst) != *v)?;
+        LAST_WOKEN.store(k, Ordering::Relaxed);
+        Some(k)
+    };
+    if changed(words).is_some() {
+        return Ok(Woke::Changed);
+    }
+    let at = LAST_WOKEN.load(Ordering::Relaxed);
+    let at = if at < words.len() { at } else { 0 };
+    let t = timeout.map_or(ONE_WORD_SLICE, |t| t.min(ONE_WORD_SLICE));
+    let ts = libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    };
+    let (word, expected) = words[at];
+    // SAFETY: FUTEX_WAIT reads the live, aligned u32 `word` and sleeps while it holds
+    // `expected`; `ts` is a valid relative timeout. Shared (not PRIVATE), as in `wake`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        )
+    };
+    if rc == 0 {
+        return Ok(Woke::Woken(at));
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(Woke::Changed),
+        // a slice ended: did one of the other words change meanwhile?
+        Some(libc::ETIMEDOUT) | Some(libc::EINTR) => Ok(match changed(words) {
+            Some(_) => Woke::Changed,
+            None => Woke::TimedOut,
+        }),
         _ => Err(e),
     }
 }
@@ -347,6 +428,62 @@ mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
+
+    /// Without `futex_waitv`: a changed word answers at once, a wake of the first word ends
+    /// the sleep, a change of another word is seen within a slice, and the timeout holds.
+    #[test]
+    fn waits_on_the_first_word_alone_still_see_every_word() {
+        let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(7)));
+        assert_eq!(
+            wait_first(&[(&a, 0), (&b, 8)], None).unwrap(),
+            Woke::Changed
+        );
+        // a kick of the first word
+        let a2 = a.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            a2.store(1, Ordering::SeqCst);
+            wake(&a2);
+        });
+        let t0 = Instant::now();
+        let mut woke = false;
+        while t0.elapsed() < Duration::from_secs(5) {
+            match wait_first(&[(&a, 0), (&b, 7)], Some(Duration::from_secs(5))).unwrap() {
+                Woke::TimedOut => continue,
+                _ => {
+                    woke = true;
+                    break;
+                }
+            }
+        }
+        t.join().unwrap();
+        assert!(woke && a.load(Ordering::SeqCst) == 1);
+        // a change of the second word, without a wake of the first
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            b2.store(9, Ordering::SeqCst);
+        });
+        let t0 = Instant::now();
+        let r = loop {
+            let r = wait_first(&[(&a, 1), (&b, 7)], Some(Duration::from_secs(5))).unwrap();
+            if r != Woke::TimedOut || t0.elapsed() > Duration::from_secs(5) {
+                break r;
+            }
+        };
+        t.join().unwrap();
+        assert_eq!(r, Woke::Changed);
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        // nothing happens: one slice at most, whatever the timeout asked
+        let t0 = Instant::now();
+        let r = wait_first(&[(&a, 1), (&b, 9)], Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(r, Woke::TimedOut);
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
 
     #[test]
     fn policy_parse() {
