@@ -66,7 +66,7 @@ sleep 0.5
   --log-file=/dev/null --callgrind-out-file=/tmp/cg.out \
   --toggle-collect='docknet_perf::workload::client' \
   $dnperf client --stack docknet --idle $idle --connect 10.97.0.2:7000 --workload rr \
-  --size $size --duration $seconds --warmup 0.5 --json > /tmp/report.json && \
+  --size $size --duration $seconds --warmup 0.5 --json > /tmp/report.json 2>/tmp/client.err && \
   cat /tmp/cg.out >&2 && cat /tmp/report.json" >"$out/report.json" 2>"$out/cg.out"
 
 callgrind_annotate --inclusive=yes --tree=calling "$out/cg.out" >"$out/tree.txt" 2>/dev/null
