@@ -176,7 +176,8 @@ pub fn inherited(fd: i32) -> bool {
     }
     match TABLE.get(fd) {
         Some(Entry::Sock(s)) => s.adopted(),
-        Some(Entry::Epoll(e)) => e.members.lock().map(|m| !m.is_empty()).unwrap_or(true),
+        // (try: a lock a parent's thread held at the fork stays held in the child forever)
+        Some(Entry::Epoll(e)) => e.members.try_lock().map(|m| !m.is_empty()).unwrap_or(true),
         None => false,
     }
 }
