@@ -104,18 +104,17 @@ struct Server(Option<Child>);
 
 impl Server {
     fn start(lab: &Lab, pipe: &str, binds: &[&Path], args: &[&str]) -> Server {
-        let c = run_args(lab, pipe, binds, &[], args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("server container");
-        Server(Some(c))
+        Server::spawn(run_args(lab, pipe, binds, &[], args), Stdio::null())
     }
 
     /// A server container whose output is kept, for [`Server::finish`].
     fn start_captured(lab: &Lab, pipe: &str, args: &[&str]) -> Server {
-        let c = run_args(lab, pipe, &[], &[], args)
-            .stdout(Stdio::piped())
+        Server::spawn(run_args(lab, pipe, &[], &[], args), Stdio::piped())
+    }
+
+    fn spawn(mut c: Command, stdout: Stdio) -> Server {
+        let c = c
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .expect("server container");
@@ -198,6 +197,21 @@ fn must(o: &Output, what: &str) -> String {
     text(o)
 }
 
+/// Compiles the test program `tests/preload/NAME.c` into `dir`; the binary's path.
+fn compile_c(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
+    let bin = dir.path().join(name);
+    let src = format!("{}/tests/preload/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-lpthread")
+        .output()
+        .unwrap();
+    must(&cc, &format!("cc {name}.c"));
+    bin
+}
+
 /// A directory for the test's files, shown read-only in the containers and readable by their
 /// users (each container's own), as a program's directory must be.
 fn workdir(name: &str) -> tempfile::TempDir {
@@ -257,16 +271,7 @@ fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
         return;
     }
     let dir = workdir("check");
-    let bin = dir.path().join("check");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/preload/check.c");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(src)
-        .arg("-lpthread")
-        .output()
-        .unwrap();
-    must(&cc, "cc check.c");
+    let bin = compile_c(&dir, "check");
     let kernel = kernel_run(&bin);
     assert!(kernel.lines().count() > 80, "kernel run: {kernel}");
     let b = bin.to_str().unwrap();
@@ -319,15 +324,7 @@ fn a_forked_child_is_refused_inherited_sockets_and_the_parent_carries_on() {
         return;
     }
     let dir = workdir("forked");
-    let bin = dir.path().join("forked");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/preload/forked.c");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(src)
-        .output()
-        .unwrap();
-    must(&cc, "cc forked.c");
+    let bin = compile_c(&dir, "forked");
     let b = bin.to_str().unwrap();
     for fc in [false, true] {
         let (lab, s, c, ip) = lab(fc);

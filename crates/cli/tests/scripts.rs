@@ -3,6 +3,8 @@
 //! user without sudo is told what to do. Run as the unprivileged `nobody` (via setpriv) on a
 //! copy of the scripts, with `sudo` either a stub that records its arguments or absent.
 
+mod common;
+use common::root_or_skip;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -138,12 +140,7 @@ fn a_user_with_sudo_is_re_run_under_it_with_arguments_and_toolchain_kept() {
 /// their defaults, a short line each, with this build's binaries; nothing left behind.
 #[test]
 fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
-    if !nix::unistd::Uid::effective().is_root() {
-        assert_ne!(
-            std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref(),
-            Ok("1"),
-            "the idle sweep needs root"
-        );
+    if !root_or_skip("the idle sweep") {
         return;
     }
     let out = tempfile::tempdir().unwrap();
@@ -173,15 +170,7 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
         let tx: u64 = l[7].parse().unwrap();
         assert!(tx > 0, "no transactions: {l:?}");
     }
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("docknet-sweep-")
-        })
-        .collect();
+    let left = run_dirs_left("docknet-sweep-");
     assert!(left.is_empty(), "run directories left: {left:?}");
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let netns = String::from_utf8_lossy(&netns.stdout);
@@ -192,12 +181,7 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
 /// build's binaries, a count that makes sense, nothing left behind.
 #[test]
 fn the_instruction_count_counts_round_trips_and_leaves_nothing_behind() {
-    if !nix::unistd::Uid::effective().is_root() {
-        assert_ne!(
-            std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref(),
-            Ok("1"),
-            "the instruction count needs root"
-        );
+    if !root_or_skip("the instruction count") {
         return;
     }
     let bin = Path::new(env!("CARGO_BIN_EXE_docknet")).parent().unwrap();
@@ -221,10 +205,16 @@ fn the_instruction_count_counts_round_trips_and_leaves_nothing_behind() {
     let all = v["per_round_trip"]["all"].as_u64().unwrap();
     let write = v["per_round_trip"]["write"].as_u64().unwrap();
     assert!(write > 0 && all > write, "{v}");
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+    let left = run_dirs_left("docknet-dnin");
+    assert!(left.is_empty(), "run directories left: {left:?}");
+}
+
+/// The daemon run directories on /dev/shm whose names start with `prefix`.
+fn run_dirs_left(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("docknet-dnin"))
-        .collect();
-    assert!(left.is_empty(), "run directories left: {left:?}");
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
 }

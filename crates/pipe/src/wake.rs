@@ -9,25 +9,20 @@
 //! only disturb its own word.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Set once `futex_waitv` failed for want of the call itself (a kernel older than 5.16, or a
-/// seccomp filter that refuses it): from then on [`wait_any`] sleeps on its first word alone.
+/// seccomp filter that refuses it): from then on [`wait_any`] sleeps on one word at a time.
 static NO_WAITV: AtomicBool = AtomicBool::new(false);
 
 /// The word that last ended a one-word wait (its index in the caller's list): the next wait
 /// sleeps on it, since traffic tends to keep to one ring.
-static LAST_WOKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static LAST_WOKEN: AtomicUsize = AtomicUsize::new(0);
 
 /// How long a wait on the first word alone sleeps at most, so that the other words (another
 /// ring, a control word) are still looked at every millisecond.
 const ONE_WORD_SLICE: Duration = Duration::from_millis(1);
-
-/// Whether this process waits on one word at a time because `futex_waitv` is not available.
-pub fn one_word_waits() -> bool {
-    NO_WAITV.load(Ordering::Relaxed)
-}
 
 /// Most words one `futex_waitv` call takes (kernel's `FUTEX_WAITV_MAX`).
 pub const MAX_WAITERS: usize = 128;
@@ -84,8 +79,8 @@ pub enum Woke {
 /// longer holds its value, or `timeout` passes. Returns at once if any word already differs.
 /// Takes at most [`MAX_WAITERS`] words; with more, it sleeps on the first ones only, so callers
 /// with more rings than that must pass a short timeout. Where `futex_waitv` is not available it
-/// sleeps on the first word for at most a millisecond at a time (see [`one_word_waits`]), and
-/// says so once on stderr.
+/// sleeps on one word for at most a millisecond at a time, looking at the others around it
+/// (see `wait_first`), and says so once on stderr.
 pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
     let n = words.len().min(MAX_WAITERS);
     if n == 0 {

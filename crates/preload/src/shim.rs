@@ -718,8 +718,7 @@ pub unsafe extern "C" fn setsockopt(
                 .then(|| {
                     // SAFETY: a whole timeval is readable.
                     let tv = unsafe { std::ptr::read_unaligned(val as *const libc::timeval) };
-                    let d = Duration::from_secs(tv.tv_sec.max(0) as u64)
-                        + Duration::from_micros(tv.tv_usec.clamp(0, 999_999) as u64);
+                    let d = tv_duration(&tv);
                     (!d.is_zero()).then_some(d)
                 });
             let linger = (len as usize >= std::mem::size_of::<libc::linger>() && !val.is_null())
@@ -1016,6 +1015,12 @@ unsafe fn select_inner(
     }))
 }
 
+/// A timeval as a duration (negative fields count as zero, microseconds at most a second's).
+fn tv_duration(tv: &libc::timeval) -> Duration {
+    Duration::from_secs(tv.tv_sec.max(0) as u64)
+        + Duration::from_micros(tv.tv_usec.clamp(0, 999_999) as u64)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn select(
     nfds: c_int,
@@ -1024,28 +1029,21 @@ pub unsafe extern "C" fn select(
     e: *mut libc::fd_set,
     t: *mut libc::timeval,
 ) -> c_int {
-    let ms = if t.is_null() {
-        -1
-    } else {
-        // SAFETY: the caller's timeval.
-        let tv = unsafe { std::ptr::read_unaligned(t) };
-        (tv.tv_sec.max(0) as i64 * 1000 + (tv.tv_usec.max(0) as i64 + 999) / 1000)
-            .min(i32::MAX as i64) as c_int
-    };
+    // SAFETY: the caller's timeval, if any.
+    let tv = (!t.is_null()).then(|| unsafe { std::ptr::read_unaligned(t) });
+    let ms = tv.map_or(-1, |tv| {
+        (tv.tv_sec.max(0) * 1000 + (tv.tv_usec.max(0) + 999) / 1000).min(i32::MAX as i64) as c_int
+    });
     let mut deadline = None;
     // SAFETY: the caller's sets.
     if let Some(res) = unsafe { select_inner(nfds, r, w, e, ms, &mut deadline) } {
         // Linux writes back the time not slept; an answer that came at once (no deadline was
         // set) slept none, and the caller's timeval already says so
-        if let (false, Some(Some(d))) = (t.is_null(), deadline) {
-            // SAFETY: the caller's timeval.
-            let tv = unsafe { std::ptr::read_unaligned(t) };
-            let asked = Duration::from_secs(tv.tv_sec.max(0) as u64)
-                + Duration::from_micros(tv.tv_usec.clamp(0, 999_999) as u64);
+        if let (Some(tv), Some(Some(d))) = (tv, deadline) {
             // (the deadline is whole milliseconds, rounded up: never more than was asked)
             let left = d
                 .saturating_duration_since(std::time::Instant::now())
-                .min(asked);
+                .min(tv_duration(&tv));
             // SAFETY: the caller's timeval.
             unsafe {
                 (*t).tv_sec = left.as_secs() as libc::time_t;

@@ -32,7 +32,7 @@ pub struct Table {
 
 /// A cached look-up: weak, so a socket closed by another thread is not kept alive (its close
 /// takes effect when the last strong reference goes, as before).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Seen {
     Absent,
     Sock(Weak<Sock>),
@@ -266,8 +266,9 @@ mod tests {
         let a = Arc::new(Sock::new(Proto::Tcp, false));
         t.insert(7, Entry::Sock(a.clone()));
         assert_eq!(t.sock(7).unwrap().id, a.id);
-        assert_eq!(t.sock(7).unwrap().id, a.id); // from the cache
-                                                 // replaced: the next look-up sees the new socket, not the cached one
+        // again, from the cache
+        assert_eq!(t.sock(7).unwrap().id, a.id);
+        // replaced: the next look-up sees the new socket, not the cached one
         let b = Arc::new(Sock::new(Proto::Tcp, false));
         t.insert(7, Entry::Sock(b.clone()));
         assert_eq!(t.sock(7).unwrap().id, b.id);
