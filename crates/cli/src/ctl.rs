@@ -21,6 +21,14 @@ pub fn print<T: Serialize>(v: &T, json: bool, human: impl Fn(&T)) -> Result<()> 
     Ok(())
 }
 
+/// Routes as a table.
+pub fn print_routes(list: &Vec<docknet_daemon::proto::RouteInfo>) {
+    println!("{:<20} VIA", "NETWORK");
+    for r in list {
+        println!("{:<20} {}", r.net, r.via);
+    }
+}
+
 /// Pipes as a table.
 pub fn print_pipes(list: &Vec<PipeInfo>) {
     println!(

@@ -188,6 +188,12 @@ enum Cmd {
     /// ring); fast channels are not limited (the daemon is not on their path).
     #[command(subcommand)]
     Rate(RateCmd),
+    /// Reach networks beyond the link through next hops on it (another node's address), as
+    /// flannel's host-gw does: a frame from a pipe to an address no pipe owns goes to the
+    /// longest matching route's next hop, or, without one, to its destination itself (one flat
+    /// subnet). Needs a daemon driving a link (--nic). Kept across daemon restarts.
+    #[command(subcommand)]
+    Route(RouteCmd),
     /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
     /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
     /// /dev, /proc and /tmp, a user of the container's own (--user) with at most 1024
@@ -302,6 +308,33 @@ enum FcCmd {
         a: String,
         /// The other partner.
         b: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RouteCmd {
+    /// Add a route: NET is reached through --via.
+    Add {
+        /// The network, A.B.C.D/LEN with no host bits set (0.0.0.0/0: the default route).
+        net: String,
+        /// The next hop: an address on the link (the daemon resolves it by ARP), not itself
+        /// inside a routed network.
+        #[arg(long)]
+        via: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the route to NET.
+    Rm {
+        /// The network, as added.
+        net: String,
+    },
+    /// List the routes.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -558,6 +591,19 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Rate(RateCmd::Show { name, json }) => {
             ctl::print(&ctl::client(sock)?.rate_show(&name)?, json, ctl::print_rate)?
+        }
+        Cmd::Route(RouteCmd::Add { net, via, json }) => {
+            let r = ctl::client(sock)?.route_add(&net, &via)?;
+            ctl::print(&r, json, |r| {
+                println!("route {} via {} added", r.net, r.via)
+            })?;
+        }
+        Cmd::Route(RouteCmd::Rm { net }) => {
+            let r = ctl::client(sock)?.route_rm(&net)?;
+            println!("route {} via {} removed", r.net, r.via);
+        }
+        Cmd::Route(RouteCmd::Ls { json }) => {
+            ctl::print(&ctl::client(sock)?.route_ls()?, json, ctl::print_routes)?
         }
         Cmd::Run(a) => return container::run(sock, &a),
         Cmd::Holder { socket, grace } => docknet_daemon::holder::serve(&socket, grace.0)

@@ -2,12 +2,12 @@
 //! each driving its end (AF_XDP or AF_PACKET), containers behind them. Checked: a 1 GiB TCP
 //! transfer arrives intact over both NIC modes, the host keeps its own traffic while the daemon
 //! runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
-//! link gets its one-line error.
+//! link gets its one-line error; routes send pods' frames through another node's address.
 
 mod common;
 use common::*;
 use docknet_lab::topology::daemon::Daemon;
-use docknet_lab::topology::wire::{Shape, Wire, HOST_A, WIRE_DEV};
+use docknet_lab::topology::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -64,23 +64,40 @@ fn host_daemon(wire: &Wire, host: &str, mode: &str) -> Daemon {
 
 /// A checked transfer of `bytes` from a container on host A to one on host B.
 fn transfer(a: &Daemon, b: &Daemon, bytes: u64) -> serde_json::Value {
-    let mut srv = b
-        .cmd(Path::new(EXE))
-        .args(["run", "--pipe", "s0", "--", dnperf()])
+    transfer_between((a, "c0"), (b, "s0", "10.78.2.1"), bytes)
+}
+
+/// `docknet run --pipe PIPE -- dnperf server` on daemon `d`, serving one connection at `ip`.
+fn server(d: &Daemon, pipe: &str, ip: &str) -> std::process::Child {
+    d.cmd(Path::new(EXE))
+        .args(["run", "--pipe", pipe, "--", dnperf()])
         .args(["server", "--stack", "docknet", "--idle", "adaptive"])
-        .args(["--bind", "10.78.2.1:7000", "--conns", "1"])
+        .args(["--bind", &format!("{ip}:7000"), "--conns", "1"])
         .stdout(Stdio::null())
         .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let o = a
-        .cmd(Path::new(EXE))
-        .args(["run", "--pipe", "c0", "--", dnperf()])
+        .unwrap()
+}
+
+/// `docknet run --pipe PIPE -- dnperf client`: a checked transfer of `bytes` to `ip`.
+fn client(d: &Daemon, pipe: &str, ip: &str, bytes: u64) -> Command {
+    let mut c = d.cmd(Path::new(EXE));
+    c.args(["run", "--pipe", pipe, "--", dnperf()])
         .args(["client", "--stack", "docknet", "--idle", "adaptive"])
-        .args(["--connect", "10.78.2.1:7000", "--workload", "check"])
-        .args(["--bytes", &bytes.to_string(), "--size", "65536", "--json"])
-        .output()
-        .unwrap();
+        .args(["--connect", &format!("{ip}:7000"), "--workload", "check"])
+        .args(["--bytes", &bytes.to_string(), "--size", "65536", "--json"]);
+    c
+}
+
+/// A checked transfer of `bytes` from pipe `from.1` on daemon `from.0` to a server on pipe
+/// `to.1` of daemon `to.0` at address `to.2`.
+fn transfer_between(
+    from: (&Daemon, &str),
+    to: (&Daemon, &str, &str),
+    bytes: u64,
+) -> serde_json::Value {
+    let mut srv = server(to.0, to.1, to.2);
+    std::thread::sleep(Duration::from_millis(300));
+    let o = client(from.0, from.1, to.2, bytes).output().unwrap();
     let _ = srv.wait();
     assert!(
         o.status.success(),
@@ -137,6 +154,84 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
             !xdp_attached(&host_a) && !xdp_attached(&host_b),
             "{mode}: the XDP program is detached when the daemon stops"
         );
+    }
+}
+
+fn status(d: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
+}
+
+#[test]
+fn routes_send_pods_on_other_nodes_through_those_nodes_addresses() {
+    if !root_or_skip("nic routes") {
+        return;
+    }
+    for mode in ["xdp", "packet"] {
+        let wire = Wire::build(1500, &Shape::default()).unwrap();
+        let a = host_daemon(&wire, &wire.host_a, mode);
+        let b = host_daemon(&wire, &wire.host_b, mode);
+        // a pod network per node inside one cluster network: each pipe's prefix is the
+        // cluster's, and each node reaches the other's pods through the other's address
+        ok(&a, &["pipe", "create", "c0", "--ip", "10.244.1.1/16"]);
+        ok(&a, &["pipe", "create", "c1", "--ip", "10.244.1.2/16"]);
+        ok(&b, &["pipe", "create", "s0", "--ip", "10.244.2.1/16"]);
+        ok(&b, &["pipe", "create", "s1", "--ip", "10.244.2.2/16"]);
+        ok(&b, &["route", "add", "10.244.1.0/24", "--via", HOST_A]);
+
+        // a next hop that does not answer: nothing reaches node B
+        let r = ok(
+            &a,
+            &["route", "add", "10.244.2.0/24", "--via", "192.168.77.9"],
+        );
+        assert!(r.contains("10.244.2.0/24 via 192.168.77.9"), "{r}");
+        let mut srv = server(&b, "s0", "10.244.2.1");
+        let mut cli = client(&a, "c0", "10.244.2.1", 1 << 20)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        let nic = &status(&a)["nic"];
+        assert!(
+            nic["counters"]["arp_requests"].as_u64().unwrap() >= 2,
+            "{mode}: {nic}"
+        );
+        assert_eq!(nic["counters"]["sent"], 0, "{mode}: {nic}");
+        let s0: serde_json::Value =
+            serde_json::from_str(&ok(&b, &["pipe", "show", "s0", "--json"])).unwrap();
+        assert_eq!(s0["counters"]["wire_rx"], 0, "{mode}: {s0}");
+        let _ = cli.kill();
+        let _ = cli.wait();
+        let _ = srv.kill();
+        let _ = srv.wait();
+
+        // through node B's address: ARP asks node B's kernel, which learns the pod's address
+        // from the request; the transfer arrives intact
+        let e = ctl(&a, &["route", "add", "10.244.2.0/24", "--via", HOST_B]);
+        assert!(!e.status.success(), "{mode}: a second route to one network");
+        ok(&a, &["route", "rm", "10.244.2.0/24"]);
+        ok(&a, &["route", "add", "10.244.2.0/24", "--via", HOST_B]);
+        let ls: serde_json::Value =
+            serde_json::from_str(&ok(&a, &["route", "ls", "--json"])).unwrap();
+        assert_eq!(
+            ls,
+            serde_json::json!([{"net": "10.244.2.0/24", "via": HOST_B}]),
+            "{mode}"
+        );
+        let r = transfer_between((&a, "c1"), (&b, "s1", "10.244.2.2"), 64 << 20);
+        assert_eq!(r["result"]["bytes"], 64u64 << 20, "{mode}: {r}");
+        assert_eq!(r["result"]["corrupt_bytes"], 0, "{mode}: {r}");
+        let neigh = Command::new("ip")
+            .args(["-n", &wire.host_b, "neigh", "show", "10.244.1.2"])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&neigh.stdout).contains("lladdr"),
+            "{mode}: node B's kernel was not asked for its address: {}",
+            String::from_utf8_lossy(&neigh.stdout)
+        );
+        let nic = &status(&a)["nic"];
+        assert!(nic["counters"]["sent"].as_u64().unwrap() > 1000, "{nic}");
     }
 }
 

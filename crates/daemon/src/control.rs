@@ -63,6 +63,8 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             | Request::FcRm { .. }
             | Request::RateSet { .. }
             | Request::RateClear { .. }
+            | Request::RouteAdd { .. }
+            | Request::RouteRm { .. }
     );
     let out = match req {
         Request::Status {} => {
@@ -169,6 +171,22 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             to_json(r)
         }
         Request::RateShow { name } => to_json(reg.rate_info(&name)?),
+        Request::RouteAdd { net, via } => {
+            let r = reg.add_route(&net, &via)?;
+            tracing::info!(route = %r, "route added");
+            to_json(crate::proto::RouteInfo::from(r))
+        }
+        Request::RouteRm { net } => {
+            let r = reg.remove_route(&net)?;
+            tracing::info!(route = %r, "route removed");
+            to_json(crate::proto::RouteInfo::from(r))
+        }
+        Request::RouteLs {} => to_json(
+            reg.routes()
+                .into_iter()
+                .map(crate::proto::RouteInfo::from)
+                .collect::<Vec<_>>(),
+        ),
         Request::FcConnect { a, b, mtu } => {
             let f = reg.connect_fc(&a, &b, mtu)?;
             tracing::info!(a = %a, b = %b, "fast channel connected");

@@ -18,6 +18,7 @@ pub mod pool;
 pub mod proto;
 pub mod rate;
 pub mod registry;
+pub mod route;
 pub mod switch;
 pub mod watch;
 

@@ -735,7 +735,14 @@ fn pump(
                 forwarded += u64::from(deliver_bytes(sp, &mut local[i], &bytes, dirty, i, now_ns));
             }
             Decision::Wire(dst) => match edge.as_deref_mut() {
-                Some(e) => match e.send(&sp.region, frame.off, frame.len, hdr, dst, now) {
+                Some(e) => match e.send(
+                    &sp.region,
+                    frame.off,
+                    frame.len,
+                    hdr,
+                    snap.routes.next_hop(dst),
+                    now,
+                ) {
                     Sent::Sent => {
                         local[i].count(Counter::WireTx, 1);
                         forwarded += 1;

@@ -123,6 +123,20 @@ pub enum Request {
         /// Pipe name.
         name: String,
     },
+    /// Reach network `net` (`A.B.C.D/LEN`) through next hop `via` on the link.
+    RouteAdd {
+        /// The network, no host bits set (`0.0.0.0/0`: the default route).
+        net: String,
+        /// The next hop: an address on the link, reached by ARP.
+        via: String,
+    },
+    /// Remove the route to network `net`.
+    RouteRm {
+        /// The network, as added.
+        net: String,
+    },
+    /// List the routes.
+    RouteLs {},
     /// Every pipe with its counters, and the master threads' load (`docknet top`).
     Stats {},
     /// Mirror a pipe's frames to this connection: after the reply line, capture records
@@ -156,6 +170,9 @@ impl Request {
             Request::RateClear { .. } => "rate_clear",
             Request::RateShow { .. } => "rate_show",
             Request::PipeDetach { .. } => "pipe_detach",
+            Request::RouteAdd { .. } => "route_add",
+            Request::RouteRm { .. } => "route_rm",
+            Request::RouteLs {} => "route_ls",
             Request::Capture { .. } => "capture",
             Request::Stats {} => "stats",
         }
@@ -536,6 +553,24 @@ pub struct Attached {
     pub socket: String,
 }
 
+/// A route, as `route add`, `route rm` and `route ls` answer it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteInfo {
+    /// The network, `A.B.C.D/LEN`.
+    pub net: String,
+    /// The next hop on the link.
+    pub via: String,
+}
+
+impl From<crate::route::Route> for RouteInfo {
+    fn from(r: crate::route::Route) -> RouteInfo {
+        RouteInfo {
+            net: format!("{}/{}", r.net, r.prefix),
+            via: r.via.to_string(),
+        }
+    }
+}
+
 /// What `pipe rm`, `pipe detach` and `fc rm` answer: the name(s) removed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -763,6 +798,24 @@ impl Client {
         })?;
         let _ = self.stream.get_ref().set_read_timeout(None);
         Ok((started, self.stream))
+    }
+
+    /// `route add`.
+    pub fn route_add(&mut self, net: &str, via: &str) -> Result<RouteInfo, ClientError> {
+        self.call_as(&Request::RouteAdd {
+            net: net.into(),
+            via: via.into(),
+        })
+    }
+
+    /// `route rm`.
+    pub fn route_rm(&mut self, net: &str) -> Result<RouteInfo, ClientError> {
+        self.call_as(&Request::RouteRm { net: net.into() })
+    }
+
+    /// `route ls`.
+    pub fn route_ls(&mut self) -> Result<Vec<RouteInfo>, ClientError> {
+        self.call_as(&Request::RouteLs {})
     }
 
     /// `rate show`.

@@ -9,7 +9,8 @@
 //! [`Edge`] is what the master holds: the port, the link, the neighbours and the counters.
 //! Frames from a pipe to an address no pipe owns leave through it ([`Edge::send`]); frames
 //! arriving for a pipe are checked and delivered ([`Edge::recv`]). The daemon answers ARP for
-//! its pipes on the wire with the link's MAC and resolves neighbours itself.
+//! its pipes on the wire with the link's MAC and resolves neighbours itself: a frame's
+//! destination, or the next hop of the route covering it ([`crate::route`]).
 
 pub mod link;
 pub mod neigh;
@@ -310,15 +311,17 @@ impl Edge {
     }
 
     /// Sends a frame pipe region `region` holds at `off` (`len` bytes, whose first bytes the
-    /// master checked as `hdr`) to `dst` on the wire. The frame is copied once, into the port,
-    /// and `hdr` written over its start, so what leaves is what was checked.
+    /// master checked as `hdr`) to the wire, addressed to next hop `next` (its destination, or
+    /// the next hop of the route covering it: [`crate::route::Routes::next_hop`]). The frame is
+    /// copied once, into the port, and `hdr` written over its start, so what leaves is what was
+    /// checked.
     pub fn send(
         &mut self,
         region: &Region,
         off: usize,
         len: usize,
         hdr: &[u8],
-        dst: Ipv4Addr,
+        next: Ipv4Addr,
         now: Instant,
     ) -> Sent {
         self.dirty = true;
@@ -329,21 +332,21 @@ impl Edge {
             }
         };
         let from = wire::ipv4_src(hdr).unwrap_or(Ipv4Addr::UNSPECIFIED);
-        let next = self.neigh.route(dst, from, now, || {
+        let hop = self.neigh.route(next, from, now, || {
             let mut v = vec![0u8; len];
             if !copy(&mut v) {
                 v.clear();
             }
             v
         });
-        let mac = match next {
+        let mac = match hop {
             Next::Send(m) => m,
             Next::SendAndAsk(m) => {
-                self.arp_request(from, dst);
+                self.arp_request(from, next);
                 m
             }
             Next::HeldAsk => {
-                self.arp_request(from, dst);
+                self.arp_request(from, next);
                 self.flush_out();
                 return Sent::Held;
             }

@@ -21,6 +21,7 @@
 mod attachments;
 mod channels;
 mod rates;
+mod routes;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,7 @@ pub use validate::{
 use crate::holder::Keeper;
 use crate::proto::{ApiError, ErrorCode, PipeInfo};
 use crate::rate::{Limits, Timers};
+use crate::route::Routes;
 use crate::switch::{fmt_mac, mac_for, FlowTable, Port};
 use docknet_pipe::layout::{self, Identity, Kind, RegionInfo};
 use docknet_pipe::Region;
@@ -166,6 +168,8 @@ pub struct Snapshot {
     pub limits: Vec<Limits>,
     /// The rate limiters' timers.
     pub timers: Timers,
+    /// Routes to networks beyond the link.
+    pub routes: Arc<Routes>,
 }
 
 /// A fast channel.
@@ -216,6 +220,8 @@ pub struct Registry {
     timers: Timers,
     /// Regions made ahead of the creates that take them.
     pool: Option<Arc<crate::pool::Pool>>,
+    /// Routes to networks beyond the link.
+    routes: Arc<Routes>,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
@@ -471,10 +477,10 @@ impl Registry {
             table,
             limits,
             timers: self.timers,
+            routes: self.routes.clone(),
         }
     }
 
-    /// Sets the rate limiters' timers (the daemon's `--rate-fine` and `--rate-coarse`).
     /// Gives the registry a pool of spare regions to take from ([`crate::pool`]).
     /// (`None`: stops the pool it had.)
     pub fn set_pool(&mut self, pool: Option<Arc<crate::pool::Pool>>) {

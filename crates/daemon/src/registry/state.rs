@@ -7,6 +7,7 @@ use super::{
 use crate::holder::Keeper;
 use crate::proto::ApiError;
 use crate::rate::{Limit, Limits, Timers};
+use crate::route::{Route, Routes};
 use docknet_pipe::fdpass;
 use docknet_pipe::layout::{self, RegionInfo};
 use docknet_pipe::Region;
@@ -65,6 +66,9 @@ pub(super) struct StateFile {
     pub(super) attached: Vec<AttachRec>,
     #[serde(default)]
     pub(super) next_channel: u64,
+    /// Routes to networks beyond the link (checked again on load).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) routes: Vec<Route>,
 }
 
 /// Checks a pipe record from `state.json` as strictly as a request.
@@ -107,6 +111,7 @@ impl Registry {
             labels: BTreeMap::new(),
             timers: Timers::default(),
             pool: None,
+            routes: Arc::default(),
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -138,6 +143,15 @@ impl Registry {
                 warnings.push(format!("attachment of {:?} not adopted: {e}", a.pipe));
             }
         }
+        // each route checked as a request would be, against those adopted before it
+        let mut routes = Routes::default();
+        for r in state.routes.iter().take(crate::route::MAX_ROUTES + 1) {
+            match routes.with(*r) {
+                Ok(t) => routes = t,
+                Err(e) => warnings.push(format!("route {r} not adopted: {e}")),
+            }
+        }
+        reg.routes = Arc::new(routes);
         // whatever the holder keeps that the state does not name is stale
         if let Some(h) = &reg.holder {
             for k in kept.keys() {
@@ -287,6 +301,7 @@ impl Registry {
                 })
                 .collect(),
             next_channel: self.next_channel,
+            routes: self.routes.list().to_vec(),
         }
     }
 

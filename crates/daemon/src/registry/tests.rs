@@ -338,3 +338,80 @@ fn a_connection_gets_its_pipe_and_channels_and_every_change() {
         1
     );
 }
+
+#[test]
+fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(d.path(), None).unwrap();
+    r.create_pipe("a", "10.9.1.1/16", None, None).unwrap();
+    let no_link = r.add_route("10.9.2.0/24", "192.168.1.2").unwrap_err();
+    assert!(no_link.message.contains("--nic"), "{no_link:?}");
+    r.set_gateway(Some([2, 0, 0, 0, 0, 1]));
+    r.add_route("10.9.2.0/24", "192.168.1.2").unwrap();
+    r.add_route("0.0.0.0/0", "192.168.1.254").unwrap();
+    for (net, via, code) in [
+        ("10.9.2.0/24", "192.168.1.3", ErrorCode::Exists),
+        ("10.9.3.1/24", "192.168.1.3", ErrorCode::BadIp),
+        ("10.9.3.0/33", "192.168.1.3", ErrorCode::BadIp),
+        ("10.9.3.0", "192.168.1.3", ErrorCode::BadIp),
+        ("10.9.3.0/24", "10.9.2.7", ErrorCode::BadIp),
+        ("10.9.3.0/24", "10.9.1.1", ErrorCode::BadIp),
+        ("10.9.3.0/24", "x", ErrorCode::BadIp),
+        ("10.9.3.0/24", "224.0.0.1", ErrorCode::BadIp),
+    ] {
+        let e = r.add_route(net, via).unwrap_err();
+        assert_eq!(e.code, code, "{net} via {via}: {e:?}");
+    }
+    assert_eq!(
+        r.remove_route("10.9.4.0/24").unwrap_err().code,
+        ErrorCode::NotFound
+    );
+    // a failed save changes nothing
+    fs::create_dir(d.path().join("state.json.tmp")).unwrap();
+    assert!(r.add_route("10.9.5.0/24", "192.168.1.5").is_err());
+    assert!(r.remove_route("10.9.2.0/24").is_err());
+    fs::remove_dir(d.path().join("state.json.tmp")).unwrap();
+    let want = vec![
+        crate::route::Route {
+            net: Ipv4Addr::UNSPECIFIED,
+            prefix: 0,
+            via: Ipv4Addr::new(192, 168, 1, 254),
+        },
+        crate::route::Route {
+            net: Ipv4Addr::new(10, 9, 2, 0),
+            prefix: 24,
+            via: Ipv4Addr::new(192, 168, 1, 2),
+        },
+    ];
+    assert_eq!(r.routes(), want);
+    let snap = r.snapshot();
+    assert_eq!(
+        snap.routes.next_hop(Ipv4Addr::new(10, 9, 2, 9)),
+        Ipv4Addr::new(192, 168, 1, 2)
+    );
+    drop(r);
+    let (mut r, w) = Registry::open(d.path(), None).unwrap();
+    assert!(w.iter().all(|w| !w.contains("route")), "{w:?}");
+    assert_eq!(r.routes(), want);
+    r.set_gateway(Some([2, 0, 0, 0, 0, 1]));
+    r.remove_route("0.0.0.0/0").unwrap();
+    assert_eq!(r.routes(), want[1..]);
+}
+
+#[test]
+fn route_records_are_checked_again_on_load() {
+    let d = tempfile::tempdir().unwrap();
+    let st = r#"{"version": 2, "pipes": [], "fcs": [], "routes": [
+        {"net": "10.1.0.0", "prefix": 16, "via": "192.168.1.1"},
+        {"net": "10.2.0.1", "prefix": 16, "via": "192.168.1.1"},
+        {"net": "10.3.0.0", "prefix": 40, "via": "192.168.1.1"},
+        {"net": "10.4.0.0", "prefix": 16, "via": "10.1.2.3"},
+        {"net": "10.5.0.0", "prefix": 16, "via": "255.255.255.255"},
+        {"net": "10.1.0.0", "prefix": 16, "via": "192.168.1.2"}]}"#;
+    fs::write(d.path().join("state.json"), st).unwrap();
+    let (r, w) = Registry::open(d.path(), None).unwrap();
+    assert_eq!(w.len(), 5, "{w:?}");
+    assert!(w.iter().all(|w| w.starts_with("route ")), "{w:?}");
+    assert_eq!(r.routes().len(), 1);
+    assert_eq!(r.routes()[0].via, Ipv4Addr::new(192, 168, 1, 1));
+}

@@ -1,0 +1,92 @@
+//! Routes to networks beyond the link: adding, removing and listing them.
+
+use super::{err, internal, Registry};
+use crate::proto::{ApiError, ErrorCode};
+use crate::route::{Route, RouteError, Routes};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+/// Parses `A.B.C.D/LEN` as a network (0-32; `0.0.0.0/0` is the default route).
+pub fn parse_net(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
+    let bad = |why: &str| err(ErrorCode::BadIp, format!("invalid network {s:?}: {why}"));
+    let (ip, len) = s
+        .split_once('/')
+        .ok_or_else(|| bad("expected A.B.C.D/LEN"))?;
+    let ip: Ipv4Addr = ip.parse().map_err(|_| bad("not an IPv4 address"))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= 32)
+        .ok_or_else(|| bad("prefix length must be 0..=32"))?;
+    Ok((ip, len))
+}
+
+fn api(e: RouteError) -> ApiError {
+    let code = match e {
+        RouteError::Exists(_) => ErrorCode::Exists,
+        RouteError::Missing(..) => ErrorCode::NotFound,
+        RouteError::Full => ErrorCode::BadParams,
+        _ => ErrorCode::BadIp,
+    };
+    err(code, e.to_string())
+}
+
+impl Registry {
+    /// Adds a route to `net` (`A.B.C.D/LEN`) through `via`, checked, and saves it.
+    pub fn add_route(&mut self, net: &str, via: &str) -> Result<Route, ApiError> {
+        let (net, prefix) = parse_net(net)?;
+        if self.gateway.is_none() {
+            return Err(err(
+                ErrorCode::BadParams,
+                "this daemon drives no link: routes need one (docknet daemon --nic IFACE)",
+            ));
+        }
+        let via: Ipv4Addr = via.parse().map_err(|_| {
+            err(
+                ErrorCode::BadIp,
+                format!("invalid next hop {via:?}: not an IPv4 address"),
+            )
+        })?;
+        if let Some(p) = self.pipes.values().find(|p| p.ip == via) {
+            return Err(err(
+                ErrorCode::BadIp,
+                format!(
+                    "next hop {via} is pipe {:?}'s address: a next hop is on the link",
+                    p.name
+                ),
+            ));
+        }
+        let r = Route { net, prefix, via };
+        let t = self.routes.with(r).map_err(api)?;
+        self.write_routes(t)?;
+        Ok(r)
+    }
+
+    /// Removes the route to `net` (`A.B.C.D/LEN`), and saves that.
+    pub fn remove_route(&mut self, net: &str) -> Result<Route, ApiError> {
+        let (net, prefix) = parse_net(net)?;
+        let gone = self
+            .routes
+            .list()
+            .iter()
+            .find(|r| r.net == net && r.prefix == prefix)
+            .copied();
+        let t = self.routes.without(net, prefix).map_err(api)?;
+        self.write_routes(t)?;
+        gone.ok_or_else(|| api(RouteError::Missing(net, prefix)))
+    }
+
+    /// Every route, sorted by network.
+    pub fn routes(&self) -> Vec<Route> {
+        self.routes.list().to_vec()
+    }
+
+    /// Writes the state with `t` first, and takes `t` only when that worked.
+    fn write_routes(&mut self, t: Routes) -> Result<(), ApiError> {
+        let mut st = self.state();
+        st.routes = t.list().to_vec();
+        self.write(&st).map_err(|e| internal("saving state", e))?;
+        self.routes = Arc::new(t);
+        Ok(())
+    }
+}
