@@ -76,7 +76,7 @@ fi
 cargo build --release --locked
 
 # The CNI plugin (Go, cni/): bin/docknet-cni (also as bin/docknet, the name its type gives it),
-# its installer, and the reference plugins it works with (host-local, bridge, loopback), built
+# its installer, the node agent that keeps routes to other nodes (bin/docknet-agent), and the reference plugins it works with (host-local, bridge, loopback), built
 # from the versions cni/go.mod pins; cnitool for the tests. bin/ is a CNI_PATH.
 GO=$(command -v go || true)
 [ -n "$GO" ] || [ ! -x /usr/local/go/bin/go ] || GO=/usr/local/go/bin/go
@@ -106,5 +106,7 @@ export GOFLAGS=${GOFLAGS:--mod=readonly}
         github.com/containernetworking/plugins/plugins/main/bridge \
         github.com/containernetworking/plugins/plugins/main/loopback
 )
+# the node agent (its own module: client-go stays out of the plugin's)
+(cd cni/agent && "$GO" build -trimpath -ldflags='-s -w' -o ../../bin/docknet-agent ./cmd/docknet-agent)
 ln -sf docknet-cni bin/docknet
 [ -x bin/cnitool ] || GOBIN=$PWD/bin "$GO" install github.com/containernetworking/cni/cnitool@v1.3.1

@@ -33,12 +33,13 @@ if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
         "(see 'has been running for over 60 seconds' above)" >&2
 fi
 [ "$rc" = 0 ] || exit "$rc"
-echo "== the CNI plugin: gofmt, go vet, go test (unit tests; pods through containerd's CRI)"
+echo "== the CNI plugin and the node agent: gofmt, go vet, go test (unit tests; pods through containerd's CRI)"
 GO=$(cat bin/.go)  # the toolchain setup.sh found or fetched
 export PATH="$(dirname "$GO"):$PATH"
 unformatted=$("$(dirname "$GO")"/gofmt -l cni)
 [ -z "$unformatted" ] || { echo "gofmt: not formatted: $unformatted" >&2; exit 1; }
 (cd cni && "$GO" vet ./... && "$GO" test -count=1 ./...)
+(cd cni/agent && "$GO" vet ./... && "$GO" test -count=1 ./...)
 (cd cni/e2e && "$GO" vet ./... && DOCKNET_REQUIRE_CRI=1 "$GO" test -count=1 -v ./...)
 echo "== fuzz targets: format, lints, the corpus replayed, then each target fuzzed for 5 s (AFL++)"
 cargo fmt --manifest-path fuzz/Cargo.toml --check

@@ -245,8 +245,10 @@ func (c *Client) PipeShow(name string) (*Pipe, error) {
 
 // PipeLs lists every pipe.
 func (c *Client) PipeLs() ([]Pipe, error) {
+	// (the call first: the order of `return ps, c.Call(.., &ps)`'s operands is unspecified)
 	var ps []Pipe
-	return ps, c.Call(map[string]any{"op": "pipe_ls"}, &ps)
+	err := c.Call(map[string]any{"op": "pipe_ls"}, &ps)
+	return ps, err
 }
 
 // PipeRm removes a pipe with its fast channels and its socket.
@@ -283,4 +285,27 @@ func (c *Client) RateShow(name string) (*RateInfo, error) {
 // FcConnect builds a fast channel between two pipes.
 func (c *Client) FcConnect(a, b string) error {
 	return c.Call(map[string]any{"op": "fc_connect", "a": a, "b": b}, nil)
+}
+
+// Route is a route to a network beyond the link, as the daemon reports it.
+type Route struct {
+	Net string `json:"net"`
+	Via string `json:"via"`
+}
+
+// RouteLs lists the daemon's routes.
+func (c *Client) RouteLs() ([]Route, error) {
+	var rs []Route
+	err := c.Call(map[string]any{"op": "route_ls"}, &rs)
+	return rs, err
+}
+
+// RouteAdd adds a route to network (A.B.C.D/LEN) through next hop via.
+func (c *Client) RouteAdd(network, via string) error {
+	return c.Call(map[string]any{"op": "route_add", "net": network, "via": via}, nil)
+}
+
+// RouteRm removes the route to network.
+func (c *Client) RouteRm(network string) error {
+	return c.Call(map[string]any{"op": "route_rm", "net": network}, nil)
 }

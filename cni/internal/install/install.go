@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,8 @@ type Options struct {
 	Network      string
 	Plugins      []string
 	Subnet       string
+	PodCIDR      string
+	NoConf       bool
 	DaemonSocket string
 	MTU          uint
 	CNIVersion   string
@@ -64,7 +67,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.ConfName, "conf-name", "10-docknet.conflist", "file name of the standalone conflist")
 	fs.StringVar(&o.Network, "network", "docknet", "network name")
 	plugins := fs.String("plugins", "docknet-cni,host-local", "comma-separated binaries to copy (docknet-cni is installed as \"docknet\")")
-	fs.StringVar(&o.Subnet, "subnet", "10.250.0.0/16", "host-local range the pipes' addresses come from")
+	fs.StringVar(&o.Subnet, "subnet", "10.250.0.0/16", "host-local range the pipes' addresses come from (with nodes routed to each other: the cluster's pod network, each pipe's prefix)")
+	fs.StringVar(&o.PodCIDR, "pod-cidr", "", "this node's pod network inside --subnet: addresses are handed out from it alone (docknet-agent --cni-conf writes this from the node's spec.podCIDRs)")
+	fs.BoolVar(&o.NoConf, "no-conf", false, "copy the binaries only; write no conflist (docknet-agent --cni-conf writes it once it knows the node's pod network)")
 	fs.StringVar(&o.DaemonSocket, "daemon-socket", "/run/docknet/docknetd.sock", "the daemon's control socket on the node")
 	fs.UintVar(&o.MTU, "mtu", 1500, "pipe MTU")
 	fs.StringVar(&o.CNIVersion, "cni-version", "1.0.0", "cniVersion of the conflist (1.1.0 for runtimes that call GC and STATUS; containerd 1.6 and 1.7 speak up to 1.0.0)")
@@ -89,11 +94,42 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// podRange is host-local's range for pod network pod inside subnet: its addresses but the
+// first and the last.
+func podRange(subnet, pod string) (map[string]string, error) {
+	s, err := netip.ParsePrefix(subnet)
+	if err != nil {
+		return nil, fmt.Errorf("--subnet: %w", err)
+	}
+	r := map[string]string{"subnet": s.String()}
+	if pod == "" {
+		return r, nil
+	}
+	p, err := netip.ParsePrefix(pod)
+	if err != nil {
+		return nil, fmt.Errorf("--pod-cidr: %w", err)
+	}
+	if !p.Addr().Is4() || p.Masked() != p || p.Bits() > 30 || p.Bits() < s.Bits() || !s.Contains(p.Addr()) {
+		return nil, fmt.Errorf("--pod-cidr %s: want an IPv4 network of at least 4 addresses, no host bits set, inside --subnet %s", p, s)
+	}
+	first := p.Addr().Next()
+	last := p.Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := (uint32(last[0])<<24 | uint32(last[1])<<16 | uint32(last[2])<<8 | uint32(last[3])) + host - 1
+	r["rangeStart"] = first.String()
+	r["rangeEnd"] = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}).String()
+	return r, nil
+}
+
 // PluginEntry is DockNet's entry in a conflist.
-func PluginEntry(o *Options) map[string]any {
+func PluginEntry(o *Options) (map[string]any, error) {
+	rng, err := podRange(o.Subnet, o.PodCIDR)
+	if err != nil {
+		return nil, err
+	}
 	ipam := map[string]any{
 		"type":   "host-local",
-		"ranges": [][]map[string]string{{{"subnet": o.Subnet}}},
+		"ranges": [][]map[string]string{{rng}},
 	}
 	if o.IPAMDataDir != "" {
 		ipam["dataDir"] = o.IPAMDataDir
@@ -112,13 +148,16 @@ func PluginEntry(o *Options) map[string]any {
 	if o.DevInfoDir != "" {
 		e["deviceInfoDir"] = o.DevInfoDir
 	}
-	return e
+	return e, nil
 }
 
 // Run installs; the paths it wrote.
 func Run(o *Options) ([]string, error) {
 	if _, _, err := net.ParseCIDR(o.Subnet); err != nil {
 		return nil, fmt.Errorf("--subnet: %w", err)
+	}
+	if _, err := podRange(o.Subnet, o.PodCIDR); err != nil {
+		return nil, err
 	}
 	var written []string
 	for _, p := range o.Plugins {
@@ -140,40 +179,63 @@ func Run(o *Options) ([]string, error) {
 		}
 		written = append(written, path)
 	}
+	if o.NoConf {
+		return written, nil
+	}
+	path, err := WriteConf(o)
+	if err != nil {
+		return nil, err
+	}
+	return append(written, path), nil
+}
+
+// WriteConf writes the conflist alone (standalone, or DockNet chained onto --chain-onto),
+// atomically; its path.
+func WriteConf(o *Options) (string, error) {
+	entry, err := PluginEntry(o)
+	if err != nil {
+		return "", err
+	}
 	var conf []byte
 	var path string
 	if o.ChainOnto != "" {
 		if filepath.Base(o.ChainOnto) != o.ChainOnto {
-			return nil, fmt.Errorf("--chain-onto: %q must be a file name in %s", o.ChainOnto, o.ConfDir)
+			return "", fmt.Errorf("--chain-onto: %q must be a file name in %s", o.ChainOnto, o.ConfDir)
 		}
 		path = filepath.Join(o.ConfDir, o.ChainOnto)
 		old, err := os.ReadFile(path)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
-		conf, err = chain(old, PluginEntry(o))
+		conf, err = chain(old, entry)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return "", fmt.Errorf("%s: %w", path, err)
 		}
 	} else {
+		if filepath.Base(o.ConfName) != o.ConfName || o.ConfName == "" {
+			return "", fmt.Errorf("--conf-name: %q must be a file name", o.ConfName)
+		}
 		path = filepath.Join(o.ConfDir, o.ConfName)
 		var err error
 		conf, err = json.MarshalIndent(map[string]any{
 			"cniVersion": o.CNIVersion,
 			"name":       o.Network,
-			"plugins":    []any{PluginEntry(o)},
+			"plugins":    []any{entry},
 		}, "", "  ")
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 	}
 	if _, err := libcni.ConfListFromBytes(conf); err != nil {
-		return nil, fmt.Errorf("the configuration written would not load: %w", err)
+		return "", fmt.Errorf("the configuration written would not load: %w", err)
+	}
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(conf)+"\n" {
+		return path, nil // unchanged: not rewritten
 	}
 	if err := writeAtomic(path, append(conf, '\n'), 0o644); err != nil {
-		return nil, err
+		return "", err
 	}
-	return append(written, path), nil
+	return path, nil
 }
 
 // chain appends DockNet to a conflist's plugins, replacing an entry of type docknet already

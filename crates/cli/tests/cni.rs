@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -20,37 +20,12 @@ use std::time::{Duration, Instant};
 const DNPERF: &str = env!("CARGO_BIN_EXE_dnperf");
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// `bin/` of the checkout: the plugin, host-local, bridge, loopback and cnitool.
-fn bin_dir() -> PathBuf {
-    match std::env::var_os("DOCKNET_CNI_BIN") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bin"),
-    }
-}
-
-/// True when the CNI tests can run: root, and the binaries scripts/setup.sh builds. Where
-/// the binaries are missing the test is skipped with the reason, unless
-/// DOCKNET_REQUIRE_ROOT_TESTS=1 (CI), where it fails.
+/// True when the CNI tests can run: root, and the binaries scripts/setup.sh builds.
 fn ready(name: &str) -> bool {
-    if !root_or_skip(name) {
-        return false;
-    }
-    let missing: Vec<&str> = ["docknet", "docknet-cni", "host-local", "bridge", "cnitool"]
-        .into_iter()
-        .filter(|b| !bin_dir().join(b).is_file())
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!(
-        "{name}: {missing:?} missing in {} (scripts/setup.sh builds them)",
-        bin_dir().display()
-    );
-    if std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
-        panic!("{why}");
-    }
-    eprintln!("skipping {why}");
-    false
+    bins_or_skip(
+        name,
+        &["docknet", "docknet-cni", "host-local", "bridge", "cnitool"],
+    )
 }
 
 /// A CNI runtime for one test: a daemon, a host namespace, pod namespaces, a network.

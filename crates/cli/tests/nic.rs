@@ -2,7 +2,8 @@
 //! each driving its end (AF_XDP or AF_PACKET), containers behind them. Checked: a 1 GiB TCP
 //! transfer arrives intact over both NIC modes, the host keeps its own traffic while the daemon
 //! runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
-//! link gets its one-line error; routes send pods' frames through another node's address.
+//! link gets its one-line error; routes send pods' frames through another node's address, and
+//! the node agent keeps those routes equal to the cluster's nodes.
 
 mod common;
 use common::*;
@@ -233,6 +234,167 @@ fn routes_send_pods_on_other_nodes_through_those_nodes_addresses() {
         let nic = &status(&a)["nic"];
         assert!(nic["counters"]["sent"].as_u64().unwrap() > 1000, "{nic}");
     }
+}
+
+/// `docknet-agent` for node `name` of daemon `d`, reading `nodes`, writing `cni` (its stderr
+/// piped, to read what it did).
+fn agent(d: &Daemon, name: &str, nodes: &Path, cni: &Path, once: bool) -> Command {
+    let mut c = Command::new(bin_dir().join("docknet-agent"));
+    c.args(["--cluster-cidr", "10.244.0.0/16", "--node-name", name])
+        .arg("--nodes")
+        .arg(nodes)
+        .arg("--cni-conf")
+        .arg(cni)
+        .arg("--socket")
+        .arg(&d.socket);
+    if once {
+        c.args(["--once", "--json"]);
+    }
+    c
+}
+
+/// Waits up to a second for daemon `d`'s routes to equal `want` (JSON, as `route ls --json`).
+fn routes_become(d: &Daemon, want: serde_json::Value, what: &str) {
+    let t = std::time::Instant::now();
+    loop {
+        let ls: serde_json::Value =
+            serde_json::from_str(&ok(d, &["route", "ls", "--json"])).unwrap();
+        if ls == want {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "{what}: routes {ls}, want {want} within 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child ended (by its pid) when dropped, also when the test fails.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn write_nodes(path: &Path, nodes: serde_json::Value) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, nodes.to_string()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
+    if !bins_or_skip("node agent", &["docknet-agent"]) {
+        return;
+    }
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    let a = host_daemon(&wire, &wire.host_a, "xdp");
+    let b = host_daemon(&wire, &wire.host_b, "xdp");
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.json");
+    let node = |name: &str, addr: &str, cidr: &str| serde_json::json!({"name": name, "address": addr, "podCIDRs": [cidr]});
+    write_nodes(
+        &nodes,
+        serde_json::json!([
+            node("a", HOST_A, "10.244.1.0/24"),
+            node("b", HOST_B, "10.244.2.0/24")
+        ]),
+    );
+    // an operator's route outside the cluster's pod network stays as it is
+    ok(
+        &a,
+        &["route", "add", "10.99.0.0/16", "--via", "192.168.77.50"],
+    );
+    let operator = serde_json::json!({"net": "10.99.0.0/16", "via": "192.168.77.50"});
+    let cni_a = dir.path().join("a.conflist");
+    let cni_b = dir.path().join("b.conflist");
+    let mut agent_a = Reaped(
+        agent(&a, "a", &nodes, &cni_a, false)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let _agent_b = Reaped(
+        agent(&b, "b", &nodes, &cni_b, false)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    routes_become(
+        &a,
+        serde_json::json!([operator, {"net": "10.244.2.0/24", "via": HOST_B}]),
+        "node a at start",
+    );
+    routes_become(
+        &b,
+        serde_json::json!([{"net": "10.244.1.0/24", "via": HOST_A}]),
+        "node b at start",
+    );
+    // each node's CNI configuration hands out addresses from its own pod network
+    let conf: serde_json::Value = serde_json::from_slice(&std::fs::read(&cni_a).unwrap()).unwrap();
+    let range = &conf["plugins"][0]["ipam"]["ranges"][0][0];
+    assert_eq!(range["subnet"], "10.244.0.0/16", "{conf}");
+    assert_eq!(range["rangeStart"], "10.244.1.1", "{conf}");
+    assert_eq!(range["rangeEnd"], "10.244.1.254", "{conf}");
+
+    // pods on the two nodes talk through the routes the agents made
+    ok(&a, &["pipe", "create", "c0", "--ip", "10.244.1.5/16"]);
+    ok(&b, &["pipe", "create", "s0", "--ip", "10.244.2.5/16"]);
+    let r = transfer_between((&a, "c0"), (&b, "s0", "10.244.2.5"), 16 << 20);
+    assert_eq!(r["result"]["corrupt_bytes"], 0, "{r}");
+    assert_eq!(r["result"]["bytes"], 16u64 << 20, "{r}");
+
+    // a node added, a node's address changed, a node removed: each within a second
+    write_nodes(
+        &nodes,
+        serde_json::json!([
+            node("a", HOST_A, "10.244.1.0/24"),
+            node("b", "192.168.77.22", "10.244.2.0/24"),
+            node("c", "192.168.77.3", "10.244.3.0/24")
+        ]),
+    );
+    routes_become(
+        &a,
+        serde_json::json!([
+            operator,
+            {"net": "10.244.2.0/24", "via": "192.168.77.22"},
+            {"net": "10.244.3.0/24", "via": "192.168.77.3"}
+        ]),
+        "changed and added",
+    );
+    write_nodes(
+        &nodes,
+        serde_json::json!([
+            node("a", HOST_A, "10.244.1.0/24"),
+            node("b", HOST_B, "10.244.2.0/24"),
+            // a node claiming this node's pod network is skipped, not routed
+            node("d", "192.168.77.4", "10.244.1.0/25")
+        ]),
+    );
+    routes_become(
+        &a,
+        serde_json::json!([operator, {"net": "10.244.2.0/24", "via": HOST_B}]),
+        "removed",
+    );
+    // a restarted agent finds nothing to change
+    let _ = agent_a.0.kill();
+    let _ = agent_a.0.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(agent_a.0.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(
+        log.contains("route add 10.244.2.0/24 via 192.168.77.2")
+            && log.contains("node \"d\": pod network 10.244.1.0/25 overlaps"),
+        "{log}"
+    );
+    let o = agent(&a, "a", &nodes, &cni_a, true).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
 }
 
 #[test]

@@ -37,6 +37,41 @@ pub fn root_or_skip(name: &str) -> bool {
     false
 }
 
+/// `bin/` of the checkout, where scripts/setup.sh puts the Go binaries (the CNI plugin, its
+/// installer, the node agent, host-local, bridge, loopback, cnitool); `$DOCKNET_CNI_BIN`
+/// elsewhere.
+pub fn bin_dir() -> PathBuf {
+    match std::env::var_os("DOCKNET_CNI_BIN") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bin"),
+    }
+}
+
+/// True when the test may run: root, and `bins` in [`bin_dir`]. Where they are missing the test
+/// is skipped with the reason, unless DOCKNET_REQUIRE_ROOT_TESTS=1 (CI), where it fails.
+pub fn bins_or_skip(name: &str, bins: &[&str]) -> bool {
+    if !root_or_skip(name) {
+        return false;
+    }
+    let missing: Vec<&str> = bins
+        .iter()
+        .copied()
+        .filter(|b| !bin_dir().join(b).is_file())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!(
+        "{name}: {missing:?} missing in {} (scripts/setup.sh builds them)",
+        bin_dir().display()
+    );
+    if std::env::var("DOCKNET_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") {
+        panic!("{why}");
+    }
+    eprintln!("skipping {why}");
+    false
+}
+
 pub struct Lab {
     pub dir: PathBuf,
     pub socket: PathBuf,

@@ -1,0 +1,168 @@
+// Package agent keeps a node's DockNet routes equal to the cluster: every other node's pod
+// network is reached through that node's address on the link the daemons drive (flannel's
+// host-gw, Calico without BGP). It reads the nodes from the Kubernetes API (Node objects:
+// spec.podCIDRs and the InternalIP address, through a client-go informer) or from a file, and
+// programs the daemon through its control socket (`route_add`, `route_rm`, `route_ls`).
+//
+// The agent owns the routes inside the cluster's pod network (--cluster-cidr) and nothing
+// else: routes an operator added outside it are left alone. What it reads is checked: a node
+// without an IPv4 InternalIP, a pod network outside the cluster's or with host bits set, and a
+// second node claiming a pod network already claimed are skipped and logged, never trusted.
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+)
+
+// Node is what the agent needs of a node.
+type Node struct {
+	Name     string   `json:"name"`
+	Address  string   `json:"address"`
+	PodCIDRs []string `json:"podCIDRs"`
+}
+
+// Route is one route as the daemon lists it.
+type Route struct {
+	Net string `json:"net"`
+	Via string `json:"via"`
+}
+
+// MaxNodes bounds the nodes the agent takes from its source (the daemon holds at most 4096
+// routes).
+const MaxNodes = 4096
+
+// Desired computes the routes node self needs: every other node's IPv4 pod network through
+// that node's address, each inside cluster. It returns them by network, and a line for each
+// node or network skipped.
+func Desired(self string, nodes []Node, cluster netip.Prefix) (map[string]string, []string) {
+	want := map[string]string{}
+	owner := map[string]string{}
+	var skipped []string
+	sorted := append([]Node(nil), nodes...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	if len(sorted) > MaxNodes {
+		skipped = append(skipped, fmt.Sprintf("%d nodes: only the first %d (by name) are routed", len(sorted), MaxNodes))
+		sorted = sorted[:MaxNodes]
+	}
+	var mine []netip.Prefix
+	for _, n := range sorted {
+		if n.Name != self {
+			continue
+		}
+		for _, c := range n.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+				mine = append(mine, p.Masked())
+			}
+		}
+	}
+	for _, n := range sorted {
+		if n.Name == self {
+			continue
+		}
+		addr, err := netip.ParseAddr(n.Address)
+		if err != nil || !addr.Is4() || !addr.IsGlobalUnicast() {
+			skipped = append(skipped, fmt.Sprintf("node %q: no IPv4 address to route through (%q)", n.Name, n.Address))
+			continue
+		}
+		if cluster.Contains(addr) {
+			skipped = append(skipped, fmt.Sprintf("node %q: its address %s lies inside the cluster's pod network %s", n.Name, addr, cluster))
+			continue
+		}
+		for _, c := range n.PodCIDRs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %q does not parse", n.Name, c))
+				continue
+			}
+			if !p.Addr().Is4() {
+				continue // IPv6 does not go to the wire
+			}
+			if p.Masked() != p {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s has host bits set", n.Name, p))
+				continue
+			}
+			if !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s lies outside the cluster's %s", n.Name, p, cluster))
+				continue
+			}
+			if o := overlapping(p, mine); o.IsValid() {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s overlaps this node's %s", n.Name, p, o))
+				continue
+			}
+			key := p.String()
+			if o, dup := owner[key]; dup {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s is node %q's already", n.Name, p, o))
+				continue
+			}
+			owner[key] = n.Name
+			want[key] = addr.String()
+		}
+	}
+	return want, skipped
+}
+
+func overlapping(p netip.Prefix, list []netip.Prefix) netip.Prefix {
+	for _, q := range list {
+		if p.Overlaps(q) {
+			return q
+		}
+	}
+	return netip.Prefix{}
+}
+
+// Daemon is what the agent asks of the DockNet daemon.
+type Daemon interface {
+	RouteLs() ([]Route, error)
+	RouteAdd(net, via string) error
+	RouteRm(net string) error
+}
+
+// Change is one change Reconcile made.
+type Change struct {
+	Op  string `json:"op"` // "add" or "rm"
+	Net string `json:"net"`
+	Via string `json:"via"`
+}
+
+// Reconcile makes the daemon's routes inside cluster equal to want: removes the ones not
+// wanted (or through another next hop), then adds the missing ones. Routes outside cluster are
+// not touched. It returns what it changed; on an error, what it changed until then.
+func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) ([]Change, error) {
+	have, err := d.RouteLs()
+	if err != nil {
+		return nil, fmt.Errorf("listing the daemon's routes: %w", err)
+	}
+	var done []Change
+	current := map[string]string{}
+	for _, r := range have {
+		p, err := netip.ParsePrefix(r.Net)
+		if err != nil || !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() {
+			continue // not the agent's
+		}
+		if via, ok := want[r.Net]; ok && via == r.Via {
+			current[r.Net] = r.Via
+			continue
+		}
+		if err := d.RouteRm(r.Net); err != nil {
+			return done, fmt.Errorf("removing the route to %s: %w", r.Net, err)
+		}
+		done = append(done, Change{Op: "rm", Net: r.Net, Via: r.Via})
+	}
+	nets := make([]string, 0, len(want))
+	for n := range want {
+		nets = append(nets, n)
+	}
+	sort.Strings(nets)
+	for _, n := range nets {
+		if _, ok := current[n]; ok {
+			continue
+		}
+		if err := d.RouteAdd(n, want[n]); err != nil {
+			return done, fmt.Errorf("adding the route to %s via %s: %w", n, want[n], err)
+		}
+		done = append(done, Change{Op: "add", Net: n, Via: want[n]})
+	}
+	return done, nil
+}

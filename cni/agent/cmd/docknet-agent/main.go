@@ -1,0 +1,189 @@
+// Command docknet-agent keeps this node's DockNet routes equal to the cluster's nodes: every
+// other node's pod network through that node's address on the link the daemons drive. It
+// watches the Node objects of the Kubernetes API (in the cluster, or through --kubeconfig), or
+// reads a file of nodes (--nodes), and programs the node's daemon through its control socket.
+// It restarts without disturbing traffic: routes already right are left as they are.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"docknet/cni/agent"
+	"docknet/cni/internal/daemon"
+	"docknet/cni/internal/install"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const usage = `usage: docknet-agent --cluster-cidr CIDR [--node-name NAME] [--kubeconfig FILE | --nodes FILE] [options]
+
+Keeps this node's DockNet routes (docknet route ls) equal to the cluster: every other node's
+IPv4 pod network (spec.podCIDRs) through that node's InternalIP address. Routes inside
+--cluster-cidr are the agent's (added, changed and removed as the nodes change); routes
+outside it are left alone.
+
+Sources of nodes:
+  (default)        the Kubernetes API from inside the cluster (a pod's service account)
+  --kubeconfig F   the Kubernetes API through a kubeconfig file (also $KUBECONFIG)
+  --nodes F        a JSON file: [{"name": "n1", "address": "192.168.1.11",
+                   "podCIDRs": ["10.244.1.0/24"]}, ...], read again when it changes
+
+Options:
+`
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("docknet-agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(os.Stderr, usage)
+		fs.PrintDefaults()
+	}
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	clusterCIDR := fs.String("cluster-cidr", "", "the cluster's pod network, e.g. 10.244.0.0/16 (required)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG; empty: in-cluster)")
+	nodesFile := fs.String("nodes", "", "read the nodes from this JSON file instead of the Kubernetes API")
+	socket := fs.String("socket", daemon.DefaultSocket, "the DockNet daemon's control socket")
+	resync := fs.Duration("resync", 30*time.Second, "check the routes again this often without a change")
+	cniConf := fs.String("cni-conf", "", "write DockNet's conflist here once this node's pod network is known, addresses handed out from it alone, and again when it changes (with docknet-cni-install --no-conf)")
+	cniVersion := fs.String("cni-version", "1.0.0", "with --cni-conf: the conflist's cniVersion")
+	mtu := fs.Uint("mtu", 1500, "with --cni-conf: the pipes' MTU")
+	once := fs.Bool("once", false, "reconcile once, print the changes and exit")
+	jsonOut := fs.Bool("json", false, "with --once: print the changes as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "docknet-agent: "+format+"\n", a...)
+		return 2
+	}
+	if *clusterCIDR == "" {
+		return fail("--cluster-cidr is required (the cluster's pod network, e.g. 10.244.0.0/16)")
+	}
+	cluster, err := netip.ParsePrefix(*clusterCIDR)
+	if err != nil || !cluster.Addr().Is4() || cluster.Masked() != cluster {
+		return fail("--cluster-cidr %q: want an IPv4 network with no host bits set, e.g. 10.244.0.0/16", *clusterCIDR)
+	}
+	if *nodeName == "" {
+		return fail("--node-name (or $NODE_NAME) is required: this node's own pod network is not routed")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var src agent.Source
+	if *nodesFile != "" {
+		f := agent.NewFileSource(*nodesFile, 200*time.Millisecond)
+		defer f.Close()
+		src = f
+	} else {
+		var cfg *rest.Config
+		if *kubeconfig != "" {
+			cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		} else {
+			cfg, err = rest.InClusterConfig()
+		}
+		if err != nil {
+			return fail("the Kubernetes API: %v (give --kubeconfig, or --nodes for a static file)", err)
+		}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fail("the Kubernetes API: %v", err)
+		}
+		k, err := agent.NewKubeSource(ctx, client, *resync)
+		if err != nil {
+			return fail("%v", err)
+		}
+		src = k
+	}
+	d := daemon.New(*socket)
+	d.Timeout = 5 * time.Second
+	logf := func(s string) {
+		fmt.Fprintf(os.Stderr, "%s docknet-agent: %s\n", time.Now().UTC().Format(time.RFC3339), s)
+	}
+	c := agent.Config{Self: *nodeName, Cluster: cluster, Resync: *resync, Log: logf}
+	if *cniConf != "" {
+		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, logf)
+	}
+	if *once {
+		changes, err := agent.Sync(c, src, routes{d})
+		if *jsonOut {
+			if changes == nil {
+				changes = []agent.Change{}
+			}
+			b, _ := json.Marshal(changes)
+			fmt.Println(string(b))
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+		return 0
+	}
+	logf(fmt.Sprintf("node %s, cluster %s, daemon %s", *nodeName, cluster, *socket))
+	if err := agent.Run(ctx, c, src, routes{d}); err != nil && ctx.Err() == nil {
+		return fail("%v", err)
+	}
+	return 0
+}
+
+// cniWriter writes the conflist at path for this node's first IPv4 pod network (inside
+// cluster), when it changes.
+func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu uint, logf func(string)) func(agent.Node) error {
+	last := ""
+	return func(n agent.Node) error {
+		pod := ""
+		for _, c := range n.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+				pod = p.String()
+				break
+			}
+		}
+		if pod == "" {
+			if last != "-" {
+				logf(fmt.Sprintf("node %s has no IPv4 pod network yet: %s not written", n.Name, path))
+				last = "-"
+			}
+			return nil
+		}
+		o := &install.Options{ConfDir: filepath.Dir(path), ConfName: filepath.Base(path), Network: "docknet",
+			Subnet: cluster.String(), PodCIDR: pod, DaemonSocket: socket, MTU: mtu, CNIVersion: version}
+		if _, err := install.WriteConf(o); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		if last != pod {
+			logf(fmt.Sprintf("%s: addresses from %s (this node's pod network)", path, pod))
+			last = pod
+		}
+		return nil
+	}
+}
+
+// routes adapts the daemon client to the agent's interface.
+type routes struct{ c *daemon.Client }
+
+func (r routes) RouteLs() ([]agent.Route, error) {
+	rs, err := r.c.RouteLs()
+	out := make([]agent.Route, 0, len(rs))
+	for _, x := range rs {
+		out = append(out, agent.Route{Net: x.Net, Via: x.Via})
+	}
+	return out, err
+}
+func (r routes) RouteAdd(n, via string) error { return r.c.RouteAdd(n, via) }
+func (r routes) RouteRm(n string) error       { return r.c.RouteRm(n) }

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// KubeSource watches the cluster's Node objects through a client-go informer.
+type KubeSource struct {
+	lister  listersv1.NodeLister
+	synced  cache.InformerSynced
+	changed chan struct{}
+}
+
+// NewKubeSource starts an informer on Nodes and waits (until ctx ends) for its first list.
+func NewKubeSource(ctx context.Context, client kubernetes.Interface, resync time.Duration) (*KubeSource, error) {
+	f := informers.NewSharedInformerFactory(client, resync)
+	inf := f.Core().V1().Nodes()
+	k := &KubeSource{lister: inf.Lister(), synced: inf.Informer().HasSynced, changed: make(chan struct{}, 1)}
+	signal := func() {
+		select {
+		case k.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { signal() },
+		UpdateFunc: func(any, any) { signal() },
+		DeleteFunc: func(any) { signal() },
+	}); err != nil {
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), k.synced) {
+		return nil, fmt.Errorf("the Node informer did not sync: %w", ctx.Err())
+	}
+	return k, nil
+}
+
+// Nodes lists the nodes from the informer's cache.
+func (k *KubeSource) Nodes() ([]Node, error) {
+	list, err := k.lister.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Node, 0, len(list))
+	for _, n := range list {
+		out = append(out, FromNode(n))
+	}
+	return out, nil
+}
+
+// Changed is signalled on every add, update and delete of a Node.
+func (k *KubeSource) Changed() <-chan struct{} { return k.changed }
+
+// FromNode takes what the agent needs of a Node: its first IPv4 InternalIP and its pod
+// networks (spec.podCIDRs, or the older spec.podCIDR).
+func FromNode(n *corev1.Node) Node {
+	out := Node{Name: n.Name}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			out.Address = ip.String()
+			break
+		}
+	}
+	out.PodCIDRs = append(out.PodCIDRs, n.Spec.PodCIDRs...)
+	if len(out.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
+		out.PodCIDRs = []string{n.Spec.PodCIDR}
+	}
+	return out
+}
