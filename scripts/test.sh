@@ -39,7 +39,8 @@ export PATH="$(dirname "$GO"):$PATH"
 unformatted=$("$(dirname "$GO")"/gofmt -l cni)
 [ -z "$unformatted" ] || { echo "gofmt: not formatted: $unformatted" >&2; exit 1; }
 (cd cni && "$GO" vet ./... && "$GO" test -count=1 ./...)
-(cd cni/agent && "$GO" vet ./... && "$GO" test -count=1 ./...)
+./scripts/k8s-api.sh  # a real kube-apiserver and kine for the node agent's test (cached in bin/)
+(cd cni/agent && "$GO" vet ./... && DOCKNET_REQUIRE_K8S_API=1 "$GO" test -count=1 ./...)
 (cd cni/e2e && "$GO" vet ./... && DOCKNET_REQUIRE_CRI=1 "$GO" test -count=1 -v ./...)
 echo "== fuzz targets: format, lints, the corpus replayed, then each target fuzzed for 5 s (AFL++)"
 cargo fmt --manifest-path fuzz/Cargo.toml --check
