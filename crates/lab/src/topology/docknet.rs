@@ -5,7 +5,7 @@
 //! own pipes).
 
 use super::daemon::Daemon;
-use super::wire::{Shape, Wire, WIRE_DEV};
+use super::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
 use anyhow::{Context, Result};
@@ -92,7 +92,8 @@ impl DocknetLab {
 
     /// Two hosts over a wire of `mtu` (shaped as `shape` says), a daemon on each driving its
     /// end of the wire (`docknet`: AF_XDP, `docknet-packet`: AF_PACKET), `pairs` client pipes
-    /// on host A and server pipes on host B.
+    /// on host A and server pipes on host B, each host's pipes routed through the other host's
+    /// address (`docknet route`).
     pub fn build_two_host(
         exe: &Path,
         mode: Mode,
@@ -126,6 +127,20 @@ impl DocknetLab {
                 .with_context(|| format!("creating pipe {cl} on host A"))?;
             cb.pipe_create(&sv, &format!("{}/16", Self::server_ip(i)), Some(mtu), None)
                 .with_context(|| format!("creating pipe {sv} on host B"))?;
+        }
+        // each host's pipes form its pod network (a /24 per 250 pairs, clients' on host A,
+        // servers' on host B), reached through the other host's address, as the node agent
+        // routes a cluster's nodes
+        for k in 0..pairs.div_ceil(250) {
+            let (clients, servers) = (Self::client_ip(k * 250), Self::server_ip(k * 250));
+            let net = |ip: Ipv4Addr| {
+                let o = ip.octets();
+                format!("{}.{}.{}.0/24", o[0], o[1], o[2])
+            };
+            ca.route_add(&net(servers), HOST_B)
+                .with_context(|| format!("routing {} through host B", net(servers)))?;
+            cb.route_add(&net(clients), HOST_A)
+                .with_context(|| format!("routing {} through host A", net(clients)))?;
         }
         Ok(DocknetLab {
             daemon,
