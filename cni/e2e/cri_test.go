@@ -58,6 +58,9 @@ type env struct {
 	hadCNICache bool
 	dir         string
 	netns       string // the namespace containerd runs in
+	ownNetns    bool   // made by setup (removed at teardown)
+	node        string // the node's name ("" for the one-node tests)
+	agent       *exec.Cmd
 	docknet     string // the docknet binary
 	dnperf      string
 	sock        string // docknet's control socket
@@ -153,8 +156,27 @@ func stop(c *exec.Cmd, d time.Duration) {
 	}
 }
 
+// nodeOpts make setup build one node of several.
+type nodeOpts struct {
+	// name of the node (its files, its cgroups, the agent's --node-name)
+	name string
+	// netns is the node's own network namespace, where its daemon and containerd run (made by
+	// the caller, with its end of the wire)
+	netns string
+	// daemon: the daemon's arguments beyond its directory and socket
+	daemon []string
+	// agent: docknet-agent's arguments beyond the node's name, the socket and the conflist;
+	// the agent writes the conflist (the installer copies binaries only)
+	agent []string
+}
+
 // setup starts the daemon and containerd and imports the images.
 func setup(t *testing.T) *env {
+	return setupNode(t, nodeOpts{daemon: []string{"--idle", "spin", "--master-cores", "0"}})
+}
+
+// setupNode starts a node: its daemon, its node agent when asked, its containerd, its images.
+func setupNode(t *testing.T, o nodeOpts) *env {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "needs root (namespaces, containerd)")
 	}
@@ -171,24 +193,37 @@ func setup(t *testing.T) *env {
 	e := &env{t: t, docknet: filepath.Join(target, "docknet"), dnperf: filepath.Join(target, "dnperf")}
 	e.hadRunDir = dirExists("/run/containerd")
 	e.hadCNICache = dirExists("/var/lib/cni")
-	for _, b := range []string{e.docknet, e.dnperf, filepath.Join(r, "bin", "docknet-cni"), filepath.Join(r, "bin", "docknet-cni-install"),
-		filepath.Join(r, "bin", "host-local"), filepath.Join(r, "bin", "loopback")} {
+	bins := []string{e.docknet, e.dnperf, filepath.Join(r, "bin", "docknet-cni"), filepath.Join(r, "bin", "docknet-cni-install"),
+		filepath.Join(r, "bin", "host-local"), filepath.Join(r, "bin", "loopback")}
+	if o.agent != nil {
+		bins = append(bins, filepath.Join(r, "bin", "docknet-agent"))
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(b); err != nil {
 			skipOrFail(t, "%s missing: run scripts/setup.sh (cargo build --release and the CNI plugins)", b)
 		}
 	}
-	dir, err := os.MkdirTemp("", "dncri-")
+	dir, err := os.MkdirTemp("", "dncri-"+o.name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.dir = dir
-	e.netns = fmt.Sprintf("dncri-%d", os.Getpid())
+	e.node = o.name
+	e.netns, e.ownNetns = o.netns, o.netns == ""
+	if e.ownNetns {
+		e.netns = fmt.Sprintf("dncri-%d", os.Getpid())
+	}
 	t.Cleanup(e.teardown)
 
-	// the daemon: master on core 0, as the lab's docknet mode
+	// the daemon (the one-node tests: master on core 0, as the lab's docknet mode), in the
+	// node's namespace when it has one
 	e.sock = filepath.Join(dir, "docknet.sock")
-	e.daemon = exec.Command(e.docknet, "--log", "warn", "daemon", "--run-dir", filepath.Join(dir, "docknet"),
-		"--socket", e.sock, "--ephemeral", "--idle", "spin", "--master-cores", "0")
+	args := append([]string{e.docknet, "--log", "warn", "daemon", "--run-dir", filepath.Join(dir, "docknet"),
+		"--socket", e.sock, "--ephemeral"}, o.daemon...)
+	if !e.ownNetns {
+		args = append([]string{"nsenter", "--net=/var/run/netns/" + e.netns}, args...)
+	}
+	e.daemon = exec.Command(args[0], args[1:]...)
 	e.daemon.Stderr = os.Stderr
 	if err := e.daemon.Start(); err != nil {
 		t.Fatal(err)
@@ -198,13 +233,32 @@ func setup(t *testing.T) *env {
 	}
 
 	// the plugin and its configuration, installed as the DaemonSet's init container does
-	e.run(filepath.Join(r, "bin", "docknet-cni-install"), "--from", filepath.Join(r, "bin"),
+	install := []string{"--from", filepath.Join(r, "bin"),
 		"--bin-dir", filepath.Join(dir, "cni-bin"), "--conf-dir", filepath.Join(dir, "cni-conf"),
 		"--plugins", "docknet-cni,host-local,loopback", "--daemon-socket", e.sock, "--subnet", podSubnet,
-		"--ipam-data-dir", filepath.Join(dir, "ipam"), "--device-info-dir", filepath.Join(dir, "devinfo"))
+		"--ipam-data-dir", filepath.Join(dir, "ipam"), "--device-info-dir", filepath.Join(dir, "devinfo")}
+	if o.agent != nil {
+		install = append(install, "--no-conf")
+	}
+	e.run(filepath.Join(r, "bin", "docknet-cni-install"), install...)
+	if o.agent != nil {
+		// the node agent writes the conflist for the node's pod network, and routes
+		conf := filepath.Join(dir, "cni-conf", "10-docknet.conflist")
+		e.agent = exec.Command(filepath.Join(r, "bin", "docknet-agent"), append([]string{"--node-name", o.name,
+			"--socket", e.sock, "--cni-conf", conf}, o.agent...)...)
+		e.agent.Stderr = os.Stderr
+		if err := e.agent.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitFor("the agent's conflist", 10*time.Second, func() bool { _, err := os.Stat(conf); return err == nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	// containerd, in a network namespace of its own
-	e.run("ip", "netns", "add", e.netns)
+	// containerd, in a network namespace of its own (or the node's)
+	if e.ownNetns {
+		e.run("ip", "netns", "add", e.netns)
+	}
 	e.csock = filepath.Join(dir, "containerd.sock")
 	cfg := fmt.Sprintf(`version = 2
 root = %[1]q
@@ -330,7 +384,7 @@ func (e *env) images() {
 }
 
 // cgroupParent is the pods' cgroup parent, in every hierarchy.
-func (e *env) cgroupParent() string { return fmt.Sprintf("/dncri-%d", os.Getpid()) }
+func (e *env) cgroupParent() string { return fmt.Sprintf("/dncri-%d%s", os.Getpid(), e.node) }
 
 // removeCgroups removes the pods' cgroup parent (empty once the containers are gone) from
 // every hierarchy.
@@ -365,6 +419,7 @@ func (e *env) teardown() {
 	}
 	stop(e.ctrd, 20*time.Second)
 	e.removeCgroups()
+	stop(e.agent, 5*time.Second)
 	stop(e.daemon, 10*time.Second)
 	if b, err := os.ReadFile(filepath.Join(e.dir, "docknet", "holder.pid")); err == nil {
 		var pid int
@@ -372,7 +427,9 @@ func (e *env) teardown() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	_ = exec.Command("ip", "netns", "del", e.netns).Run()
+	if e.ownNetns {
+		_ = exec.Command("ip", "netns", "del", e.netns).Run()
+	}
 	// what a crashed run may have left mounted under its directory
 	left := mountsUnder(e.dir)
 	sort.Sort(sort.Reverse(sort.StringSlice(left)))

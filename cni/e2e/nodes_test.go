@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Two nodes on one machine: each its own network namespace with its end of a wire, its own
+// DockNet daemon driving that end (AF_XDP), its own node agent and its own containerd. The
+// agents read the nodes from a file (the agent's test in cni/agent drives it through a real
+// kube-apiserver): each writes its node's conflist and routes the other node's pod network
+// through the other node's address. A pod on node A reaches a pod on node B through the CRI
+// as kubelet would run them.
+func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root (namespaces, containerd)")
+	}
+	const (
+		cluster = "10.74.0.0/16"
+		addrA   = "192.168.79.1"
+		addrB   = "192.168.79.2"
+	)
+	nsA, nsB := fmt.Sprintf("dnnode-a-%d", os.Getpid()), fmt.Sprintf("dnnode-b-%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, ns := range []string{nsA, nsB} {
+		ip("netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		ip("-n", ns, "link", "set", "lo", "up")
+	}
+	ip("link", "add", "eth0", "netns", nsA, "type", "veth", "peer", "name", "eth0", "netns", nsB)
+	ip("-n", nsA, "addr", "add", addrA+"/24", "dev", "eth0")
+	ip("-n", nsB, "addr", "add", addrB+"/24", "dev", "eth0")
+	ip("-n", nsA, "link", "set", "eth0", "up")
+	ip("-n", nsB, "link", "set", "eth0", "up")
+
+	nodes := filepath.Join(t.TempDir(), "nodes.json")
+	b, _ := json.Marshal([]map[string]any{
+		{"name": "node-a", "address": addrA, "podCIDRs": []string{"10.74.1.0/24"}},
+		{"name": "node-b", "address": addrB, "podCIDRs": []string{"10.74.2.0/24"}},
+	})
+	if err := os.WriteFile(nodes, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node := func(name, ns string) *env {
+		return setupNode(t, nodeOpts{
+			name:   name,
+			netns:  ns,
+			daemon: []string{"--nic", "eth0"},
+			agent:  []string{"--cluster-cidr", cluster, "--nodes", nodes},
+		})
+	}
+	a := node("node-a", nsA)
+	b2 := node("node-b", nsB)
+
+	server := b2.runPod("server", nil)
+	client := a.runPod("client", nil)
+	if !strings.HasPrefix(server.ip, "10.74.2.") || !strings.HasPrefix(client.ip, "10.74.1.") {
+		t.Fatalf("pods' addresses %s (node B) and %s (node A), want each inside its node's pod network", server.ip, client.ip)
+	}
+	var routes []map[string]string
+	if err := json.Unmarshal([]byte(a.run(a.docknet, "--socket", a.sock, "route", "ls", "--json")), &routes); err != nil {
+		t.Fatal(err)
+	}
+	if len(routes) != 1 || routes[0]["net"] != "10.74.2.0/24" || routes[0]["via"] != addrB {
+		t.Fatalf("node A's routes %v", routes)
+	}
+
+	b2.start(server, "server", []string{"/dnperf", "server", "--stack", "docknet", "--bind", server.ip + ":5000"})
+	time.Sleep(300 * time.Millisecond)
+	id := a.start(client, "client", []string{"/dnperf", "client", "--stack", "docknet", "--connect", server.ip + ":5000",
+		"--workload", "rr", "--size", "64", "--duration", "2", "--warmup", "0.5", "--json"})
+	got := lastJSON(t, a.output(client, id, "client", 60*time.Second))
+	t.Logf("64 B ping-pong between pods on two nodes: one-way p50 %.2f us, p99 %.2f us, %d transactions",
+		float64(got.Result.OneWayNs.P50)/1e3, float64(got.Result.OneWayNs.P99)/1e3, got.Result.Transactions)
+	if got.Result.Transactions < 1000 {
+		t.Fatalf("only %d transactions between the pods", got.Result.Transactions)
+	}
+	// 100 MB checked from node A's pod to node B's (the server's threads serve each connection)
+	id = a.start(client, "check", []string{"/dnperf", "client", "--stack", "docknet", "--connect", server.ip + ":5000",
+		"--workload", "check", "--bytes", "100000000", "--size", "65536", "--json"})
+	lines := a.output(client, id, "check", 120*time.Second)
+	var check struct {
+		Result struct {
+			Bytes   uint64 `json:"bytes"`
+			Corrupt uint64 `json:"corrupt_bytes"`
+		} `json:"result"`
+	}
+	if len(lines) == 0 || json.Unmarshal([]byte(lines[len(lines)-1]), &check) != nil ||
+		check.Result.Bytes != 100000000 || check.Result.Corrupt != 0 {
+		t.Fatalf("100 MB across the nodes: %q", lines)
+	}
+
+	// node B leaves the cluster and comes back: node A's route follows within a second
+	routesOfA := func() string { return a.run(a.docknet, "--socket", a.sock, "route", "ls", "--json") }
+	write := func(v any) {
+		b, _ := json.Marshal(v)
+		tmp := nodes + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write([]map[string]any{{"name": "node-a", "address": addrA, "podCIDRs": []string{"10.74.1.0/24"}}})
+	if err := waitFor("node A's route to node B removed", time.Second, func() bool { return strings.TrimSpace(routesOfA()) == "[]" }); err != nil {
+		t.Fatalf("%v: %s", err, routesOfA())
+	}
+	write([]map[string]any{
+		{"name": "node-a", "address": addrA, "podCIDRs": []string{"10.74.1.0/24"}},
+		{"name": "node-b", "address": addrB, "podCIDRs": []string{"10.74.2.0/24"}},
+	})
+	if err := waitFor("node A's route to node B back", time.Second, func() bool { return strings.Contains(routesOfA(), addrB) }); err != nil {
+		t.Fatalf("%v: %s", err, routesOfA())
+	}
+
+	// kubelet's teardown on each node leaves no pipe
+	ctx := context.Background()
+	for _, np := range []struct {
+		e *env
+		p *pod
+	}{{a, client}, {b2, server}} {
+		if _, err := np.e.rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: np.p.id}); err != nil {
+			t.Fatalf("StopPodSandbox: %v", err)
+		}
+		if _, err := np.e.rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: np.p.id}); err != nil {
+			t.Fatalf("RemovePodSandbox: %v", err)
+		}
+		if ps := np.e.pipes(); len(ps) != 0 {
+			t.Fatalf("node %s: pipes left after its pod went: %v", np.e.node, ps)
+		}
+	}
+}
