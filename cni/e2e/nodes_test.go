@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -67,7 +68,10 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 	b2 := node("node-b", nsB)
 
 	server := b2.runPod("server", nil)
+	b2.start(server, "server", []string{"/dnperf", "server", "--stack", "docknet", "--bind", server.ip + ":5000"})
 	client := a.runPod("client", nil)
+	var added unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &added)
 	if !strings.HasPrefix(server.ip, "10.74.2.") || !strings.HasPrefix(client.ip, "10.74.1.") {
 		t.Fatalf("pods' addresses %s (node B) and %s (node A), want each inside its node's pod network", server.ip, client.ip)
 	}
@@ -79,9 +83,23 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 		t.Fatalf("node A's routes %v", routes)
 	}
 
-	b2.start(server, "server", []string{"/dnperf", "server", "--stack", "docknet", "--bind", server.ip + ":5000"})
-	time.Sleep(300 * time.Millisecond)
-	id := a.start(client, "client", []string{"/dnperf", "client", "--stack", "docknet", "--connect", server.ip + ":5000",
+	// the client pod's first packet to the other node: a container started right after its ADD
+	// connects again until the server answers
+	id := a.start(client, "reach", []string{"/dnperf", "reach", "--stack", "docknet", "--connect", server.ip + ":5000"})
+	lines := a.output(client, id, "reach", 60*time.Second)
+	var reach struct {
+		Start   int64  `json:"start_ns"`
+		Connect int64  `json:"connect_ns"`
+		Tries   uint64 `json:"connect_tries"`
+	}
+	if len(lines) == 0 || json.Unmarshal([]byte(lines[len(lines)-1]), &reach) != nil || reach.Connect < reach.Start {
+		t.Fatalf("reach: %q", lines)
+	}
+	t.Logf("first connect across the nodes: %.1f ms after the client pod's ADD returned (container start included), "+
+		"%.2f ms after the program started trying, %d tries",
+		float64(reach.Connect-added.Nano())/1e6, float64(reach.Connect-reach.Start)/1e6, reach.Tries)
+
+	id = a.start(client, "client", []string{"/dnperf", "client", "--stack", "docknet", "--connect", server.ip + ":5000",
 		"--workload", "rr", "--size", "64", "--duration", "2", "--warmup", "0.5", "--json"})
 	got := lastJSON(t, a.output(client, id, "client", 60*time.Second))
 	t.Logf("64 B ping-pong between pods on two nodes: one-way p50 %.2f us, p99 %.2f us, %d transactions",
@@ -92,7 +110,7 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 	// 100 MB checked from node A's pod to node B's (the server's threads serve each connection)
 	id = a.start(client, "check", []string{"/dnperf", "client", "--stack", "docknet", "--connect", server.ip + ":5000",
 		"--workload", "check", "--bytes", "100000000", "--size", "65536", "--json"})
-	lines := a.output(client, id, "check", 120*time.Second)
+	lines = a.output(client, id, "check", 120*time.Second)
 	var check struct {
 		Result struct {
 			Bytes   uint64 `json:"bytes"`
