@@ -38,7 +38,6 @@ const MaxNodes = 4096
 // node or network skipped.
 func Desired(self string, nodes []Node, cluster netip.Prefix) (map[string]string, []string) {
 	want := map[string]string{}
-	owner := map[string]string{}
 	var skipped []string
 	sorted := append([]Node(nil), nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
@@ -47,22 +46,32 @@ func Desired(self string, nodes []Node, cluster netip.Prefix) (map[string]string
 		sorted = sorted[:MaxNodes]
 	}
 	var mine []netip.Prefix
+	found := false
 	for _, n := range sorted {
 		if n.Name != self {
 			continue
 		}
+		found = true
 		for _, c := range n.PodCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
 				mine = append(mine, p.Masked())
 			}
 		}
 	}
+	if !found && len(sorted) > 0 {
+		skipped = append(skipped, fmt.Sprintf("this node %q is not among the nodes: is --node-name right?", self))
+	}
+	// pod networks taken so far (this node's first), and by whom
+	taken := map[netip.Prefix]string{}
+	for _, p := range mine {
+		taken[p] = self
+	}
 	for _, n := range sorted {
 		if n.Name == self {
 			continue
 		}
 		addr, err := netip.ParseAddr(n.Address)
-		if err != nil || !addr.Is4() || !addr.IsGlobalUnicast() {
+		if err != nil || !nextHop(addr) {
 			skipped = append(skipped, fmt.Sprintf("node %q: no IPv4 address to route through (%q)", n.Name, n.Address))
 			continue
 		}
@@ -83,33 +92,61 @@ func Desired(self string, nodes []Node, cluster netip.Prefix) (map[string]string
 				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s has host bits set", n.Name, p))
 				continue
 			}
-			if !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() {
-				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s lies outside the cluster's %s", n.Name, p, cluster))
+			if !cluster.Contains(p.Addr()) || p.Bits() <= cluster.Bits() {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s is not a part of the cluster's %s", n.Name, p, cluster))
 				continue
 			}
-			if o := overlapping(p, mine); o.IsValid() {
-				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s overlaps this node's %s", n.Name, p, o))
+			if q, who := overlapping(p, taken); q.IsValid() {
+				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s overlaps node %q's %s", n.Name, p, who, q))
 				continue
 			}
-			key := p.String()
-			if o, dup := owner[key]; dup {
-				skipped = append(skipped, fmt.Sprintf("node %q: pod network %s is node %q's already", n.Name, p, o))
-				continue
-			}
-			owner[key] = n.Name
-			want[key] = addr.String()
+			taken[p] = n.Name
+			want[p.String()] = addr.String()
 		}
 	}
 	return want, skipped
 }
 
-func overlapping(p netip.Prefix, list []netip.Prefix) netip.Prefix {
-	for _, q := range list {
-		if p.Overlaps(q) {
-			return q
+// overlapping returns a network of taken that overlaps p, and whose it is.
+func overlapping(p netip.Prefix, taken map[netip.Prefix]string) (netip.Prefix, string) {
+	var best netip.Prefix
+	for q := range taken {
+		// the smallest such network, so the message does not depend on map order
+		if p.Overlaps(q) && (!best.IsValid() || q.Addr().Less(best.Addr()) || (q.Addr() == best.Addr() && q.Bits() < best.Bits())) {
+			best = q
 		}
 	}
-	return netip.Prefix{}
+	if best.IsValid() {
+		return best, taken[best]
+	}
+	return netip.Prefix{}, ""
+}
+
+// nextHop says whether the daemon takes a as a next hop: a unicast IPv4 address (not 0/8,
+// loopback, link-local multicast, multicast, 240/4 or the broadcast address).
+func nextHop(a netip.Addr) bool {
+	if !a.Is4() {
+		return false
+	}
+	b := a.As4()
+	return b[0] != 0 && b[0] != 127 && b[0] < 224
+}
+
+// OwnPodNetwork is the IPv4 pod network node n hands addresses out of: its first IPv4
+// podCIDR, which must have no host bits set, lie inside cluster (smaller than it) and hold at
+// least 4 addresses. Otherwise the reason.
+func OwnPodNetwork(n Node, cluster netip.Prefix) (netip.Prefix, string) {
+	for _, c := range n.PodCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || !p.Addr().Is4() {
+			continue
+		}
+		if p.Masked() != p || !cluster.Contains(p.Addr()) || p.Bits() <= cluster.Bits() || p.Bits() > 30 {
+			return netip.Prefix{}, fmt.Sprintf("node %s's pod network %s is not a network of 4 or more addresses inside %s", n.Name, p, cluster)
+		}
+		return p, ""
+	}
+	return netip.Prefix{}, fmt.Sprintf("node %s has no IPv4 pod network yet", n.Name)
 }
 
 // Daemon is what the agent asks of the DockNet daemon.
@@ -128,13 +165,14 @@ type Change struct {
 
 // Reconcile makes the daemon's routes inside cluster equal to want: removes the ones not
 // wanted (or through another next hop), then adds the missing ones. Routes outside cluster are
-// not touched. It returns what it changed; on an error, what it changed until then.
-func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) ([]Change, error) {
+// not touched. A route the daemon refuses does not stop the others: it is returned among the
+// refusals (and tried again at the next pass). The error is for a daemon that could not be
+// asked at all.
+func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) (done []Change, refused []string, err error) {
 	have, err := d.RouteLs()
 	if err != nil {
-		return nil, fmt.Errorf("listing the daemon's routes: %w", err)
+		return nil, nil, fmt.Errorf("listing the daemon's routes: %w", err)
 	}
-	var done []Change
 	current := map[string]string{}
 	for _, r := range have {
 		p, err := netip.ParsePrefix(r.Net)
@@ -146,7 +184,9 @@ func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) ([]Change
 			continue
 		}
 		if err := d.RouteRm(r.Net); err != nil {
-			return done, fmt.Errorf("removing the route to %s: %w", r.Net, err)
+			refused = append(refused, fmt.Sprintf("removing the route to %s via %s: %v", r.Net, r.Via, err))
+			current[r.Net] = r.Via
+			continue
 		}
 		done = append(done, Change{Op: "rm", Net: r.Net, Via: r.Via})
 	}
@@ -160,9 +200,10 @@ func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) ([]Change
 			continue
 		}
 		if err := d.RouteAdd(n, want[n]); err != nil {
-			return done, fmt.Errorf("adding the route to %s via %s: %w", n, want[n], err)
+			refused = append(refused, fmt.Sprintf("adding the route to %s via %s: %v", n, want[n], err))
+			continue
 		}
 		done = append(done, Change{Op: "add", Net: n, Via: want[n]})
 	}
-	return done, nil
+	return done, refused, nil
 }

@@ -26,6 +26,7 @@ type fakeDaemon struct {
 	routes map[string]string
 	down   bool
 	calls  int
+	refuse map[string]bool // networks whose add the daemon refuses
 }
 
 func newFake(init map[string]string) *fakeDaemon {
@@ -56,6 +57,9 @@ func (f *fakeDaemon) RouteAdd(n, via string) error {
 	defer f.mu.Unlock()
 	if _, ok := f.routes[n]; ok {
 		return errors.New("exists")
+	}
+	if f.refuse[n] {
+		return errors.New("refused")
 	}
 	f.routes[n] = via
 	return nil
@@ -94,12 +98,16 @@ func TestDesiredRoutesOtherNodesAndSkipsWhatItCannotTrust(t *testing.T) {
 		{Name: "n9", Address: "10.244.9.1", PodCIDRs: []string{"10.244.9.0/24"}},
 		{Name: "na", Address: "192.168.1.20", PodCIDRs: []string{"10.0.0.0/8"}},
 		{Name: "nb", Address: "192.168.1.21", PodCIDRs: []string{"x"}},
+		{Name: "nc", Address: "240.0.0.1", PodCIDRs: []string{"10.244.12.0/24"}},
+		{Name: "nd", Address: "192.168.1.23", PodCIDRs: []string{"10.244.0.0/16"}},
+		{Name: "ne", Address: "192.168.1.24", PodCIDRs: []string{"10.244.2.7/32"}},
+		{Name: "nf", Address: "0.1.2.3", PodCIDRs: []string{"10.244.15.0/24"}},
 	}
 	want, skipped := Desired("n1", nodes, cluster)
 	if !reflect.DeepEqual(want, map[string]string{"10.244.2.0/24": "192.168.1.12"}) {
 		t.Fatalf("routes %v", want)
 	}
-	for _, s := range []string{`"n3"`, `"n4"`, `"n5"`, `"n6"`, `"n7"`, `"n8"`, `"n9"`, `"na"`, `"nb"`} {
+	for _, s := range []string{`"n3"`, `"n4"`, `"n5"`, `"n6"`, `"n7"`, `"n8"`, `"n9"`, `"na"`, `"nb"`, `"nc"`, `"nd"`, `"ne"`, `"nf"`} {
 		found := false
 		for _, l := range skipped {
 			found = found || strings.Contains(l, s)
@@ -108,8 +116,12 @@ func TestDesiredRoutesOtherNodesAndSkipsWhatItCannotTrust(t *testing.T) {
 			t.Errorf("node %s not reported as skipped: %q", s, skipped)
 		}
 	}
-	if len(skipped) != 9 {
+	if len(skipped) != 13 {
 		t.Errorf("%d skipped: %q", len(skipped), skipped)
+	}
+	// a name not among the nodes is said
+	if _, skipped := Desired("nx", nodes[:2], cluster); len(skipped) != 1 || !strings.Contains(skipped[0], "--node-name") {
+		t.Errorf("unknown self: %q", skipped)
 	}
 }
 
@@ -126,9 +138,9 @@ func TestReconcileChangesOnlyTheAgentsRoutes(t *testing.T) {
 		"10.244.3.0/24": "192.168.1.13",
 		"10.244.5.0/24": "192.168.1.15",
 	}
-	changes, err := Reconcile(d, want, cluster)
-	if err != nil {
-		t.Fatal(err)
+	changes, refused, err := Reconcile(d, want, cluster)
+	if err != nil || len(refused) != 0 {
+		t.Fatal(refused, err)
 	}
 	got := d.snapshot()
 	expect := map[string]string{
@@ -145,12 +157,21 @@ func TestReconcileChangesOnlyTheAgentsRoutes(t *testing.T) {
 		t.Fatalf("changes %v", changes)
 	}
 	// a second pass changes nothing: a restarted agent does not disturb traffic
-	changes, err = Reconcile(d, want, cluster)
+	changes, _, err = Reconcile(d, want, cluster)
 	if err != nil || len(changes) != 0 {
 		t.Fatalf("second pass: %v %v", changes, err)
 	}
+	// a route the daemon refuses does not keep the others out
+	d.refuse = map[string]bool{"10.244.6.0/24": true}
+	want["10.244.6.0/24"] = "192.168.1.16"
+	want["10.244.7.0/24"] = "192.168.1.17"
+	changes, refused, err = Reconcile(d, want, cluster)
+	if err != nil || len(refused) != 1 || !strings.Contains(refused[0], "10.244.6.0/24") ||
+		len(changes) != 1 || changes[0].Net != "10.244.7.0/24" {
+		t.Fatalf("with a refusal: %v %q %v", changes, refused, err)
+	}
 	d.down = true
-	if _, err := Reconcile(d, want, cluster); err == nil {
+	if _, _, err := Reconcile(d, want, cluster); err == nil {
 		t.Fatal("a daemon that does not answer is an error")
 	}
 }
@@ -228,6 +249,11 @@ func TestNodesAddedChangedAndRemovedTakeEffectWithinASecond(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
+	// another pass (a node changes): the skip is not said again
+	if _, err := nodes.Update(ctx, node("n1", "192.168.1.112", "10.244.1.0/24"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, d, map[string]string{"0.0.0.0/0": "192.168.1.1", "10.244.1.0/24": "192.168.1.112"}, "changed again")
 	logMu.Lock()
 	n := 0
 	for _, l := range logs {

@@ -50,9 +50,6 @@ func apiBins(t *testing.T) string {
 	return abs
 }
 
-// adminConfig is the last realAPI's administrator configuration.
-var adminConfig *rest.Config
-
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -81,8 +78,9 @@ func start(t *testing.T, log string, name string, args ...string) {
 	})
 }
 
-// realAPI starts kine and kube-apiserver on loopback and returns a client of it.
-func realAPI(t *testing.T) kubernetes.Interface {
+// realAPI starts kine and kube-apiserver on loopback and returns an administrator's client of
+// it, and its configuration.
+func realAPI(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	bins := apiBins(t)
 	dir := t.TempDir()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -145,15 +143,14 @@ current-context: test
 `, url, token)), 0o600))
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	must(err)
-	adminConfig = cfg
 	client, err := kubernetes.NewForConfig(cfg)
 	must(err)
-	return client
+	return client, cfg
 }
 
 // agentClient creates what deploy/daemonset.yaml gives the agent (its namespace, service
 // account, ClusterRole and binding) and returns a client with a token of that account.
-func agentClient(t *testing.T, ctx context.Context, admin kubernetes.Interface) kubernetes.Interface {
+func agentClient(ctx context.Context, t *testing.T, admin kubernetes.Interface, adminConfig *rest.Config) kubernetes.Interface {
 	t.Helper()
 	manifest, err := os.ReadFile("../../deploy/daemonset.yaml")
 	if err != nil {
@@ -217,7 +214,7 @@ func agentClient(t *testing.T, ctx context.Context, admin kubernetes.Interface) 
 }
 
 func TestTheAgentFollowsNodesThroughARealAPIServer(t *testing.T) {
-	client := realAPI(t)
+	client, adminConfig := realAPI(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	nodes := client.CoreV1().Nodes()
@@ -230,7 +227,8 @@ func TestTheAgentFollowsNodesThroughARealAPIServer(t *testing.T) {
 		}
 	}
 	// the agent reads with the DaemonSet's own service account and ClusterRole
-	src, err := NewKubeSource(ctx, agentClient(t, ctx, client), 0)
+	agent := agentClient(ctx, t, client, adminConfig)
+	src, err := NewKubeSource(ctx, agent, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +263,12 @@ func TestTheAgentFollowsNodesThroughARealAPIServer(t *testing.T) {
 	// a restarted agent, with a new informer, changes nothing
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	src2, err := NewKubeSource(ctx2, client, 0)
+	src2, err := NewKubeSource(ctx2, agent, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	changes, err := Sync(Config{Self: "self", Cluster: cluster}, src2, d)
-	if err != nil || len(changes) != 0 {
-		t.Fatalf("restart: %v %v", changes, err)
+	pass, err := Sync(Config{Self: "self", Cluster: cluster}, src2, d)
+	if err != nil || len(pass.Changes) != 0 {
+		t.Fatalf("restart: %v %v", pass.Changes, err)
 	}
 }

@@ -49,7 +49,7 @@ func (f *FileSource) read() ([]byte, error) {
 }
 
 func (f *FileSource) watch() {
-	last, _ := f.read()
+	last, lastErr := f.read()
 	t := time.NewTicker(f.Poll)
 	defer t.Stop()
 	for {
@@ -59,10 +59,13 @@ func (f *FileSource) watch() {
 		case <-t.C:
 		}
 		b, err := f.read()
-		if err == nil && bytes.Equal(b, last) {
+		// a change is new contents, or a new reason the file cannot be read (a file that
+		// stays unreadable is not a change: the agent's own retry covers it)
+		if (err == nil) == (lastErr == nil) && bytes.Equal(b, last) &&
+			(err == nil || err.Error() == lastErr.Error()) {
 			continue
 		}
-		last = b
+		last, lastErr = b, err
 		select {
 		case f.changed <- struct{}{}:
 		default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,8 +34,16 @@ func NewKubeSource(ctx context.Context, client kubernetes.Interface, resync time
 		}
 	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { signal() },
-		UpdateFunc: func(any, any) { signal() },
+		AddFunc: func(any) { signal() },
+		// a kubelet updates its Node every few seconds (heartbeats, conditions): only a change
+		// of what the routes are made of starts a pass
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			c, ok2 := cur.(*corev1.Node)
+			if !ok1 || !ok2 || !reflect.DeepEqual(FromNode(o), FromNode(c)) {
+				signal()
+			}
+		},
 		DeleteFunc: func(any) { signal() },
 	}); err != nil {
 		return nil, err

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -24,28 +26,45 @@ type Config struct {
 	// Resync is how often the routes are checked again without a change (a route removed
 	// by hand comes back).
 	Resync time.Duration
-	// Log receives one line per change, skipped node and failure.
+	// Log receives one line per change, skipped node, refused route and failure.
 	Log func(string)
-	// Self, when set, is called with this node (when the source has it) before the routes
-	// are reconciled: the CNI configuration follows the node's own pod network.
+	// OnSelf, when set, is called with this node (when the source has it) at every pass: the
+	// CNI configuration follows the node's own pod network. Its failure does not stop the
+	// routes from being reconciled.
 	OnSelf func(Node) error
 }
 
-// Sync reconciles once: the source's nodes into the daemon's routes.
-func Sync(cfg Config, src Source, d Daemon) ([]Change, error) {
+// Pass is what one pass found and did.
+type Pass struct {
+	// Changes made to the daemon's routes.
+	Changes []Change
+	// Skipped nodes and networks, with the reason.
+	Skipped []string
+	// Routes the daemon refused.
+	Refused []string
+}
+
+// Sync makes one pass: this node's configuration (OnSelf), then the source's nodes into the
+// daemon's routes. The error says the nodes could not be read, the daemon could not be asked,
+// or OnSelf failed; what could be done was done.
+func Sync(cfg Config, src Source, d Daemon) (Pass, error) {
 	nodes, err := src.Nodes()
 	if err != nil {
-		return nil, fmt.Errorf("reading the nodes: %w", err)
+		return Pass{}, fmt.Errorf("reading the nodes: %w", err)
+	}
+	var errs []error
+	if err := cfg.self(nodes); err != nil {
+		errs = append(errs, err)
 	}
 	want, skipped := Desired(cfg.Self, nodes, cfg.Cluster)
-	for _, s := range skipped {
-		cfg.log("skipped: " + s)
+	changes, refused, err := Reconcile(d, want, cfg.Cluster)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	changes, err := Reconcile(d, want, cfg.Cluster)
 	for _, c := range changes {
 		cfg.log(fmt.Sprintf("route %s %s via %s", c.Op, c.Net, c.Via))
 	}
-	return changes, err
+	return Pass{Changes: changes, Skipped: skipped, Refused: refused}, errors.Join(errs...)
 }
 
 func (c Config) self(nodes []Node) error {
@@ -66,9 +85,10 @@ func (c Config) log(s string) {
 	}
 }
 
-// Run keeps the daemon's routes equal to the source's nodes until ctx ends: at start, at every
-// change, every Resync, and again after a failure (backing off from 100 ms to 5 s while the
-// daemon does not answer). Skipped nodes are logged once per change of what is skipped.
+// Run keeps the daemon's routes equal to the source's nodes until ctx ends: a pass at start,
+// at every change, every Resync, and again after a failure (backing off from 100 ms to 5 s
+// while the nodes cannot be read or the daemon does not answer). Skipped nodes and refused
+// routes are logged when they change, not at every pass.
 func Run(ctx context.Context, cfg Config, src Source, d Daemon) error {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
@@ -77,30 +97,21 @@ func Run(ctx context.Context, cfg Config, src Source, d Daemon) error {
 	defer resync.Stop()
 	backoff := 100 * time.Millisecond
 	var retry <-chan time.Time
-	lastSkipped := ""
-	quiet := cfg
-	quiet.Log = func(s string) {
-		if len(s) > 9 && s[:9] == "skipped: " {
+	said := map[string]string{}
+	once := func(kind string, lines []string) {
+		joined := strings.Join(lines, "\n")
+		if said[kind] == joined {
 			return
 		}
-		cfg.log(s)
+		said[kind] = joined
+		for _, l := range lines {
+			cfg.log(kind + ": " + l)
+		}
 	}
 	for {
-		nodes, err := src.Nodes()
-		if err == nil {
-			_, skipped := Desired(cfg.Self, nodes, cfg.Cluster)
-			joined := fmt.Sprint(skipped)
-			if joined != lastSkipped {
-				for _, s := range skipped {
-					cfg.log("skipped: " + s)
-				}
-				lastSkipped = joined
-			}
-			err = cfg.self(nodes)
-			if err == nil {
-				_, err = Sync(quiet, staticNodes(nodes), d)
-			}
-		}
+		pass, err := Sync(cfg, src, d)
+		once("skipped", pass.Skipped)
+		once("refused", pass.Refused)
 		if err != nil {
 			cfg.log(fmt.Sprintf("failed: %v (again in %v)", err, backoff))
 			retry = time.After(backoff)

@@ -78,8 +78,8 @@ func run(args []string) int {
 		return fail("--cluster-cidr is required (the cluster's pod network, e.g. 10.244.0.0/16)")
 	}
 	cluster, err := netip.ParsePrefix(*clusterCIDR)
-	if err != nil || !cluster.Addr().Is4() || cluster.Masked() != cluster {
-		return fail("--cluster-cidr %q: want an IPv4 network with no host bits set, e.g. 10.244.0.0/16", *clusterCIDR)
+	if err != nil || !cluster.Addr().Is4() || cluster.Masked() != cluster || cluster.Bits() < 8 {
+		return fail("--cluster-cidr %q: want an IPv4 network of /8 or smaller with no host bits set, e.g. 10.244.0.0/16", *clusterCIDR)
 	}
 	if *nodeName == "" {
 		return fail("--node-name (or $NODE_NAME) is required: this node's own pod network is not routed")
@@ -122,16 +122,25 @@ func run(args []string) int {
 		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, logf)
 	}
 	if *once {
-		changes, err := agent.Sync(c, src, routes{d})
+		pass, err := agent.Sync(c, src, routes{d})
+		for _, l := range pass.Skipped {
+			logf("skipped: " + l)
+		}
+		for _, l := range pass.Refused {
+			logf("refused: " + l)
+		}
 		if *jsonOut {
-			if changes == nil {
-				changes = []agent.Change{}
+			if pass.Changes == nil {
+				pass.Changes = []agent.Change{}
 			}
-			b, _ := json.Marshal(changes)
+			b, _ := json.Marshal(pass.Changes)
 			fmt.Println(string(b))
 		}
 		if err != nil {
 			return fail("%v", err)
+		}
+		if len(pass.Refused) > 0 {
+			return 1
 		}
 		return 0
 	}
@@ -147,28 +156,22 @@ func run(args []string) int {
 func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu uint, logf func(string)) func(agent.Node) error {
 	last := ""
 	return func(n agent.Node) error {
-		pod := ""
-		for _, c := range n.PodCIDRs {
-			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
-				pod = p.String()
-				break
-			}
-		}
-		if pod == "" {
-			if last != "-" {
-				logf(fmt.Sprintf("node %s has no IPv4 pod network yet: %s not written", n.Name, path))
-				last = "-"
+		pod, why := agent.OwnPodNetwork(n, cluster)
+		if why != "" {
+			if last != why {
+				logf(fmt.Sprintf("%s not written: %s", path, why))
+				last = why
 			}
 			return nil
 		}
 		o := &install.Options{ConfDir: filepath.Dir(path), ConfName: filepath.Base(path), Network: "docknet",
-			Subnet: cluster.String(), PodCIDR: pod, DaemonSocket: socket, MTU: mtu, CNIVersion: version}
+			Subnet: cluster.String(), PodCIDR: pod.String(), DaemonSocket: socket, MTU: mtu, CNIVersion: version}
 		if _, err := install.WriteConf(o); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}
-		if last != pod {
+		if last != pod.String() {
 			logf(fmt.Sprintf("%s: addresses from %s (this node's pod network)", path, pod))
-			last = pod
+			last = pod.String()
 		}
 		return nil
 	}
