@@ -326,18 +326,22 @@ fn ctx_of(reg: Registry) -> Ctx {
     }
 }
 
-/// Request lines against a registry (kept by an in-process keeper): a refused request changes
-/// nothing, and a registry reopened from the same directory and keeper has the same state.
+/// Request lines against a registry (kept by an in-process keeper, with a link so routes are
+/// taken): a refused request changes nothing, and a registry reopened from the same directory
+/// and keeper has the same state (pipes and routes).
 pub fn control(data: &[u8]) {
     let d = scratch();
     let keeper = MemoryKeeper::default();
-    let (reg, _) = Registry::open(d.path(), Some(Box::new(keeper.clone()))).expect("a registry");
+    let (mut reg, _) =
+        Registry::open(d.path(), Some(Box::new(keeper.clone()))).expect("a registry");
+    // as with a link to the wire, so that routes are taken
+    reg.set_gateway(Some([2, 0, 0, 0, 0, 1]));
     let ctx = ctx_of(reg);
     let state = || std::fs::read(d.path().join("state.json")).unwrap_or_default();
     let listing = |ctx: &Ctx| {
-        handle(ctx, Request::PipeLs {})
-            .map(|v| v.to_string())
-            .unwrap_or_default()
+        [Request::PipeLs {}, Request::RouteLs {}]
+            .map(|r| handle(ctx, r).map(|v| v.to_string()).unwrap_or_default())
+            .join("\n")
     };
     for line in data.split(|b| *b == b'\n').take(32) {
         let Ok(mut req) = parse_request(&String::from_utf8_lossy(line)) else {

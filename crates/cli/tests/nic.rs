@@ -337,11 +337,14 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
         "node b at start",
     );
     // each node's CNI configuration hands out addresses from its own pod network
-    let conf: serde_json::Value = serde_json::from_slice(&std::fs::read(&cni_a).unwrap()).unwrap();
-    let range = &conf["plugins"][0]["ipam"]["ranges"][0][0];
-    assert_eq!(range["subnet"], "10.244.0.0/16", "{conf}");
-    assert_eq!(range["rangeStart"], "10.244.1.1", "{conf}");
-    assert_eq!(range["rangeEnd"], "10.244.1.254", "{conf}");
+    for (conf, n) in [(&cni_a, 1), (&cni_b, 2)] {
+        let conf: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(conf).unwrap()).unwrap();
+        let range = &conf["plugins"][0]["ipam"]["ranges"][0][0];
+        assert_eq!(range["subnet"], "10.244.0.0/16", "{conf}");
+        assert_eq!(range["rangeStart"], format!("10.244.{n}.1"), "{conf}");
+        assert_eq!(range["rangeEnd"], format!("10.244.{n}.254"), "{conf}");
+    }
 
     // pods on the two nodes talk through the routes the agents made
     ok(&a, &["pipe", "create", "c0", "--ip", "10.244.1.5/16"]);
@@ -388,7 +391,7 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
     let mut log = String::new();
     std::io::Read::read_to_string(agent_a.0.stderr.as_mut().unwrap(), &mut log).unwrap();
     assert!(
-        log.contains("route add 10.244.2.0/24 via 192.168.77.2")
+        log.contains("route add 10.244.2.0/24 via 192.168.77.2\n")
             && log.contains("node \"d\": pod network 10.244.1.0/25 overlaps"),
         "{log}"
     );

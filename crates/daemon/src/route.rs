@@ -100,8 +100,14 @@ impl Route {
                 canonical,
             });
         }
-        if !unicast(self.via) || self.holds_hop(self.via) {
+        if !unicast(self.via) {
             return Err(RouteError::Via(self.via));
+        }
+        if self.holds_hop(self.via) {
+            return Err(RouteError::Recursive {
+                via: self.via,
+                route: *self,
+            });
         }
         Ok(())
     }
@@ -159,12 +165,8 @@ impl Routes {
     /// This table with `r` added.
     pub fn with(&self, r: Route) -> Result<Routes, RouteError> {
         r.check()?;
-        if let Some(old) = self
-            .list
-            .iter()
-            .find(|o| o.net == r.net && o.prefix == r.prefix)
-        {
-            return Err(RouteError::Exists(*old));
+        if let Some(&via) = self.by_net.get(&(u32::from(r.net), r.prefix)) {
+            return Err(RouteError::Exists(Route { via, ..r }));
         }
         if self.list.len() >= MAX_ROUTES {
             return Err(RouteError::Full);
@@ -187,7 +189,7 @@ impl Routes {
 
     /// This table without the route to `net/prefix`.
     pub fn without(&self, net: Ipv4Addr, prefix: u8) -> Result<Routes, RouteError> {
-        if !self.list.iter().any(|r| r.net == net && r.prefix == prefix) {
+        if self.get(net, prefix).is_none() {
             return Err(RouteError::Missing(net, prefix));
         }
         Ok(Routes::build(
@@ -209,6 +211,13 @@ impl Routes {
             }
         }
         dst
+    }
+
+    /// The route to exactly `net/prefix`, if there is one.
+    pub fn get(&self, net: Ipv4Addr, prefix: u8) -> Option<Route> {
+        self.by_net
+            .get(&(u32::from(net), prefix))
+            .map(|&via| Route { net, prefix, via })
     }
 
     /// Every route, sorted by network.
@@ -294,10 +303,10 @@ mod tests {
             );
         }
         // the next hop inside the route's own network
-        assert_eq!(
+        assert!(matches!(
             t.with(r("10.1.2.0", 24, "10.1.2.1")),
-            Err(RouteError::Via(ip("10.1.2.1")))
-        );
+            Err(RouteError::Recursive { .. })
+        ));
         let t = t.with(r("10.1.2.0", 24, "192.168.1.1")).unwrap();
         assert!(matches!(
             t.with(r("10.1.2.0", 24, "192.168.1.2")),

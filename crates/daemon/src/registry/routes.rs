@@ -67,13 +67,11 @@ impl Registry {
         let (net, prefix) = parse_net(net)?;
         let gone = self
             .routes
-            .list()
-            .iter()
-            .find(|r| r.net == net && r.prefix == prefix)
-            .copied();
+            .get(net, prefix)
+            .ok_or_else(|| api(RouteError::Missing(net, prefix)))?;
         let t = self.routes.without(net, prefix).map_err(api)?;
         self.write_routes(t)?;
-        gone.ok_or_else(|| api(RouteError::Missing(net, prefix)))
+        Ok(gone)
     }
 
     /// Every route, sorted by network.
