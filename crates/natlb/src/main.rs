@@ -41,9 +41,11 @@ struct Cli {
     /// How new connections are spread: rr (in turn) or least-conn (fewest open connections).
     #[arg(long, value_enum, default_value = "rr")]
     policy: Policy,
-    /// What the loop does when no frame waits: spin (owns a core: lowest latency), adaptive
-    /// (yield up to 1 ms, then sleep), adaptive:SPIN_US, or block (sleep at once).
-    #[arg(long, default_value = "spin", value_parser = IdlePolicy::parse)]
+    /// What the loop does when no frame waits: adaptive (yield the core for up to 1 ms, fewer
+    /// yields when others want it, then sleep: the default of every DockNet program, which
+    /// measured best where cores are shared), adaptive:SPIN_US (spin first), spin (owns a core:
+    /// lowest latency when it has one to itself), or block (sleep at once).
+    #[arg(long, default_value = "adaptive", value_parser = IdlePolicy::parse)]
     idle: IdlePolicy,
     /// Write the counters as JSON to FILE every second (atomically: a new file renamed over).
     #[arg(long, value_name = "FILE")]

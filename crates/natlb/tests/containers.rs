@@ -311,3 +311,19 @@ fn a_backend_without_a_fast_channel_is_refused_in_one_line() {
     assert!(err.contains("a port is 1 to 65535"), "{err}");
     lab.remove_pipes(&["lb", "b1"]);
 }
+
+#[test]
+fn it_waits_as_every_docknet_program_does_unless_told() {
+    // the same idle default everywhere: yielding, which measured best where cores are shared
+    let o = std::process::Command::new(NATLB)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    let idle = help
+        .split("--idle <IDLE>")
+        .nth(1)
+        .and_then(|s| s.split("\n      --").next())
+        .unwrap_or_default();
+    assert!(idle.contains("[default: adaptive]"), "{help}");
+}
