@@ -1,25 +1,11 @@
 //! Routes to networks beyond the link: adding, removing and listing them.
 
+use super::validate::parse_net;
 use super::{err, internal, Registry};
 use crate::proto::{ApiError, ErrorCode};
 use crate::route::{Route, RouteError, Routes};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-
-/// Parses `A.B.C.D/LEN` as a network (0-32; `0.0.0.0/0` is the default route).
-pub fn parse_net(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
-    let bad = |why: &str| err(ErrorCode::BadIp, format!("invalid network {s:?}: {why}"));
-    let (ip, len) = s
-        .split_once('/')
-        .ok_or_else(|| bad("expected A.B.C.D/LEN"))?;
-    let ip: Ipv4Addr = ip.parse().map_err(|_| bad("not an IPv4 address"))?;
-    let len: u8 = len
-        .parse()
-        .ok()
-        .filter(|l| *l <= 32)
-        .ok_or_else(|| bad("prefix length must be 0..=32"))?;
-    Ok((ip, len))
-}
 
 fn api(e: RouteError) -> ApiError {
     let code = match e {

@@ -64,9 +64,10 @@ pub fn validate_labels(labels: &BTreeMap<String, String>) -> Result<(), ApiError
     Ok(())
 }
 
-/// Parses `A.B.C.D/LEN` and refuses addresses a pipe cannot own.
-pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
-    let bad = |why: &str| err(ErrorCode::BadIp, format!("invalid address {s:?}: {why}"));
+/// Splits `A.B.C.D/LEN` (a prefix length from `min_len` to 32); errors name the value as
+/// `what` ("address", "network").
+fn split_v4(s: &str, what: &str, min_len: u8) -> Result<(Ipv4Addr, u8), ApiError> {
+    let bad = |why: &str| err(ErrorCode::BadIp, format!("invalid {what} {s:?}: {why}"));
     let (ip, len) = s
         .split_once('/')
         .ok_or_else(|| bad("expected A.B.C.D/LEN"))?;
@@ -74,8 +75,21 @@ pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
     let len: u8 = len
         .parse()
         .ok()
-        .filter(|l| (1..=32).contains(l))
-        .ok_or_else(|| bad("prefix length must be 1..=32"))?;
+        .filter(|l| (min_len..=32).contains(l))
+        .ok_or_else(|| bad(&format!("prefix length must be {min_len}..=32")))?;
+    Ok((ip, len))
+}
+
+/// Parses `A.B.C.D/LEN` as a network (0-32; `0.0.0.0/0` is the default route). Whether its
+/// host bits are clear is the route table's check.
+pub(super) fn parse_net(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
+    split_v4(s, "network", 0)
+}
+
+/// Parses `A.B.C.D/LEN` and refuses addresses a pipe cannot own.
+pub fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), ApiError> {
+    let bad = |why: &str| err(ErrorCode::BadIp, format!("invalid address {s:?}: {why}"));
+    let (ip, len) = split_v4(s, "address", 1)?;
     if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
         return Err(bad("not a unicast host address"));
     }
