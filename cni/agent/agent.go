@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+
+	"docknet/cni/internal/daemon"
 )
 
 // Node is what the agent needs of a node.
@@ -24,10 +26,7 @@ type Node struct {
 }
 
 // Route is one route as the daemon lists it.
-type Route struct {
-	Net string `json:"net"`
-	Via string `json:"via"`
-}
+type Route = daemon.Route
 
 // MaxNodes bounds the nodes the agent takes from its source (the daemon holds at most 4096
 // routes).
@@ -149,7 +148,7 @@ func OwnPodNetwork(n Node, cluster netip.Prefix) (netip.Prefix, string) {
 	return netip.Prefix{}, fmt.Sprintf("node %s has no IPv4 pod network yet", n.Name)
 }
 
-// Daemon is what the agent asks of the DockNet daemon.
+// Daemon is what the agent asks of the DockNet daemon (*daemon.Client is one).
 type Daemon interface {
 	RouteLs() ([]Route, error)
 	RouteAdd(net, via string) error

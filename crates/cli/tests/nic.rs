@@ -109,6 +109,14 @@ fn transfer_between(
     serde_json::from_str(line.lines().last().unwrap_or("")).unwrap()
 }
 
+fn status(d: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
+}
+
+fn pipe_show(d: &Daemon, pipe: &str) -> serde_json::Value {
+    serde_json::from_str(&ok(d, &["pipe", "show", pipe, "--json"])).unwrap()
+}
+
 #[test]
 fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
     if !root_or_skip("nic transfer") {
@@ -130,7 +138,7 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
         assert_eq!(r["result"]["bytes"], 1u64 << 30, "{mode}: {r}");
         assert_eq!(r["result"]["corrupt_bytes"], 0, "{mode}: {r}");
 
-        let st: serde_json::Value = serde_json::from_str(&ok(&a, &["status", "--json"])).unwrap();
+        let st = status(&a);
         let nic = &st["nic"];
         assert_eq!(nic["mode"], mode, "{st}");
         assert_eq!(nic["iface"], WIRE_DEV);
@@ -139,8 +147,7 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
         if mode == "xdp" {
             assert!(["native", "generic"].contains(&nic["attach"].as_str().unwrap()));
         }
-        let p: serde_json::Value =
-            serde_json::from_str(&ok(&a, &["pipe", "show", "c0", "--json"])).unwrap();
+        let p = pipe_show(&a, "c0");
         let c = &p["counters"];
         assert!(c["wire_tx"].as_u64().unwrap() > 700_000, "{p}");
         assert!(c["wire_rx"].as_u64().unwrap() > 0, "{p}");
@@ -156,10 +163,6 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
             "{mode}: the XDP program is detached when the daemon stops"
         );
     }
-}
-
-fn status(d: &Daemon) -> serde_json::Value {
-    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
 }
 
 #[test]
@@ -198,8 +201,7 @@ fn routes_send_pods_on_other_nodes_through_those_nodes_addresses() {
             "{mode}: {nic}"
         );
         assert_eq!(nic["counters"]["sent"], 0, "{mode}: {nic}");
-        let s0: serde_json::Value =
-            serde_json::from_str(&ok(&b, &["pipe", "show", "s0", "--json"])).unwrap();
+        let s0 = pipe_show(&b, "s0");
         assert_eq!(s0["counters"]["wire_rx"], 0, "{mode}: {s0}");
         let _ = cli.kill();
         let _ = cli.wait();

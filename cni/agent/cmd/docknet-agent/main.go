@@ -122,7 +122,7 @@ func run(args []string) int {
 		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, logf)
 	}
 	if *once {
-		pass, err := agent.Sync(c, src, routes{d})
+		pass, err := agent.Sync(c, src, d)
 		for _, l := range pass.Skipped {
 			logf("skipped: " + l)
 		}
@@ -145,7 +145,7 @@ func run(args []string) int {
 		return 0
 	}
 	logf(fmt.Sprintf("node %s, cluster %s, daemon %s", *nodeName, cluster, *socket))
-	if err := agent.Run(ctx, c, src, routes{d}); err != nil && ctx.Err() == nil {
+	if err := agent.Run(ctx, c, src, d); err != nil && ctx.Err() == nil {
 		return fail("%v", err)
 	}
 	return 0
@@ -176,17 +176,3 @@ func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu ui
 		return nil
 	}
 }
-
-// routes adapts the daemon client to the agent's interface.
-type routes struct{ c *daemon.Client }
-
-func (r routes) RouteLs() ([]agent.Route, error) {
-	rs, err := r.c.RouteLs()
-	out := make([]agent.Route, 0, len(rs))
-	for _, x := range rs {
-		out = append(out, agent.Route{Net: x.Net, Via: x.Via})
-	}
-	return out, err
-}
-func (r routes) RouteAdd(n, via string) error { return r.c.RouteAdd(n, via) }
-func (r routes) RouteRm(n string) error       { return r.c.RouteRm(n) }
