@@ -14,7 +14,9 @@
 //! share core 0 and poll with a `sched_yield` between empty polls, `--idle adaptive:0`),
 //! `yield` (the client spins alone on core 0, server and balancer share core 1 with
 //! `adaptive:0`) or `block` (client and server share core 0 and sleep between messages, the
-//! balancer spins on core 1). `NATLB_ROUNDS` (default 3) and `NATLB_SECONDS` (default 3) set
+//! balancer spins on core 1), or `unpinned` (what a user gets: nothing pinned, every program at
+//! its default `adaptive`); `NATLB_LB_IDLE` gives the balancer another idle policy in any
+//! placement. `NATLB_ROUNDS` (default 3) and `NATLB_SECONDS` (default 3) set
 //! the repeats and the length of each run; the added p50 printed is the median over rounds of
 //! (through the balancer - direct), each pair measured back to back.
 
@@ -37,10 +39,15 @@ struct Placement {
     lb: (&'static str, &'static str),
 }
 
-/// `NATLB_PLACEMENT`: `lb-core`, `yield` or `block` (see the file's doc).
+/// `NATLB_PLACEMENT`: `lb-core`, `yield`, `block` or `unpinned` (see the file's doc).
 fn placement() -> (String, Placement) {
     let name = std::env::var("NATLB_PLACEMENT").unwrap_or_else(|_| "lb-core".into());
     let p = match name.as_str() {
+        "unpinned" => Placement {
+            client: ("", "adaptive"),
+            server: ("", "adaptive"),
+            lb: ("", "adaptive"),
+        },
         "block" => Placement {
             client: ("0", "block"),
             server: ("0", "block"),
@@ -57,6 +64,10 @@ fn placement() -> (String, Placement) {
             lb: ("1", "adaptive:0"),
         },
     };
+    let mut p = p;
+    if let Ok(idle) = std::env::var("NATLB_LB_IDLE") {
+        p.lb.1 = Box::leak(idle.into_boxed_str());
+    }
     (name, p)
 }
 
@@ -84,8 +95,11 @@ fn rr(lab: &Lab, dst: &str, secs: u64, (cpu, idle): (&str, &str)) -> (u64, u64, 
         "--json",
     ];
     let mut c = lab.cmd();
-    c.args(["run", "--pipe", "c", "--cpu", cpu, "--"])
-        .args(args);
+    c.args(["run", "--pipe", "c"]);
+    if !cpu.is_empty() {
+        c.args(["--cpu", cpu]);
+    }
+    c.arg("--").args(args);
     let o = c.output().expect("run client");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
