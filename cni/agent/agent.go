@@ -151,23 +151,38 @@ func OwnPodNetwork(n Node, cluster netip.Prefix) (netip.Prefix, string) {
 // Daemon is what the agent asks of the DockNet daemon (*daemon.Client is one).
 type Daemon interface {
 	RouteLs() ([]Route, error)
-	RouteAdd(net, via string) error
+	RouteAdd(net, via string, vxlan *uint32) error
 	RouteRm(net string) error
 }
 
 // Change is one change Reconcile made.
 type Change struct {
-	Op  string `json:"op"` // "add" or "rm"
-	Net string `json:"net"`
-	Via string `json:"via"`
+	Op    string  `json:"op"` // "add" or "rm"
+	Net   string  `json:"net"`
+	Via   string  `json:"via"`
+	Vxlan *uint32 `json:"vxlan,omitempty"`
 }
 
-// Reconcile makes the daemon's routes inside cluster equal to want: removes the ones not
-// wanted (or through another next hop), then adds the missing ones. Routes outside cluster are
+// String is the change as the agent logs it.
+func (c Change) String() string {
+	s := fmt.Sprintf("route %s %s via %s", c.Op, c.Net, c.Via)
+	if c.Vxlan != nil {
+		s += fmt.Sprintf(" vxlan %d", *c.Vxlan)
+	}
+	return s
+}
+
+func sameVni(a, b *uint32) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
+}
+
+// Reconcile makes the daemon's routes inside cluster equal to want, each through a VXLAN
+// tunnel with identifier *vxlan when vxlan is not nil (else on the link): removes the ones not
+// wanted (or through another next hop or tunnel), then adds the missing ones. Routes outside cluster are
 // not touched. A route the daemon refuses does not stop the others: it is returned among the
 // refusals (and tried again at the next pass). The error is for a daemon that could not be
 // asked at all.
-func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) (done []Change, refused []string, err error) {
+func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix, vxlan *uint32) (done []Change, refused []string, err error) {
 	have, err := d.RouteLs()
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing the daemon's routes: %w", err)
@@ -178,7 +193,7 @@ func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) (done []C
 		if err != nil || !cluster.Contains(p.Addr()) || p.Bits() < cluster.Bits() {
 			continue // not the agent's
 		}
-		if via, ok := want[r.Net]; ok && via == r.Via {
+		if via, ok := want[r.Net]; ok && via == r.Via && sameVni(r.Vxlan, vxlan) {
 			current[r.Net] = r.Via
 			continue
 		}
@@ -187,7 +202,7 @@ func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) (done []C
 			current[r.Net] = r.Via
 			continue
 		}
-		done = append(done, Change{Op: "rm", Net: r.Net, Via: r.Via})
+		done = append(done, Change{Op: "rm", Net: r.Net, Via: r.Via, Vxlan: r.Vxlan})
 	}
 	nets := make([]string, 0, len(want))
 	for n := range want {
@@ -198,11 +213,11 @@ func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix) (done []C
 		if _, ok := current[n]; ok {
 			continue
 		}
-		if err := d.RouteAdd(n, want[n]); err != nil {
+		if err := d.RouteAdd(n, want[n], vxlan); err != nil {
 			refused = append(refused, fmt.Sprintf("adding the route to %s via %s: %v", n, want[n], err))
 			continue
 		}
-		done = append(done, Change{Op: "add", Net: n, Via: want[n]})
+		done = append(done, Change{Op: "add", Net: n, Via: want[n], Vxlan: vxlan})
 	}
 	return done, refused, nil
 }

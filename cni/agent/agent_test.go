@@ -26,7 +26,8 @@ type fakeDaemon struct {
 	routes map[string]string
 	down   bool
 	calls  int
-	refuse map[string]bool // networks whose add the daemon refuses
+	refuse map[string]bool   // networks whose add the daemon refuses
+	vnis   map[string]uint32 // tunnelled routes' identifiers
 }
 
 func newFake(init map[string]string) *fakeDaemon {
@@ -34,7 +35,7 @@ func newFake(init map[string]string) *fakeDaemon {
 	for k, v := range init {
 		r[k] = v
 	}
-	return &fakeDaemon{routes: r}
+	return &fakeDaemon{routes: r, vnis: map[string]uint32{}}
 }
 
 func (f *fakeDaemon) RouteLs() ([]Route, error) {
@@ -46,13 +47,17 @@ func (f *fakeDaemon) RouteLs() ([]Route, error) {
 	}
 	var out []Route
 	for n, v := range f.routes {
-		out = append(out, Route{Net: n, Via: v})
+		r := Route{Net: n, Via: v}
+		if vni, ok := f.vnis[n]; ok {
+			r.Vxlan = &vni
+		}
+		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Net < out[j].Net })
 	return out, nil
 }
 
-func (f *fakeDaemon) RouteAdd(n, via string) error {
+func (f *fakeDaemon) RouteAdd(n, via string, vxlan *uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.routes[n]; ok {
@@ -62,6 +67,9 @@ func (f *fakeDaemon) RouteAdd(n, via string) error {
 		return errors.New("refused")
 	}
 	f.routes[n] = via
+	if vxlan != nil {
+		f.vnis[n] = *vxlan
+	}
 	return nil
 }
 
@@ -72,6 +80,7 @@ func (f *fakeDaemon) RouteRm(n string) error {
 		return errors.New("not found")
 	}
 	delete(f.routes, n)
+	delete(f.vnis, n)
 	return nil
 }
 
@@ -138,7 +147,7 @@ func TestReconcileChangesOnlyTheAgentsRoutes(t *testing.T) {
 		"10.244.3.0/24": "192.168.1.13",
 		"10.244.5.0/24": "192.168.1.15",
 	}
-	changes, refused, err := Reconcile(d, want, cluster)
+	changes, refused, err := Reconcile(d, want, cluster, nil)
 	if err != nil || len(refused) != 0 {
 		t.Fatal(refused, err)
 	}
@@ -157,7 +166,7 @@ func TestReconcileChangesOnlyTheAgentsRoutes(t *testing.T) {
 		t.Fatalf("changes %v", changes)
 	}
 	// a second pass changes nothing: a restarted agent does not disturb traffic
-	changes, _, err = Reconcile(d, want, cluster)
+	changes, _, err = Reconcile(d, want, cluster, nil)
 	if err != nil || len(changes) != 0 {
 		t.Fatalf("second pass: %v %v", changes, err)
 	}
@@ -165,13 +174,34 @@ func TestReconcileChangesOnlyTheAgentsRoutes(t *testing.T) {
 	d.refuse = map[string]bool{"10.244.6.0/24": true}
 	want["10.244.6.0/24"] = "192.168.1.16"
 	want["10.244.7.0/24"] = "192.168.1.17"
-	changes, refused, err = Reconcile(d, want, cluster)
+	changes, refused, err = Reconcile(d, want, cluster, nil)
 	if err != nil || len(refused) != 1 || !strings.Contains(refused[0], "10.244.6.0/24") ||
 		len(changes) != 1 || changes[0].Net != "10.244.7.0/24" {
 		t.Fatalf("with a refusal: %v %q %v", changes, refused, err)
 	}
+	// tunnels asked for: every route of the agent's is replaced by a tunnelled one, once
+	vni := uint32(7)
+	changes, refused, err = Reconcile(d, want, cluster, &vni)
+	if err != nil || len(refused) != 1 || len(changes) != 8 {
+		t.Fatalf("to tunnels: %v %q %v", changes, refused, err)
+	}
+	for n := range want {
+		if got, ok := d.vnis[n]; n != "10.244.6.0/24" && (!ok || got != 7) {
+			t.Fatalf("%s: not tunnelled (%v)", n, d.vnis)
+		}
+	}
+	if _, ok := d.vnis["0.0.0.0/0"]; ok {
+		t.Fatal("the operator's route was touched")
+	}
+	if changes, _, _ = Reconcile(d, want, cluster, &vni); len(changes) != 0 {
+		t.Fatalf("tunnels again: %v", changes)
+	}
+	other := uint32(8)
+	if changes, _, _ = Reconcile(d, want, cluster, &other); len(changes) != 8 {
+		t.Fatalf("another identifier: %v", changes)
+	}
 	d.down = true
-	if _, _, err := Reconcile(d, want, cluster); err == nil {
+	if _, _, err := Reconcile(d, want, cluster, nil); err == nil {
 		t.Fatal("a daemon that does not answer is an error")
 	}
 }

@@ -32,6 +32,9 @@ type Config struct {
 	// CNI configuration follows the node's own pod network. Its failure does not stop the
 	// routes from being reconciled.
 	OnSelf func(Node) error
+	// Vxlan, when set, routes the other nodes' pod networks through VXLAN tunnels to their
+	// addresses with this network identifier (nodes that share no link), not on the link.
+	Vxlan *uint32
 }
 
 // Pass is what one pass found and did.
@@ -57,12 +60,12 @@ func Sync(cfg Config, src Source, d Daemon) (Pass, error) {
 		errs = append(errs, err)
 	}
 	want, skipped := Desired(cfg.Self, nodes, cfg.Cluster)
-	changes, refused, err := Reconcile(d, want, cfg.Cluster)
+	changes, refused, err := Reconcile(d, want, cfg.Cluster, cfg.Vxlan)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, c := range changes {
-		cfg.log(fmt.Sprintf("route %s %s via %s", c.Op, c.Net, c.Via))
+		cfg.log(c.String())
 	}
 	return Pass{Changes: changes, Skipped: skipped, Refused: refused}, errors.Join(errs...)
 }

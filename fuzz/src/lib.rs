@@ -10,7 +10,7 @@
 //! | `control` | request lines against a registry | a refused request changes nothing; a reopened registry has the same state |
 //! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
 //! | `delivery` | a delivery message | decoding never panics; what decodes re-encodes to itself |
-//! | `wire` | frames from the wire (and pipes' frames for it), ARP included | checking, readying and parsing never panic; what is accepted keeps its length bounds; the neighbour table stays bounded |
+//! | `wire` | frames from the wire (and pipes' frames for it), ARP and VXLAN included | checking, readying, wrapping, unwrapping and parsing never panic; what is accepted keeps its length bounds; what is wrapped unwraps whole; the neighbour table stays bounded |
 //! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only a SYN's MSS options and checksum and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
 
 use docknet_daemon::control::{handle, Ctx};
@@ -189,6 +189,7 @@ pub fn switch(data: &[u8]) {
 /// messages, and the neighbour table they feed, all from the input.
 pub fn wire(data: &[u8]) {
     use docknet_daemon::nic::neigh::{Neighbours, MAX_ENTRIES, MAX_HELD};
+    use docknet_daemon::nic::vxlan;
     use docknet_daemon::nic::wire::{arp, arp_frame, fill_checksums, from_wire, to_wire, ETH};
     let mut i = In(data);
     let mut n = Neighbours::new();
@@ -199,10 +200,37 @@ pub fn wire(data: &[u8]) {
         let mtu = 68 + u32::from(i.u16());
         let mut f = i.bytes(len).to_vec();
         let now = t0 + std::time::Duration::from_millis(u64::from(i.u16()));
-        match op % 4 {
+        match op % 6 {
             0 => {
                 if let Ok((_, l)) = from_wire(&mut f, [2; 6], [4; 6], mtu) {
                     assert!(l <= f.len() && l >= ETH + 20 && (l - ETH) as u32 <= mtu);
+                }
+            }
+            4 => {
+                // a datagram to a tunnel end: what unwraps lies inside the frame
+                let here = Ipv4Addr::new(10, 0, 0, 1);
+                if let vxlan::Arrived::Inner { start, len, .. } = vxlan::decap(&f, here, &[0, 1]) {
+                    assert!(start + len <= f.len() && len >= ETH);
+                    let _ = from_wire(&mut f[start..start + len], [2; 6], [4; 6], mtu);
+                }
+            }
+            5 => {
+                // a pipe's frame wrapped for a tunnel unwraps whole at the far end
+                let t = vxlan::Tunnel {
+                    local: Ipv4Addr::new(10, 0, 0, 2),
+                    remote: Ipv4Addr::new(10, 0, 0, 1),
+                    vni: 1,
+                };
+                let mut buf = vec![0u8; vxlan::OVERHEAD + f.len()];
+                buf[vxlan::OVERHEAD..].copy_from_slice(&f);
+                if let Ok(n) = vxlan::encap(&mut buf, f.len(), &t, [2; 6], [4; 6], mtu) {
+                    assert!(n <= buf.len() && (n - ETH) as u32 <= mtu);
+                    match vxlan::decap(&buf[..n], t.remote, &[1]) {
+                        vxlan::Arrived::Inner { start, len, .. } => {
+                            assert_eq!((start, start + len), (vxlan::OVERHEAD, n))
+                        }
+                        other => panic!("wrapped but not unwrapped: {other:?}"),
+                    }
                 }
             }
             1 => {
@@ -600,6 +628,22 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         w.extend(&ipf);
     }
     out.push(("wire", "arp-then-frames".into(), w));
+    // the same frame wrapped for a tunnel, then a wrapped frame arriving at its end
+    let mut v = vec![5u8, 54, 0, 0xdc, 5, 0, 0];
+    v.extend(&ipf);
+    let t = docknet_daemon::nic::vxlan::Tunnel {
+        local: Ipv4Addr::new(10, 0, 0, 2),
+        remote: Ipv4Addr::new(10, 0, 0, 1),
+        vni: 1,
+    };
+    let o = docknet_daemon::nic::vxlan::OVERHEAD;
+    let mut buf = vec![0u8; o + ipf.len()];
+    buf[o..].copy_from_slice(&ipf);
+    let n = docknet_daemon::nic::vxlan::encap(&mut buf, ipf.len(), &t, [2; 6], [4; 6], 1500)
+        .expect("a small frame wraps");
+    v.extend([4u8, n as u8, 0, 0xdc, 5, 0, 0]);
+    v.extend(&buf[..n]);
+    out.push(("wire", "vxlan".into(), v));
     // a descriptor and a sequence number written into pipe 0's tx ring
     out.push(("master", "one-frame".into(), [0u8; 48].to_vec()));
     // a day in the life of the control socket

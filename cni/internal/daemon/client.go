@@ -291,6 +291,8 @@ func (c *Client) FcConnect(a, b string) error {
 type Route struct {
 	Net string `json:"net"`
 	Via string `json:"via"`
+	// Vxlan is the network identifier of a route through a VXLAN tunnel to Via (nil: plain).
+	Vxlan *uint32 `json:"vxlan,omitempty"`
 }
 
 // RouteLs lists the daemon's routes.
@@ -300,9 +302,14 @@ func (c *Client) RouteLs() ([]Route, error) {
 	return rs, err
 }
 
-// RouteAdd adds a route to network (A.B.C.D/LEN) through next hop via.
-func (c *Client) RouteAdd(network, via string) error {
-	return c.Call(map[string]any{"op": "route_add", "net": network, "via": via}, nil)
+// RouteAdd adds a route to network (A.B.C.D/LEN) through next hop via, or through a VXLAN
+// tunnel to via with network identifier *vxlan when vxlan is not nil.
+func (c *Client) RouteAdd(network, via string, vxlan *uint32) error {
+	req := map[string]any{"op": "route_add", "net": network, "via": via}
+	if vxlan != nil {
+		req["vxlan"] = *vxlan
+	}
+	return c.Call(req, nil)
 }
 
 // RouteRm removes the route to network.

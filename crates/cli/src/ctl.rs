@@ -23,9 +23,10 @@ pub fn print<T: Serialize>(v: &T, json: bool, human: impl Fn(&T)) -> Result<()> 
 
 /// Routes as a table.
 pub fn print_routes(list: &Vec<docknet_daemon::proto::RouteInfo>) {
-    println!("{:<20} VIA", "NETWORK");
+    println!("{:<20} {:<16} VXLAN", "NETWORK", "VIA");
     for r in list {
-        println!("{:<20} {}", r.net, r.via);
+        let vni = r.vxlan.map_or_else(|| "-".to_string(), |v| v.to_string());
+        println!("{:<20} {:<16} {vni}", r.net, r.via);
     }
 }
 

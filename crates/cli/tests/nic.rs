@@ -117,17 +117,24 @@ fn pipe_show(d: &Daemon, pipe: &str) -> serde_json::Value {
     serde_json::from_str(&ok(d, &["pipe", "show", pipe, "--json"])).unwrap()
 }
 
+/// Two hosts on a wire, a daemon driving each end in `mode`, pipe `c0` at `client` on host A's
+/// and `s0` at `server` on host B's (the wire outlives the daemons: declared first).
+fn two_nodes(mode: &str, client: &str, server: &str) -> (Wire, Daemon, Daemon) {
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    let a = host_daemon(&wire, &wire.host_a, mode);
+    let b = host_daemon(&wire, &wire.host_b, mode);
+    ok(&a, &["pipe", "create", "c0", "--ip", client]);
+    ok(&b, &["pipe", "create", "s0", "--ip", server]);
+    (wire, a, b)
+}
+
 #[test]
 fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
     if !root_or_skip("nic transfer") {
         return;
     }
     for mode in ["xdp", "packet"] {
-        let wire = Wire::build(1500, &Shape::default()).unwrap();
-        let a = host_daemon(&wire, &wire.host_a, mode);
-        let b = host_daemon(&wire, &wire.host_b, mode);
-        ok(&a, &["pipe", "create", "c0", "--ip", "10.78.1.1/16"]);
-        ok(&b, &["pipe", "create", "s0", "--ip", "10.78.2.1/16"]);
+        let (wire, a, b) = two_nodes(mode, "10.78.1.1/16", "10.78.2.1/16");
         if mode == "xdp" {
             assert!(xdp_attached(&wire.host_a) && xdp_attached(&wire.host_b));
         }
@@ -171,14 +178,10 @@ fn routes_send_pods_on_other_nodes_through_those_nodes_addresses() {
         return;
     }
     for mode in ["xdp", "packet"] {
-        let wire = Wire::build(1500, &Shape::default()).unwrap();
-        let a = host_daemon(&wire, &wire.host_a, mode);
-        let b = host_daemon(&wire, &wire.host_b, mode);
         // a pod network per node inside one cluster network: each pipe's prefix is the
         // cluster's, and each node reaches the other's pods through the other's address
-        ok(&a, &["pipe", "create", "c0", "--ip", "10.244.1.1/16"]);
+        let (wire, a, b) = two_nodes(mode, "10.244.1.1/16", "10.244.2.1/16");
         ok(&a, &["pipe", "create", "c1", "--ip", "10.244.1.2/16"]);
-        ok(&b, &["pipe", "create", "s0", "--ip", "10.244.2.1/16"]);
         ok(&b, &["pipe", "create", "s1", "--ip", "10.244.2.2/16"]);
         ok(&b, &["route", "add", "10.244.1.0/24", "--via", HOST_A]);
 
@@ -235,6 +238,273 @@ fn routes_send_pods_on_other_nodes_through_those_nodes_addresses() {
         );
         let nic = &status(&a)["nic"];
         assert!(nic["counters"]["sent"].as_u64().unwrap() > 1000, "{nic}");
+    }
+}
+
+/// `tcpdump` in namespace `ns` on `dev`, writing VXLAN datagrams to `file` (killed when
+/// dropped).
+fn capture_vxlan(ns: &str, dev: &str, file: &Path) -> Reaped {
+    let c = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "tcpdump", "-i", dev, "-nn", "-U", "-s", "200",
+        ])
+        .arg("-w")
+        .arg(file)
+        .args(["udp", "port", "4789"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    Reaped(c)
+}
+
+/// What `tcpdump -r` makes of a capture, one line per frame, VXLAN's inner frames decoded.
+fn read_capture(file: &Path) -> String {
+    let o = Command::new("tcpdump")
+        .args(["-nn", "-r"])
+        .arg(file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `docknet route add NET --via VIA --vxlan VNI` on daemon `d`, which must work.
+fn tunnel(d: &Daemon, net: &str, via: &str, vni: &str) -> String {
+    ok(d, &["route", "add", net, "--via", via, "--vxlan", vni])
+}
+
+#[test]
+fn vxlan_routes_tunnel_pods_between_nodes_in_the_kernels_wire_format() {
+    if !root_or_skip("nic vxlan") {
+        return;
+    }
+    for mode in ["xdp", "packet"] {
+        let (wire, a, b) = two_nodes(mode, "10.244.1.1/16", "10.244.2.1/16");
+        let own = ctl(
+            &b,
+            &[
+                "route",
+                "add",
+                "10.244.1.0/24",
+                "--via",
+                HOST_B,
+                "--vxlan",
+                "42",
+            ],
+        );
+        let why = String::from_utf8_lossy(&own.stderr);
+        assert!(
+            !own.status.success() && why.contains("own address"),
+            "{why}"
+        );
+        let r = tunnel(&a, "10.244.2.0/24", HOST_B, "42");
+        assert!(r.contains("vxlan 42"), "{r}");
+        tunnel(&b, "10.244.1.0/24", HOST_A, "42");
+        let ls: serde_json::Value =
+            serde_json::from_str(&ok(&a, &["route", "ls", "--json"])).unwrap();
+        assert_eq!(
+            ls,
+            serde_json::json!([{"net": "10.244.2.0/24", "via": HOST_B, "vxlan": 42}]),
+            "{mode}"
+        );
+
+        // the transfer arrives intact, and what crossed the wire is VXLAN tcpdump reads
+        let dir = tempfile::tempdir().unwrap();
+        let pcap = dir.path().join("vxlan.pcap");
+        let cap = capture_vxlan(&wire.switch, "pb", &pcap);
+        let r = transfer_between((&a, "c0"), (&b, "s0", "10.244.2.1"), 16 << 20);
+        assert_eq!(r["result"]["bytes"], 16u64 << 20, "{mode}: {r}");
+        assert_eq!(r["result"]["corrupt_bytes"], 0, "{mode}: {r}");
+        std::thread::sleep(Duration::from_millis(300));
+        drop(cap);
+        let text = read_capture(&pcap);
+        let head: String = text.chars().take(2000).collect();
+        assert!(
+            text.contains(&format!("{HOST_A}."))
+                && text.contains(&format!("{HOST_B}.4789: VXLAN, flags [I] (0x08), vni 42")),
+            "{mode}: {head}"
+        );
+        assert!(text.contains("> 10.244.2.1.7000: Flags"), "{mode}: {head}");
+        let (na, nb) = (status(&a)["nic"].clone(), status(&b)["nic"].clone());
+        let sent = na["counters"]["vxlan_sent"].as_u64().unwrap();
+        assert!(sent > 100, "{mode}: {na}");
+        assert!(na["counters"]["sent"].as_u64().unwrap() >= sent, "{na}");
+        assert!(
+            nb["counters"]["vxlan_received"].as_u64().unwrap() > 100,
+            "{mode}: {nb}"
+        );
+        assert_eq!(nb["counters"]["drop_vxlan_bad_checksum"], 0, "{nb}");
+
+        // a hostile pod on node A sends node B datagrams that wrap frames claiming another
+        // pod's address: node B takes tunnelled frames only from the tunnel's far end
+        ok(&a, &["pipe", "create", "evil", "--ip", "10.244.1.66/16"]);
+        let rx_before = pipe_show(&b, "s0")["counters"]["wire_rx"].clone();
+        let o = a
+            .cmd(Path::new(EXE))
+            .args([
+                "run",
+                "--pipe",
+                "evil",
+                "--",
+                env!("CARGO_BIN_EXE_dnattack"),
+            ])
+            .args(["vxlan-inject", "--to", HOST_B, "--vni", "42"])
+            .args(["--inner-src", "10.244.1.1", "--inner-dst", "10.244.2.1"])
+            .args(["--count", "50"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(300));
+        let nb = status(&b)["nic"].clone();
+        assert!(
+            nb["counters"]["drop_vxlan_spoofed"].as_u64().unwrap() >= 50,
+            "{mode}: {nb}"
+        );
+        assert_eq!(
+            pipe_show(&b, "s0")["counters"]["wire_rx"],
+            rx_before,
+            "{mode}: a wrapped frame from a pod reached the server's pipe"
+        );
+
+        // a network identifier node B does not use: refused there and counted
+        ok(&b, &["route", "rm", "10.244.1.0/24"]);
+        tunnel(&b, "10.244.1.0/24", HOST_A, "43");
+        let rx_before = pipe_show(&b, "s0")["counters"]["wire_rx"].clone();
+        let mut cli = client(&a, "c0", "10.244.2.1", 1 << 20)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = cli.kill();
+        let _ = cli.wait();
+        let nb = status(&b)["nic"].clone();
+        assert!(
+            nb["counters"]["drop_vxlan_unknown_vni"].as_u64().unwrap() > 0,
+            "{mode}: {nb}"
+        );
+        assert_eq!(
+            pipe_show(&b, "s0")["counters"]["wire_rx"],
+            rx_before,
+            "{mode}"
+        );
+    }
+}
+
+/// `ip ARGS...` in namespace `ns`, which must work.
+fn ip_in(ns: &str, args: &[&str]) {
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The inner MAC a DockNet tunnel end at `ip` uses (`02:00` and the address's bytes).
+fn tunnel_mac(ip: &str) -> String {
+    let ip: std::net::Ipv4Addr = ip.parse().unwrap();
+    let o = ip.octets();
+    format!("02:00:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
+}
+
+#[test]
+fn a_linux_vxlan_device_and_a_docknet_daemon_are_the_two_ends_of_one_tunnel() {
+    if !root_or_skip("nic vxlan with the kernel") {
+        return;
+    }
+    for mode in ["xdp", "packet"] {
+        let wire = Wire::build(1500, &Shape::default()).unwrap();
+        let a = host_daemon(&wire, &wire.host_a, mode);
+        ok(&a, &["pipe", "create", "c0", "--ip", "10.244.1.1/16"]);
+        tunnel(&a, "10.244.2.0/24", HOST_B, "42");
+        // node B: the kernel's VXLAN device, set up as flannel's vxlan backend sets it up
+        let hb = wire.host_b.as_str();
+        let vx_mac = tunnel_mac(HOST_B);
+        ip_in(
+            hb,
+            &[
+                "ip",
+                "link",
+                "add",
+                "vx0",
+                "address",
+                &vx_mac,
+                "type",
+                "vxlan",
+                "id",
+                "42",
+                "dstport",
+                "4789",
+                "local",
+                HOST_B,
+                "dev",
+                WIRE_DEV,
+                "nolearning",
+            ],
+        );
+        ip_in(hb, &["ip", "addr", "add", "10.244.2.1/24", "dev", "vx0"]);
+        ip_in(hb, &["ip", "link", "set", "vx0", "up"]);
+        // a virtual link leaves the kernel's checksums to an offload that never happens, and
+        // AF_XDP cannot tell (a NIC computes them before the wire): computed in software here
+        ip_in(hb, &["ethtool", "-K", "vx0", "tx", "off"]);
+        ip_in(hb, &["ip", "route", "add", "10.244.1.0/24", "dev", "vx0"]);
+        let a_mac = tunnel_mac(HOST_A);
+        ip_in(
+            hb,
+            &[
+                "ip",
+                "neigh",
+                "add",
+                "10.244.1.1",
+                "lladdr",
+                &a_mac,
+                "dev",
+                "vx0",
+                "nud",
+                "permanent",
+            ],
+        );
+        ip_in(
+            hb,
+            &[
+                "bridge", "fdb", "append", &a_mac, "dev", "vx0", "dst", HOST_A,
+            ],
+        );
+        // a kernel server on node B, a DockNet client on node A
+        let mut srv = Reaped(
+            Command::new("ip")
+                .args(["netns", "exec", hb, dnperf()])
+                .args(["server", "--stack", "kernel", "--bind", "10.244.2.1:7000"])
+                .args(["--conns", "1"])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let o = client(&a, "c0", "10.244.2.1", 16 << 20).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{mode}: {}\n{}",
+            String::from_utf8_lossy(&o.stderr),
+            status(&a)["nic"]
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap())
+                .unwrap();
+        assert_eq!(r["result"]["bytes"], 16u64 << 20, "{mode}: {r}");
+        assert_eq!(r["result"]["corrupt_bytes"], 0, "{mode}: {r}");
+        let _ = srv.0.wait();
+        let na = status(&a)["nic"].clone();
+        assert!(
+            na["counters"]["vxlan_received"].as_u64().unwrap() > 100,
+            "{mode}: {na}"
+        );
     }
 }
 
@@ -400,6 +670,27 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
     let o = agent(&a, "a", &nodes, &cni_a, true).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+
+    // the same cluster through VXLAN tunnels: one pass of each agent replaces the routes, and
+    // the pods still talk
+    drop(_agent_b);
+    for (d, name, cni) in [(&a, "a", &cni_a), (&b, "b", &cni_b)] {
+        let o = agent(d, name, &nodes, cni, true)
+            .args(["--vxlan", "9"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    routes_become(
+        &a,
+        serde_json::json!([operator, {"net": "10.244.2.0/24", "via": HOST_B, "vxlan": 9}]),
+        "tunnelled",
+    );
+    let r = transfer_between((&a, "c0"), (&b, "s0", "10.244.2.5"), 16 << 20);
+    assert_eq!(r["result"]["corrupt_bytes"], 0, "{r}");
+    assert_eq!(r["result"]["bytes"], 16u64 << 20, "{r}");
+    let na = status(&a)["nic"].clone();
+    assert!(na["counters"]["vxlan_sent"].as_u64().unwrap() > 100, "{na}");
 }
 
 #[test]

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 //
 // DockNet's flow director: the XDP program on the link the daemon owns. Frames for a pipe's
-// address (IPv4 to it, or ARP asking for it or answering it) go to the daemon's AF_XDP socket
-// of the queue they arrived on; everything else passes to the host's kernel untouched, so the
-// host keeps its own networking.
+// address (IPv4 to it, or ARP asking for it or answering it), and VXLAN datagrams (UDP port
+// 4789) to the address the daemon's tunnels end at, go to the daemon's AF_XDP socket of the
+// queue they arrived on; everything else passes to the host's kernel untouched, so the host
+// keeps its own networking.
 //
 // Maps (the daemon fills them):
 //   xsks   queue index -> AF_XDP socket
 //   pipes  IPv4 address (network byte order) -> 1, one entry per pipe
+//   vteps  IPv4 address (network byte order) -> 1: the link's own, while VXLAN routes exist
 //   stats  per-CPU counters: [0] redirected, [1] passed, [2] redirect failed (no socket)
 //
 // Built by the daemon crate's build script: clang -O2 -g -target bpf.
@@ -15,11 +17,15 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
+#include <linux/udp.h>
+#include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
 #define MAX_QUEUES 64
 #define MAX_PIPES 4096
+#define MAX_VTEPS 16
+#define VXLAN_PORT 4789
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -34,6 +40,13 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } pipes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_VTEPS);
+	__type(key, __u32);
+	__type(value, __u8);
+} vteps SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -85,6 +98,15 @@ int docknet_flow_director(struct xdp_md *ctx)
 		if ((void *)(ip + 1) > end)
 			return pass();
 		dst = ip->daddr;
+		// a VXLAN datagram to a tunnel end of the daemon's (not a fragment: the daemon
+		// takes whole datagrams only, and a fragment's port is not where it seems)
+		if (ip->protocol == IPPROTO_UDP && ip->ihl == 5 &&
+		    !(ip->frag_off & bpf_htons(0x3fff)) &&
+		    bpf_map_lookup_elem(&vteps, &dst)) {
+			struct udphdr *udp = (void *)(ip + 1);
+			if ((void *)(udp + 1) <= end && udp->dest == bpf_htons(VXLAN_PORT))
+				goto redirect;
+		}
 	} else if (eth->h_proto == bpf_htons(ETH_P_ARP)) {
 		struct arp_ipv4 *arp = (void *)(eth + 1);
 		if ((void *)(arp + 1) > end || arp->hlen != ETH_ALEN || arp->plen != 4)
@@ -95,6 +117,7 @@ int docknet_flow_director(struct xdp_md *ctx)
 	}
 	if (!bpf_map_lookup_elem(&pipes, &dst))
 		return pass();
+redirect:;
 	// XDP_PASS when no socket sits at this queue (the daemon binds one per queue)
 	int act = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 	count(act == XDP_REDIRECT ? REDIRECTED : NO_SOCKET);

@@ -171,8 +171,8 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             to_json(r)
         }
         Request::RateShow { name } => to_json(reg.rate_info(&name)?),
-        Request::RouteAdd { net, via } => {
-            let r = reg.add_route(&net, &via)?;
+        Request::RouteAdd { net, via, vxlan } => {
+            let r = reg.add_route(&net, &via, vxlan)?;
             tracing::info!(route = %r, "route added");
             to_json(crate::proto::RouteInfo::from(r))
         }

@@ -182,6 +182,7 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let (mut registry, warnings) =
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     registry.set_gateway(edge.as_ref().map(|e| e.mac()));
+    registry.set_link_addr(edge.as_ref().and_then(|e| e.link_addr()));
     registry.set_timers(cfg.rate_timers);
     registry.set_pool(pool::Pool::start(
         registry::default_region_size(),

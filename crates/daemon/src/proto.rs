@@ -127,8 +127,12 @@ pub enum Request {
     RouteAdd {
         /// The network, no host bits set (`0.0.0.0/0`: the default route).
         net: String,
-        /// The next hop: an address on the link, reached by ARP.
+        /// The next hop: an address on the link, reached by ARP; with `vxlan`, the tunnel's far
+        /// end (another node's address).
         via: String,
+        /// Through a VXLAN tunnel with this network identifier (0-16777215).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vxlan: Option<u32>,
     },
     /// Remove the route to network `net`.
     RouteRm {
@@ -558,8 +562,11 @@ pub struct Attached {
 pub struct RouteInfo {
     /// The network, `A.B.C.D/LEN`.
     pub net: String,
-    /// The next hop on the link.
+    /// The next hop on the link (a VXLAN route's: the tunnel's far end).
     pub via: String,
+    /// The VXLAN network identifier of a tunnelled route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vxlan: Option<u32>,
 }
 
 impl From<crate::route::Route> for RouteInfo {
@@ -567,6 +574,7 @@ impl From<crate::route::Route> for RouteInfo {
         RouteInfo {
             net: format!("{}/{}", r.net, r.prefix),
             via: r.via.to_string(),
+            vxlan: r.vxlan,
         }
     }
 }
@@ -800,11 +808,17 @@ impl Client {
         Ok((started, self.stream))
     }
 
-    /// `route add`.
-    pub fn route_add(&mut self, net: &str, via: &str) -> Result<RouteInfo, ClientError> {
+    /// `route add` (through a VXLAN tunnel with `vxlan`'s identifier when given).
+    pub fn route_add(
+        &mut self,
+        net: &str,
+        via: &str,
+        vxlan: Option<u32>,
+    ) -> Result<RouteInfo, ClientError> {
         self.call_as(&Request::RouteAdd {
             net: net.into(),
             via: via.into(),
+            vxlan,
         })
     }
 

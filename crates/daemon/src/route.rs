@@ -1,5 +1,7 @@
 //! Routes to the wire: networks beyond this host reached through a next hop on the link (another
-//! node's address), as flannel's host-gw or Calico without BGP do when nodes share a link.
+//! node's address), as flannel's host-gw or Calico without BGP do when nodes share a link; or,
+//! for nodes that share no link, through a VXLAN tunnel to the other node's address (flannel's
+//! vxlan backend: the kernel's wire format, UDP port 4789, see [`crate::nic::vxlan`]).
 //!
 //! A frame from a pipe to an address no pipe owns leaves through the link. Without a route its
 //! destination is its own next hop (one flat subnet, the daemon resolving it by ARP). With a
@@ -9,7 +11,10 @@
 //! Routes come from the operator (the control socket) or the daemon's state file: both are
 //! checked here. A table holds at most [`MAX_ROUTES`]; a network must have no host bits set;
 //! a next hop must be a unicast address that no route but the default route covers (a next hop
-//! is on the link, resolved by ARP, never routed itself). A look-up costs one hash probe per prefix length in use.
+//! is on the link, resolved by ARP, never routed itself). A VXLAN route's next hop is the far
+//! end of the tunnel (its VTEP), which may itself lie behind a plain route (the underlay's
+//! gateway) but never inside a VXLAN route: tunnels do not nest. A look-up costs one hash probe
+//! per prefix length in use.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -18,6 +23,9 @@ use std::net::Ipv4Addr;
 /// Most routes a daemon holds (a cluster of this many nodes, one pod network each).
 pub const MAX_ROUTES: usize = 4096;
 
+/// Largest VXLAN network identifier (24 bits).
+pub const MAX_VNI: u32 = (1 << 24) - 1;
+
 /// One route: `net/prefix` is reached through `via`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Route {
@@ -25,14 +33,30 @@ pub struct Route {
     pub net: Ipv4Addr,
     /// Its prefix length, 0-32.
     pub prefix: u8,
-    /// The next hop on the link.
+    /// The next hop on the link; for a VXLAN route, the tunnel's far end.
     pub via: Ipv4Addr,
+    /// Through a VXLAN tunnel with this network identifier (`None`: plain, on the link).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vxlan: Option<u32>,
 }
 
 impl std::fmt::Display for Route {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{} via {}", self.net, self.prefix, self.via)
+        write!(f, "{}/{} via {}", self.net, self.prefix, self.via)?;
+        match self.vxlan {
+            Some(vni) => write!(f, " vxlan {vni}"),
+            None => Ok(()),
+        }
     }
+}
+
+/// Where a frame for some address goes on the link: [`Routes::next_hop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    /// The neighbour on the link the frame (or its tunnel's datagram) is sent to.
+    pub link: Ipv4Addr,
+    /// Encapsulated for this tunnel end with this VNI, when a VXLAN route covered it.
+    pub vxlan: Option<(Ipv4Addr, u32)>,
 }
 
 /// Why a route was refused.
@@ -62,6 +86,9 @@ pub enum RouteError {
         /// The route covering it.
         route: Route,
     },
+    /// A VXLAN network identifier above 24 bits.
+    #[error("VXLAN network identifier {0} is above {MAX_VNI}")]
+    Vni(u32),
     /// The network is already routed (remove it first).
     #[error("{0} already exists: remove it first")]
     Exists(Route),
@@ -103,6 +130,9 @@ impl Route {
         if !unicast(self.via) {
             return Err(RouteError::Via(self.via));
         }
+        if let Some(vni) = self.vxlan.filter(|&v| v > MAX_VNI) {
+            return Err(RouteError::Vni(vni));
+        }
         if self.holds_hop(self.via) {
             return Err(RouteError::Recursive {
                 via: self.via,
@@ -122,6 +152,12 @@ impl Route {
     fn holds_hop(&self, ip: Ipv4Addr) -> bool {
         self.prefix > 0 && self.covers(ip)
     }
+
+    /// Whether `self`'s next hop may not lie inside `other`: a plain next hop is on the link,
+    /// inside no route; a tunnel's far end may be reached through a plain route, not a tunnel.
+    fn refuses_hop_inside(&self, other: &Route) -> bool {
+        other.holds_hop(self.via) && (self.vxlan.is_none() || other.vxlan.is_some())
+    }
 }
 
 /// The routing table: immutable once built, shared with the masters through the snapshot.
@@ -131,8 +167,10 @@ pub struct Routes {
     list: Vec<Route>,
     /// Prefix lengths in use, longest first.
     lengths: Vec<u8>,
-    /// (masked network, prefix length) -> next hop.
-    by_net: HashMap<(u32, u8), Ipv4Addr>,
+    /// (masked network, prefix length) -> the route.
+    by_net: HashMap<(u32, u8), Route>,
+    /// The VXLAN network identifiers in use, sorted (what the link accepts tunnelled).
+    vnis: Vec<u32>,
 }
 
 impl Routes {
@@ -148,38 +186,46 @@ impl Routes {
 
     fn build(mut list: Vec<Route>) -> Routes {
         list.sort();
-        let by_net: HashMap<(u32, u8), Ipv4Addr> = list
+        let by_net: HashMap<(u32, u8), Route> = list
             .iter()
-            .map(|r| ((u32::from(r.net), r.prefix), r.via))
+            .map(|r| ((u32::from(r.net), r.prefix), *r))
             .collect();
         let mut lengths: Vec<u8> = list.iter().map(|r| r.prefix).collect();
         lengths.sort_unstable_by(|a, b| b.cmp(a));
         lengths.dedup();
+        let mut vnis: Vec<u32> = list.iter().filter_map(|r| r.vxlan).collect();
+        vnis.sort_unstable();
+        vnis.dedup();
         Routes {
             list,
             lengths,
             by_net,
+            vnis,
         }
     }
 
     /// This table with `r` added.
     pub fn with(&self, r: Route) -> Result<Routes, RouteError> {
         r.check()?;
-        if let Some(&via) = self.by_net.get(&(u32::from(r.net), r.prefix)) {
-            return Err(RouteError::Exists(Route { via, ..r }));
+        if let Some(&old) = self.by_net.get(&(u32::from(r.net), r.prefix)) {
+            return Err(RouteError::Exists(old));
         }
         if self.list.len() >= MAX_ROUTES {
             return Err(RouteError::Full);
         }
-        // no next hop (old or new) may be reached through a route (old or new)
-        for (via, route) in self
+        // no next hop (old or new) may be reached through a route (old or new), but for a
+        // tunnel's far end behind a plain route
+        for (hop, route) in self
             .list
             .iter()
-            .map(|o| (o.via, r))
-            .chain(self.list.iter().map(|o| (r.via, *o)))
+            .map(|o| (o, &r))
+            .chain(self.list.iter().map(|o| (&r, o)))
         {
-            if route.holds_hop(via) {
-                return Err(RouteError::Recursive { via, route });
+            if hop.refuses_hop_inside(route) {
+                return Err(RouteError::Recursive {
+                    via: hop.via,
+                    route: *route,
+                });
             }
         }
         let mut list = self.list.clone();
@@ -201,23 +247,50 @@ impl Routes {
         ))
     }
 
-    /// Where a frame for `dst` goes on the link: the longest matching route's next hop, or
-    /// `dst` itself.
-    pub fn next_hop(&self, dst: Ipv4Addr) -> Ipv4Addr {
+    /// The longest route covering `dst` (only plain ones with `plain`).
+    fn longest(&self, dst: Ipv4Addr, plain: bool) -> Option<&Route> {
         let d = u32::from(dst);
-        for &len in &self.lengths {
-            if let Some(&via) = self.by_net.get(&(d & mask(len), len)) {
-                return via;
-            }
+        self.lengths.iter().find_map(|&len| {
+            self.by_net
+                .get(&(d & mask(len), len))
+                .filter(|r| !plain || r.vxlan.is_none())
+        })
+    }
+
+    /// Where a frame for `dst` goes on the link: the longest matching route's next hop, or
+    /// `dst` itself; for a VXLAN route, the tunnel and the neighbour its far end is reached
+    /// through (the far end itself, or a plain route's next hop).
+    pub fn next_hop(&self, dst: Ipv4Addr) -> Hop {
+        match self.longest(dst, false) {
+            None => Hop {
+                link: dst,
+                vxlan: None,
+            },
+            Some(Route {
+                via, vxlan: None, ..
+            }) => Hop {
+                link: *via,
+                vxlan: None,
+            },
+            Some(&Route {
+                via,
+                vxlan: Some(vni),
+                ..
+            }) => Hop {
+                link: self.longest(via, true).map_or(via, |r| r.via),
+                vxlan: Some((via, vni)),
+            },
         }
-        dst
+    }
+
+    /// The VXLAN network identifiers the routes use, sorted.
+    pub fn vnis(&self) -> &[u32] {
+        &self.vnis
     }
 
     /// The route to exactly `net/prefix`, if there is one.
     pub fn get(&self, net: Ipv4Addr, prefix: u8) -> Option<Route> {
-        self.by_net
-            .get(&(u32::from(net), prefix))
-            .map(|&via| Route { net, prefix, via })
+        self.by_net.get(&(u32::from(net), prefix)).copied()
     }
 
     /// Every route, sorted by network.
@@ -245,6 +318,14 @@ mod tests {
             net: net.parse().unwrap(),
             prefix,
             via: via.parse().unwrap(),
+            vxlan: None,
+        }
+    }
+
+    fn vx(net: &str, prefix: u8, via: &str, vni: u32) -> Route {
+        Route {
+            vxlan: Some(vni),
+            ..r(net, prefix, via)
         }
     }
 
@@ -261,16 +342,16 @@ mod tests {
             r("0.0.0.0", 0, "192.168.1.254"),
         ])
         .unwrap();
-        assert_eq!(t.next_hop(ip("10.1.2.9")), ip("192.168.1.3"));
-        assert_eq!(t.next_hop(ip("10.1.3.9")), ip("192.168.1.2"));
-        assert_eq!(t.next_hop(ip("10.200.0.1")), ip("192.168.1.1"));
-        assert_eq!(t.next_hop(ip("8.8.8.8")), ip("192.168.1.254"));
+        assert_eq!(t.next_hop(ip("10.1.2.9")).link, ip("192.168.1.3"));
+        assert_eq!(t.next_hop(ip("10.1.3.9")).link, ip("192.168.1.2"));
+        assert_eq!(t.next_hop(ip("10.200.0.1")).link, ip("192.168.1.1"));
+        assert_eq!(t.next_hop(ip("8.8.8.8")).link, ip("192.168.1.254"));
         let empty = Routes::default();
-        assert_eq!(empty.next_hop(ip("10.1.2.9")), ip("10.1.2.9"));
+        assert_eq!(empty.next_hop(ip("10.1.2.9")).link, ip("10.1.2.9"));
         // a /32
         let t = t.with(r("10.1.2.7", 32, "192.168.1.4")).unwrap();
-        assert_eq!(t.next_hop(ip("10.1.2.7")), ip("192.168.1.4"));
-        assert_eq!(t.next_hop(ip("10.1.2.8")), ip("192.168.1.3"));
+        assert_eq!(t.next_hop(ip("10.1.2.7")).link, ip("192.168.1.4"));
+        assert_eq!(t.next_hop(ip("10.1.2.8")).link, ip("192.168.1.3"));
         assert_eq!(t.len(), 5);
     }
 
@@ -329,7 +410,7 @@ mod tests {
         assert_eq!(t.list(), &[r("10.1.2.0", 24, "192.168.1.1")]);
         let t = t.without(ip("10.1.2.0"), 24).unwrap();
         assert!(t.is_empty());
-        assert_eq!(t.next_hop(ip("10.1.2.9")), ip("10.1.2.9"));
+        assert_eq!(t.next_hop(ip("10.1.2.9")).link, ip("10.1.2.9"));
     }
 
     #[test]
@@ -342,6 +423,7 @@ mod tests {
                     net,
                     prefix: 24,
                     via: ip("192.168.1.1"),
+                    vxlan: None,
                 })
                 .unwrap();
         }
@@ -349,6 +431,72 @@ mod tests {
             t.with(r("172.16.0.0", 16, "192.168.1.1")),
             Err(RouteError::Full)
         );
-        assert_eq!(t.next_hop(ip("10.0.5.1")), ip("192.168.1.1"));
+        assert_eq!(t.next_hop(ip("10.0.5.1")).link, ip("192.168.1.1"));
+    }
+
+    #[test]
+    fn a_vxlan_route_tunnels_to_its_far_end_reached_on_the_link_or_through_a_plain_route() {
+        let t = Routes::new([
+            vx("10.244.2.0", 24, "172.16.5.2", 7),
+            r("172.16.0.0", 16, "192.168.1.254"),
+            r("10.244.3.0", 24, "192.168.1.3"),
+            vx("10.244.4.0", 24, "192.168.1.4", 7),
+            vx("10.244.5.0", 24, "192.168.1.5", 9),
+        ])
+        .unwrap();
+        // the far end behind the underlay's gateway
+        assert_eq!(
+            t.next_hop(ip("10.244.2.9")),
+            Hop {
+                link: ip("192.168.1.254"),
+                vxlan: Some((ip("172.16.5.2"), 7))
+            }
+        );
+        // the far end on the link
+        assert_eq!(
+            t.next_hop(ip("10.244.4.9")),
+            Hop {
+                link: ip("192.168.1.4"),
+                vxlan: Some((ip("192.168.1.4"), 7))
+            }
+        );
+        assert_eq!(
+            t.next_hop(ip("10.244.3.9")),
+            Hop {
+                link: ip("192.168.1.3"),
+                vxlan: None
+            }
+        );
+        assert_eq!(t.vnis(), &[7, 9]);
+        assert_eq!(
+            t.get(ip("10.244.2.0"), 24).unwrap().to_string(),
+            "10.244.2.0/24 via 172.16.5.2 vxlan 7"
+        );
+        // tunnels do not nest, and a plain next hop is never tunnelled
+        assert!(matches!(
+            t.with(vx("10.50.0.0", 16, "10.244.2.7", 1)),
+            Err(RouteError::Recursive { .. })
+        ));
+        assert!(matches!(
+            t.with(r("10.50.0.0", 16, "10.244.4.7")),
+            Err(RouteError::Recursive { .. })
+        ));
+        assert!(matches!(
+            t.with(vx("10.60.0.0", 16, "10.60.0.1", 1)),
+            Err(RouteError::Recursive { .. })
+        ));
+        assert_eq!(
+            t.with(vx("10.70.0.0", 16, "192.168.1.7", MAX_VNI + 1)),
+            Err(RouteError::Vni(MAX_VNI + 1))
+        );
+        let json = serde_json::to_string(t.list()).unwrap();
+        assert!(json.contains(r#""vxlan":7"#), "{json}");
+        // a plain route saves as before (no vxlan field)
+        assert!(
+            json.contains(r#"{"net":"10.244.3.0","prefix":24,"via":"192.168.1.3"}"#),
+            "{json}"
+        );
+        let t = t.without(ip("10.244.5.0"), 24).unwrap();
+        assert_eq!(t.vnis(), &[7]);
     }
 }

@@ -30,7 +30,8 @@ pub struct BenchArgs {
     /// (fast channel), docknet-preload and docknet-fc-preload (the same, with dnperf's kernel
     /// sockets and the cross-check tools unmodified under the preload library); sriov is probed and reported as not available where it cannot run.
     /// Two hosts, kernel: host, routed, nat, macvlan, vxlan; DockNet: docknet (daemons on the
-    /// wire with AF_XDP), docknet-packet (AF_PACKET) [default: one host
+    /// wire with AF_XDP), docknet-packet (AF_PACKET), docknet-vxlan (AF_XDP, the hosts' pipes
+    /// routed through the daemons' VXLAN tunnels) [default: one host
     /// bridge,docknet,docknet-fc; two hosts host,routed,nat,vxlan,docknet,docknet-packet].
     #[arg(long, value_delimiter = ',')]
     pub modes: Option<Vec<String>>,

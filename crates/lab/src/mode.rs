@@ -53,6 +53,9 @@ pub enum Mode {
     /// key, AES-256-CBC and HMAC-SHA256 on TUN devices): an encrypted overlay in userspace, as
     /// weave's encrypted mode was (this kernel has no ESP or WireGuard).
     VxlanOpenvpn,
+    /// Two hosts: DockLib through daemons that drive the wire with AF_XDP and route each
+    /// host's pipes through VXLAN tunnels (the daemons' overlay, for nodes that share no link).
+    DocknetVxlan,
 }
 
 /// How many hosts a topology spans.
@@ -178,7 +181,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 19] = [
+    pub const ALL: [Mode; 20] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -198,6 +201,7 @@ impl Mode {
         Mode::DocknetPreload,
         Mode::DocknetFcPreload,
         Mode::VxlanOpenvpn,
+        Mode::DocknetVxlan,
     ];
 
     /// The name used on the command line and in results.
@@ -222,6 +226,7 @@ impl Mode {
             Mode::DocknetPreload => "docknet-preload",
             Mode::DocknetFcPreload => "docknet-fc-preload",
             Mode::VxlanOpenvpn => "vxlan-openvpn",
+            Mode::DocknetVxlan => "docknet-vxlan",
         }
     }
 
@@ -247,6 +252,7 @@ impl Mode {
             Mode::DocknetPreload => "unmodified programs through DockNet's daemon (preload)",
             Mode::DocknetFcPreload => "unmodified programs over a DockNet fast channel (preload)",
             Mode::VxlanOpenvpn => "VXLAN overlay through an OpenVPN tunnel (encrypted)",
+            Mode::DocknetVxlan => "DockNet daemons on the wire (AF_XDP), VXLAN between hosts",
         }
     }
 
@@ -259,7 +265,8 @@ impl Mode {
             | Mode::Nat
             | Mode::Vxlan
             | Mode::VxlanOpenvpn
-            | Mode::DocknetPacket => &[Topology::TwoHost],
+            | Mode::DocknetPacket
+            | Mode::DocknetVxlan => &[Topology::TwoHost],
             _ => &[Topology::OneHost],
         }
     }
@@ -271,6 +278,7 @@ impl Mode {
             Mode::Docknet
                 | Mode::DocknetFc
                 | Mode::DocknetPacket
+                | Mode::DocknetVxlan
                 | Mode::DocknetPreload
                 | Mode::DocknetFcPreload
         )
@@ -299,7 +307,7 @@ impl Mode {
             Mode::Docknet | Mode::DocknetPreload => Link::Pipe,
             Mode::DocknetFc | Mode::DocknetFcPreload => Link::FastChannel,
             Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan | Mode::VxlanOpenvpn => Link::Wire,
-            Mode::DocknetPacket => Link::Nic,
+            Mode::DocknetPacket | Mode::DocknetVxlan => Link::Nic,
         }
     }
 
@@ -325,6 +333,7 @@ impl Mode {
             Mode::Docknet
             | Mode::DocknetFc
             | Mode::DocknetPacket
+            | Mode::DocknetVxlan
             | Mode::DocknetPreload
             | Mode::DocknetFcPreload => Builder::Docknet,
         }
@@ -414,6 +423,7 @@ mod tests {
             Mode::VxlanOpenvpn,
             Mode::Docknet,
             Mode::DocknetPacket,
+            Mode::DocknetVxlan,
         ] {
             assert!(two.contains(&m), "{m}");
         }

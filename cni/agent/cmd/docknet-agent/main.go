@@ -62,6 +62,7 @@ func run(args []string) int {
 	cniConf := fs.String("cni-conf", "", "write DockNet's conflist here once this node's pod network is known, addresses handed out from it alone, and again when it changes (with docknet-cni-install --no-conf)")
 	cniVersion := fs.String("cni-version", "1.0.0", "with --cni-conf: the conflist's cniVersion")
 	mtu := fs.Uint("mtu", 1500, "with --cni-conf: the pipes' MTU")
+	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
 	once := fs.Bool("once", false, "reconcile once, print the changes and exit")
 	jsonOut := fs.Bool("json", false, "with --once: print the changes as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +81,9 @@ func run(args []string) int {
 	cluster, err := netip.ParsePrefix(*clusterCIDR)
 	if err != nil || !cluster.Addr().Is4() || cluster.Masked() != cluster || cluster.Bits() < 8 {
 		return fail("--cluster-cidr %q: want an IPv4 network of /8 or smaller with no host bits set, e.g. 10.244.0.0/16", *clusterCIDR)
+	}
+	if *vxlan < -1 || *vxlan > 1<<24-1 {
+		return fail("--vxlan %d: a VXLAN network identifier is 0-16777215 (or -1 for none)", *vxlan)
 	}
 	if *nodeName == "" {
 		return fail("--node-name (or $NODE_NAME) is required: this node's own pod network is not routed")
@@ -118,6 +122,10 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "%s docknet-agent: %s\n", time.Now().UTC().Format(time.RFC3339), s)
 	}
 	c := agent.Config{Self: *nodeName, Cluster: cluster, Resync: *resync, Log: logf}
+	if *vxlan >= 0 {
+		v := uint32(*vxlan)
+		c.Vxlan = &v
+	}
 	if *cniConf != "" {
 		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, logf)
 	}

@@ -185,11 +185,12 @@ impl Master {
         self.dirty.clear();
         n
     }
-    /// Tells the link's flow director the pipes' addresses.
+    /// Tells the link's flow director the pipes' addresses and the tunnels' identifiers.
     fn sync_edge(&mut self) {
         if let Some(e) = &mut self.edge {
             let ips: Vec<_> = self.snap.pipes.iter().map(|p| p.ip).collect();
             e.set_pipes(&ips);
+            e.set_routes(&self.snap.routes);
         }
     }
 

@@ -24,6 +24,8 @@ pub struct LinkInfo {
     pub running: bool,
     /// Receive queues (ethtool channels; 1 where the driver does not say).
     pub rx_queues: u32,
+    /// The link's (primary) IPv4 address, if it has one: where VXLAN tunnels start and end.
+    pub ipv4: Option<std::net::Ipv4Addr>,
 }
 
 /// Why a link cannot be used, in words a user can act on.
@@ -157,7 +159,20 @@ impl LinkInfo {
             Ok(()) => ch.rx_count.max(ch.combined_count).max(1),
             Err(_) => 1,
         };
+        let mut r = ifreq(name);
+        let ipv4 = match ioctl(&fd, libc::SIOCGIFADDR, &mut r) {
+            Ok(()) => {
+                // SAFETY: SIOCGIFADDR filled the addr member.
+                let a = unsafe { r.ifr_ifru.ifru_addr };
+                // AF_INET: a port's two bytes, then the address
+                let d = a.sa_data.map(|b| b as u8);
+                (a.sa_family == libc::AF_INET as libc::sa_family_t)
+                    .then(|| std::net::Ipv4Addr::new(d[2], d[3], d[4], d[5]))
+            }
+            Err(_) => None,
+        };
         let info = LinkInfo {
+            ipv4,
             name: name.into(),
             index,
             mac,

@@ -4,7 +4,8 @@
 //! - [`link`]: the link's facts (index, MAC, MTU, state, queues) and one-line errors;
 //! - [`xdp`] and [`packet`]: the two [`Port`]s;
 //! - [`wire`]: what a frame goes through at the edge (checksums, MSS, addresses, ARP), pure;
-//! - [`neigh`]: the neighbours on the wire.
+//! - [`neigh`]: the neighbours on the wire;
+//! - [`vxlan`]: tunnels to nodes that share no link, pure.
 //!
 //! [`Edge`] is what the master holds: the port, the link, the neighbours and the counters.
 //! Frames from a pipe to an address no pipe owns leave through it ([`Edge::send`]); frames
@@ -15,9 +16,11 @@
 pub mod link;
 pub mod neigh;
 pub mod packet;
+pub mod vxlan;
 pub mod wire;
 pub mod xdp;
 
+use crate::route::Hop;
 use crate::switch::FlowTable;
 use docknet_pipe::region::Region;
 use link::LinkInfo;
@@ -159,6 +162,8 @@ pub trait Port: Send + std::fmt::Debug {
     fn wait_fds(&self) -> Vec<BorrowedFd<'_>>;
     /// Keeps the flow director's set of pipe addresses equal to `ips`.
     fn set_pipes(&mut self, ips: &[Ipv4Addr]);
+    /// Takes VXLAN datagrams to `addr` from the link too (`None`: none).
+    fn set_vtep(&mut self, addr: Option<Ipv4Addr>);
     /// Counters.
     fn counters(&mut self) -> PortCounters;
 }
@@ -204,6 +209,12 @@ edge_counters! {
     arp_requests: "ARP requests the daemon sent on the wire.",
     arp_replies: "ARP requests on the wire for a pipe the daemon answered.",
     arp_learnt: "ARP messages the daemon learnt a neighbour from.",
+    vxlan_sent: "Frames from pipes sent through a VXLAN tunnel (also counted in sent).",
+    vxlan_received: "Tunnelled frames taken from VXLAN datagrams (delivered or dropped as any frame).",
+    drop_vxlan_malformed: "VXLAN datagrams whose outer headers do not parse or agree, or are fragments.",
+    drop_vxlan_bad_checksum: "VXLAN datagrams with a wrong outer IPv4 checksum.",
+    drop_vxlan_unknown_vni: "VXLAN datagrams for a network identifier no route uses.",
+    drop_vxlan_spoofed: "VXLAN datagrams not from the far end of a tunnel whose network holds the inner frame's source.",
 }
 
 /// What the control plane sees of the edge.
@@ -236,6 +247,8 @@ pub struct Edge {
     sent_since_flush: bool,
     /// When the port's counters (a system call for AF_XDP) were last read.
     port_read: Instant,
+    /// The routes (the tunnels among them: which far ends may send what).
+    routes: std::sync::Arc<crate::route::Routes>,
 }
 
 /// What became of a frame a pipe sent to the wire.
@@ -271,12 +284,18 @@ impl Edge {
             dirty: false,
             sent_since_flush: false,
             port_read: Instant::now(),
+            routes: Default::default(),
         }
     }
 
     /// The link's MAC (the pipes' next hop to the wire).
     pub fn mac(&self) -> [u8; 6] {
         self.link.mac
+    }
+
+    /// The link's IPv4 address, if it has one (where tunnels start and end).
+    pub fn link_addr(&self) -> Option<Ipv4Addr> {
+        self.link.ipv4
     }
 
     /// Whether frames wait on the link.
@@ -298,6 +317,27 @@ impl Edge {
         self.port.set_pipes(ips);
     }
 
+    /// Takes the routes: VXLAN datagrams are taken at the link's address while any route
+    /// tunnels, and only from the far ends of those tunnels, for their networks.
+    pub fn set_routes(&mut self, routes: &std::sync::Arc<crate::route::Routes>) {
+        if !std::sync::Arc::ptr_eq(&self.routes, routes) {
+            self.routes = routes.clone();
+            self.port
+                .set_vtep(self.link.ipv4.filter(|_| !routes.vnis().is_empty()));
+        }
+    }
+
+    /// The tunnel a hop asks for, from the link's address (`None` also when the link has
+    /// none: the registry refuses tunnels then, so that is not reached).
+    fn tunnel(&self, hop: &Hop) -> Option<vxlan::Tunnel> {
+        let (remote, vni) = hop.vxlan?;
+        Some(vxlan::Tunnel {
+            local: self.link.ipv4?,
+            remote,
+            vni,
+        })
+    }
+
     fn arp_request(&mut self, from: Ipv4Addr, to: Ipv4Addr) {
         let f = wire::arp_frame(&Arp {
             request: true,
@@ -311,8 +351,8 @@ impl Edge {
     }
 
     /// Sends a frame pipe region `region` holds at `off` (`len` bytes, whose first bytes the
-    /// master checked as `hdr`) to the wire, addressed to next hop `next` (its destination, or
-    /// the next hop of the route covering it: [`crate::route::Routes::next_hop`]). The frame is
+    /// master checked as `hdr`) to the wire through `hop` (the route covering its destination:
+    /// [`crate::route::Routes::next_hop`]), wrapped in VXLAN when the hop says so. The frame is
     /// copied once, into the port, and `hdr` written over its start, so what leaves is what was
     /// checked.
     pub fn send(
@@ -321,7 +361,7 @@ impl Edge {
         off: usize,
         len: usize,
         hdr: &[u8],
-        next: Ipv4Addr,
+        hop: Hop,
         now: Instant,
     ) -> Sent {
         self.dirty = true;
@@ -331,22 +371,43 @@ impl Edge {
                 true
             }
         };
+        let tunnel = self.tunnel(&hop);
+        if hop.vxlan.is_some() && tunnel.is_none() {
+            self.c.drop_malformed += 1;
+            return Sent::Dropped;
+        }
+        let (link_mac, mtu) = (self.link.mac, self.link.mtu);
+        // the inner frame at `at`, wrapped when tunnelled (outer MACs set on release)
+        let at = if tunnel.is_some() { vxlan::OVERHEAD } else { 0 };
+        let wrap = |buf: &mut [u8], hop_mac: [u8; 6]| -> Result<usize, Option<WireDrop>> {
+            if buf.len() < at || !copy(&mut buf[at..]) {
+                return Err(Some(WireDrop::Malformed));
+            }
+            match &tunnel {
+                Some(t) => vxlan::encap(buf, len, t, link_mac, hop_mac, mtu),
+                None => wire::to_wire(&mut buf[..len], link_mac, hop_mac, mtu),
+            }
+            .map_err(Some)
+        };
+        // ARP asks from the pod's address, so that the answer comes back through the flow
+        // director to the daemon (the link's own address belongs to the host's kernel)
         let from = wire::ipv4_src(hdr).unwrap_or(Ipv4Addr::UNSPECIFIED);
-        let hop = self.neigh.route(next, from, now, || {
-            let mut v = vec![0u8; len];
-            if !copy(&mut v) {
-                v.clear();
+        let hop_ip = hop.link;
+        let mac = match self.neigh.route(hop_ip, from, now, || {
+            let mut v = vec![0u8; at + len];
+            match wrap(&mut v, [0; 6]) {
+                Ok(n) => v.truncate(n),
+                Err(_) => v.clear(),
             }
             v
-        });
-        let mac = match hop {
+        }) {
             Next::Send(m) => m,
             Next::SendAndAsk(m) => {
-                self.arp_request(from, next);
+                self.arp_request(from, hop_ip);
                 m
             }
             Next::HeldAsk => {
-                self.arp_request(from, next);
+                self.arp_request(from, hop_ip);
                 self.flush_out();
                 return Sent::Held;
             }
@@ -356,25 +417,19 @@ impl Edge {
                 return Sent::Dropped;
             }
         };
-        let (link_mac, mtu) = (self.link.mac, self.link.mtu);
         let mut why = None;
-        let ok = self.port.send(len, &mut |buf| {
-            if !copy(buf) {
-                why = Some(WireDrop::Malformed);
-                return None;
-            }
-            match wire::to_wire(&mut buf[..len], link_mac, mac, mtu) {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    why = Some(e);
-                    None
-                }
+        let ok = self.port.send(at + len, &mut |buf| match wrap(buf, mac) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                why = e;
+                None
             }
         });
         self.sent_since_flush |= ok;
         match (ok, why) {
             (true, _) => {
                 self.c.sent += 1;
+                self.c.vxlan_sent += u64::from(tunnel.is_some());
                 Sent::Sent
             }
             (false, Some(WireDrop::TooBig)) => {
@@ -442,11 +497,54 @@ impl Edge {
             neigh,
             c,
             out,
+            routes,
             ..
         } = self;
+        let vnis = routes.vnis();
+        let vtep = link.ipv4.filter(|_| !vnis.is_empty());
         let mut learnt: Vec<(Vec<Vec<u8>>, [u8; 6])> = Vec::new();
         let n = port.recv(max, &mut |rx| {
-            if let Some(a) = wire::arp(rx.frame) {
+            let Rx {
+                frame,
+                csum_partial,
+            } = rx;
+            // a tunnelled frame: what follows sees the inner frame alone
+            let (frame, tunnelled) = match vtep.map(|at| vxlan::decap(frame, at, vnis)) {
+                None | Some(vxlan::Arrived::NotTunnelled) => (frame, false),
+                Some(vxlan::Arrived::Inner {
+                    start,
+                    len,
+                    from,
+                    vni,
+                }) => {
+                    let inner = &mut frame[start..start + len];
+                    // only a tunnel's far end, and only for the networks routed through it:
+                    // anyone on the underlay (a pod included) can send a datagram to port 4789
+                    let src = wire::ipv4_src(inner);
+                    if src.map(|s| routes.next_hop(s).vxlan) != Some(Some((from, vni))) {
+                        c.drop_vxlan_spoofed += 1;
+                        return;
+                    }
+                    c.vxlan_received += 1;
+                    // (an outer datagram whose checksum was left to offload has its inner
+                    // checksum left too: computed below, as for any such frame)
+                    (inner, true)
+                }
+                Some(vxlan::Arrived::Refused(why)) => {
+                    match why {
+                        vxlan::Refusal::Malformed => c.drop_vxlan_malformed += 1,
+                        vxlan::Refusal::BadChecksum => c.drop_vxlan_bad_checksum += 1,
+                        vxlan::Refusal::UnknownVni => c.drop_vxlan_unknown_vni += 1,
+                    }
+                    return;
+                }
+            };
+            if let Some(a) = wire::arp(frame) {
+                // neighbours are found on the link, never through a tunnel
+                if tunnelled {
+                    c.not_for_us += 1;
+                    return;
+                }
                 // only ARP about the pipes is the daemon's business
                 if table.lookup(a.tpa).is_none() {
                     c.not_for_us += 1;
@@ -478,19 +576,19 @@ impl Edge {
                 }
                 return;
             }
-            let Some(d) = wire::ipv4_dst(rx.frame).and_then(|ip| table.lookup(ip)) else {
+            let Some(d) = wire::ipv4_dst(frame).and_then(|ip| table.lookup(ip)) else {
                 c.not_for_us += 1;
                 return;
             };
             let Some(port) = table.port(d) else { return };
-            if rx.csum_partial {
+            if csum_partial {
                 // the sender's kernel left the checksum to an offload that never happened (a
                 // virtual link): compute it as the wire would have
-                let _ = wire::fill_checksums(rx.frame, u32::MAX);
+                let _ = wire::fill_checksums(frame, u32::MAX);
             }
-            match wire::from_wire(rx.frame, link.mac, port.mac, mtu_of(d)) {
+            match wire::from_wire(frame, link.mac, port.mac, mtu_of(d)) {
                 Ok((_, len)) => {
-                    if deliver(d, &rx.frame[..len]) {
+                    if deliver(d, &frame[..len]) {
                         c.delivered += 1;
                     } else {
                         c.drop_rx_full += 1;

@@ -299,6 +299,8 @@ impl Port for PacketPort {
 
     fn set_pipes(&mut self, _ips: &[Ipv4Addr]) {}
 
+    fn set_vtep(&mut self, _addr: Option<Ipv4Addr>) {}
+
     fn counters(&mut self) -> PortCounters {
         self.c
     }

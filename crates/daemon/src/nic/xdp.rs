@@ -121,6 +121,8 @@ pub struct XdpPort {
     tx_pending: Vec<XdpDesc>,
     pipes: BpfHashMap<MapData, u32, u8>,
     in_map: HashSet<u32>,
+    vteps: BpfHashMap<MapData, u32, u8>,
+    vtep: Option<Ipv4Addr>,
     stats: PerCpuArray<MapData, u64>,
     c: PortCounters,
     /// The program and its link: detached when dropped (and by the kernel if the daemon dies).
@@ -205,6 +207,8 @@ impl XdpPort {
         };
         let pipes = BpfHashMap::try_from(take(&mut bpf, "pipes")?)
             .map_err(|e| NicError::Setup(format!("map pipes: {e}")))?;
+        let vteps = BpfHashMap::try_from(take(&mut bpf, "vteps")?)
+            .map_err(|e| NicError::Setup(format!("map vteps: {e}")))?;
         let stats = PerCpuArray::try_from(take(&mut bpf, "stats")?)
             .map_err(|e| NicError::Setup(format!("map stats: {e}")))?;
         let mut xsks = XskMap::try_from(take(&mut bpf, "xsks")?)
@@ -304,6 +308,8 @@ impl XdpPort {
             tx_pending: Vec::with_capacity(TX_BATCH),
             pipes,
             in_map: HashSet::new(),
+            vteps,
+            vtep: None,
             stats,
             c: PortCounters::default(),
             _bpf: bpf,
@@ -527,6 +533,21 @@ impl Port for XdpPort {
                     "flow director: cannot add {}: {e}",
                     Ipv4Addr::from(new.to_ne_bytes())
                 ),
+            }
+        }
+    }
+
+    fn set_vtep(&mut self, addr: Option<Ipv4Addr>) {
+        if addr == self.vtep {
+            return;
+        }
+        if let Some(old) = self.vtep.take() {
+            let _ = self.vteps.remove(&u32::from_ne_bytes(old.octets()));
+        }
+        if let Some(new) = addr {
+            match self.vteps.insert(u32::from_ne_bytes(new.octets()), 1, 0) {
+                Ok(()) => self.vtep = Some(new),
+                Err(e) => tracing::warn!("flow director: cannot take VXLAN to {new}: {e}"),
             }
         }
     }

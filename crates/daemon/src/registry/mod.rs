@@ -212,6 +212,8 @@ pub struct Registry {
     next_channel: u64,
     /// The MAC of the daemon's link to the wire, when it drives one.
     gateway: Option<[u8; 6]>,
+    /// The link's IPv4 address (where VXLAN datagrams leave from), if it has one.
+    link_addr: Option<std::net::Ipv4Addr>,
     /// Rate limits of the pipes that have any.
     limits: BTreeMap<String, Limits>,
     /// Labels of the pipes that have any.
@@ -507,6 +509,11 @@ impl Registry {
     /// Sets the MAC of the daemon's link to the wire (addresses no pipe owns go through it).
     pub fn set_gateway(&mut self, mac: Option<[u8; 6]>) {
         self.gateway = mac;
+    }
+
+    /// Tells the registry the link's IPv4 address (VXLAN routes need one).
+    pub fn set_link_addr(&mut self, addr: Option<std::net::Ipv4Addr>) {
+        self.link_addr = addr;
     }
 
     /// Removes every pipe (a daemon that leaves nothing behind when it stops).

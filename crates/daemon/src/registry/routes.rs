@@ -18,8 +18,14 @@ fn api(e: RouteError) -> ApiError {
 }
 
 impl Registry {
-    /// Adds a route to `net` (`A.B.C.D/LEN`) through `via`, checked, and saves it.
-    pub fn add_route(&mut self, net: &str, via: &str) -> Result<Route, ApiError> {
+    /// Adds a route to `net` (`A.B.C.D/LEN`) through `via` (through a VXLAN tunnel to `via`
+    /// with `vxlan`'s network identifier), checked, and saves it.
+    pub fn add_route(
+        &mut self,
+        net: &str,
+        via: &str,
+        vxlan: Option<u32>,
+    ) -> Result<Route, ApiError> {
         let (net, prefix) = parse_net(net)?;
         if self.gateway.is_none() {
             return Err(err(
@@ -42,7 +48,31 @@ impl Registry {
                 ),
             ));
         }
-        let r = Route { net, prefix, via };
+        if vxlan.is_some() {
+            match self.link_addr {
+                None => {
+                    return Err(err(
+                        ErrorCode::BadParams,
+                        "the link has no IPv4 address, and a VXLAN tunnel's datagrams leave \
+                         from it: give the link an address (ip addr add ADDR/LEN dev IFACE) and \
+                         restart the daemon",
+                    ))
+                }
+                Some(own) if own == via => {
+                    return Err(err(
+                        ErrorCode::BadIp,
+                        format!("{via} is this node's own address: a tunnel goes to another node"),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        let r = Route {
+            net,
+            prefix,
+            via,
+            vxlan,
+        };
         let t = self.routes.with(r).map_err(api)?;
         self.write_routes(t)?;
         Ok(r)

@@ -107,6 +107,7 @@ impl Registry {
             next_id: 1,
             next_channel: 1,
             gateway: None,
+            link_addr: None,
             limits: BTreeMap::new(),
             labels: BTreeMap::new(),
             timers: Timers::default(),

@@ -344,11 +344,11 @@ fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
     let d = tempfile::tempdir().unwrap();
     let (mut r, _) = Registry::open(d.path(), None).unwrap();
     r.create_pipe("a", "10.9.1.1/16", None, None).unwrap();
-    let no_link = r.add_route("10.9.2.0/24", "192.168.1.2").unwrap_err();
+    let no_link = r.add_route("10.9.2.0/24", "192.168.1.2", None).unwrap_err();
     assert!(no_link.message.contains("--nic"), "{no_link:?}");
     r.set_gateway(Some([2, 0, 0, 0, 0, 1]));
-    r.add_route("10.9.2.0/24", "192.168.1.2").unwrap();
-    r.add_route("0.0.0.0/0", "192.168.1.254").unwrap();
+    r.add_route("10.9.2.0/24", "192.168.1.2", None).unwrap();
+    r.add_route("0.0.0.0/0", "192.168.1.254", None).unwrap();
     for (net, via, code) in [
         ("10.9.2.0/24", "192.168.1.3", ErrorCode::Exists),
         ("10.9.3.1/24", "192.168.1.3", ErrorCode::BadIp),
@@ -359,7 +359,7 @@ fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
         ("10.9.3.0/24", "x", ErrorCode::BadIp),
         ("10.9.3.0/24", "224.0.0.1", ErrorCode::BadIp),
     ] {
-        let e = r.add_route(net, via).unwrap_err();
+        let e = r.add_route(net, via, None).unwrap_err();
         assert_eq!(e.code, code, "{net} via {via}: {e:?}");
     }
     assert_eq!(
@@ -368,7 +368,7 @@ fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
     );
     // a failed save changes nothing
     fs::create_dir(d.path().join("state.json.tmp")).unwrap();
-    assert!(r.add_route("10.9.5.0/24", "192.168.1.5").is_err());
+    assert!(r.add_route("10.9.5.0/24", "192.168.1.5", None).is_err());
     assert!(r.remove_route("10.9.2.0/24").is_err());
     fs::remove_dir(d.path().join("state.json.tmp")).unwrap();
     let want = vec![
@@ -376,17 +376,19 @@ fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
             net: Ipv4Addr::UNSPECIFIED,
             prefix: 0,
             via: Ipv4Addr::new(192, 168, 1, 254),
+            vxlan: None,
         },
         crate::route::Route {
             net: Ipv4Addr::new(10, 9, 2, 0),
             prefix: 24,
             via: Ipv4Addr::new(192, 168, 1, 2),
+            vxlan: None,
         },
     ];
     assert_eq!(r.routes(), want);
     let snap = r.snapshot();
     assert_eq!(
-        snap.routes.next_hop(Ipv4Addr::new(10, 9, 2, 9)),
+        snap.routes.next_hop(Ipv4Addr::new(10, 9, 2, 9)).link,
         Ipv4Addr::new(192, 168, 1, 2)
     );
     drop(r);
@@ -396,6 +398,28 @@ fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
     r.set_gateway(Some([2, 0, 0, 0, 0, 1]));
     r.remove_route("0.0.0.0/0").unwrap();
     assert_eq!(r.routes(), want[1..]);
+
+    // a tunnel needs the link's own address to leave from, and goes to another node
+    let e = r
+        .add_route("10.9.6.0/24", "192.168.1.6", Some(1))
+        .unwrap_err();
+    assert!(e.message.contains("no IPv4 address"), "{e:?}");
+    r.set_link_addr(Some(Ipv4Addr::new(192, 168, 1, 1)));
+    let e = r
+        .add_route("10.9.6.0/24", "192.168.1.1", Some(1))
+        .unwrap_err();
+    assert!(e.message.contains("own address"), "{e:?}");
+    let e = r
+        .add_route("10.9.6.0/24", "192.168.1.6", Some(1 << 24))
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::BadIp, "{e:?}");
+    let t = r.add_route("10.9.6.0/24", "192.168.1.6", Some(42)).unwrap();
+    assert_eq!(t.to_string(), "10.9.6.0/24 via 192.168.1.6 vxlan 42");
+    drop(r);
+    let (r, w) = Registry::open(d.path(), None).unwrap();
+    assert!(w.is_empty(), "{w:?}");
+    assert!(r.routes().contains(&t), "{:?}", r.routes());
+    assert_eq!(r.snapshot().routes.vnis(), &[42]);
 }
 
 #[test]
@@ -407,10 +431,11 @@ fn route_records_are_checked_again_on_load() {
         {"net": "10.3.0.0", "prefix": 40, "via": "192.168.1.1"},
         {"net": "10.4.0.0", "prefix": 16, "via": "10.1.2.3"},
         {"net": "10.5.0.0", "prefix": 16, "via": "255.255.255.255"},
+        {"net": "10.6.0.0", "prefix": 16, "via": "192.168.1.6", "vxlan": 16777216},
         {"net": "10.1.0.0", "prefix": 16, "via": "192.168.1.2"}]}"#;
     fs::write(d.path().join("state.json"), st).unwrap();
     let (r, w) = Registry::open(d.path(), None).unwrap();
-    assert_eq!(w.len(), 5, "{w:?}");
+    assert_eq!(w.len(), 6, "{w:?}");
     assert!(w.iter().all(|w| w.starts_with("route ")), "{w:?}");
     assert_eq!(r.routes().len(), 1);
     assert_eq!(r.routes()[0].via, Ipv4Addr::new(192, 168, 1, 1));

@@ -103,7 +103,7 @@ impl DocknetLab {
         shape: &Shape,
     ) -> Result<DocknetLab> {
         let nic = match mode {
-            Mode::Docknet => "xdp",
+            Mode::Docknet | Mode::DocknetVxlan => "xdp",
             Mode::DocknetPacket => "packet",
             _ => anyhow::bail!("{mode} is not a two-host DockNet mode"),
         };
@@ -130,16 +130,17 @@ impl DocknetLab {
         }
         // each host's pipes form its pod network (a /24 per 250 pairs, clients' on host A,
         // servers' on host B), reached through the other host's address, as the node agent
-        // routes a cluster's nodes
+        // routes a cluster's nodes (in VXLAN tunnels to it in docknet-vxlan)
+        let vni = (mode == Mode::DocknetVxlan).then_some(1);
         for k in 0..pairs.div_ceil(250) {
             let (clients, servers) = (Self::client_ip(k * 250), Self::server_ip(k * 250));
             let net = |ip: Ipv4Addr| {
                 let o = ip.octets();
                 format!("{}.{}.{}.0/24", o[0], o[1], o[2])
             };
-            ca.route_add(&net(servers), HOST_B)
+            ca.route_add(&net(servers), HOST_B, vni)
                 .with_context(|| format!("routing {} through host B", net(servers)))?;
-            cb.route_add(&net(clients), HOST_A)
+            cb.route_add(&net(clients), HOST_A, vni)
                 .with_context(|| format!("routing {} through host A", net(clients)))?;
         }
         Ok(DocknetLab {

@@ -69,7 +69,8 @@ pub fn unavailable(mode: Mode) -> Option<String> {
         | Mode::Docknet
         | Mode::DocknetFc
         | Mode::Host
-        | Mode::DocknetPacket => None,
+        | Mode::DocknetPacket
+        | Mode::DocknetVxlan => None,
     }
 }
 

