@@ -384,6 +384,12 @@ impl Registry {
                 format!("address {ip} is already used by pipe {:?}", other.name),
             ));
         }
+        if let Some(r) = self.routes.list().iter().find(|r| r.via == ip) {
+            return Err(err(
+                ErrorCode::IpInUse,
+                format!("address {ip} is the next hop of route {r}: a pipe cannot be one"),
+            ));
+        }
         if let Some((a, _)) = ip6 {
             if let Some(other) = self.pipes.values().find(|p| p.ip6.map(|x| x.0) == Some(a)) {
                 return Err(err(
