@@ -209,6 +209,38 @@ fn the_instruction_count_counts_round_trips_and_leaves_nothing_behind() {
     assert!(left.is_empty(), "run directories left: {left:?}");
 }
 
+#[test]
+fn the_doorbell_comparison_runs_every_wake_up_and_counts_round_trips() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/doorbell.sh");
+    let o = Command::new(&script)
+        .args(["--pairs", "1,2", "--seconds", "0.2", "--repeat", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    for (line, (mode, pairs)) in lines.iter().zip([
+        ("futex", 1),
+        ("pipe", 1),
+        ("yield", 1),
+        ("futex", 2),
+        ("pipe", 2),
+        ("yield", 2),
+    ]) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((f[0], f[1]), (mode, pairs.to_string().as_str()), "{line}");
+        let rate: f64 = f[9].parse().unwrap();
+        assert!(rate > 100.0, "{line}");
+    }
+    let bad = Command::new(&script).arg("--nonsense").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
 /// The daemon run directories on /dev/shm whose names start with `prefix`.
 fn run_dirs_left(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/dev/shm")
