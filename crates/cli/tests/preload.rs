@@ -447,6 +447,111 @@ fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
     }
 }
 
+/// nginx as a reverse proxy (one process driving its client and upstream connections from
+/// one epoll loop, with its own eventfd in the set) in front of docknet-httpd, through the
+/// daemon and over fast channels: each of 100 responses of 1 MB, which nginx spools through a
+/// temporary file, must end within 2 s (they take about 10 ms). A connection that nginx closed
+/// while the library's notifier still held its socket once stayed open for good (no FIN, the
+/// client waiting for the end of the response), about once in 30 responses (the same
+/// clients with curl did not show it).
+#[test]
+fn a_reverse_proxy_ends_every_response_at_once() {
+    if !ready(
+        "preload proxy",
+        &[
+            ("nginx", "nginx-light"),
+            ("curl", "curl"),
+            ("python3", "python3"),
+        ],
+    ) {
+        return;
+    }
+    let dir = workdir("proxy");
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        // the backend on a pipe of its own, on DockLib
+        let backend = format!("{s}b");
+        let bip = ip.rsplit_once('.').map(|(n, _)| format!("{n}.4")).unwrap();
+        lab.ok(&["pipe", "create", &backend, "--ip", &format!("{bip}/24")]);
+        if fc {
+            lab.ok(&["fc", "connect", &s, &backend]);
+        }
+        let mut httpd = lab.cmd();
+        httpd.args(["run", "--pipe", &backend, "--"]).args([
+            env!("CARGO_BIN_EXE_docknet-httpd"),
+            "--stack",
+            "docknet",
+            "--bind",
+            &format!("{bip}:8080"),
+        ]);
+        let _backend = Server::spawn(httpd, Stdio::null());
+        let conf = dir.path().join(format!("proxy-{fc}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log stderr warn;\npid /tmp/nginx.pid;\n\
+                 events {{ worker_connections 256; }}\n\
+                 http {{ access_log off;\n client_body_temp_path /tmp/b; proxy_temp_path /tmp/p; fastcgi_temp_path /tmp/f; uwsgi_temp_path /tmp/u; scgi_temp_path /tmp/s;\n\
+                 server {{ listen 8081; location / {{ proxy_pass http://{bip}:8080; }} }} }}\n"
+            ),
+        )
+        .unwrap();
+        let d = dir.path();
+        let _proxy = Server::start(&lab, &s, &[d], &["nginx", "-c", conf.to_str().unwrap()]);
+        // ten clients one after another, ten requests each, each on a new connection
+        let fetch = d.join("fetch.py");
+        std::fs::write(
+            &fetch,
+            "import socket, sys, time\n\
+             for i in range(10):\n\
+             \x20   t = time.time()\n\
+             \x20   s = socket.create_connection((sys.argv[1], 8081), timeout=20)\n\
+             \x20   s.sendall(b'GET /bytes/1000000 HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n')\n\
+             \x20   n = 0\n\
+             \x20   while True:\n\
+             \x20       d = s.recv(65536)\n\
+             \x20       if not d: break\n\
+             \x20       n += len(d)\n\
+             \x20   s.close()\n\
+             \x20   print(n, round(time.time() - t, 4), flush=True)\n",
+        )
+        .unwrap();
+        let script = format!(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do curl -sS -o /dev/null http://{ip}:8081/bytes/10 && break; sleep 0.2; done; \
+             for k in 1 2 3 4 5 6 7 8 9 10; do /usr/bin/python3 {} {ip} || exit 1; done",
+            fetch.display()
+        );
+        let o = client(
+            &lab,
+            &c,
+            &[d],
+            &[],
+            &["sh", "-c", &script],
+            Duration::from_secs(300),
+        );
+        let out = must(&o, "the clients through the proxy");
+        let times: Vec<f64> = out
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // the body and nginx's headers
+                let n: usize = f[0].parse().unwrap();
+                assert!(
+                    (1_000_000..1_001_000).contains(&n),
+                    "fast channel {fc}: {l}"
+                );
+                f[1].parse().unwrap()
+            })
+            .collect();
+        assert_eq!(times.len(), 100, "fast channel {fc}: {out}");
+        let slow: Vec<&f64> = times.iter().filter(|t| **t > 2.0).collect();
+        assert!(
+            slow.is_empty(),
+            "fast channel {fc}: responses that did not end at once (s): {slow:?}"
+        );
+    }
+}
+
 #[test]
 fn redis_benchmark_runs_get_and_set_against_redis_and_a_value_reads_back() {
     if !ready(

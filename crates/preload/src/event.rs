@@ -10,7 +10,11 @@
 //!
 //! An epoll instance keeps its DockNet members beside the kernel's epoll (which holds the
 //! kernel members), by descriptor and socket id: a socket closed without `EPOLL_CTL_DEL`
-//! leaves the set once its last descriptor is closed, as the kernel's epoll forgets a file. Edge-triggered members report
+//! leaves the set once its last descriptor is closed, as the kernel's epoll forgets a file
+//! (by the socket's count of descriptors, not by who holds it: a wait in progress and the
+//! notifier hold the sockets they watch, and a closed socket kept in the set by them would be
+//! watched again by the next wait, and so held for as long as that wait lasts, its FIN never
+//! sent). Edge-triggered members report
 //! a direction again only after a read-side (write-side) call on the socket since the last
 //! report (see [`Member::edge_ok`]); one-shot members are disabled after a report until
 //! `EPOLL_CTL_MOD`.
@@ -60,6 +64,11 @@ impl Member {
 
     fn et(&self) -> bool {
         self.events & libc::EPOLLET as u32 != 0
+    }
+
+    /// Whether the member's socket is still open (a descriptor refers to it).
+    fn live(&self) -> bool {
+        self.sock.upgrade().is_some_and(|s| s.open())
     }
 
     /// Which of read (0) and write (1) may still be reported edge-triggered, given the
@@ -157,7 +166,7 @@ impl Epoll {
             return Some(Err(libc::EINVAL));
         }
         let mut m = self.members();
-        m.retain(|x| x.sock.strong_count() > 0);
+        m.retain(Member::live);
         let pos = m.iter().position(|x| x.fd == fd && x.id == s.id);
         let r = match op {
             libc::EPOLL_CTL_ADD => match (pos, ev) {
@@ -289,7 +298,7 @@ impl Epoll {
     /// was closed while a `dup` keeps the socket open stays, as in the kernel's epoll.
     fn active(&self) -> Vec<(Arc<Sock>, u32)> {
         let mut m = self.members();
-        m.retain(|x| x.sock.strong_count() > 0);
+        m.retain(Member::live);
         m.iter()
             .filter(|x| !x.disabled)
             .filter_map(|x| {
@@ -847,6 +856,31 @@ mod tests {
         assert_eq!(m.report(IN, (0, 0)), IN);
         assert_eq!(m.report(IN, (1, 0)), 0);
         assert!(m.disabled);
+    }
+
+    #[test]
+    fn a_socket_closed_while_a_waiter_holds_it_leaves_the_set_and_a_dup_keeps_it() {
+        use crate::table::Entry;
+        // descriptor numbers no other test of this binary uses
+        let (fd, dup) = (9001, 9002);
+        let e = Epoll::new(-1);
+        let s = Arc::new(Sock::new(Proto::Tcp, true));
+        TABLE.insert(fd, Entry::Sock(s.clone()));
+        TABLE.insert(dup, Entry::Sock(s.clone()));
+        assert!(e.ctl(libc::EPOLL_CTL_ADD, fd, Some((IN, 7))).is_none());
+        // what a wait in progress, or the notifier, holds
+        let held = s.clone();
+        ops::closing(dup);
+        let _ = e.active();
+        assert_eq!(e.members().len(), 1, "a descriptor still refers to it");
+        ops::closing(fd);
+        assert!(!s.open());
+        let _ = e.active();
+        assert!(
+            e.members().is_empty(),
+            "closed, but kept in the set by whoever holds it"
+        );
+        drop(held);
     }
 
     #[test]

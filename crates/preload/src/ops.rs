@@ -825,9 +825,21 @@ pub fn closing(fd: i32) {
     if let Some(e) = TABLE.remove(fd) {
         if forked() {
             std::mem::forget(e);
-        } else {
-            drop(e);
+            return;
         }
+        if let Entry::Sock(s) = &e {
+            // the last descriptor of a connection that a waiter still holds (the notifier,
+            // another thread's epoll wait): the connection ends now, as the kernel's would,
+            // not when that wait lets go of it
+            if !s.open() && Arc::strong_count(s) > 1 {
+                if let Some(Conn::Stream(t)) = s.conn.get() {
+                    if t.connect_result().is_some() && !s.shut_wr.swap(true, Ordering::Relaxed) {
+                        t.shutdown_write();
+                    }
+                }
+            }
+        }
+        drop(e);
     }
 }
 

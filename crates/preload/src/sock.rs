@@ -142,6 +142,10 @@ pub struct Sock {
     pub rd_gen: AtomicU32,
     /// Counts write-side calls.
     pub wr_gen: AtomicU32,
+    /// Descriptors that refer to it (the table's entries). A socket with none is closed, as
+    /// far as the program is concerned, even while a waiter (the notifier, an epoll wait in
+    /// progress) still holds it: it leaves every epoll set at once.
+    pub descriptors: AtomicU32,
 }
 
 impl Sock {
@@ -161,7 +165,13 @@ impl Sock {
             err_taken: AtomicBool::new(false),
             rd_gen: AtomicU32::new(0),
             wr_gen: AtomicU32::new(0),
+            descriptors: AtomicU32::new(0),
         }
+    }
+
+    /// Whether a descriptor still refers to it.
+    pub fn open(&self) -> bool {
+        self.descriptors.load(Ordering::Acquire) > 0
     }
 
     /// A socket that is already `conn` (an accepted connection).

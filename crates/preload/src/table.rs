@@ -204,7 +204,13 @@ impl Table {
         if m.len() <= i {
             m.resize(i + 1, None);
         }
+        if let Entry::Sock(s) = &e {
+            s.descriptors.fetch_add(1, Ordering::AcqRel);
+        }
         let old = m[i].replace(e);
+        if let Some(Entry::Sock(s)) = &old {
+            s.descriptors.fetch_sub(1, Ordering::AcqRel);
+        }
         self.mark(fd, true);
         self.changed();
         old
@@ -217,6 +223,9 @@ impl Table {
         }
         let mut m = self.write();
         let old = m.get_mut(fd as usize).and_then(Option::take);
+        if let Some(Entry::Sock(s)) = &old {
+            s.descriptors.fetch_sub(1, Ordering::AcqRel);
+        }
         self.mark(fd, false);
         self.changed();
         old

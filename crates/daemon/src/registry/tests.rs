@@ -400,7 +400,9 @@ fn routes_are_checked_saved_adopted_again_and_refused_without_a_link() {
     assert_eq!(r.routes(), want[1..]);
 
     // a pipe cannot take a route's next hop, as a route cannot take a pipe's address
-    let e = r.create_pipe("hop", "192.168.1.2/24", None, None).unwrap_err();
+    let e = r
+        .create_pipe("hop", "192.168.1.2/24", None, None)
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::IpInUse, "{e:?}");
     assert!(e.message.contains("next hop"), "{e:?}");
 
