@@ -183,6 +183,16 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     registry.set_gateway(edge.as_ref().map(|e| e.mac()));
     registry.set_link_addr(edge.as_ref().and_then(|e| e.link_addr()));
+    if edge.as_ref().is_some_and(|e| e.link_addr().is_none()) {
+        for r in registry.routes().iter().filter(|r| r.vxlan.is_some()) {
+            tracing::warn!(
+                route = %r,
+                "the link has no IPv4 address for this tunnel's datagrams to leave from: its \
+                 frames are dropped (counted drop_malformed) until the link has one and the \
+                 daemon restarts"
+            );
+        }
+    }
     registry.set_timers(cfg.rate_timers);
     registry.set_pool(pool::Pool::start(
         registry::default_region_size(),
