@@ -453,7 +453,7 @@ fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
 /// temporary file, must end within 2 s (they take about 10 ms). A connection that nginx closed
 /// while the library's notifier still held its socket once stayed open for good (no FIN, the
 /// client waiting for the end of the response), about once in 30 responses (the same
-/// clients with curl did not show it).
+/// clients with curl did not show it). Then nginx must stop on SIGTERM.
 #[test]
 fn a_reverse_proxy_ends_every_response_at_once() {
     if !ready(
@@ -549,6 +549,23 @@ fn a_reverse_proxy_ends_every_response_at_once() {
             slow.is_empty(),
             "fast channel {fc}: responses that did not end at once (s): {slow:?}"
         );
+        // told to stop, nginx stops: the signal must reach the thread asleep in epoll_wait, not
+        // a thread of the library's
+        let mut proxy = _proxy;
+        let child = proxy.0.as_mut().unwrap();
+        let term = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let t = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "fast channel {fc}: nginx did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

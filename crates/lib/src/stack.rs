@@ -592,10 +592,20 @@ impl Stack {
             ip6,
         });
         let weak = Arc::downgrade(&shared);
-        std::thread::Builder::new()
+        // The engine must take none of the program's signals: a process-directed signal may
+        // go to any thread that does not block it, and a handler run on the engine would not
+        // interrupt the thread that waits for it (nginx, told to stop, slept on in
+        // epoll_wait). A thread inherits its creator's mask: all blocked while it is made.
+        let old = nix::sys::signal::SigSet::all()
+            .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_SETMASK)
+            .ok();
+        let spawned = std::thread::Builder::new()
             .name("docklib-engine".into())
-            .spawn(move || crate::engine::engine(weak))
-            .expect("spawning the DockLib engine thread");
+            .spawn(move || crate::engine::engine(weak));
+        if let Some(old) = old {
+            let _ = old.thread_set_mask();
+        }
+        spawned.expect("spawning the DockLib engine thread");
         Stack { shared }
     }
 

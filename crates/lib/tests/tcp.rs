@@ -828,3 +828,50 @@ fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back(
     drop(c);
     srv.join().unwrap();
 }
+
+#[test]
+fn the_engine_thread_takes_none_of_the_programs_signals() {
+    let _n = net(false, 1500);
+    // SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGCHLD
+    let wanted: u64 = [1u32, 2, 3, 10, 12, 14, 15, 17]
+        .iter()
+        .map(|s| 1u64 << (s - 1))
+        .sum();
+    let mut engines = 0;
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        // (another test's stack may end while this one looks)
+        let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
+            continue;
+        };
+        if comm.trim() != "docklib-engine" {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+            continue;
+        };
+        let blocked = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+            .unwrap();
+        assert_eq!(
+            blocked & wanted,
+            wanted,
+            "an engine thread takes signals: SigBlk {blocked:#x}"
+        );
+        engines += 1;
+    }
+    assert!(engines >= 2, "{engines} engine threads found");
+    // the thread that made the stacks keeps its own mask
+    let me = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    let mine = me
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(
+        mine & (1 << 14),
+        0,
+        "SIGTERM left blocked in the caller: {mine:#x}"
+    );
+}
