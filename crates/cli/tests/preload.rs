@@ -497,7 +497,7 @@ fn a_reverse_proxy_ends_every_response_at_once() {
         )
         .unwrap();
         let d = dir.path();
-        let _proxy = Server::start(&lab, &s, &[d], &["nginx", "-c", conf.to_str().unwrap()]);
+        let proxy = Server::start(&lab, &s, &[d], &["nginx", "-c", conf.to_str().unwrap()]);
         // ten clients one after another, ten requests each, each on a new connection
         let fetch = d.join("fetch.py");
         std::fs::write(
@@ -551,21 +551,10 @@ fn a_reverse_proxy_ends_every_response_at_once() {
         );
         // told to stop, nginx stops: the signal must reach the thread asleep in epoll_wait, not
         // a thread of the library's
-        let mut proxy = _proxy;
-        let child = proxy.0.as_mut().unwrap();
-        let term = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
+        let pid = proxy.0.as_ref().unwrap().id().to_string();
+        let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(term.success());
-        let t = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "fast channel {fc}: nginx did not stop on SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        proxy.finish(Duration::from_secs(5));
     }
 }
 

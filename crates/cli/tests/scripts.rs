@@ -136,6 +136,28 @@ fn a_user_with_sudo_is_re_run_under_it_with_arguments_and_toolchain_kept() {
     );
 }
 
+/// Runs `scripts/NAME` with `args` and `env`, this build's binaries in `DOCKNET_BIN`; its
+/// standard output, after checking that it succeeded.
+fn run_script(name: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
+    let bin = Path::new(env!("CARGO_BIN_EXE_docknet")).parent().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts")
+        .join(name);
+    let o = Command::new(&script)
+        .args(args)
+        .env("DOCKNET_BIN", bin)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{name}: {text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text
+}
+
 /// The idle-policy sweep's smoke version: the bridge, the daemon path and a fast channel at
 /// their defaults, a short line each, with this build's binaries; nothing left behind.
 #[test]
@@ -144,19 +166,10 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
         return;
     }
     let out = tempfile::tempdir().unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_docknet")).parent().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/idle-sweep.sh");
-    let o = Command::new(&script)
-        .env("QUICK", "1")
-        .env("DOCKNET_BIN", bin)
-        .env("OUT", out.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
+    run_script(
+        "idle-sweep.sh",
+        &[],
+        &[("QUICK", Path::new("1")), ("OUT", out.path())],
     );
     let tsv = std::fs::read_to_string(out.path().join("idle-sweep.tsv")).unwrap();
     let lines: Vec<Vec<&str>> = tsv
@@ -184,19 +197,7 @@ fn the_instruction_count_counts_round_trips_and_leaves_nothing_behind() {
     if !root_or_skip("the instruction count") {
         return;
     }
-    let bin = Path::new(env!("CARGO_BIN_EXE_docknet")).parent().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/instructions.sh");
-    let o = Command::new(&script)
-        .args(["--seconds", "1", "--json"])
-        .env("DOCKNET_BIN", bin)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let text = run_script("instructions.sh", &["--seconds", "1", "--json"], &[]);
     let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
     assert!(v["round_trips"].as_u64().unwrap() > 50, "{v}");
     // a poll that moves a frame is hundreds of instructions at least, and a round trip is two
@@ -211,16 +212,10 @@ fn the_instruction_count_counts_round_trips_and_leaves_nothing_behind() {
 
 #[test]
 fn the_doorbell_comparison_runs_every_wake_up_and_counts_round_trips() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/doorbell.sh");
-    let o = Command::new(&script)
-        .args(["--pairs", "1,2", "--seconds", "0.2", "--repeat", "1"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&o.stderr)
+    let text = run_script(
+        "doorbell.sh",
+        &["--pairs", "1,2", "--seconds", "0.2", "--repeat", "1"],
+        &[],
     );
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 6, "{text}");
@@ -237,6 +232,7 @@ fn the_doorbell_comparison_runs_every_wake_up_and_counts_round_trips() {
         let rate: f64 = f[9].parse().unwrap();
         assert!(rate > 100.0, "{line}");
     }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/doorbell.sh");
     let bad = Command::new(&script).arg("--nonsense").output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }

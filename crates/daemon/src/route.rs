@@ -261,24 +261,20 @@ impl Routes {
     /// `dst` itself; for a VXLAN route, the tunnel and the neighbour its far end is reached
     /// through (the far end itself, or a plain route's next hop).
     pub fn next_hop(&self, dst: Ipv4Addr) -> Hop {
-        match self.longest(dst, false) {
-            None => Hop {
+        let Some(r) = self.longest(dst, false) else {
+            return Hop {
                 link: dst,
                 vxlan: None,
-            },
-            Some(Route {
-                via, vxlan: None, ..
-            }) => Hop {
-                link: *via,
+            };
+        };
+        match r.vxlan {
+            None => Hop {
+                link: r.via,
                 vxlan: None,
             },
-            Some(&Route {
-                via,
-                vxlan: Some(vni),
-                ..
-            }) => Hop {
-                link: self.longest(via, true).map_or(via, |r| r.via),
-                vxlan: Some((via, vni)),
+            Some(vni) => Hop {
+                link: self.longest(r.via, true).map_or(r.via, |p| p.via),
+                vxlan: Some((r.via, vni)),
             },
         }
     }

@@ -829,6 +829,15 @@ fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back(
     srv.join().unwrap();
 }
 
+/// The blocked-signal mask (`SigBlk`) of a `/proc/.../status` text.
+fn sig_blocked(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap()
+}
+
 #[test]
 fn the_engine_thread_takes_none_of_the_programs_signals() {
     let _n = net(false, 1500);
@@ -849,11 +858,7 @@ fn the_engine_thread_takes_none_of_the_programs_signals() {
         let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
             continue;
         };
-        let blocked = status
-            .lines()
-            .find_map(|l| l.strip_prefix("SigBlk:"))
-            .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
-            .unwrap();
+        let blocked = sig_blocked(&status);
         assert_eq!(
             blocked & wanted,
             wanted,
@@ -863,12 +868,7 @@ fn the_engine_thread_takes_none_of_the_programs_signals() {
     }
     assert!(engines >= 2, "{engines} engine threads found");
     // the thread that made the stacks keeps its own mask
-    let me = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-    let mine = me
-        .lines()
-        .find_map(|l| l.strip_prefix("SigBlk:"))
-        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
-        .unwrap();
+    let mine = sig_blocked(&std::fs::read_to_string("/proc/thread-self/status").unwrap());
     assert_eq!(
         mine & (1 << 14),
         0,

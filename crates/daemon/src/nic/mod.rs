@@ -322,9 +322,13 @@ impl Edge {
     pub fn set_routes(&mut self, routes: &std::sync::Arc<crate::route::Routes>) {
         if !std::sync::Arc::ptr_eq(&self.routes, routes) {
             self.routes = routes.clone();
-            self.port
-                .set_vtep(self.link.ipv4.filter(|_| !routes.vnis().is_empty()));
+            self.port.set_vtep(self.vtep());
         }
+    }
+
+    /// Where this node's tunnels end: the link's address while any route tunnels.
+    fn vtep(&self) -> Option<Ipv4Addr> {
+        self.link.ipv4.filter(|_| !self.routes.vnis().is_empty())
     }
 
     /// The tunnel a hop asks for, from the link's address (`None` also when the link has
@@ -491,6 +495,7 @@ impl Edge {
         deliver: &mut dyn FnMut(usize, &[u8]) -> bool,
         now: Instant,
     ) -> usize {
+        let vtep = self.vtep();
         let Edge {
             port,
             link,
@@ -501,7 +506,6 @@ impl Edge {
             ..
         } = self;
         let vnis = routes.vnis();
-        let vtep = link.ipv4.filter(|_| !vnis.is_empty());
         let mut learnt: Vec<(Vec<Vec<u8>>, [u8; 6])> = Vec::new();
         let n = port.recv(max, &mut |rx| {
             let Rx {

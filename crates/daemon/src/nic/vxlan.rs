@@ -191,7 +191,6 @@ pub fn decap(frame: &[u8], local: Ipv4Addr, vnis: &[u32]) -> Arrived {
     // the outer UDP checksum is not verified (RFC 7348 leaves that to the receiver): Linux
     // sends none by default, and over a virtual link one it sends is left to an offload that
     // never happens; the inner frame's own checksums are checked as any frame's from the wire
-    let _ = u;
     let vx = &ip[IPV4 + UDP..IPV4 + UDP + VXLAN];
     if vx[0] & FLAG_I == 0 {
         return refuse(Refusal::Malformed);
