@@ -5,8 +5,10 @@
 # nothing pinned and with both containers confined to core 1 (a pod with one CPU; the daemon
 # stays free), beside the kernel bridge (dnperf on kernel sockets in two namespaces on a bridge
 # in a third) placed the same way. Each line is its own daemon or bridge, one after another.
+# Path `auto` is the daemon and the peers at their defaults, with the fast channel the daemon
+# builds for pipes that talk (the `daemon` and `fc` lines turn that off).
 #
-#   ./scripts/idle-sweep.sh [--help]    SECONDS_PER_RUN=1.5 REPEAT=1; QUICK=1: three lines, 0.3 s
+#   ./scripts/idle-sweep.sh [--help]    SECONDS_PER_RUN=1.5 REPEAT=1; QUICK=1: four lines, 0.3 s
 #                                       DOCKNET_BIN=DIR: docknet and dnperf from DIR, no setup
 #
 # Prints a table (one-way latency p50 / p99 in us) and writes results/idle-sweep.tsv. Runs as
@@ -80,6 +82,9 @@ docknet() {
     local d=("$B/docknet" --socket "$sock")
     local dflags=()
     [ "$didle" = default ] || dflags=(--idle "$didle")
+    # daemon and fc measure their own path; auto is the daemon at its defaults, which joins
+    # the two pipes by a fast channel of its own once they talk
+    [ "$path" = auto ] || dflags+=(--fast-channels manual)
     "${d[@]}" --log warn daemon "${dflags[@]}" --run-dir "$RUN/d" --ephemeral >/dev/null &
     local dpid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.02; done
@@ -116,10 +121,11 @@ LINES=(
     "fc - adaptive"
     "fc - spin"
     "fc - default"
+    "auto default default"
 )
 PLACES=(unpinned one-core)
 if [ "${QUICK:-0}" = 1 ]; then
-    LINES=("bridge - -" "daemon default default" "fc - default")
+    LINES=("bridge - -" "daemon default default" "fc - default" "auto default default")
     PLACES=(unpinned)
     SECS=0.3
 fi

@@ -30,7 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 $D --log warn daemon --run-dir "$RUN" --socket "$SOCK" --master-core 0 --idle spin \
-    --ephemeral --metrics "127.0.0.1:$PORT" >/dev/null &
+    --fast-channels manual --ephemeral --metrics "127.0.0.1:$PORT" >/dev/null &
 PIDS+=($!)
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 $D --socket "$SOCK" pipe create ops-a --ip 10.77.0.1/24 >/dev/null

@@ -48,7 +48,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 start_daemon() {
-    "$D/docknet" --log warn --socket "$S" daemon --run-dir "$RD" >>"$OUT/daemon.log" 2>&1 &
+    "$D/docknet" --log warn --socket "$S" daemon --run-dir "$RD" --fast-channels manual >>"$OUT/daemon.log" 2>&1 &
     DPID=$!
     for _ in $(seq 200); do [ -S "$S" ] && "$D/docknet" --socket "$S" status >/dev/null 2>&1 && return; sleep 0.05; done
     echo "soak: the daemon did not start" >&2

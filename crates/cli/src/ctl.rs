@@ -140,7 +140,7 @@ pub fn status(socket: &Path, run_dir: Option<&Path>, json: bool) -> Result<std::
 
 /// `status`.
 pub fn print_status(s: &Status) {
-    let fields: [(&str, String); 13] = [
+    let fields: [(&str, String); 14] = [
         ("protocol", s.protocol.to_string()),
         ("version", s.version.clone()),
         ("pid", s.pid.to_string()),
@@ -176,6 +176,17 @@ pub fn print_status(s: &Status) {
         (
             "cold_pipes",
             format!("{} ({} watcher threads)", s.cold_pipes, s.watchers),
+        ),
+        (
+            "fast_channels",
+            format!(
+                "{} ({} automatic now; {} made, {} asks not served, {} removed idle)",
+                s.fast_channels,
+                s.auto_channels,
+                s.auto_channels_made,
+                s.auto_channels_skipped,
+                s.auto_channels_reaped
+            ),
         ),
         (
             "spare_regions",

@@ -997,3 +997,77 @@ fn a_syn_flood_from_a_partner_does_not_shut_the_server_to_others() {
         "after the flood: {after} ({v})"
     );
 }
+
+/// At its defaults the daemon joins two containers that talk by a fast channel of its own: a
+/// checked stream carries on intact across the switch, a rate limit takes the channel away
+/// again (the limit holds on the daemon's path), and a container that talks to many pipes gets
+/// no more than its share of channels.
+#[test]
+fn the_daemon_joins_containers_that_talk_by_a_channel_and_bounds_what_one_can_claim() {
+    if !root_or_skip("automatic fast channels") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let mut lab = Lab::start("adaptive");
+    let (_, ib) = pair(&lab, "a", "b", 52);
+    let stream = checked(&mut lab, "a", "b", &ib, 300);
+    intact(&mut lab, stream, "a stream that moved to a channel");
+    let status = lab.json(&["status", "--json"]);
+    assert_eq!(status["fast_channels"], "auto", "{status}");
+    assert!(status["auto_channels_made"].as_u64() >= Some(1), "{status}");
+    let peers =
+        |lab: &Lab, p: &str| lab.json(&["pipe", "show", p, "--json"])["fast_channels"].clone();
+    assert_eq!(peers(&lab, "a"), serde_json::json!(["b"]));
+    let forwarded = |lab: &Lab| {
+        lab.json(&["status", "--json"])["forwarded"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = forwarded(&lab);
+    let stream = checked(&mut lab, "a", "b", &ib, 100);
+    intact(&mut lab, stream, "a stream over the channel");
+    assert!(
+        forwarded(&lab) - before < 5_000,
+        "100 MB went past the daemon, not through it"
+    );
+    // a limit: the channel goes, and the limit holds on the daemon's path
+    lab.ok(&["rate", "set", "a", "--egress", "200mbit"]);
+    assert_eq!(peers(&lab, "a"), serde_json::json!([]));
+    let stream = checked(&mut lab, "a", "b", &ib, 20);
+    intact(&mut lab, stream, "a limited stream");
+    assert_eq!(
+        peers(&lab, "a"),
+        serde_json::json!([]),
+        "no channel for a limited pipe"
+    );
+    assert!(lab.counter("a", "rate_waits") > 0, "the limit held");
+
+    // one container talks to ten: it gets at most its share, the rest stay on the daemon's path
+    let victims: Vec<String> = (0..10).map(|k| format!("10.52.1.{}", k + 2)).collect();
+    let mut sinks = Vec::new();
+    for (k, ip) in victims.iter().enumerate() {
+        let name = format!("v{k}");
+        lab.ok(&["pipe", "create", &name, "--ip", &format!("{ip}/16")]);
+        sinks.push(server(&mut lab, &name, "sink", "2"));
+    }
+    lab.ok(&["pipe", "create", "grabber", "--ip", "10.52.1.100/16"]);
+    for k in 0..victims.len() {
+        assert!(lab.attached_within(&format!("v{k}"), Duration::from_secs(10)));
+    }
+    let o = lab.in_container(
+        "grabber",
+        &[ATTACK, "channel-grab", "--to", &victims.join(",")],
+    );
+    let v = peer_json(&o);
+    assert_eq!(v["channels"], 8, "its share and no more: {v}");
+    assert_eq!(peers(&lab, "grabber").as_array().unwrap().len(), 8);
+    let status = lab.json(&["status", "--json"]);
+    assert!(
+        status["auto_channels_skipped"].as_u64() >= Some(2),
+        "{status}"
+    );
+    for s in sinks {
+        let _ = lab.wait(s, Duration::from_secs(20));
+    }
+    assert!(lab.daemon_alive());
+}

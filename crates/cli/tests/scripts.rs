@@ -158,8 +158,9 @@ fn run_script(name: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
     text
 }
 
-/// The idle-policy sweep's smoke version: the bridge, the daemon path and a fast channel at
-/// their defaults, a short line each, with this build's binaries; nothing left behind.
+/// The idle-policy sweep's smoke version: the bridge, the daemon path, a fast channel and the
+/// daemon building its own channel, at their defaults, a short line each, with this build's
+/// binaries; nothing left behind.
 #[test]
 fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
     if !root_or_skip("the idle sweep") {
@@ -178,7 +179,7 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
         .map(|l| l.split('\t').collect())
         .collect();
     let paths: Vec<&str> = lines.iter().map(|l| l[1]).collect();
-    assert_eq!(paths, ["bridge", "daemon", "fc"], "{tsv}");
+    assert_eq!(paths, ["bridge", "daemon", "fc", "auto"], "{tsv}");
     for l in &lines {
         let tx: u64 = l[7].parse().unwrap();
         assert!(tx > 0, "no transactions: {l:?}");

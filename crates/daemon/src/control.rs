@@ -69,7 +69,13 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
     let out = match req {
         Request::Status {} => {
             let (spare_regions, spare_regions_ready, spare_region_bytes) = reg.spare_regions();
+            let (auto_channels, auto_channels_made, auto_channels_skipped, auto_channels_reaped) =
+                reg.auto_stats();
             to_json(Status {
+                auto_channels,
+                auto_channels_made,
+                auto_channels_skipped,
+                auto_channels_reaped,
                 pipes: reg.pipes().count(),
                 spare_regions,
                 spare_regions_ready,
@@ -318,11 +324,15 @@ async fn capture(
                 format!("snap length {snaplen}: give {MIN_SNAPLEN} to {MAX_SNAPLEN} bytes"),
             ));
         }
-        let reg = ctx
+        let mut reg = ctx
             .registry
             .lock()
             .map_err(|_| ApiError::new(ErrorCode::Internal, "registry lock poisoned"))?;
         let p = reg.get(name)?.clone();
+        // the daemon's own channels would hide the pipe's frames from the capture
+        if reg.drop_auto_channels(name) > 0 {
+            tracing::info!(pipe = %name, "automatic fast channels removed for a capture");
+        }
         let fcs = reg.fc_peers(name);
         let mut caps = ctx
             .captures

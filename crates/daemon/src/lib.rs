@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod attach;
+pub mod autofc;
 pub mod capture;
 pub mod control;
 pub mod holder;
@@ -130,6 +131,8 @@ pub struct Config {
     pub metrics: Option<std::net::SocketAddr>,
     /// Regions of the default pipe's size kept ready ([`pool`]); 0: each create makes its own.
     pub spare_regions: usize,
+    /// Join pipes that talk by fast channels of the daemon's own ([`autofc`]).
+    pub auto_channels: bool,
 }
 
 /// Binds the control socket at `path` with mode 0600 from the start: bound inside a private
@@ -194,6 +197,7 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         }
     }
     registry.set_timers(cfg.rate_timers);
+    registry.set_auto_channels(cfg.auto_channels);
     registry.set_pool(pool::Pool::start(
         registry::default_region_size(),
         cfg.spare_regions,
@@ -212,6 +216,9 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         registry.snapshot(),
         masters,
     ));
+    shared
+        .auto_channels
+        .store(cfg.auto_channels, Ordering::Relaxed);
     if let Some(e) = &edge {
         let _ = shared.edge.set(e.shared.clone());
         tracing::info!(
@@ -325,6 +332,11 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             spare_regions: 0,
             spare_regions_ready: 0,
             spare_region_bytes: 0,
+            fast_channels: if cfg.auto_channels { "auto" } else { "manual" }.into(),
+            auto_channels: 0,
+            auto_channels_made: 0,
+            auto_channels_skipped: 0,
+            auto_channels_reaped: 0,
             cross_master: 0,
             cross_master_drops: 0,
             nic: None,
@@ -377,7 +389,9 @@ pub fn run(cfg: Config) -> Result<(), Error> {
             }
             tokio::spawn(metrics::serve(ctx.clone(), l))
         });
+        let auto = tokio::spawn(autofc::serve(ctx.clone()));
         control::serve(ctx.clone(), listener, stop).await;
+        auto.abort();
         mirror.abort();
         if let Some(m) = metrics {
             m.abort();

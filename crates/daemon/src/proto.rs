@@ -410,6 +410,9 @@ pub struct FcInfo {
     pub ring_depth: u32,
     /// Size of the shared region.
     pub region_bytes: usize,
+    /// Made by the daemon for pipes that talk, not by `fc connect`.
+    #[serde(default)]
+    pub auto: bool,
 }
 
 /// The daemon's identity, configuration and totals (`status`).
@@ -466,6 +469,23 @@ pub struct Status {
     /// Bytes of each spare region (a pipe's at the default MTU and ring depth).
     #[serde(default)]
     pub spare_region_bytes: usize,
+    /// Whether the daemon joins pipes that talk by fast channels of its own (`auto`) or only
+    /// builds those asked for (`manual`).
+    #[serde(default)]
+    pub fast_channels: String,
+    /// Automatic fast channels now.
+    #[serde(default)]
+    pub auto_channels: usize,
+    /// Automatic fast channels made since start.
+    #[serde(default)]
+    pub auto_channels_made: u64,
+    /// Asks for an automatic channel not served (a rate limit, a capture, a pipe nobody
+    /// reads, a pipe at its most channels).
+    #[serde(default)]
+    pub auto_channels_skipped: u64,
+    /// Automatic channels removed because they went idle.
+    #[serde(default)]
+    pub auto_channels_reaped: u64,
     /// The link to the wire, when the daemon drives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nic: Option<NicStatus>,

@@ -202,6 +202,53 @@ fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
 }
 
 #[test]
+fn pipes_that_talk_through_the_daemon_are_asked_for_and_move_to_an_automatic_channel() {
+    let (_d, mut r) = setup();
+    r.set_auto_channels(true);
+    let shared = Arc::new(MasterShared::new(r.snapshot()));
+    shared.auto_channels.store(true, Ordering::Relaxed);
+    let m = shared.clone();
+    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Block, None).unwrap();
+    let (ia, ib) = (r.get("a").unwrap().id, r.get("b").unwrap().id);
+    let mut buf = vec![0u8; 2048];
+    let mut vias = Vec::new();
+    for i in 0..(3 * master::TALK_FRAMES) {
+        // the control plane's part: serve what the master asked for
+        while let Some((from, to)) = shared.talkers.pop() {
+            assert_eq!((from, to), (ia, ib), "a talks to b");
+            assert!(matches!(
+                r.auto_connect(from, to, &[]),
+                docknet_daemon::registry::AutoOutcome::Made(_)
+            ));
+        }
+        a.refresh();
+        let f = frame(&a, B, b.mac(), 64 + i as usize, i as u8);
+        let via = a
+            .send_blocking(&f, Instant::now() + Duration::from_secs(1))
+            .unwrap();
+        a.flush();
+        let (n, got) = recv_within(&mut b, &mut buf, Duration::from_secs(2)).expect("delivered");
+        assert_eq!(&buf[..n], &f[..], "frame {i}");
+        assert_eq!(got, via);
+        vias.push(via);
+    }
+    let first_fc = vias.iter().position(|v| *v == Via::FastChannel);
+    assert!(
+        first_fc.is_some_and(|k| k >= master::TALK_FRAMES as usize
+            && vias[k..].iter().all(|v| *v == Via::FastChannel)),
+        "through the daemon first, then over the channel for good: {vias:?}"
+    );
+    assert!(shared.talkers.is_empty(), "asked once");
+    shared.shutdown.store(true, Ordering::Release);
+    shared.poke();
+    master.join().unwrap();
+}
+
+#[test]
 fn a_sleeper_that_leaves_keeps_the_rings_armed_for_one_still_asleep() {
     // Two threads of one container sleep on the same ring words (say a call in accept and a
     // call in read). When the first to leave cleared the words, the daemon saw no sleeper and

@@ -228,9 +228,14 @@ pub(super) fn pump(
         }
         match decide(hdr, frame.len, i, &snap.table) {
             Decision::Unicast(d) => {
-                forwarded += u64::from(deliver(
-                    snap, local, i, d, frame, hdr, dirty, false, now_ns, cross,
-                ));
+                let ok = deliver(snap, local, i, d, frame, hdr, dirty, false, now_ns, cross);
+                forwarded += u64::from(ok);
+                if ok && cross.shared.auto_channels.load(Ordering::Relaxed) {
+                    let to = snap.pipes[d].id;
+                    if local[i].talk.note(to, now_ns) {
+                        cross.shared.talked(sp.id, to);
+                    }
+                }
             }
             Decision::Flood if !local[i].flood.take(now) => {
                 local[i].count(Counter::DropFloodLimited, 1);

@@ -1,5 +1,6 @@
 //! Master-private state of each pipe: its rings, counters, flood budget and rate limiters.
 
+use super::talk::Talk;
 use super::{shard_of, FLOOD_BURST, FLOOD_RATE, INGRESS_QUEUE, MUTE_MAX, MUTE_MIN};
 use crate::capture::{Dir, Tap};
 use crate::rate::{Bucket, Limit, Timers};
@@ -71,6 +72,8 @@ pub(super) struct Local {
     pub(super) owned: bool,
     /// A capture of its frames, while one runs.
     pub(super) tap: Option<Arc<Tap>>,
+    /// Its current run of frames to one other pipe (automatic fast channels).
+    pub(super) talk: Talk,
 }
 
 /// Whether a frame for a pipe may go into its rx ring now.
@@ -114,6 +117,7 @@ impl Local {
             last_tx: Instant::now(),
             owned: true,
             tap: None,
+            talk: Talk::default(),
         }
     }
 

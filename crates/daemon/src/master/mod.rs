@@ -22,9 +22,11 @@ mod local;
 mod run_loop;
 mod shared;
 mod sleep;
+mod talk;
 
 pub use run_loop::{run, run_shard};
 pub use shared::{shard_of, MasterShared, MasterStats, Parcel, Shard};
+pub use talk::{TALK_FRAMES, TALK_NEW_NS, TALK_RETRY_NS};
 
 use crate::nic::Edge;
 use crate::registry::{Counter, Snapshot};

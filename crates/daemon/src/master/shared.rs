@@ -10,6 +10,9 @@ use docknet_pipe::wake;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Asks for fast channels waiting for the control plane.
+const TALKERS: usize = 256;
+
 /// A frame on its way to a pipe another master owns.
 #[derive(Debug)]
 pub struct Parcel {
@@ -104,6 +107,14 @@ pub struct MasterShared {
     pub stats: Vec<MasterStats>,
     /// Running captures (the masters pick them up with the next snapshot version).
     pub taps: ArcSwap<Vec<Arc<Tap>>>,
+    /// Whether the masters look for pipes that talk (automatic fast channels).
+    pub auto_channels: AtomicBool,
+    /// Pairs of pipes (ids: sender, receiver) a master saw talk, for the control plane to join
+    /// by a fast channel. Bounded: an ask that finds it full is dropped (and asked again a
+    /// second later while the pair still talks).
+    pub talkers: ArrayQueue<(u64, u64)>,
+    /// Wakes the control plane when `talkers` has something.
+    pub talk_bell: tokio::sync::Notify,
 }
 
 impl MasterShared {
@@ -131,6 +142,16 @@ impl MasterShared {
             link_armed: AtomicU32::new(0),
             link_bell: AtomicU32::new(0),
             edge: std::sync::OnceLock::new(),
+            auto_channels: AtomicBool::new(false),
+            talkers: ArrayQueue::new(TALKERS),
+            talk_bell: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// A master saw pipe `from` send a run of frames to pipe `to`.
+    pub(super) fn talked(&self, from: u64, to: u64) {
+        if self.talkers.push((from, to)).is_ok() {
+            self.talk_bell.notify_one();
         }
     }
 

@@ -7,7 +7,6 @@ use docknet_pipe::delivery::{ChannelDesc, Msg, Side};
 use docknet_pipe::layout::{self, Identity, Kind};
 use std::net::Ipv4Addr;
 use std::os::fd::AsFd;
-use std::sync::atomic::Ordering;
 
 /// A fast channel's traffic as its rings' producer indices tell it: frames each partner has
 /// published, modulo 2^32. The partners write these words, so they say only what the
@@ -29,6 +28,17 @@ pub struct FcTraffic {
 impl Registry {
     /// Builds a fast channel between `a` and `b`.
     pub fn connect_fc(&mut self, a: &str, b: &str, mtu: Option<u32>) -> Result<FcInfo, ApiError> {
+        self.make_fc(a, b, mtu, false)
+    }
+
+    /// Builds a fast channel between `a` and `b`, by hand or automatically (`auto`).
+    pub(super) fn make_fc(
+        &mut self,
+        a: &str,
+        b: &str,
+        mtu: Option<u32>,
+        auto: bool,
+    ) -> Result<FcInfo, ApiError> {
         let pa = self.get(a)?.clone();
         let pb = self.get(b)?.clone();
         if a == b {
@@ -76,6 +86,7 @@ impl Registry {
             b: b.into(),
             mtu,
             ring_depth: params.depth,
+            auto,
         };
         let mut st = self.state();
         st.fcs.push(rec.clone());
@@ -93,6 +104,7 @@ impl Registry {
                 region,
                 rings,
                 lo: lo_name,
+                moved: None,
             },
         );
         for p in [a, b] {
@@ -106,6 +118,7 @@ impl Registry {
             mtu,
             ring_depth: params.depth,
             region_bytes: size,
+            auto,
         })
     }
 
@@ -181,13 +194,13 @@ impl Registry {
                 } else {
                     c.rec.a.clone()
                 };
-                let prod = |k: usize| c.region.load_u32(c.rings[k].prod_off(), Ordering::Relaxed);
+                let (a_to_b, b_to_a) = c.producers();
                 FcTraffic {
                     a: c.lo.clone(),
                     b: hi,
                     mtu: c.rec.mtu,
-                    a_to_b: prod(0),
-                    b_to_a: prod(1),
+                    a_to_b,
+                    b_to_a,
                 }
             })
             .collect()

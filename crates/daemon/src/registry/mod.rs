@@ -19,6 +19,7 @@
 //! undone and the request changes nothing.
 
 mod attachments;
+mod auto;
 mod channels;
 mod rates;
 mod routes;
@@ -27,6 +28,7 @@ mod state;
 mod tests;
 mod validate;
 
+pub use auto::{AutoOutcome, AUTO_IDLE, AUTO_MAX_BYTES, AUTO_PER_PIPE};
 pub use channels::FcTraffic;
 pub use validate::{
     parse_cidr, parse_cidr6, validate_labels, validate_name, validate_socket, MAX_LABELS,
@@ -182,6 +184,21 @@ struct Channel {
     /// Ring 0 carries `lo` to the other partner, ring 1 back.
     rings: [layout::RingLayout; 2],
     lo: String,
+    /// For an automatic channel: when its rings last moved.
+    moved: Option<auto::Movement>,
+}
+
+impl Channel {
+    /// Its rings' producer indices: frames each partner published, as the partners claim.
+    fn producers(&self) -> (u32, u32) {
+        let prod = |k: usize| {
+            self.region.load_u32(
+                self.rings[k].prod_off(),
+                std::sync::atomic::Ordering::Relaxed,
+            )
+        };
+        (prod(0), prod(1))
+    }
 }
 
 /// A socket bound in a container's network namespace, where its pipe is handed out.
@@ -224,6 +241,8 @@ pub struct Registry {
     pool: Option<Arc<crate::pool::Pool>>,
     /// Routes to networks beyond the link.
     routes: Arc<Routes>,
+    /// Automatic fast channels.
+    auto: auto::AutoState,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {

@@ -42,6 +42,8 @@ impl Registry {
             l.ingress = Some(i);
         }
         self.write_limits(name, l)?;
+        // an automatic channel would pass the limit by
+        self.drop_auto_channels(name);
         self.rate_info(name)
     }
 

@@ -47,6 +47,9 @@ pub(super) struct FcRec {
     pub(super) b: String,
     pub(super) mtu: u32,
     pub(super) ring_depth: u32,
+    /// Made by the daemon for pipes that talk (removed when idle), not by `fc connect`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) auto: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +116,7 @@ impl Registry {
             timers: Timers::default(),
             pool: None,
             routes: Arc::default(),
+            auto: Default::default(),
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -237,6 +241,7 @@ impl Registry {
                 region,
                 rings,
                 lo,
+                moved: None,
             },
         );
         Ok(())

@@ -54,7 +54,10 @@ impl Daemon {
             .arg(&run_dir)
             .arg("--socket")
             .arg(&socket)
-            .args(["--idle", idle, "--ephemeral"]);
+            .args(["--idle", idle, "--ephemeral"])
+            // the lab's modes say which path they measure: `docknet` the daemon's, `docknet-fc`
+            // the channel the lab builds
+            .args(["--fast-channels", "manual"]);
         if let Some(c) = master_core {
             cmd.args(["--master-core", &c.to_string()]);
         }

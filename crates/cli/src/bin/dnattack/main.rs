@@ -76,6 +76,16 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// Runs of unicast frames to each of many pipes, so the daemon sees this pipe talk to all of
+    /// them and builds fast channels of its own; report how many channels this pipe got.
+    ChannelGrab {
+        /// The pipes' addresses.
+        #[arg(long, value_delimiter = ',', required = true)]
+        to: Vec<std::net::Ipv4Addr>,
+        /// Frames to each.
+        #[arg(long, default_value_t = 200)]
+        frames: u32,
+    },
     /// Toggle the daemon's sleep word on our tx ring and FUTEX_WAKE it, continuously.
     WakeStorm {
         #[arg(long, default_value_t = 3.0)]
@@ -282,6 +292,39 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
                 while ep.recv(&mut b).is_some() {}
             }
             json!({"attack": "flood", "sent": sent})
+        }
+        Cmd::ChannelGrab { to, frames } => {
+            let mut ep = docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?;
+            let mut sent = 0u64;
+            for ip in &to {
+                let mac = ep
+                    .resolve(*ip, Duration::from_secs(2))
+                    .with_context(|| format!("no answer for {ip}"))?;
+                let mut f = vec![0u8; 60];
+                docknet_lib::frame::write_ipv4_headers(
+                    &mut f,
+                    ep.mac(),
+                    mac,
+                    ep.ip(),
+                    *ip,
+                    docknet_lib::frame::PROTO_EXPERIMENT,
+                    60,
+                );
+                for _ in 0..frames {
+                    if ep
+                        .send_blocking(&f, Instant::now() + Duration::from_secs(1))
+                        .is_ok()
+                    {
+                        sent += 1;
+                    }
+                }
+                // the channel, if the daemon builds one, arrives within its next turn
+                std::thread::sleep(Duration::from_millis(100));
+                ep.refresh();
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            ep.refresh();
+            json!({"attack": "channel-grab", "sent": sent, "channels": ep.fc_peers().len()})
         }
         Cmd::WakeStorm { seconds } => {
             let (fd, info, _c) = grab(&name)?;
