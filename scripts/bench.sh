@@ -74,10 +74,10 @@ else
     $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
     # what a user gets: nothing pinned, every program at its defaults (a file of its own beside
     # tcp-rr.json; the report reads both)
-    $D bench rr --modes bridge,docknet,docknet-fc --placement unpinned --sizes 64,65536 \
+    $D bench rr --modes bridge,docknet,docknet-fc,docknet-auto --placement unpinned --sizes 64,65536 \
         --repeat 2 --duration 0.8 --warmup 0.2 --json "$OUT/tcp-rr-unpinned.json" "$@"
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
-    $D bench pairs --modes bridge,docknet,docknet-fc --pairs 1,4,16 --sizes 1024 \
+    $D bench pairs --modes bridge,docknet,docknet-fc,docknet-auto --pairs 1,4,16 --sizes 1024 \
         --duration 0.5 --warmup 0.2 --report "$OUT" "$@"
     TCOMMON=(--topology two-host --modes host,routed,vxlan,docknet,docknet-packet --repeat 1
         --duration 0.6 --warmup 0.2 --report "$OUT")

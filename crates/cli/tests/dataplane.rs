@@ -62,7 +62,8 @@ fn two_containers_exchange_frames_through_the_daemon_and_through_a_fast_channel(
         return;
     }
     let _one = one_at_a_time();
-    let mut lab = Lab::start("adaptive");
+    // the daemon's path, then a channel built by hand: none built by the daemon
+    let mut lab = Lab::start_with("adaptive", &["--fast-channels", "manual"]);
     let (_, ib) = pair(&lab, "a", "b", 40);
     let v = rr(&mut lab, "a", "b", &ib, "0.5");
     let n = v["transactions"].as_u64().unwrap();

@@ -101,7 +101,11 @@ fn metrics_parse_and_move_with_traffic() {
     }
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut lab = Lab::start_with("adaptive", &["--metrics", &addr]);
+    // every frame through the daemon: no channel of the daemon's own between the pipes
+    let mut lab = Lab::start_with(
+        "adaptive",
+        &["--metrics", &addr, "--fast-channels", "manual"],
+    );
     let (_srv, ws) = web(&mut lab, 71);
     let before = scrape(port);
     let web_rx = sample(&before, "docknet_pipe_rx_packets_total", &[("pipe", "web")]);
@@ -132,6 +136,12 @@ fn metrics_parse_and_move_with_traffic() {
         0.0
     );
     assert_eq!(sample(&after, "docknet_pipes", &[]), 2.0);
+    assert_eq!(sample(&after, "docknet_auto_channels", &[]), 0.0, "off");
+    let made = [("event", "made")];
+    assert_eq!(
+        sample(&after, "docknet_auto_channel_events_total", &made),
+        0.0
+    );
     let busy = sample(
         &after,
         "docknet_master_busy_seconds_total",

@@ -208,7 +208,7 @@ impl Collector for Daemon {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let ctx = &self.ctx;
         // what the registry knows, copied under its lock and encoded after
-        let (pipes, fcs, limits) = match ctx.registry.lock() {
+        let (pipes, fcs, limits, auto) = match ctx.registry.lock() {
             Ok(mut reg) => {
                 let names: Vec<String> = reg.pipes().map(|p| p.name.clone()).collect();
                 let pipes: Vec<_> = names
@@ -221,9 +221,9 @@ impl Collector for Daemon {
                     })
                     .collect();
                 let limits: Vec<_> = names.iter().filter_map(|n| reg.rate_info(n).ok()).collect();
-                (pipes, reg.fc_traffic(), limits)
+                (pipes, reg.fc_traffic(), limits, reg.auto_stats())
             }
-            Err(_) => (Vec::new(), Vec::new(), Vec::new()),
+            Err(_) => (Vec::new(), Vec::new(), Vec::new(), Default::default()),
         };
         let info = &ctx.info;
         gauge(
@@ -519,6 +519,23 @@ impl Collector for Daemon {
             "docknet_captures",
             "Packet captures running.",
             &[(vec![], caps as f64)],
+        )?;
+        let (now, made, skipped, reaped) = auto;
+        gauge(
+            &mut enc,
+            "docknet_auto_channels",
+            "Fast channels the daemon built for pipes that talk, now.",
+            &[(vec![], now as f64)],
+        )?;
+        counter(
+            &mut enc,
+            "docknet_auto_channel_events",
+            "Automatic fast channels made, asks not served, and channels removed as idle.",
+            &[
+                (vec![("event", "made".to_string())], made),
+                (vec![("event", "skipped".to_string())], skipped),
+                (vec![("event", "reaped".to_string())], reaped),
+            ],
         )?;
         Ok(())
     }

@@ -56,6 +56,9 @@ pub enum Mode {
     /// Two hosts: DockLib through daemons that drive the wire with AF_XDP and route each
     /// host's pipes through VXLAN tunnels (the daemons' overlay, for nodes that share no link).
     DocknetVxlan,
+    /// DockLib at the daemon's defaults: through the daemon until the pair has talked, then
+    /// over the fast channel the daemon builds for it by itself (no `fc connect`).
+    DocknetAuto,
 }
 
 /// How many hosts a topology spans.
@@ -181,7 +184,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 20] = [
+    pub const ALL: [Mode; 21] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -202,6 +205,7 @@ impl Mode {
         Mode::DocknetFcPreload,
         Mode::VxlanOpenvpn,
         Mode::DocknetVxlan,
+        Mode::DocknetAuto,
     ];
 
     /// The name used on the command line and in results.
@@ -227,6 +231,7 @@ impl Mode {
             Mode::DocknetFcPreload => "docknet-fc-preload",
             Mode::VxlanOpenvpn => "vxlan-openvpn",
             Mode::DocknetVxlan => "docknet-vxlan",
+            Mode::DocknetAuto => "docknet-auto",
         }
     }
 
@@ -253,6 +258,7 @@ impl Mode {
             Mode::DocknetFcPreload => "unmodified programs over a DockNet fast channel (preload)",
             Mode::VxlanOpenvpn => "VXLAN overlay through an OpenVPN tunnel (encrypted)",
             Mode::DocknetVxlan => "DockNet daemons on the wire (AF_XDP), VXLAN between hosts",
+            Mode::DocknetAuto => "DockNet at its defaults: the daemon builds the fast channel",
         }
     }
 
@@ -277,6 +283,7 @@ impl Mode {
             self,
             Mode::Docknet
                 | Mode::DocknetFc
+                | Mode::DocknetAuto
                 | Mode::DocknetPacket
                 | Mode::DocknetVxlan
                 | Mode::DocknetPreload
@@ -305,7 +312,7 @@ impl Mode {
             Mode::Ovs => Link::Ovs,
             Mode::Sriov => Link::Vf,
             Mode::Docknet | Mode::DocknetPreload => Link::Pipe,
-            Mode::DocknetFc | Mode::DocknetFcPreload => Link::FastChannel,
+            Mode::DocknetFc | Mode::DocknetFcPreload | Mode::DocknetAuto => Link::FastChannel,
             Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan | Mode::VxlanOpenvpn => Link::Wire,
             Mode::DocknetPacket | Mode::DocknetVxlan => Link::Nic,
         }
@@ -332,6 +339,7 @@ impl Mode {
             Mode::Ovs => Builder::OvsVsctl,
             Mode::Docknet
             | Mode::DocknetFc
+            | Mode::DocknetAuto
             | Mode::DocknetPacket
             | Mode::DocknetVxlan
             | Mode::DocknetPreload

@@ -35,6 +35,24 @@ impl Daemon {
         master_nice: i32,
         host: Option<(&str, &str, &str)>,
     ) -> Result<Daemon> {
+        Daemon::launch(exe, idle, master_core, master_nice, host, false)
+    }
+
+    /// [`Daemon::start`], with the daemon's automatic fast channels on (`docknet-auto`: the
+    /// daemon at its defaults).
+    pub fn start_auto(exe: &Path, setup: &DaemonSetup) -> Result<Daemon> {
+        let s = setup;
+        Daemon::launch(exe, s.idle, s.master_core, s.master_nice, None, true)
+    }
+
+    fn launch(
+        exe: &Path,
+        idle: &str,
+        master_core: Option<usize>,
+        master_nice: i32,
+        host: Option<(&str, &str, &str)>,
+        auto_channels: bool,
+    ) -> Result<Daemon> {
         let base = if Path::new("/dev/shm").is_dir() {
             "/dev/shm"
         } else {
@@ -56,8 +74,11 @@ impl Daemon {
             .arg(&socket)
             .args(["--idle", idle, "--ephemeral"])
             // the lab's modes say which path they measure: `docknet` the daemon's, `docknet-fc`
-            // the channel the lab builds
-            .args(["--fast-channels", "manual"]);
+            // the channel the lab builds, `docknet-auto` the channel the daemon builds
+            .args([
+                "--fast-channels",
+                if auto_channels { "auto" } else { "manual" },
+            ]);
         if let Some(c) = master_core {
             cmd.args(["--master-core", &c.to_string()]);
         }

@@ -1,5 +1,5 @@
 //! DockNet topologies: client and server pipes on a daemon of the lab's own, joined by fast
-//! channels in the fast-channel mode. On two hosts, a daemon on each host drives its end of
+//! channels in the fast-channel mode (by the daemon itself, once they talk, in `docknet-auto`). On two hosts, a daemon on each host drives its end of
 //! the wire (AF_XDP for `docknet`, AF_PACKET for `docknet-packet`): client pipes on host A's,
 //! server pipes on host B's, all in one subnet (each daemon answers ARP on the wire for its
 //! own pipes).
@@ -51,7 +51,11 @@ impl DocknetLab {
         mtu: u32,
         ipv6: bool,
     ) -> Result<DocknetLab> {
-        let daemon = Daemon::start(exe, setup)?;
+        let daemon = if mode == Mode::DocknetAuto {
+            Daemon::start_auto(exe, setup)?
+        } else {
+            Daemon::start(exe, setup)?
+        };
         let mut c = daemon.client()?;
         let v6 = |a: Ipv6Addr| ipv6.then(|| format!("{a}/64"));
         for i in 0..pairs {

@@ -68,6 +68,7 @@ pub fn unavailable(mode: Mode) -> Option<String> {
         | Mode::Veth
         | Mode::Docknet
         | Mode::DocknetFc
+        | Mode::DocknetAuto
         | Mode::Host
         | Mode::DocknetPacket
         | Mode::DocknetVxlan => None,

@@ -189,7 +189,7 @@ fn pinned(mode: Mode) -> HttpPlacement {
                           core 0 spin"
                 .into(),
         },
-        Mode::DocknetFc => HttpPlacement {
+        Mode::DocknetFc | Mode::DocknetAuto => HttpPlacement {
             client: Some(0),
             server: Some(1),
             idle: Some("spin"),

@@ -116,7 +116,7 @@ pub fn ipv6_unsupported(mode: crate::mode::Mode, topology: Topology) -> Option<&
         );
     }
     match mode {
-        Loopback | Container | Veth | Bridge | Docknet | DocknetFc => None,
+        Loopback | Container | Veth | Bridge | Docknet | DocknetFc | DocknetAuto => None,
         DocknetPreload | DocknetFcPreload => {
             Some("the preload library serves AF_INET sockets only")
         }
