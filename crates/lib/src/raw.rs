@@ -108,7 +108,17 @@ struct FcLink {
     tx: Producer,
     rx: Consumer,
     rx_unreleased: u32,
+    /// A channel that came while frames to the partner may still be queued for the daemon:
+    /// not sent on until the daemon took every frame queued in the pipe before it came (the
+    /// index), or until the deadline, so frames do not overtake each other.
+    hold: Option<(u32, Instant)>,
+    /// A channel whose partner may still have frames on their way through the daemon: until
+    /// its first frame is seen, the pipe's rx ring is read first (see [`Endpoint::recv`]).
+    fresh: bool,
 }
+
+/// Longest a new fast channel waits for the daemon to take the frames queued before it.
+const HOLD_MAX: Duration = Duration::from_millis(5);
 
 /// The largest TCP frame sent within the host beyond a path's MTU: 32 KiB of payload with
 /// Ethernet, IPv4 and TCP headers. The rings carry 64 KiB, but a 256 KiB window holds only four
@@ -395,6 +405,21 @@ impl Endpoint {
             self.generation = g;
             self.sync();
         }
+        if self.fcs.iter().any(|l| l.hold.is_some()) {
+            self.release_holds();
+        }
+    }
+
+    /// Lets new channels carry frames once the daemon took what was queued before them.
+    fn release_holds(&mut self) {
+        let now = Instant::now();
+        for l in &mut self.fcs {
+            if let Some((at, until)) = l.hold {
+                if now >= until || self.tx.consumed(&self.region, at) {
+                    l.hold = None;
+                }
+            }
+        }
     }
 
     /// Reads every message waiting on the daemon connection; reconnects if it closed.
@@ -447,7 +472,13 @@ impl Endpoint {
                     return;
                 }
                 match fd.and_then(|fd| open_fc(&c, fd).ok()) {
-                    Some(l) => self.fcs.push(l),
+                    Some(mut l) => {
+                        let at = self.tx.position();
+                        if !self.tx.consumed(&self.region, at) {
+                            l.hold = Some((at, Instant::now() + HOLD_MAX));
+                        }
+                        self.fcs.push(l);
+                    }
                     None => self.stats.bad_fc += 1,
                 }
             }
@@ -486,12 +517,13 @@ impl Endpoint {
         ip4: Option<Ipv4Addr>,
         ip6: impl FnOnce() -> Option<Ipv6Addr>,
     ) -> Option<usize> {
+        let open = |l: &FcLink| l.hold.is_none();
         match ip4 {
-            Some(ip) => self.fcs.iter().position(|l| l.peer_ip == ip),
+            Some(ip) => self.fcs.iter().position(|l| l.peer_ip == ip && open(l)),
             None => ip6().and_then(|ip| {
                 self.fcs
                     .iter()
-                    .position(|l| l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
+                    .position(|l| open(l) && l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
             }),
         }
     }
@@ -585,6 +617,28 @@ impl Endpoint {
     /// and IPv4 source is dropped and counted (`fc_spoofed`).
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, Via)> {
         self.refresh();
+        if self.fcs.iter().any(|l| l.fresh) {
+            // A new channel's partner sends on it once the daemon took its earlier frames, and
+            // the daemon puts a frame in this rx ring before it lets the partner see it taken:
+            // so once a frame shows in the channel, the partner's earlier frames are in the rx
+            // ring, and are read first.
+            // (whether each shows a frame is looked at before the rx ring is found empty)
+            let seen = self
+                .fcs
+                .iter()
+                .take(64)
+                .enumerate()
+                .fold(0u64, |m, (k, l)| {
+                    m | (u64::from(l.rx.ready(&l.region)) << k)
+                });
+            if let Some(n) = take(&self.region, &mut self.rx, &mut self.rx_unreleased, buf) {
+                self.stats.rx_daemon += 1;
+                return Some((n, Via::Daemon));
+            }
+            for (k, l) in self.fcs.iter_mut().take(64).enumerate() {
+                l.fresh &= seen & (1 << k) == 0;
+            }
+        }
         for l in &mut self.fcs {
             // bounded: at most a ring's worth of refused frames per call
             for _ in 0..l.rx.layout().depth {
@@ -814,6 +868,8 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
         rx: Consumer::adopt(&region, rx),
         region,
         rx_unreleased: 0,
+        hold: None,
+        fresh: true,
     })
 }
 

@@ -129,6 +129,11 @@ fn channels_appear_and_disappear_while_attached() {
     let mut buf = vec![0u8; 2048];
     assert!(b.recv(&mut buf).is_none());
     a.refresh();
+    // the first frame still waits for the daemon (no master runs here): the channel waits
+    // for it to be taken, at most a few milliseconds, so nothing overtakes it
+    assert_eq!(a.send(&f), Ok(Via::Daemon));
+    std::thread::sleep(Duration::from_millis(10));
+    a.refresh();
     assert_eq!(a.send(&f), Ok(Via::FastChannel));
     a.flush();
     assert_eq!(b.recv(&mut buf).map(|x| x.1), Some(Via::FastChannel));
@@ -246,6 +251,55 @@ fn pipes_that_talk_through_the_daemon_are_asked_for_and_move_to_an_automatic_cha
     shared.shutdown.store(true, Ordering::Release);
     shared.poke();
     master.join().unwrap();
+}
+
+#[test]
+fn frames_keep_their_order_when_a_channel_comes_while_some_wait_for_the_daemon() {
+    let (_d, mut r) = setup();
+    let shared = Arc::new(MasterShared::new(r.snapshot()));
+    let mut master = master::Master::new(shared.clone());
+    let mut a =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut b =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mac_b = b.mac();
+    let mut buf = vec![0u8; 2048];
+    let mut got = Vec::new();
+    let mut recv_all = |b: &mut Endpoint, got: &mut Vec<u8>| {
+        while let Some((n, _)) = b.recv(&mut buf) {
+            got.push(buf[n - 1]);
+        }
+    };
+    let mut vias = Vec::new();
+    let mut send = |a: &mut Endpoint, tag: u8| {
+        let f = frame(a, B, mac_b, 64, tag);
+        vias.push(a.send(&f).unwrap());
+        a.flush();
+    };
+    // 0..20 wait in a's ring for the daemon; 20..40 wait in b's ring (delivered, not read)
+    for t in 0..20 {
+        send(&mut a, t);
+    }
+    r.connect_fc("a", "b", None).unwrap();
+    a.refresh();
+    b.refresh();
+    for t in 20..40 {
+        send(&mut a, t);
+    }
+    master.round();
+    master.round();
+    // the daemon took all of them: the channel opens, and what follows goes over it
+    a.refresh();
+    for t in 40..60 {
+        send(&mut a, t);
+    }
+    recv_all(&mut b, &mut got);
+    assert_eq!(got, (0..60).collect::<Vec<u8>>(), "in order");
+    assert!(vias[..40].iter().all(|v| *v == Via::Daemon), "{vias:?}");
+    assert!(
+        vias[40..].iter().all(|v| *v == Via::FastChannel),
+        "{vias:?}"
+    );
 }
 
 #[test]

@@ -589,6 +589,18 @@ impl Producer {
         self.prod.wrapping_sub(self.published)
     }
 
+    /// The index the next frame gets: frames queued so far, modulo 2^32.
+    pub fn position(&self) -> u32 {
+        self.prod
+    }
+
+    /// Whether the consumer has taken every frame queued before `position` (a value of
+    /// [`Producer::position`]). Re-reads the consumer's index.
+    pub fn consumed(&mut self, region: &Region, position: u32) -> bool {
+        self.refresh(region);
+        self.cached_cons.wrapping_sub(position) < BEHIND
+    }
+
     /// Declares this producer about to sleep on a full ring: sets the ring's space word, then
     /// (after a full fence) reports whether a slot freed meanwhile. If it returns true, do not
     /// sleep. Pairs with the fence in [`Consumer::release_and_kick`].

@@ -286,6 +286,13 @@ pub(super) fn pump(
             ),
         }
     }
+    // what went into rx rings is published before the sender sees its frames taken: a sender
+    // that waits for that before it sends on a new fast channel is then never overtaken
+    for &d in dirty.iter() {
+        local[d].rx.publish(&snap.pipes[d].region);
+        local[d].rx_dirty = false;
+    }
+    dirty.clear();
     if taken > 0 {
         if local[i].tx.release_and_kick(&sp.region) {
             local[i].rx.stats.kicks += 1;
@@ -295,10 +302,5 @@ pub(super) fn pump(
         // nothing moved, but something was counted (an impossible index from the container)
         local[i].dirty_counters = true;
     }
-    for &d in dirty.iter() {
-        local[d].rx.publish(&snap.pipes[d].region);
-        local[d].rx_dirty = false;
-    }
-    dirty.clear();
     (taken, forwarded)
 }

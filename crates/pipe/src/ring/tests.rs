@@ -377,3 +377,30 @@ fn publish_kicks_only_a_sleeper() {
     assert!(p.publish(&r), "consumer was armed: a kick is due");
     assert_eq!(c.sleep_word(&r).unwrap().load(Ordering::Relaxed), 0);
 }
+
+#[test]
+fn a_producer_learns_when_its_consumer_took_every_frame_before_a_position() {
+    let (r, l) = ring(8);
+    let mut prod = Producer::new(l);
+    let mut c = Consumer::new(l);
+    assert!(prod.consumed(&r, prod.position()), "nothing queued");
+    for i in 0..5u8 {
+        prod.push(&r, &[i; 60], 0).unwrap();
+    }
+    prod.publish(&r);
+    let at = prod.position();
+    assert!(!prod.consumed(&r, at));
+    for _ in 0..4 {
+        c.pop(&r).unwrap().unwrap();
+    }
+    c.release(&r);
+    assert!(!prod.consumed(&r, at), "one still queued");
+    prod.push(&r, &[9; 60], 0).unwrap();
+    prod.publish(&r);
+    c.pop(&r).unwrap().unwrap();
+    c.release(&r);
+    assert!(prod.consumed(&r, at), "later frames do not count");
+    // a consumer index beyond what was produced is refused, not believed
+    r.store_u32(l.cons_off(), at.wrapping_add(100), Ordering::Release);
+    assert!(!prod.consumed(&r, prod.position()));
+}
