@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{root_or_skip, Lab, EXE};
+use common::{one_at_a_time, root_or_skip, Lab, EXE};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -270,6 +270,8 @@ fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
     if !ready("preload C program", &[("cc", "gcc")]) {
         return;
     }
+    // it checks how long waits take: it runs apart from the tests that load the cores
+    let _one = one_at_a_time();
     let dir = workdir("check");
     let bin = compile_c(&dir, "check");
     let kernel = kernel_run(&bin);
@@ -388,6 +390,7 @@ fn curl_fetches_a_file_from_nginx_intact_and_wrk_loads_it() {
     ) {
         return;
     }
+    let _one = one_at_a_time();
     let dir = workdir("nginx");
     let www = dir.path().join("www");
     std::fs::create_dir(&www).unwrap();
@@ -466,6 +469,7 @@ fn a_reverse_proxy_ends_every_response_at_once() {
     ) {
         return;
     }
+    let _one = one_at_a_time();
     let dir = workdir("proxy");
     for fc in [false, true] {
         let (lab, s, c, ip) = lab(fc);
@@ -630,6 +634,7 @@ fn iperf3_and_sockperf_complete_through_the_daemon_and_over_a_fast_channel() {
     ) {
         return;
     }
+    let _one = one_at_a_time();
     for fc in [false, true] {
         let (lab, s, c, ip) = lab(fc);
         {
@@ -693,6 +698,7 @@ fn the_lab_measures_docknet_with_sockperf_and_iperf3_on_the_preload_modes() {
     ) {
         return;
     }
+    let _one = one_at_a_time();
     let dir = workdir("lab");
     for (workload, tool, modes) in [
         ("rr", "sockperf", "docknet-fc-preload"),

@@ -29,7 +29,7 @@ use docknet_pipe::{Consumer, IdlePolicy, Idler, Producer, PushError, Region};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -395,6 +395,24 @@ impl Endpoint {
     /// True once the daemon has removed the pipe.
     pub fn is_closed(&self) -> bool {
         layout::flags(&self.region) & layout::FLAG_CLOSED != 0
+    }
+
+    /// The next ephemeral port (49152..=65000) of this pipe, shared by every process of the
+    /// container: a process that starts anew does not pick a port another one used a moment
+    /// ago, whose connection a peer may still hold in TIME-WAIT (its SYN would be answered
+    /// only once that ends). The first taker starts the sequence at a random place.
+    pub fn next_port(&self, seed: u64) -> u16 {
+        const FIRST: u32 = 49152;
+        const SPAN: u32 = 65000 - FIRST + 1;
+        let Some(w) = layout::port_word(&self.region) else {
+            return (FIRST + (seed % u64::from(SPAN)) as u32) as u16;
+        };
+        if w.load(Ordering::Relaxed) == 0 {
+            let start = (seed % u64::from(SPAN)) as u32 | 0x8000_0000;
+            let _ = w.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        let v = w.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff;
+        (FIRST + v % SPAN) as u16
     }
 
     /// Takes in what the daemon said about channels if it said anything (the generation word

@@ -93,7 +93,8 @@ pub(crate) struct Inner {
     pub(crate) sockets: SocketSet<'static>,
     pub(crate) dev: PipeDevice,
     epoch: Instant,
-    next_port: u16,
+    /// Where the pipe's shared port sequence starts, if this stack is its first taker.
+    port_seed: u64,
     /// Sockets closed by the application, removed once their state reaches Closed.
     pub(crate) closing: Vec<SocketHandle>,
     /// Listeners by port: their listening sockets and the connections not yet accepted.
@@ -361,10 +362,10 @@ impl Inner {
         self.closing.push(h);
     }
 
+    /// The next ephemeral port: the pipe's, shared with the container's other processes
+    /// ([`crate::Endpoint::next_port`]).
     pub(crate) fn ephemeral_port(&mut self) -> u16 {
-        let p = self.next_port;
-        self.next_port = if p >= 65000 { 49152 } else { p + 1 };
-        p
+        self.dev.ep.next_port(self.port_seed)
     }
 }
 
@@ -574,7 +575,7 @@ impl Stack {
                 sockets: SocketSet::new(Vec::new()),
                 dev,
                 epoch,
-                next_port: 49152 + ((seed >> 40) % (65000 - 49152)) as u16,
+                port_seed: seed >> 40,
                 closing: Vec::new(),
                 listeners: Vec::new(),
                 cfg: cfg.clone(),

@@ -303,6 +303,32 @@ fn frames_keep_their_order_when_a_channel_comes_while_some_wait_for_the_daemon()
 }
 
 #[test]
+fn the_processes_of_one_container_take_ephemeral_ports_in_turn() {
+    let (_d, mut r) = setup();
+    // two processes of one container (two endpoints on pipe a), one after the other
+    let first =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let second =
+        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut ports: Vec<u16> = (0..10).map(|_| first.next_port(7)).collect();
+    ports.extend((0..10).map(|_| second.next_port(12_345)));
+    assert!(
+        ports.iter().all(|p| (49152..=65000).contains(p)),
+        "{ports:?}"
+    );
+    for w in ports.windows(2) {
+        assert!(
+            w[1] == w[0] + 1 || (w[0] == 65000 && w[1] == 49152),
+            "one sequence for the container, whoever takes: {ports:?}"
+        );
+    }
+    // another pipe starts a sequence of its own
+    let other =
+        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    assert_eq!(other.next_port(3), 49152 + 3);
+}
+
+#[test]
 fn a_sleeper_that_leaves_keeps_the_rings_armed_for_one_still_asleep() {
     // Two threads of one container sleep on the same ring words (say a call in accept and a
     // call in read). When the first to leave cleared the words, the daemon saw no sleeper and

@@ -73,6 +73,10 @@ const RE_FRAME: usize = 28;
 const RE_AREA_LEN: usize = 32;
 /// Offset of the counter block (64 × u64).
 pub const COUNTERS_OFF: usize = 1024;
+/// Offset of a pipe's ephemeral-port word: the container's processes take their TCP and UDP
+/// ports from it in turn (so a new process does not reuse a port a peer still holds in
+/// TIME-WAIT). Written by the container only; the daemon never reads it.
+pub const PORTS_OFF: usize = 2048;
 /// Number of u64 counter slots in the header.
 pub const MAX_COUNTERS: usize = 64;
 
@@ -692,4 +696,9 @@ mod tests {
             }
         }
     }
+}
+
+/// The ephemeral-port word of a pipe region ([`PORTS_OFF`]).
+pub fn port_word(region: &Region) -> Option<&std::sync::atomic::AtomicU32> {
+    region.u32_at(PORTS_OFF)
 }
