@@ -554,6 +554,11 @@ pub fn mirrored_counter(region: &Region, idx: usize) -> u64 {
     }
 }
 
+/// The ephemeral-port word of a pipe region ([`PORTS_OFF`]).
+pub fn port_word(region: &Region) -> Option<&std::sync::atomic::AtomicU32> {
+    region.u32_at(PORTS_OFF)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,9 +701,4 @@ mod tests {
             }
         }
     }
-}
-
-/// The ephemeral-port word of a pipe region ([`PORTS_OFF`]).
-pub fn port_word(region: &Region) -> Option<&std::sync::atomic::AtomicU32> {
-    region.u32_at(PORTS_OFF)
 }
