@@ -277,7 +277,11 @@ pub fn master(data: &[u8]) {
     }
     let snap = r.snapshot();
     let pipes = snap.pipes.clone();
-    let mut m = Master::new(Arc::new(MasterShared::new(snap)));
+    let shared = Arc::new(MasterShared::new(snap));
+    // the master also looks for pipes that talk (automatic fast channels)
+    shared.auto_channels.store(true, Ordering::Relaxed);
+    r.set_auto_channels(true);
+    let mut m = Master::new(shared.clone());
     let copy = |reg: &Region| {
         let mut b = vec![0u8; reg.len()];
         reg.read(0, &mut b);
@@ -297,6 +301,17 @@ pub fn master(data: &[u8]) {
     }
     for _ in 0..3 {
         m.round();
+    }
+    // asks name pipe 0 (the only one that sends) and a pipe that exists; serving them builds
+    // nothing (no pipe has a reader)
+    while let Some((from, to)) = shared.talkers.pop() {
+        assert_eq!(from, pipes[0].id);
+        assert!(pipes.iter().any(|p| p.id == to), "{to}");
+        let out = r.auto_connect(from, to, &[]);
+        assert!(
+            matches!(out, docknet_daemon::registry::AutoOutcome::Skipped(_)),
+            "{out:?}"
+        );
     }
     for (p, b) in pipes[1..].iter().zip(before) {
         let after = copy(&p.region);
@@ -346,6 +361,11 @@ fn ctx_of(reg: Registry) -> Ctx {
             spare_regions: 0,
             spare_regions_ready: 0,
             spare_region_bytes: 0,
+            fast_channels: "auto".into(),
+            auto_channels: 0,
+            auto_channels_made: 0,
+            auto_channels_skipped: 0,
+            auto_channels_reaped: 0,
             nic: None,
         },
         attach: std::sync::OnceLock::new(),
