@@ -416,7 +416,7 @@ pub struct FcInfo {
 }
 
 /// The daemon's identity, configuration and totals (`status`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
     /// Protocol version spoken.
     pub protocol: u32,
