@@ -802,8 +802,8 @@ pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
             if how != libc::SHUT_WR {
                 s.shut_rd.store(true, Ordering::Relaxed);
             }
-            if how != libc::SHUT_RD && !s.shut_wr.swap(true, Ordering::Relaxed) {
-                t.shutdown_write();
+            if how != libc::SHUT_RD {
+                s.shut_write(t);
             }
             Ok(())
         }
@@ -833,8 +833,8 @@ pub fn closing(fd: i32) {
             // not when that wait lets go of it
             if !s.open() && Arc::strong_count(s) > 1 {
                 if let Some(Conn::Stream(t)) = s.conn.get() {
-                    if t.connect_result().is_some() && !s.shut_wr.swap(true, Ordering::Relaxed) {
-                        t.shutdown_write();
+                    if t.connect_result().is_some() {
+                        s.shut_write(t);
                     }
                 }
             }

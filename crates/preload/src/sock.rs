@@ -174,6 +174,13 @@ impl Sock {
         self.descriptors.load(Ordering::Acquire) > 0
     }
 
+    /// Shuts down the write side of its connection `t` (sends FIN), once whoever asks.
+    pub fn shut_write(&self, t: &TcpStream) {
+        if !self.shut_wr.swap(true, Ordering::Relaxed) {
+            t.shutdown_write();
+        }
+    }
+
     /// A socket that is already `conn` (an accepted connection).
     pub fn with_conn(proto: Proto, nonblock: bool, conn: Conn) -> Sock {
         let s = Sock::new(proto, nonblock);
