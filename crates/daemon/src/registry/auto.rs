@@ -12,7 +12,6 @@
 
 use super::{fc_key, Registry};
 use crate::proto::{ApiError, FcInfo};
-use docknet_pipe::layout;
 use std::time::{Duration, Instant};
 
 /// Automatic channels one pipe takes part in, at most.
@@ -125,9 +124,7 @@ impl Registry {
             .map(|c| c.region.len())
             .sum();
         let mtu = self.pipes[&a].mtu.min(self.pipes[&b].mtu);
-        let need = layout::RingParams::offload(mtu, None)
-            .and_then(|p| layout::plan([p, p]))
-            .map_or(usize::MAX, |(_, size)| size);
+        let need = super::channels::channel_plan(mtu, None).map_or(usize::MAX, |(_, _, size)| size);
         if held.saturating_add(need) > AUTO_MAX_BYTES {
             return AutoOutcome::Skipped("automatic channels hold their most memory");
         }

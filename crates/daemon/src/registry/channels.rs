@@ -25,6 +25,17 @@ pub struct FcTraffic {
     pub b_to_a: u32,
 }
 
+/// A fast channel's rings at `mtu` (with `depth` slots each way, or the MTU's default): the
+/// same both ways. Their parameters, layout, and the region's size.
+pub(super) fn channel_plan(
+    mtu: u32,
+    depth: Option<u32>,
+) -> Result<(layout::RingParams, [layout::RingLayout; 2], usize), layout::LayoutError> {
+    let p = layout::RingParams::offload(mtu, depth)?;
+    let (rings, size) = layout::plan([p, p])?;
+    Ok((p, rings, size))
+}
+
 impl Registry {
     /// Builds a fast channel between `a` and `b`.
     pub fn connect_fc(&mut self, a: &str, b: &str, mtu: Option<u32>) -> Result<FcInfo, ApiError> {
@@ -55,10 +66,8 @@ impl Registry {
         }
         // the pipes' MTU by default: TCP segments of up to 64 KiB pass either way
         let mtu = mtu.unwrap_or(pa.mtu.min(pb.mtu));
-        let params = layout::RingParams::offload(mtu, None)
-            .map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
-        let (rings, size) =
-            layout::plan([params, params]).map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
+        let (params, rings, size) =
+            channel_plan(mtu, None).map_err(|e| err(ErrorCode::BadParams, e.to_string()))?;
         // Endpoint A is the lower address: ring 0 carries A -> B.
         let (lo, hi) = if pa.ip < pb.ip {
             (&pa, &pb)

@@ -221,9 +221,8 @@ impl Registry {
         if pa.is_err() || pb.is_err() || f.a == f.b || self.fcs.contains_key(&fc_key(&f.a, &f.b)) {
             return Err("its pipes are not both there, or it is a duplicate".into());
         }
-        let p =
-            layout::RingParams::offload(f.mtu, Some(f.ring_depth)).map_err(|e| e.to_string())?;
-        let (rings, size) = layout::plan([p, p]).map_err(|e| e.to_string())?;
+        let (_, rings, size) =
+            super::channels::channel_plan(f.mtu, Some(f.ring_depth)).map_err(|e| e.to_string())?;
         let lo = match (pa, pb) {
             (Ok(a), Ok(b)) if b.ip < a.ip => f.b.clone(),
             _ => f.a.clone(),
