@@ -39,6 +39,24 @@ fn recv_within(ep: &mut Endpoint, buf: &mut [u8], t: Duration) -> Option<(usize,
     None
 }
 
+/// An endpoint on pipe `pipe` of `r`, over an in-process connection.
+fn attach(r: &mut Registry, pipe: &str, policy: IdlePolicy) -> Endpoint {
+    Endpoint::from_connection(r.connect_local(pipe).unwrap(), policy, None).unwrap()
+}
+
+/// A master thread over `shared`, waiting as `policy` says.
+fn start_master(shared: &Arc<MasterShared>, policy: IdlePolicy) -> std::thread::JoinHandle<()> {
+    let m = shared.clone();
+    std::thread::spawn(move || master::run(m, policy, None))
+}
+
+/// Asks the master thread to end, and waits for it.
+fn stop_master(shared: &MasterShared, master: std::thread::JoinHandle<()>) {
+    shared.shutdown.store(true, Ordering::Release);
+    shared.poke();
+    master.join().unwrap();
+}
+
 fn setup() -> (tempfile::TempDir, Registry) {
     let d = tempfile::tempdir().unwrap();
     let (mut r, _) = Registry::open(d.path(), None).unwrap();
@@ -51,10 +69,8 @@ fn setup() -> (tempfile::TempDir, Registry) {
 fn fast_channel_carries_frames_both_ways_in_order() {
     let (_d, mut r) = setup();
     r.connect_fc("a", "b", None).unwrap();
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     assert_eq!(a.fc_peers().len(), 1);
     assert_eq!(b.fc_peers()[0].0, A);
     let mut buf = vec![0u8; 70000];
@@ -74,8 +90,7 @@ fn fast_channel_carries_frames_both_ways_in_order() {
     }
     // a fresh attachment resumes where the last one stopped
     drop(a);
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
     b.send(&frame(&b, A, a.mac(), 100, 7)).unwrap();
     b.flush();
     assert_eq!(a.recv(&mut buf).map(|x| x.0), Some(100));
@@ -86,13 +101,10 @@ fn fast_channel_carries_frames_both_ways_in_order() {
 fn frames_read_before_detaching_are_not_delivered_again() {
     let (_d, mut r) = setup();
     r.connect_fc("a", "b", None).unwrap();
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
     let mut buf = vec![0u8; 2048];
     {
-        let mut b =
-            Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None)
-                .unwrap();
+        let mut b = attach(&mut r, "b", IdlePolicy::Spin);
         for tag in 1..=5u8 {
             a.send(&frame(&a, B, b.mac(), 64, tag)).unwrap();
         }
@@ -103,8 +115,7 @@ fn frames_read_before_detaching_are_not_delivered_again() {
             assert_eq!(buf[40], tag);
         }
     }
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     for tag in 3..=5u8 {
         b.recv(&mut buf).unwrap();
         assert_eq!(
@@ -118,10 +129,8 @@ fn frames_read_before_detaching_are_not_delivered_again() {
 #[test]
 fn channels_appear_and_disappear_while_attached() {
     let (_d, mut r) = setup();
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     assert!(a.fc_peers().is_empty());
     let f = frame(&a, B, b.mac(), 64, 1);
     assert_eq!(a.send(&f), Ok(Via::Daemon));
@@ -147,12 +156,9 @@ fn channels_appear_and_disappear_while_attached() {
 fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
     let (_d, mut r) = setup();
     let shared = Arc::new(MasterShared::new(r.snapshot()));
-    let m = shared.clone();
-    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Block, None).unwrap();
+    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
+    let mut a = attach(&mut r, "a", IdlePolicy::Block);
+    let mut b = attach(&mut r, "b", IdlePolicy::Block);
     let mac_b = a
         .resolve(B, Duration::from_secs(2))
         .expect("ARP answered by the daemon");
@@ -201,9 +207,7 @@ fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
         shared.sleeps.load(Ordering::Relaxed) > 0,
         "the adaptive master slept"
     );
-    shared.shutdown.store(true, Ordering::Release);
-    shared.poke();
-    master.join().unwrap();
+    stop_master(&shared, master);
 }
 
 #[test]
@@ -212,12 +216,9 @@ fn pipes_that_talk_through_the_daemon_are_asked_for_and_move_to_an_automatic_cha
     r.set_auto_channels(true);
     let shared = Arc::new(MasterShared::new(r.snapshot()));
     shared.auto_channels.store(true, Ordering::Relaxed);
-    let m = shared.clone();
-    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Block, None).unwrap();
+    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
+    let mut a = attach(&mut r, "a", IdlePolicy::Block);
+    let mut b = attach(&mut r, "b", IdlePolicy::Block);
     let (ia, ib) = (r.get("a").unwrap().id, r.get("b").unwrap().id);
     let mut buf = vec![0u8; 2048];
     let mut vias = Vec::new();
@@ -248,9 +249,7 @@ fn pipes_that_talk_through_the_daemon_are_asked_for_and_move_to_an_automatic_cha
         "through the daemon first, then over the channel for good: {vias:?}"
     );
     assert!(shared.talkers.is_empty(), "asked once");
-    shared.shutdown.store(true, Ordering::Release);
-    shared.poke();
-    master.join().unwrap();
+    stop_master(&shared, master);
 }
 
 #[test]
@@ -258,10 +257,8 @@ fn frames_keep_their_order_when_a_channel_comes_while_some_wait_for_the_daemon()
     let (_d, mut r) = setup();
     let shared = Arc::new(MasterShared::new(r.snapshot()));
     let mut master = master::Master::new(shared.clone());
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     let mac_b = b.mac();
     let mut buf = vec![0u8; 2048];
     let mut got = Vec::new();
@@ -306,10 +303,8 @@ fn frames_keep_their_order_when_a_channel_comes_while_some_wait_for_the_daemon()
 fn the_processes_of_one_container_take_ephemeral_ports_in_turn() {
     let (_d, mut r) = setup();
     // two processes of one container (two endpoints on pipe a), one after the other
-    let first =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
-    let second =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let first = attach(&mut r, "a", IdlePolicy::Spin);
+    let second = attach(&mut r, "a", IdlePolicy::Spin);
     let mut ports: Vec<u16> = (0..10).map(|_| first.next_port(7)).collect();
     ports.extend((0..10).map(|_| second.next_port(12_345)));
     assert!(
@@ -323,8 +318,7 @@ fn the_processes_of_one_container_take_ephemeral_ports_in_turn() {
         );
     }
     // another pipe starts a sequence of its own
-    let other =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let other = attach(&mut r, "b", IdlePolicy::Spin);
     assert_eq!(other.next_port(3), 49152 + 3);
 }
 
@@ -335,12 +329,9 @@ fn a_sleeper_that_leaves_keeps_the_rings_armed_for_one_still_asleep() {
     // sent no kick for the next frame: the other slept out its whole timeout.
     let (_d, mut r) = setup();
     let shared = Arc::new(MasterShared::new(r.snapshot()));
-    let m = shared.clone();
-    let master = std::thread::spawn(move || master::run(m, IdlePolicy::ADAPTIVE, None));
-    let mut a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Block, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Block, None).unwrap();
+    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
+    let mut a = attach(&mut r, "a", IdlePolicy::Block);
+    let mut b = attach(&mut r, "b", IdlePolicy::Block);
     let mac_b = a.resolve(B, Duration::from_secs(2)).expect("ARP");
     let staying = b.arm_sleep().expect("nothing pending for b");
     let leaving = b.arm_sleep().expect("nothing pending for b");
@@ -367,9 +358,7 @@ fn a_sleeper_that_leaves_keeps_the_rings_armed_for_one_still_asleep() {
     );
     let mut buf = vec![0u8; 2048];
     assert!(recv_within(&mut b, &mut buf, Duration::from_secs(1)).is_some());
-    shared.shutdown.store(true, Ordering::Release);
-    shared.poke();
-    master.join().unwrap();
+    stop_master(&shared, master);
 }
 
 /// What a hostile partner holds: the channel region as the daemon handed it to pipe `me`, and
@@ -404,8 +393,7 @@ fn a_channel_partner_cannot_redirect_spoof_or_starve_its_partner() {
     let (_d, mut r) = setup();
     r.create_pipe("c", "10.3.0.3/24", None, None).unwrap();
     r.connect_fc("a", "b", None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     let (region, mut evil) = steal_channel(&mut r, "a");
     // redirect: rewrite the shared header's addresses so that "A" is pipe c's address
     for off in (0..4096).step_by(8) {
@@ -423,8 +411,7 @@ fn a_channel_partner_cannot_redirect_spoof_or_starve_its_partner() {
     );
     // spoof: frames claiming to come from c, or from a's address with another MAC
     let mut buf = vec![0u8; 2048];
-    let c_ep =
-        Endpoint::from_connection(r.connect_local("c").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let c_ep = attach(&mut r, "c", IdlePolicy::Spin);
     let forged_c = frame(&c_ep, B, b.mac(), 64, 2);
     let mut forged_mac = frame(&b, B, b.mac(), 64, 3);
     forged_mac[26..30].copy_from_slice(&A.octets());
@@ -476,17 +463,9 @@ fn three_hundred_pipes_on_one_master_wake_it_without_polling() {
             .unwrap();
     }
     let shared = Arc::new(MasterShared::new(r.snapshot()));
-    let m = shared.clone();
-    let master = std::thread::spawn(move || master::run(m, IdlePolicy::Block, None));
+    let master = start_master(&shared, IdlePolicy::Block);
     let mut eps: Vec<Endpoint> = (0..N)
-        .map(|i| {
-            Endpoint::from_connection(
-                r.connect_local(&format!("p{i}")).unwrap(),
-                IdlePolicy::Block,
-                None,
-            )
-            .unwrap()
-        })
+        .map(|i| attach(&mut r, &format!("p{i}"), IdlePolicy::Block))
         .collect();
     let wait_cold = |want: u64| {
         let t = Instant::now();
@@ -525,9 +504,7 @@ fn three_hundred_pipes_on_one_master_wake_it_without_polling() {
             assert_eq!(&buf[..n], &f[..]);
         }
     }
-    shared.shutdown.store(true, Ordering::Release);
-    shared.poke();
-    master.join().unwrap();
+    stop_master(&shared, master);
 }
 
 /// 128 pipes over two masters, every frame crossing from one master to the other (pipe `i`
@@ -550,14 +527,7 @@ fn one_hundred_twenty_eight_pipes_over_two_masters_cross_intact() {
         })
         .collect();
     let mut eps: Vec<Endpoint> = (0..N)
-        .map(|i| {
-            Endpoint::from_connection(
-                r.connect_local(&format!("p{i}")).unwrap(),
-                IdlePolicy::Block,
-                None,
-            )
-            .unwrap()
-        })
+        .map(|i| attach(&mut r, &format!("p{i}"), IdlePolicy::Block))
         .collect();
     let macs: Vec<[u8; 6]> = (0..N)
         .map(|i| {
@@ -610,10 +580,8 @@ fn a_full_ring_makes_frames_wait_in_order_not_vanish() {
     use smoltcp::phy::{Device, TxToken};
     let (_d, mut r) = setup();
     r.connect_fc("a", "b", Some(1500)).unwrap();
-    let a =
-        Endpoint::from_connection(r.connect_local("a").unwrap(), IdlePolicy::Spin, None).unwrap();
-    let mut b =
-        Endpoint::from_connection(r.connect_local("b").unwrap(), IdlePolicy::Spin, None).unwrap();
+    let a = attach(&mut r, "a", IdlePolicy::Spin);
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     let (b_mac, now) = (b.mac(), smoltcp::time::Instant::from_millis(0));
     let mut dev = PipeDevice::new(a, true);
     // frame `k` carries k in its payload (past the IPv4 header)
