@@ -30,6 +30,39 @@ pub fn print_routes(list: &Vec<docknet_daemon::proto::RouteInfo>) {
     }
 }
 
+/// Services as a table.
+pub fn print_services(list: &Vec<docknet_daemon::proto::ServiceInfo>) {
+    println!(
+        "{:<24} {:<22} {:<5} {:<10} BACKENDS",
+        "NAME", "ADDRESS", "PROTO", "AFFINITY"
+    );
+    for s in list {
+        println!(
+            "{:<24} {:<22} {:<5} {:<10} {}",
+            s.name,
+            s.address,
+            service_proto(s.proto),
+            match s.affinity {
+                docknet_daemon::proto::ServiceAffinity::None => "none",
+                docknet_daemon::proto::ServiceAffinity::ClientIp => "client-ip",
+            },
+            if s.backends.is_empty() {
+                "- (connects refused)".into()
+            } else {
+                s.backends.join(",")
+            }
+        );
+    }
+}
+
+/// `tcp` or `udp`.
+pub fn service_proto(p: docknet_daemon::proto::ServiceProto) -> &'static str {
+    match p {
+        docknet_daemon::proto::ServiceProto::Tcp => "tcp",
+        docknet_daemon::proto::ServiceProto::Udp => "udp",
+    }
+}
+
 /// Pipes as a table.
 pub fn print_pipes(list: &Vec<PipeInfo>) {
     println!(
@@ -140,7 +173,7 @@ pub fn status(socket: &Path, run_dir: Option<&Path>, json: bool) -> Result<std::
 
 /// `status`.
 pub fn print_status(s: &Status) {
-    let fields: [(&str, String); 14] = [
+    let fields: [(&str, String); 15] = [
         ("protocol", s.protocol.to_string()),
         ("version", s.version.clone()),
         ("pid", s.pid.to_string()),
@@ -152,6 +185,7 @@ pub fn print_status(s: &Status) {
             s.master_core.map_or("-".into(), |c| c.to_string()),
         ),
         ("pipes", s.pipes.to_string()),
+        ("services", s.services.to_string()),
         ("forwarded", s.forwarded.to_string()),
         ("master_sleeps", s.master_sleeps.to_string()),
         (

@@ -201,6 +201,13 @@ enum Cmd {
     /// subnet). Needs a daemon driving a link (--nic). Kept across daemon restarts.
     #[command(subcommand)]
     Route(RouteCmd),
+    /// Services: a virtual address and port balanced over backends, as a Kubernetes ClusterIP
+    /// Service is. The daemon hands every container the table of services; DockLib (and the
+    /// preload library) connects to a backend in place of the service's address, so a service
+    /// call costs no address translation on the frame path and takes a fast channel like any
+    /// other. Kept across daemon restarts.
+    #[command(subcommand)]
+    Service(ServiceCmd),
     /// Run a command as a container attached to a pipe: new mount, network, PID, UTS and IPC
     /// namespaces, a read-only root of the host's system directories (or --rootfs), a private
     /// /dev, /proc and /tmp, a user of the container's own (--user) with at most 1024
@@ -316,6 +323,51 @@ enum FcCmd {
         /// The other partner.
         b: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ServiceCmd {
+    /// Add a service, or replace it (its backends, for example) when NAME exists: connections
+    /// already made stay with their backends; new ones see the change within milliseconds.
+    Set {
+        /// The service's name (1-128 of A-Z a-z 0-9 _ . -).
+        name: String,
+        /// Its address and port, VIP:PORT (e.g. 10.96.0.10:80): an address no pipe has.
+        address: String,
+        /// A ready backend, IP:PORT (repeat for more). None: connects are refused, as for a
+        /// Service without ready endpoints.
+        #[arg(long = "backend", value_name = "IP:PORT")]
+        backends: Vec<String>,
+        /// A UDP service (datagrams and connected UDP sockets) instead of TCP.
+        #[arg(long)]
+        udp: bool,
+        /// Keep each client address on one backend (Kubernetes' sessionAffinity: ClientIP).
+        #[arg(long, value_enum, default_value = "none")]
+        affinity: AffinityArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a service.
+    Rm {
+        /// Its name.
+        name: String,
+    },
+    /// List the services.
+    Ls {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--affinity`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum AffinityArg {
+    /// Each connection to any backend, at random.
+    None,
+    /// One client address, one backend.
+    ClientIp,
 }
 
 #[derive(Debug, Subcommand)]
@@ -625,6 +677,46 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Route(RouteCmd::Ls { json }) => {
             ctl::print(&ctl::client(sock)?.route_ls()?, json, ctl::print_routes)?
+        }
+        Cmd::Service(ServiceCmd::Set {
+            name,
+            address,
+            backends,
+            udp,
+            affinity,
+            json,
+        }) => {
+            use docknet_daemon::proto::{ServiceAffinity, ServiceInfo, ServiceProto};
+            let s = ctl::client(sock)?.service_set(&ServiceInfo {
+                name,
+                address,
+                proto: if udp {
+                    ServiceProto::Udp
+                } else {
+                    ServiceProto::Tcp
+                },
+                backends,
+                affinity: match affinity {
+                    AffinityArg::None => ServiceAffinity::None,
+                    AffinityArg::ClientIp => ServiceAffinity::ClientIp,
+                },
+            })?;
+            ctl::print(&s, json, |s| {
+                println!(
+                    "service {} {} {} set, {} backends",
+                    s.name,
+                    ctl::service_proto(s.proto),
+                    s.address,
+                    s.backends.len()
+                )
+            })?;
+        }
+        Cmd::Service(ServiceCmd::Rm { name }) => {
+            let s = ctl::client(sock)?.service_rm(&name)?;
+            println!("service {} ({}) removed", s.name, s.address);
+        }
+        Cmd::Service(ServiceCmd::Ls { json }) => {
+            ctl::print(&ctl::client(sock)?.service_ls()?, json, ctl::print_services)?
         }
         Cmd::Run(a) => return container::run(sock, &a),
         Cmd::Holder { socket, grace } => docknet_daemon::holder::serve(&socket, grace.0)

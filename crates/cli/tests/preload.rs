@@ -5,41 +5,13 @@
 
 mod common;
 
-use common::{one_at_a_time, root_or_skip, Lab, EXE};
-use std::path::{Path, PathBuf};
+use common::{one_at_a_time, preload_library as library, root_or_skip, Lab, EXE};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
-
-/// The preload library beside the docknet binary. `cargo test` builds it into `deps/`
-/// (`cargo build` puts it beside the binary): the newer of the two is put beside the binary.
-fn library() -> PathBuf {
-    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(find_library).clone()
-}
-
-fn find_library() -> PathBuf {
-    let dir = Path::new(EXE).parent().unwrap();
-    let lib = dir.join("libdocknet_preload.so");
-    let deps = dir.join("deps/libdocknet_preload.so");
-    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let Some(d) = mtime(&deps) {
-        if mtime(&lib).is_none_or(|l| l < d) {
-            // copied to a temporary name and renamed: a program loading it never sees half a file
-            let tmp = dir.join(format!(".libdocknet_preload.so.{}", std::process::id()));
-            std::fs::copy(&deps, &tmp).unwrap();
-            std::fs::rename(&tmp, &lib).unwrap();
-        }
-    }
-    assert!(
-        lib.is_file(),
-        "{} missing: cargo build -p docknet-preload",
-        lib.display()
-    );
-    lib
-}
 
 /// Whether test `test` can run here (root, and `tools` installed: otherwise it says what is
 /// missing); the preload library is then in place beside the docknet binary.

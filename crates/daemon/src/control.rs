@@ -77,6 +77,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
                 auto_channels_skipped,
                 auto_channels_reaped,
                 pipes: reg.pipes().count(),
+                services: reg.service_count(),
                 spare_regions,
                 spare_regions_ready,
                 spare_region_bytes,
@@ -187,6 +188,29 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
             tracing::info!(route = %r, "route removed");
             to_json(crate::proto::RouteInfo::from(r))
         }
+        Request::ServiceSet {
+            name,
+            address,
+            proto,
+            backends,
+            affinity,
+        } => {
+            let s = reg.set_service(&crate::proto::ServiceInfo {
+                name,
+                address,
+                proto,
+                backends,
+                affinity,
+            })?;
+            tracing::info!(service = %s.name, address = %s.address, backends = s.backends.len(), "service set");
+            to_json(s)
+        }
+        Request::ServiceRm { name } => {
+            let s = reg.remove_service(&name)?;
+            tracing::info!(service = %s.name, "service removed");
+            to_json(s)
+        }
+        Request::ServiceLs {} => to_json(reg.services()),
         Request::RouteLs {} => to_json(
             reg.routes()
                 .into_iter()

@@ -24,6 +24,7 @@ use docknet_pipe::delivery::{self, ChannelDesc, Msg, PipeDesc, Side};
 use docknet_pipe::fdpass;
 use docknet_pipe::layout::{self, Identity, Kind, RegionInfo};
 use docknet_pipe::ring::RingStats;
+use docknet_pipe::services::{self, Table};
 use docknet_pipe::wake;
 use docknet_pipe::{Consumer, IdlePolicy, Idler, Producer, PushError, Region};
 use std::io;
@@ -161,6 +162,8 @@ pub struct EndpointStats {
     pub bad_desc: u64,
     /// Fast channels the daemon announced that could not be used.
     pub bad_fc: u64,
+    /// Services tables the daemon sent that could not be read (the previous one stays).
+    pub bad_services: u64,
     /// Frames from a fast channel that did not come from the partner (dropped).
     pub fc_spoofed: u64,
     /// Futex sleeps.
@@ -189,6 +192,8 @@ pub struct Endpoint {
     generation: u32,
     idler: Idler,
     stats: EndpointStats,
+    /// The services the daemon announced (connects to their addresses go to a backend).
+    services: Arc<Table>,
     /// Threads of this process sleeping on the rings' words right now (armed with
     /// [`Endpoint::arm_sleep`], not yet [`Endpoint::disarm_sleep`]ed). The words are cleared only
     /// when the last one leaves: a thread that woke and cleared them under another thread still
@@ -278,6 +283,7 @@ impl Endpoint {
             fcs: Vec::new(),
             idler: Idler::new(policy),
             stats: EndpointStats::default(),
+            services: Arc::default(),
             sleepers: 0,
         };
         loop {
@@ -289,6 +295,12 @@ impl Endpoint {
         fdpass::set_nonblocking(conn.as_fd(), true).map_err(|e| hs(e.to_string()))?;
         ep.conn = Some(conn);
         Ok(ep)
+    }
+
+    /// The services the daemon announced: a connect to one of their addresses goes to one of
+    /// its backends ([`docknet_pipe::services`]).
+    pub fn services(&self) -> &Arc<Table> {
+        &self.services
     }
 
     /// The pipe's name.
@@ -506,6 +518,10 @@ impl Endpoint {
                     self.fcs.retain(|f| ids.contains(&f.id));
                 }
             }
+            Msg::Services { len } => match fd.map(|fd| services::read_sealed(fd, len as usize)) {
+                Some(Ok(t)) => self.services = Arc::new(t),
+                _ => self.stats.bad_services += 1,
+            },
             // the pipe again, after a reconnect: the region we have is the one
             Msg::Hello(_) => {}
         }

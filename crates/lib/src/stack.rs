@@ -20,6 +20,7 @@
 
 use crate::device::{DeviceStats, Faults, PipeDevice};
 use crate::raw::{AttachError, Endpoint, SleepSet};
+use docknet_pipe::services::Proto;
 use docknet_pipe::{IdlePolicy, Idler};
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
@@ -95,6 +96,8 @@ pub(crate) struct Inner {
     epoch: Instant,
     /// Where the pipe's shared port sequence starts, if this stack is its first taker.
     port_seed: u64,
+    /// State of the draws that pick a service's backend.
+    draw: u64,
     /// Sockets closed by the application, removed once their state reaches Closed.
     pub(crate) closing: Vec<SocketHandle>,
     /// Listeners by port: their listening sockets and the connections not yet accepted.
@@ -367,6 +370,33 @@ impl Inner {
     pub(crate) fn ephemeral_port(&mut self) -> u16 {
         self.dev.ep.next_port(self.port_seed)
     }
+
+    /// Where a connection (or a datagram) to `to` over `proto` goes: `to` itself, unless it is
+    /// a service's address and port (then one of its backends, or `ConnectionRefused` when it
+    /// has none, as kube-proxy rejects a Service without endpoints).
+    pub(crate) fn service_target(
+        &mut self,
+        to: SocketAddr,
+        proto: Proto,
+    ) -> io::Result<SocketAddr> {
+        let SocketAddr::V4(v4) = to else {
+            return Ok(to);
+        };
+        let Some(s) = self.dev.ep.services().get(*v4.ip(), v4.port(), proto) else {
+            return Ok(to);
+        };
+        // xorshift64: a draw per connection, never the same sequence in two stacks
+        self.draw ^= self.draw << 13;
+        self.draw ^= self.draw >> 7;
+        self.draw ^= self.draw << 17;
+        match s.pick(self.dev.ep.ip(), self.draw) {
+            Some(b) => Ok(SocketAddr::V4(b)),
+            None => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("service {to} ({proto}) has no ready backend"),
+            )),
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -576,6 +606,7 @@ impl Stack {
                 dev,
                 epoch,
                 port_seed: seed >> 40,
+                draw: seed | 1,
                 closing: Vec::new(),
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
@@ -650,6 +681,12 @@ impl Stack {
         }
         let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
         u128::from(a) & mask == u128::from(me) & mask
+    }
+
+    /// Whether `a` is the address of a service the daemon announced: connects to it go to
+    /// one of the service's backends.
+    pub fn is_service(&self, a: Ipv4Addr) -> bool {
+        self.lock().dev.ep.services().has_address(a)
     }
 
     /// Device counters.

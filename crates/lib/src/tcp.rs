@@ -1,6 +1,7 @@
 //! TCP sockets over a [`Stack`]: std-like, blocking, run to completion.
 
 use crate::stack::{from_ep, to_ip, Inner, Listening, Stack};
+use docknet_pipe::services::Proto;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use std::io::{self, Read, Write};
@@ -158,6 +159,9 @@ pub struct TcpStream {
     closed_by_us: AtomicBool,
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// The service address the program connected to, when a backend serves the connection:
+    /// what [`TcpStream::peer_addr`] says, as `getpeername` does behind kube-proxy.
+    service: Option<SocketAddr>,
 }
 
 impl TcpStream {
@@ -169,16 +173,17 @@ impl TcpStream {
             closed_by_us: AtomicBool::new(false),
             read_timeout: None,
             write_timeout: None,
+            service: None,
         }
     }
 
     /// Connects to `addr` (a `SocketAddrV4`, a `SocketAddrV6` on a dual-stack pipe, or a
     /// `SocketAddr`). A closed port gives `ConnectionRefused`; no answer within the stack's
-    /// connect timeout gives `TimedOut`.
+    /// connect timeout gives `TimedOut`. A service's address (announced by the daemon) is
+    /// served by one of its backends, and a service without any refuses the connection.
     pub fn connect(stack: &Stack, addr: impl Into<SocketAddr>) -> io::Result<TcpStream> {
-        let addr = addr.into();
         let s = TcpStream::connect_start(stack, addr)?;
-        let h = s.h;
+        let (h, addr) = (s.h, s.backend_addr());
         stack.block_on(Some(stack.shared.cfg.connect_timeout), |g| {
             connect_step(g, h, addr)
         })?;
@@ -189,9 +194,10 @@ impl TcpStream {
     /// connect. The stream is writable once connected; [`TcpStream::connect_result`] tells
     /// how it went.
     pub fn connect_start(stack: &Stack, addr: impl Into<SocketAddr>) -> io::Result<TcpStream> {
-        let addr = addr.into();
+        let asked = addr.into();
         let _call = crate::stack::CallGuard::new(&stack.shared);
         let mut g = stack.lock();
+        let addr = g.service_target(asked, Proto::Tcp)?;
         let h = g.new_tcp_socket();
         let local = g.ephemeral_port();
         let Inner { iface, sockets, .. } = &mut *g;
@@ -209,7 +215,19 @@ impl TcpStream {
         }
         g.poll();
         drop(g);
-        Ok(TcpStream::wrap(stack, h))
+        let mut s = TcpStream::wrap(stack, h);
+        s.service = (asked != addr).then_some(asked);
+        Ok(s)
+    }
+
+    /// The address the connection goes to: the backend's for a service's connection.
+    fn backend_addr(&self) -> SocketAddr {
+        self.stack
+            .lock()
+            .tcp(self.h)
+            .remote_endpoint()
+            .map(from_ep)
+            .unwrap_or(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
     }
 
     /// How a connect started with [`TcpStream::connect_start`] went: `None` while it is in
@@ -221,14 +239,21 @@ impl TcpStream {
         connect_step(&mut self.stack.lock(), self.h, addr)
     }
 
+    /// The backend serving this connection, when it was made to a service's address
+    /// ([`TcpStream::peer_addr`] says the service's).
+    pub fn backend(&self) -> Option<SocketAddr> {
+        self.service.map(|_| self.backend_addr())
+    }
+
     /// The TCP state of the connection (`ESTABLISHED`, `FIN-WAIT-1`, ...), for diagnostics.
     pub fn tcp_state(&self) -> String {
         self.stack.lock().tcp(self.h).state().to_string()
     }
 
-    /// Remote address.
+    /// Remote address (for a connection made to a service's address: that address).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep)
+        let remote = self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep);
+        remote.and(self.service).or(remote)
     }
 
     /// Local address (the stack's address and this connection's port).

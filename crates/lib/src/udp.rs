@@ -1,12 +1,19 @@
 //! UDP sockets over a [`Stack`].
 
 use crate::stack::{from_ep, to_ip, Inner, Stack};
+use docknet_pipe::services::Proto;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::udp;
 use smoltcp::wire::IpEndpoint;
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Services a socket remembers sending to (each with the backend it chose): later datagrams
+/// to the service go to the same backend while the service lists it, and datagrams from that
+/// backend are shown as coming from the service, as kube-proxy's connection tracking does.
+const SERVICE_FLOWS: usize = 16;
 
 /// How long a dropped socket waits for its queued datagrams to leave (the peer's address may
 /// need resolving, and a lost ARP request is repeated after a second).
@@ -19,6 +26,8 @@ pub struct UdpSocket {
     h: SocketHandle,
     port: u16,
     read_timeout: Option<Duration>,
+    /// (service address, backend) of the services this socket sent to, newest last.
+    flows: Mutex<Vec<(SocketAddr, SocketAddr)>>,
 }
 
 impl UdpSocket {
@@ -45,6 +54,7 @@ impl UdpSocket {
             h,
             port,
             read_timeout: None,
+            flows: Mutex::default(),
         })
     }
 
@@ -70,17 +80,63 @@ impl UdpSocket {
     pub fn send_to(&self, buf: &[u8], to: impl Into<SocketAddr>) -> io::Result<usize> {
         let to = to.into();
         let h = self.h;
-        let dst = IpEndpoint::new(to_ip(to.ip()), to.port());
-        self.stack
-            .block_on(Some(Duration::from_secs(5)), |g| send_step(g, h, buf, dst))
+        let mut dst = None;
+        self.stack.block_on(Some(Duration::from_secs(5)), |g| {
+            let d = match dst {
+                Some(d) => d,
+                None => match self.target(g, to) {
+                    Ok(d) => *dst.insert(d),
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            send_step(g, h, buf, d)
+        })
+    }
+
+    /// Where a datagram to `to` goes: `to`, or for a service the backend this socket sends
+    /// that service's datagrams to.
+    fn target(&self, g: &mut Inner, to: SocketAddr) -> io::Result<IpEndpoint> {
+        let ep = |a: SocketAddr| IpEndpoint::new(to_ip(a.ip()), a.port());
+        let SocketAddr::V4(v4) = to else {
+            return Ok(ep(to));
+        };
+        let Some(svc) = g.dev.ep.services().get(*v4.ip(), v4.port(), Proto::Udp) else {
+            return Ok(ep(to));
+        };
+        let mut flows = self.flows.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = flows.iter().position(|(s, b)| {
+            *s == to && matches!(b, SocketAddr::V4(b) if svc.backends.contains(b))
+        });
+        let backend = match kept {
+            Some(i) => flows.remove(i).1,
+            None => g.service_target(to, Proto::Udp)?,
+        };
+        if flows.len() >= SERVICE_FLOWS {
+            flows.remove(0);
+        }
+        flows.push((to, backend));
+        Ok(ep(backend))
+    }
+
+    /// The sender a datagram from `from` is shown to come from: the service, when `from` is a
+    /// backend this socket sent that service's datagrams to.
+    fn shown(&self, from: SocketAddr) -> SocketAddr {
+        let flows = self.flows.lock().unwrap_or_else(|e| e.into_inner());
+        flows
+            .iter()
+            .rev()
+            .find(|(_, b)| *b == from)
+            .map_or(from, |(s, _)| *s)
     }
 
     /// Sends one datagram, or fails with `WouldBlock` at once when the buffer is full.
     pub fn try_send_to(&self, buf: &[u8], to: impl Into<SocketAddr>) -> io::Result<usize> {
         let to = to.into();
         let h = self.h;
-        let dst = IpEndpoint::new(to_ip(to.ip()), to.port());
-        self.stack.try_now(true, |g| send_step(g, h, buf, dst))
+        self.stack.try_now(true, |g| match self.target(g, to) {
+            Ok(d) => send_step(g, h, buf, d),
+            Err(e) => Some(Err(e)),
+        })
     }
 
     /// Receives one datagram.
@@ -88,12 +144,15 @@ impl UdpSocket {
         let h = self.h;
         self.stack
             .block_on(self.read_timeout, |g| recv_step(g, h, buf))
+            .map(|(n, from)| (n, self.shown(from)))
     }
 
     /// Receives one datagram that has arrived, or fails with `WouldBlock` at once.
     pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let h = self.h;
-        self.stack.try_now(false, |g| recv_step(g, h, buf))
+        self.stack
+            .try_now(false, |g| recv_step(g, h, buf))
+            .map(|(n, from)| (n, self.shown(from)))
     }
 
     /// Receives (or with `peek`, looks at) one datagram that has arrived, or fails with
@@ -105,22 +164,24 @@ impl UdpSocket {
         peek: bool,
     ) -> io::Result<(usize, usize, SocketAddr)> {
         let h = self.h;
-        self.stack.try_now(false, |g| {
-            let s = g.sockets.get_mut::<udp::Socket>(h);
-            let r = if peek {
-                s.peek().map(|(d, m)| (d, *m))
-            } else {
-                s.recv()
-            };
-            match r {
-                Ok((data, meta)) => {
-                    let n = data.len().min(buf.len());
-                    buf[..n].copy_from_slice(&data[..n]);
-                    Some(Ok((n, data.len(), from_ep(meta.endpoint))))
+        self.stack
+            .try_now(false, |g| {
+                let s = g.sockets.get_mut::<udp::Socket>(h);
+                let r = if peek {
+                    s.peek().map(|(d, m)| (d, *m))
+                } else {
+                    s.recv()
+                };
+                match r {
+                    Ok((data, meta)) => {
+                        let n = data.len().min(buf.len());
+                        buf[..n].copy_from_slice(&data[..n]);
+                        Some(Ok((n, data.len(), from_ep(meta.endpoint))))
+                    }
+                    Err(_) => None,
                 }
-                Err(_) => None,
-            }
-        })
+            })
+            .map(|(n, len, from)| (n, len, self.shown(from)))
     }
 
     /// The length of the next datagram waiting, if one is (`FIONREAD` on a UDP socket).

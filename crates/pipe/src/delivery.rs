@@ -7,7 +7,11 @@
 //!  Synced                                               (the list of channels is complete)
 //!  ... later, whenever channels change:
 //!  Channel {...} + memfd   |   Closed {id}
+//!  Services {len}                 + a sealed memfd: the services table (crate::services)
 //! ```
+//!
+//! `Services` comes before `Synced` when the daemon has services, and again whenever they
+//! change (the daemon bumps the generation word so that a container reads it).
 //!
 //! Everything a container needs to use a region comes from these messages, never from the
 //! region's shared header: the ring layout is computed from (mtu, depth) by
@@ -35,6 +39,7 @@ const T_HELLO: u8 = 1;
 const T_CHANNEL: u8 = 2;
 const T_CLOSED: u8 = 3;
 const T_SYNCED: u8 = 4;
+const T_SERVICES: u8 = 5;
 
 /// A pipe as the daemon describes it to its container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +123,11 @@ pub enum Msg {
     },
     /// Every current channel has been sent.
     Synced,
+    /// The services table (with its sealed memfd of `len` bytes).
+    Services {
+        /// Its length in bytes.
+        len: u32,
+    },
 }
 
 /// Why a message was refused.
@@ -239,6 +249,10 @@ impl Msg {
                 o.extend(((*id >> 32) as u32).to_le_bytes());
             }
             Msg::Synced => o.extend([T_SYNCED, VERSION]),
+            Msg::Services { len } => {
+                o.extend([T_SERVICES, VERSION]);
+                o.extend(len.to_le_bytes());
+            }
         }
         o
     }
@@ -309,6 +323,13 @@ impl Msg {
             }
             T_CLOSED => Msg::Closed { id: r.u64()? },
             T_SYNCED => Msg::Synced,
+            T_SERVICES => {
+                let len = r.u32()?;
+                if !(16..=crate::services::MAX_TABLE as u32).contains(&len) {
+                    return Err(DecodeError::Field("services table length"));
+                }
+                Msg::Services { len }
+            }
             t => return Err(DecodeError::Type(t)),
         };
         if !r.0.is_empty() {
@@ -364,6 +385,7 @@ mod tests {
                 peer_mac: [2, 0xdc, 10, 0, 0, 4],
                 peer_ip6: Some("fd00:dc::4".parse().unwrap()),
             }),
+            Msg::Services { len: 4096 },
         ]
     }
 
@@ -433,6 +455,12 @@ mod tests {
         let n = h.len();
         h[n - 1] = b'/';
         assert_eq!(Msg::decode(&h), Err(DecodeError::Field("name")));
+        for len in [0u32, 15, crate::services::MAX_TABLE as u32 + 1] {
+            assert_eq!(
+                Msg::decode(&Msg::Services { len }.encode()),
+                Err(DecodeError::Field("services table length"))
+            );
+        }
     }
 
     #[test]
@@ -447,7 +475,7 @@ mod tests {
                 *v = x as u8;
             }
             if b.len() >= 2 {
-                b[0] = (n % 5) as u8;
+                b[0] = (n % 6) as u8;
                 b[1] = VERSION;
             }
             let _ = Msg::decode(&b);

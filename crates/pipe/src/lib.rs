@@ -17,6 +17,7 @@ pub mod layout;
 #[allow(unsafe_code)]
 pub mod region;
 pub mod ring;
+pub mod services;
 #[allow(unsafe_code)]
 pub mod wake;
 

@@ -5,7 +5,7 @@
 use crate::errno::{self, Op};
 use crate::event::Epoll;
 use crate::sig;
-use crate::sock::{route_bind, route_to, Conn, Proto, Route, Sock, Udp};
+use crate::sock::{route_bind, route_for, Conn, Proto, Route, Sock, Udp};
 use crate::sys::{self, Errno, R};
 use crate::table::{Entry, Table};
 use docknet_lib::{Stack, StackConfig, TcpListener, TcpStream, UdpSocket};
@@ -334,7 +334,7 @@ pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
         None => return Some(Err(libc::EAFNOSUPPORT)),
     };
     let st = stack()?;
-    if route_to(*a.ip(), st.ip(), st.prefix()) == Route::Kernel {
+    if route_for(st, *a.ip()) == Route::Kernel {
         if s.adopted() {
             // bound on DockNet, so it cannot reach the kernel's addresses
             return Some(Err(libc::ENETUNREACH));
@@ -714,7 +714,7 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
             // an unbound UDP socket sending: its destination decides where it goes
             let a = to?;
             let st = stack()?;
-            if route_to(*a.ip(), st.ip(), st.prefix()) == Route::Kernel {
+            if route_for(st, *a.ip()) == Route::Kernel {
                 if s.adopted() {
                     return Some(Err(libc::ENETUNREACH));
                 }
@@ -764,7 +764,7 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
                 None => return Some(Err(libc::EDESTADDRREQ)),
             };
             let st = stack_if_attached()?;
-            if route_to(*dst.ip(), st.ip(), st.prefix()) == Route::Kernel {
+            if route_for(st, *dst.ip()) == Route::Kernel {
                 return Some(Err(libc::ENETUNREACH));
             }
             if buf.len() > 65_507 {

@@ -42,6 +42,16 @@ pub fn route_to(a: Ipv4Addr, ip: Ipv4Addr, prefix: u8) -> Route {
     }
 }
 
+/// Where traffic to `a` goes: DockNet for the pipe's network and for the services the daemon
+/// announced (their addresses lie outside it, as a ClusterIP lies outside the pod network),
+/// else the kernel.
+pub fn route_for(st: &docknet_lib::Stack, a: Ipv4Addr) -> Route {
+    match route_to(a, st.ip(), st.prefix()) {
+        Route::Kernel if st.is_service(a) => Route::DockNet,
+        r => r,
+    }
+}
+
 /// Where a `bind` to `a` goes: the wildcard and the pipe's own address are DockNet's (the
 /// container's network namespace has nothing but `lo` besides the pipe).
 pub fn route_bind(a: Ipv4Addr, ip: Ipv4Addr) -> Route {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub const EXE: &str = env!("CARGO_BIN_EXE_docknet");
 pub const HTTPD: &str = env!("CARGO_BIN_EXE_docknet-httpd");
 pub const LOAD: &str = env!("CARGO_BIN_EXE_docknet-load");
+pub const DNATTACK: &str = env!("CARGO_BIN_EXE_dnattack");
 static SEQ: AtomicU32 = AtomicU32::new(0);
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -70,6 +71,34 @@ pub fn bins_or_skip(name: &str, bins: &[&str]) -> bool {
     }
     eprintln!("skipping {why}");
     false
+}
+
+/// The preload library beside the docknet binary. `cargo test` builds it into `deps/`
+/// (`cargo build` puts it beside the binary): the newer of the two is put beside the binary.
+pub fn preload_library() -> PathBuf {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(find_library).clone()
+}
+
+fn find_library() -> PathBuf {
+    let dir = Path::new(EXE).parent().unwrap();
+    let lib = dir.join("libdocknet_preload.so");
+    let deps = dir.join("deps/libdocknet_preload.so");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let Some(d) = mtime(&deps) {
+        if mtime(&lib).is_none_or(|l| l < d) {
+            // copied to a temporary name and renamed: a program loading it never sees half a file
+            let tmp = dir.join(format!(".libdocknet_preload.so.{}", std::process::id()));
+            std::fs::copy(&deps, &tmp).unwrap();
+            std::fs::rename(&tmp, &lib).unwrap();
+        }
+    }
+    assert!(
+        lib.is_file(),
+        "{} missing: cargo build -p docknet-preload",
+        lib.display()
+    );
+    lib
 }
 
 pub struct Lab {

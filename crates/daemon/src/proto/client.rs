@@ -235,6 +235,27 @@ impl Client {
         self.call_as(&Request::RouteLs {})
     }
 
+    /// `service set`: adds or replaces the service `s.name`.
+    pub fn service_set(&mut self, s: &ServiceInfo) -> Result<ServiceInfo, ClientError> {
+        self.call_as(&Request::ServiceSet {
+            name: s.name.clone(),
+            address: s.address.clone(),
+            proto: s.proto,
+            backends: s.backends.clone(),
+            affinity: s.affinity,
+        })
+    }
+
+    /// `service rm`.
+    pub fn service_rm(&mut self, name: &str) -> Result<ServiceInfo, ClientError> {
+        self.call_as(&Request::ServiceRm { name: name.into() })
+    }
+
+    /// `service ls`.
+    pub fn service_ls(&mut self) -> Result<Vec<ServiceInfo>, ClientError> {
+        self.call_as(&Request::ServiceLs {})
+    }
+
     /// `rate show`.
     pub fn rate_show(&mut self, name: &str) -> Result<RateInfo, ClientError> {
         self.call_as(&Request::RateShow { name: name.into() })
@@ -288,4 +309,3 @@ impl Client {
         }
     }
 }
-

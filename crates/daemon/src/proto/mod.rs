@@ -144,6 +144,29 @@ pub enum Request {
     },
     /// List the routes.
     RouteLs {},
+    /// Set (add or replace) a service: a virtual address and port balanced over backends.
+    ServiceSet {
+        /// Its name (as a pipe's: 1-128 of `[A-Za-z0-9_.-]`).
+        name: String,
+        /// `VIP:PORT`.
+        address: String,
+        /// `tcp` (default) or `udp`.
+        #[serde(default)]
+        proto: ServiceProto,
+        /// The ready backends, each `IP:PORT` (none: connects are refused).
+        #[serde(default)]
+        backends: Vec<String>,
+        /// `none` (default) or `client-ip`.
+        #[serde(default)]
+        affinity: ServiceAffinity,
+    },
+    /// Remove a service.
+    ServiceRm {
+        /// Its name.
+        name: String,
+    },
+    /// List the services.
+    ServiceLs {},
     /// Every pipe with its counters, and the master threads' load (`docknet top`).
     Stats {},
     /// Mirror a pipe's frames to this connection: after the reply line, capture records
@@ -180,6 +203,9 @@ impl Request {
             Request::RouteAdd { .. } => "route_add",
             Request::RouteRm { .. } => "route_rm",
             Request::RouteLs {} => "route_ls",
+            Request::ServiceSet { .. } => "service_set",
+            Request::ServiceRm { .. } => "service_rm",
+            Request::ServiceLs {} => "service_ls",
             Request::Capture { .. } => "capture",
             Request::Stats {} => "stats",
         }
@@ -429,6 +455,9 @@ pub struct Status {
     pub pid: u32,
     /// Run directory.
     pub run_dir: String,
+    /// Services handed to containers.
+    #[serde(default)]
+    pub services: usize,
     /// Control socket.
     pub socket: String,
     /// Idle policy of the master thread.
@@ -600,6 +629,47 @@ impl From<crate::route::Route> for RouteInfo {
             vxlan: r.vxlan,
         }
     }
+}
+
+/// A service's transport protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceProto {
+    /// TCP.
+    #[default]
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// How a service spreads a client's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceAffinity {
+    /// Each connection to any backend.
+    #[default]
+    None,
+    /// Every connection of one client address to one backend (Kubernetes' `ClientIP`).
+    ClientIp,
+}
+
+/// A service, as `service set` and `service ls` answer it (and as `state.json` records it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceInfo {
+    /// Its name.
+    pub name: String,
+    /// `VIP:PORT`.
+    pub address: String,
+    /// `tcp` or `udp`.
+    #[serde(default)]
+    pub proto: ServiceProto,
+    /// Its backends, `IP:PORT`.
+    #[serde(default)]
+    pub backends: Vec<String>,
+    /// How connections spread.
+    #[serde(default)]
+    pub affinity: ServiceAffinity,
 }
 
 /// What `pipe rm`, `pipe detach` and `fc rm` answer: the name(s) removed.

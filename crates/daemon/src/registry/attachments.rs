@@ -202,6 +202,9 @@ impl Registry {
         {
             msgs.push((self.channel_msg(name, &c.rec).encode(), Some(&c.memfd)));
         }
+        if let Some((m, fd)) = self.services_msg() {
+            msgs.push((m, Some(fd)));
+        }
         msgs.push((Msg::Synced.encode(), None));
         for (m, fd) in &msgs {
             fdpass::send(conn.as_fd(), m, fd.map(|f| f.as_fd()))

@@ -23,6 +23,7 @@ mod auto;
 mod channels;
 mod rates;
 mod routes;
+mod services;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -243,6 +244,8 @@ pub struct Registry {
     routes: Arc<Routes>,
     /// Automatic fast channels.
     auto: auto::AutoState,
+    /// Services and the table handed to containers.
+    services: services::Services,
 }
 
 fn err(code: ErrorCode, msg: impl Into<String>) -> ApiError {
@@ -401,6 +404,12 @@ impl Registry {
             return Err(err(
                 ErrorCode::IpInUse,
                 format!("address {ip} is already used by pipe {:?}", other.name),
+            ));
+        }
+        if let Some(svc) = self.is_service_address(ip) {
+            return Err(err(
+                ErrorCode::IpInUse,
+                format!("address {ip} is service {svc:?}'s: a pipe cannot have it"),
             ));
         }
         if let Some(r) = self.routes.list().iter().find(|r| r.via == ip) {

@@ -72,6 +72,9 @@ pub(super) struct StateFile {
     /// Routes to networks beyond the link (checked again on load).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) routes: Vec<Route>,
+    /// Services (checked again on load).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) services: Vec<crate::proto::ServiceInfo>,
 }
 
 /// Checks a pipe record from `state.json` as strictly as a request.
@@ -117,6 +120,7 @@ impl Registry {
             pool: None,
             routes: Arc::default(),
             auto: Default::default(),
+            services: Default::default(),
         };
         let mut warnings = Vec::new();
         let state: StateFile = match fs::read(reg.state_path()) {
@@ -157,6 +161,7 @@ impl Registry {
             }
         }
         reg.routes = Arc::new(routes);
+        warnings.extend(reg.adopt_services(&state.services));
         // whatever the holder keeps that the state does not name is stale
         if let Some(h) = &reg.holder {
             for k in kept.keys() {
@@ -307,6 +312,7 @@ impl Registry {
                 .collect(),
             next_channel: self.next_channel,
             routes: self.routes.list().to_vec(),
+            services: self.services(),
         }
     }
 

@@ -99,7 +99,7 @@ fn ipv6_addresses_are_parsed_checked_recorded_and_handed_out() {
             Msg::Hello(p) => assert_eq!(p.ip6, None),
             Msg::Channel(c) => peer6 = c.peer_ip6,
             Msg::Synced => break,
-            Msg::Closed { .. } => {}
+            Msg::Closed { .. } | Msg::Services { .. } => {}
         }
     }
     assert_eq!(peer6, Some("fd00:9::1".parse().unwrap()));

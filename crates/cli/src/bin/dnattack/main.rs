@@ -393,18 +393,51 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
         Cmd::Inspect => {
             let conn = fdpass::connect_abstract(&name)
                 .with_context(|| format!("connecting to @{name}"))?;
-            let (mut pipe, mut channels) = (None, Vec::new());
+            let (mut pipe, mut channels, mut services) = (None, Vec::new(), None);
             let mut buf = [0u8; MAX_MSG];
             loop {
-                let (n, _fd) = fdpass::recv(conn.as_fd(), &mut buf)?.context("hung up")?;
+                let (n, fd) = fdpass::recv(conn.as_fd(), &mut buf)?.context("hung up")?;
                 match Msg::decode(&buf[..n])? {
                     Msg::Hello(p) => pipe = Some(p.name),
                     Msg::Channel(c) => channels.push(c.peer),
                     Msg::Synced => break,
                     Msg::Closed { .. } => {}
+                    Msg::Services { len } => {
+                        let fd = fd.context("a services table without its memfd")?;
+                        let table = docknet_pipe::services::read_sealed(&fd, len as usize)?;
+                        // try to change the table every container reads: write, truncate,
+                        // and a writable shared mapping
+                        let f = std::fs::File::from(fd);
+                        let write = std::os::unix::fs::FileExt::write_at(&f, b"X", 0).is_ok();
+                        let truncate = f.set_len(0).is_ok();
+                        // SAFETY: a fresh mapping of the received memfd, never dereferenced;
+                        // unmapped at once when it was made.
+                        #[allow(unsafe_code)]
+                        let mapped = unsafe {
+                            let p = libc::mmap(
+                                std::ptr::null_mut(),
+                                len as usize,
+                                libc::PROT_READ | libc::PROT_WRITE,
+                                libc::MAP_SHARED,
+                                std::os::fd::AsRawFd::as_raw_fd(&f),
+                                0,
+                            );
+                            let ok = p != libc::MAP_FAILED;
+                            if ok {
+                                libc::munmap(p, len as usize);
+                            }
+                            ok
+                        };
+                        services = Some(json!({
+                            "count": table.len(),
+                            "written": write,
+                            "truncated": truncate,
+                            "mapped_writable": mapped,
+                        }));
+                    }
                 }
             }
-            json!({"pipe": pipe, "channels": channels})
+            json!({"pipe": pipe, "channels": channels, "services": services})
         }
     })
 }

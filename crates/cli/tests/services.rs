@@ -1,0 +1,347 @@
+//! Services: a virtual address balanced over backends, set through the daemon and used by
+//! unmodified programs (Python under the preload library) in real containers; what a container
+//! can and cannot do with the table it is handed. Needs root and python3.
+
+mod common;
+
+use common::{one_at_a_time, preload_library, root_or_skip, Lab};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Output, Stdio};
+
+const PY: &str = "/usr/bin/python3";
+
+/// A backend: answers every TCP connection on 8080 and every UDP datagram on 5353 with its
+/// name, then closes.
+const BACKEND: &str = r#"
+import socket, sys, threading
+name = sys.argv[1].encode()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 5353))
+def udp():
+    while True:
+        d, a = u.recvfrom(2048)
+        u.sendto(name + b" " + d, a)
+threading.Thread(target=udp, daemon=True).start()
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8080))
+s.listen(128)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    c.sendall(name)
+    c.close()
+"#;
+
+/// A client: `n` connections to the service at argv[1]:80, one after another; one JSON line
+/// with who answered each, what getpeername said, connects refused, and a UDP exchange.
+const CLIENT: &str = r#"
+import json, socket, sys
+vip, n = sys.argv[1], int(sys.argv[2])
+served, peers, refused = {}, set(), 0
+for i in range(n):
+    s = socket.socket()
+    s.settimeout(10)
+    try:
+        s.connect((vip, 80))
+    except ConnectionRefusedError:
+        refused += 1
+        s.close()
+        continue
+    peers.add("%s:%d" % s.getpeername())
+    b = b""
+    while True:
+        d = s.recv(100)
+        if not d:
+            break
+        b += d
+    s.close()
+    served[b.decode()] = served.get(b.decode(), 0) + 1
+udp = None
+if len(sys.argv) > 3:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(10)
+    u.sendto(b"ping", (vip, 53))
+    d, a = u.recvfrom(2048)
+    udp = {"answer": d.decode(), "from": "%s:%d" % a}
+print(json.dumps({"served": served, "peers": sorted(peers), "refused": refused, "udp": udp}))
+"#;
+
+struct Setup {
+    lab: Lab,
+    dir: tempfile::TempDir,
+    client: String,
+    backends: Vec<(String, String)>,
+    vip: String,
+    servers: Vec<Child>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        for c in &mut self.servers {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A daemon at its defaults, a client pipe and two backend pipes with a backend program each.
+fn setup(tag: &str) -> Setup {
+    preload_library();
+    let lab = Lab::start("adaptive");
+    let n = std::process::id() % 200 + 20;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("backend.py"), BACKEND).unwrap();
+    std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
+    let client = format!("svc{tag}c{n}");
+    lab.ok(&[
+        "pipe",
+        "create",
+        &client,
+        "--ip",
+        &format!("10.77.{n}.2/24"),
+    ]);
+    let mut s = Setup {
+        lab,
+        dir,
+        client,
+        backends: Vec::new(),
+        vip: format!("10.96.{n}.10"),
+        servers: Vec::new(),
+    };
+    for k in 1..=2 {
+        let (name, ip) = (format!("svc{tag}b{k}x{n}"), format!("10.77.{n}.{}", 10 + k));
+        s.lab
+            .ok(&["pipe", "create", &name, "--ip", &format!("{ip}/24")]);
+        let mut c = s.lab.cmd();
+        c.args(["run", "--pipe", &name, "--preload", "--bind"])
+            .arg(s.dir.path())
+            .args(["--", PY])
+            .arg(s.dir.path().join("backend.py"))
+            .arg(&name)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("backend container");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "ready", "backend {name} started");
+        s.servers.push(child);
+        s.backends.push((name, ip));
+    }
+    s
+}
+
+impl Setup {
+    /// Runs the client program in a container: `n` connections (and a UDP exchange with
+    /// `udp`); its JSON line.
+    fn call(&self, n: usize, udp: bool) -> serde_json::Value {
+        let mut c = self.lab.cmd();
+        c.args(["run", "--pipe", &self.client, "--preload", "--bind"])
+            .arg(self.dir.path())
+            .args(["--", PY])
+            .arg(self.dir.path().join("client.py"))
+            .args([&self.vip, &n.to_string()]);
+        if udp {
+            c.arg("udp");
+        }
+        let o = c.output().expect("client container");
+        json_of(&o)
+    }
+
+    fn set(&self, args: &[&str]) -> Output {
+        let mut a = vec!["service", "set"];
+        a.extend_from_slice(args);
+        self.lab.run(&a)
+    }
+}
+
+fn json_of(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "failed: {}\nstdout {}\nstderr {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    serde_json::from_str(line).unwrap()
+}
+
+fn served(v: &serde_json::Value) -> BTreeMap<String, u64> {
+    v["served"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, n)| (k.clone(), n.as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_service_spreads_connections_over_its_backends_and_follows_their_changes() {
+    if !root_or_skip("services") || !Path::new(PY).is_file() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let s = setup("a");
+    let (b1, b2) = (&s.backends[0], &s.backends[1]);
+    let both = [format!("{}:8080", b1.1), format!("{}:8080", b2.1)];
+    let tcp = format!("{}:80", s.vip);
+    let o = s.set(&["web", &tcp, "--backend", &both[0], "--backend", &both[1]]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = s.set(&[
+        "dns",
+        &format!("{}:53", s.vip),
+        "--udp",
+        "--backend",
+        &format!("{}:5353", b1.1),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // 40 connections: both backends serve, and the program sees the service's address
+    let r = s.call(40, true);
+    let got = served(&r);
+    assert_eq!(got.values().sum::<u64>(), 40, "{r}");
+    assert!(
+        got.get(&b1.0).is_some_and(|&n| n > 0) && got.get(&b2.0).is_some_and(|&n| n > 0),
+        "{r}"
+    );
+    assert_eq!(
+        r["peers"],
+        serde_json::json!([tcp]),
+        "getpeername says the service"
+    );
+    assert_eq!(r["udp"]["answer"], format!("{} ping", b1.0), "{r}");
+    assert_eq!(
+        r["udp"]["from"],
+        format!("{}:53", s.vip),
+        "a reply comes from the service"
+    );
+
+    // one backend left: every connection goes to it
+    let o = s.set(&["web", &tcp, "--backend", &both[1]]);
+    assert!(o.status.success());
+    let r = s.call(20, false);
+    assert_eq!(served(&r), BTreeMap::from([(b2.0.clone(), 20)]), "{r}");
+
+    // client-IP affinity: one client, one backend
+    let o = s.set(&[
+        "web",
+        &tcp,
+        "--backend",
+        &both[0],
+        "--backend",
+        &both[1],
+        "--affinity",
+        "client-ip",
+    ]);
+    assert!(o.status.success());
+    let r = s.call(20, false);
+    assert_eq!(served(&r).len(), 1, "{r}");
+
+    // no backend: connects are refused at once
+    assert!(s.set(&["web", &tcp]).status.success());
+    let r = s.call(3, false);
+    assert_eq!(r["refused"], 3, "{r}");
+
+    // kept across a daemon restart, and removed
+    let ls = s.lab.json(&["service", "ls", "--json"]);
+    assert_eq!(ls.as_array().unwrap().len(), 2, "{ls}");
+    let mut lab = s;
+    lab.lab.kill_daemon();
+    lab.lab.start_daemon();
+    assert_eq!(lab.lab.json(&["service", "ls", "--json"]), ls);
+    assert_eq!(lab.lab.json(&["status", "--json"])["services"], 2);
+    lab.lab.ok(&["service", "rm", "dns"]);
+    assert!(!lab.lab.run(&["service", "rm", "dns"]).status.success());
+}
+
+#[test]
+fn services_that_do_not_hold_are_refused_and_a_container_cannot_change_the_table() {
+    if !root_or_skip("services") {
+        return;
+    }
+    let lab = Lab::start("adaptive");
+    let n = std::process::id() % 200 + 20;
+    let p = format!("svcr{n}");
+    lab.ok(&["pipe", "create", &p, "--ip", &format!("10.78.{n}.2/24")]);
+    let good = format!("10.97.{n}.1:80");
+    lab.ok(&[
+        "service",
+        "set",
+        "ok",
+        &good,
+        "--backend",
+        &format!("10.78.{n}.2:80"),
+    ]);
+    let refused = |args: &[&str], why: &str| {
+        let mut a = vec!["service", "set"];
+        a.extend_from_slice(args);
+        let o = lab.run(&a);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "{args:?} was taken");
+        assert!(err.contains(why), "{args:?}: {err}");
+    };
+    let pipe_ip = format!("10.78.{n}.2:80");
+    refused(&["x", &pipe_ip], "is pipe");
+    refused(&["x", "127.0.0.1:80"], "not a unicast address");
+    refused(&["x", "0.0.0.0:80"], "not a unicast address");
+    refused(&["x", "224.0.0.1:80"], "not a unicast address");
+    refused(&["x", &format!("10.97.{n}.2:0")], "port 0");
+    refused(&["x", "10.97.0.300:80"], "expected IPv4 address and port");
+    refused(&["x", &good], "is already service");
+    refused(
+        &["x", &format!("10.97.{n}.3:80"), "--backend", "127.0.0.1:80"],
+        "not a unicast",
+    );
+    refused(
+        &["x", &format!("10.97.{n}.3:80"), "--backend", &good],
+        "a service's address",
+    );
+    let b = format!("10.78.{n}.5:80");
+    refused(
+        &[
+            "x",
+            &format!("10.97.{n}.3:80"),
+            "--backend",
+            &b,
+            "--backend",
+            &b,
+        ],
+        "twice",
+    );
+    refused(
+        &["../x", &format!("10.97.{n}.3:80")],
+        "invalid service name",
+    );
+    // a pipe cannot take a service's address
+    let o = lab.run(&["pipe", "create", "y", "--ip", &format!("10.97.{n}.1/24")]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("service"));
+    // none of the refusals changed anything
+    assert_eq!(
+        lab.json(&["service", "ls", "--json"])
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // from inside a container: the table is there, and cannot be written, cut or mapped
+    // writable
+    let o = lab.in_container(&p, &[common::DNATTACK, "inspect"]);
+    let v = json_of(&o);
+    assert_eq!(v["services"]["count"], 1, "{v}");
+    for k in ["written", "truncated", "mapped_writable"] {
+        assert_eq!(v["services"][k], false, "{k}: {v}");
+    }
+}
