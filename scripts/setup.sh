@@ -20,6 +20,7 @@ declare -A NEED=(
     [make]=make         # AFL++'s build
     [pkg-config]=pkg-config
     [iptables]=iptables # the CNI portmap plugin (bridge-nat) writes iptables rules
+    [nft]=nftables      # bench http --service: kube-proxy's nftables rules
     [sockperf]=sockperf # cross-check of dnperf's latency (bench --crosscheck)
     [iperf3]=iperf3     # cross-check of dnperf's goodput
     [ethtool]=ethtool   # the ovs mode turns off tx checksum offload on its veths

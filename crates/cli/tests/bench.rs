@@ -1169,6 +1169,61 @@ fn nat_and_cluster_benches_measure_through_the_balancers_and_clean_up() {
 }
 
 #[test]
+fn service_bench_measures_docknet_and_kube_proxy_rules_and_cleans_up() {
+    if !root_or_skip("service bench") || !dnperf_built() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("service.json");
+    run_clean(
+        &[
+            "bench",
+            "http",
+            "--service",
+            "--backends",
+            "2",
+            "--connections",
+            "4",
+            "--duration",
+            "0.4",
+            "--warmup",
+            "0.2",
+            "--json",
+        ],
+        &out,
+    );
+    let rows = rows_of(&out, "http");
+    let mut want = vec![
+        ("docknet-auto", "direct", 1),
+        ("docknet-auto", "docknet service", 2),
+        ("bridge", "direct", 1),
+        ("bridge", "kube-proxy iptables", 2),
+    ];
+    if std::path::Path::new("/usr/sbin/nft").exists() {
+        want.push(("bridge", "kube-proxy nftables", 2));
+    }
+    for (mode, via, b) in want {
+        let r = rows
+            .iter()
+            .find(|r| r["mode"] == mode && r["scenario"] == via && r["backends"] == b)
+            .unwrap_or_else(|| panic!("{mode} {via}: {rows:?}"));
+        assert!(
+            r["req_per_s"].as_f64().unwrap() > 100.0 && r["errors"] == 0,
+            "{r}"
+        );
+    }
+    let v = valid(&out);
+    let targets = v["targets"].as_array().unwrap();
+    assert!(
+        targets
+            .iter()
+            .any(|t| t.as_str().unwrap().contains("kube-proxy iptables")),
+        "{targets:?}"
+    );
+}
+
+#[test]
 fn seed_studies_measure_render_and_clean_up() {
     if !root_or_skip("seed studies") || !dnperf_built() {
         return;

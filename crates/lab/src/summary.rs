@@ -10,6 +10,7 @@ fn same_point(a: &Row, b: &Row) -> bool {
     ) == (
         b.mode, &b.cores, b.workload, b.size, b.mtu, b.tool, b.pairs, &b.idle,
     ) && (&a.server, a.connections, a.backends) == (&b.server, b.connections, b.backends)
+        && a.scenario == b.scenario
 }
 
 /// The median of the values present (the upper median for an even count), if any.

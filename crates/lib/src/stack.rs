@@ -382,6 +382,8 @@ impl Inner {
         let SocketAddr::V4(v4) = to else {
             return Ok(to);
         };
+        // the table as the daemon last sent it (one load when nothing changed)
+        self.dev.ep.refresh();
         let Some(s) = self.dev.ep.services().get(*v4.ip(), v4.port(), proto) else {
             return Ok(to);
         };

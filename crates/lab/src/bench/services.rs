@@ -45,6 +45,12 @@ pub struct HttpArgs {
     /// of a backend's CPU; requests/s and the scaling against one backend.
     #[arg(long, value_delimiter = ',', value_name = "N")]
     pub backends: Option<Vec<usize>>,
+    /// Services instead: the generator calls a ClusterIP-like service of --backends backends
+    /// [default: 1,2,4]: DockNet's service (`docknet service set`, the daemon at its defaults)
+    /// against kube-proxy's iptables and nftables rules on the bridge, and calling one backend
+    /// directly on each; nothing pinned, every program at its defaults.
+    #[arg(long)]
+    pub service: bool,
     /// Web cluster: CPU microseconds per request in a backend (GET /work/US).
     #[arg(long, default_value_t = 10)]
     pub work_us: u64,
@@ -209,8 +215,176 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `docknet bench http --service`.
+fn run_service(args: &HttpArgs) -> Result<()> {
+    use crate::workload::service::{self as svc, ServicePoint, Via};
+    let backends = args.backends.clone().unwrap_or_else(|| vec![1, 2, 4]);
+    if backends.is_empty() || backends.iter().any(|b| !(1..=16).contains(b)) {
+        bail!("--backends takes numbers from 1 to 16");
+    }
+    let modes = args
+        .modes
+        .iter()
+        .map(|m| match m.parse::<Mode>()? {
+            Mode::Bridge => Ok(Mode::Bridge),
+            Mode::Docknet | Mode::DocknetFc | Mode::DocknetAuto => Ok(Mode::DocknetAuto),
+            m => {
+                bail!("{m}: services run on bridge (kube-proxy's rules) and docknet (its service)")
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut modes = modes;
+    modes.dedup();
+    if args.duration <= 0.0 || args.warmup < 0.0 || args.repeat == 0 {
+        bail!("--duration must be positive, --warmup not negative, --repeat at least 1");
+    }
+    if args.connections.is_empty() || args.connections.iter().any(|c| !(1..=10_000).contains(c)) {
+        bail!("--connections takes numbers from 1 to 10000");
+    }
+    need_root("docknet bench http --service")?;
+    let stop = Stop::on_signals()?;
+    let exe = std::env::current_exe()?;
+    let most = backends.iter().copied().max().unwrap_or(1);
+    // (mode, how, backends, connections) in the order they run
+    let mut points: Vec<(Mode, Via, usize, usize)> = Vec::new();
+    let mut skipped = Vec::new();
+    for &mode in &modes {
+        let vias: Vec<Via> = match mode {
+            Mode::Bridge => {
+                let mut v = Vec::new();
+                for (via, tool, pkg) in [
+                    (Via::Iptables, "iptables", "iptables"),
+                    (Via::Nftables, "nft", "nftables"),
+                ] {
+                    if crate::workload::http::have(tool) {
+                        v.push(via);
+                    } else {
+                        skipped.push(NotAvailable::here(
+                            format!("{} ({})", mode.name(), via.name()),
+                            format!("no {tool} (apt-get install {pkg})"),
+                        ));
+                    }
+                }
+                v
+            }
+            _ => vec![Via::Docknet],
+        };
+        if let Some(reason) = probe::unavailable(mode) {
+            skipped.push(NotAvailable::here(mode.name(), reason));
+            continue;
+        }
+        for &c in &args.connections {
+            points.push((mode, Via::Direct, 1, c));
+            for &n in &backends {
+                for &v in &vias {
+                    points.push((mode, v, n, c));
+                }
+            }
+        }
+    }
+    let mut progress = crate::progress::Progress::new((points.len() * args.repeat) as u64);
+    let lab = if modes.contains(&Mode::Bridge) && probe::unavailable(Mode::Bridge).is_none() {
+        Some(
+            crate::topology::KernelLab::build(Mode::Bridge, most, 1500)
+                .context("building the bridge")?,
+        )
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    for repeat in 0..args.repeat {
+        for &(mode, via, n, connections) in &points {
+            stop.check()?;
+            let p = ServicePoint {
+                via,
+                backends: n,
+                connections,
+                path: args.path.clone(),
+                duration: args.duration,
+                warmup: args.warmup,
+                repeat,
+            };
+            let what = format!(
+                "{} {}, {n} backends, {connections} connections",
+                mode.name(),
+                via.name()
+            );
+            progress.start(&what);
+            let r = match (mode, &lab) {
+                (Mode::Bridge, Some(l)) => svc::kernel(&exe, l, &p, &stop),
+                _ => svc::docknet(&exe, &p, &stop),
+            };
+            match r {
+                Ok(row) => {
+                    progress.done(&format!(
+                        "  {what}: {:.0} req/s, p50 {:.1} us, p99 {:.1} us",
+                        row.req_per_s.unwrap_or(0.0),
+                        row.p50_us.unwrap_or(0.0),
+                        row.p99_us.unwrap_or(0.0)
+                    ));
+                    rows.push(row);
+                }
+                Err(e) => {
+                    if stop.raised() {
+                        return Err(e);
+                    }
+                    progress.done(&format!("  {what}: failed: {e:#}"));
+                    skipped.push(NotAvailable::failed(what, 1500, &e));
+                }
+            }
+        }
+    }
+    drop(lab);
+    progress.finish();
+    let summary = summarize(&rows);
+    print!("{}", svc::table(&summary));
+    for s in &skipped {
+        println!("{}", s.line());
+    }
+    let targets = lines(&svc::targets(&summary));
+    for t in &targets {
+        println!("target: {t}");
+    }
+    let mut env = Env::here(args.duration, args.warmup, args.repeat);
+    env.workload = Some(Workload::Http);
+    env.mtus = Some(vec![1500]);
+    env.topology = Some(Topology::OneHost);
+    let res = Results {
+        env,
+        results: rows,
+        summary,
+        ratios: Vec::new(),
+        targets,
+        not_available: skipped,
+    };
+    publish(
+        &res,
+        args.json.as_ref(),
+        args.report.as_ref(),
+        "tcp-service",
+        || {
+            format!(
+                "# Services\n\nCommand: `{}`\n\n```text\n{}```\n\n{}",
+                res.env.command,
+                svc::table(&res.summary),
+                res.targets
+                    .iter()
+                    .map(|t| format!("- {t}\n"))
+                    .collect::<String>()
+            )
+        },
+    )?;
+    Ok(())
+}
+
 /// Runs `docknet bench http`.
 pub fn run_http(args: HttpArgs) -> Result<()> {
+    if args.service {
+        if args.placement != [crate::plan::PlacementKind::Pinned] {
+            bail!("--placement applies to the single server; services run unpinned");
+        }
+        return run_service(&args);
+    }
     if let Some(b) = args.backends.clone() {
         if args.placement != [crate::plan::PlacementKind::Pinned] {
             bail!(

@@ -18,6 +18,7 @@ pub mod nat;
 pub mod pairs;
 pub mod rate;
 pub mod raw;
+pub mod service;
 pub mod startup;
 
 use crate::mode::{Builder, Topology};
