@@ -8,6 +8,11 @@
 // else: routes an operator added outside it are left alone. What it reads is checked: a node
 // without an IPv4 InternalIP, a pod network outside the cluster's or with host bits set, and a
 // second node claiming a pod network already claimed are skipped and logged, never trusted.
+//
+// With the Kubernetes API it also keeps the daemon's services equal to the cluster's ClusterIP
+// Services (services.go): one daemon service per IPv4 ClusterIP and TCP or UDP port, its
+// backends the ready endpoints of the Service's EndpointSlices, through `service_set`,
+// `service_rm` and `service_ls`. It owns the services named `k8s.*` and no others.
 package agent
 
 import (

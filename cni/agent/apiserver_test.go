@@ -272,3 +272,54 @@ func TestTheAgentFollowsNodesThroughARealAPIServer(t *testing.T) {
 		t.Fatalf("restart: %v %v", pass.Changes, err)
 	}
 }
+
+func TestTheAgentFollowsServicesThroughARealAPIServer(t *testing.T) {
+	client, adminConfig := realAPI(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// the API server allocates the ClusterIP, as for every Service
+	created, err := client.CoreV1().Services("default").Create(ctx,
+		svc("web", "", corev1.ServiceAffinityNone, port("http", 80, corev1.ProtocolTCP)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := created.Spec.ClusterIP
+	if !strings.HasPrefix(vip, "10.96.") {
+		t.Fatalf("cluster IP %q", vip)
+	}
+	// no controller manager runs here: the slice an EndpointSlice controller would write
+	no := false
+	slices := client.DiscoveryV1().EndpointSlices("default")
+	if _, err := slices.Create(ctx, slice("web-1", "web", map[string]int32{"http": 8080},
+		ep{"10.244.1.2", nil}, ep{"10.244.1.3", &no}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agent := agentClient(ctx, t, client, adminConfig)
+	src, err := NewKubeServices(ctx, agent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeServices{all: map[string]Service{}}
+	done := make(chan error, 1)
+	go func() { done <- RunServices(ctx, Config{Resync: time.Hour}, src, d) }()
+	// the API server's own Service is there too, without endpoints (no reconciler runs)
+	api := "tcp 10.96.0.1:443 none -> "
+	waitServices(t, d, map[string]string{
+		"k8s.default.kubernetes.https": api,
+		"k8s.default.web.http":         "tcp " + vip + ":80 none -> 10.244.1.2:8080",
+	}, "start")
+	if _, err := slices.Update(ctx, slice("web-1", "web", map[string]int32{"http": 8080},
+		ep{"10.244.1.2", nil}, ep{"10.244.1.3", nil}), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{
+		"k8s.default.kubernetes.https": api,
+		"k8s.default.web.http":         "tcp " + vip + ":80 none -> 10.244.1.2:8080,10.244.1.3:8080",
+	}, "endpoint ready")
+	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{"k8s.default.kubernetes.https": api}, "removed")
+	cancel()
+	<-done
+}

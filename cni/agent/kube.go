@@ -8,10 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -90,3 +92,56 @@ func FromNode(n *corev1.Node) Node {
 	}
 	return out
 }
+
+// KubeServices watches the cluster's Services and EndpointSlices through client-go informers.
+type KubeServices struct {
+	svcs    listersv1.ServiceLister
+	slices  discoverylisters.EndpointSliceLister
+	changed chan struct{}
+}
+
+// NewKubeServices starts informers on Services and EndpointSlices and waits (until ctx ends)
+// for their first lists.
+func NewKubeServices(ctx context.Context, client kubernetes.Interface, resync time.Duration) (*KubeServices, error) {
+	f := informers.NewSharedInformerFactory(client, resync)
+	si := f.Core().V1().Services()
+	ei := f.Discovery().V1().EndpointSlices()
+	k := &KubeServices{svcs: si.Lister(), slices: ei.Lister(), changed: make(chan struct{}, 1)}
+	signal := func() {
+		select {
+		case k.changed <- struct{}{}:
+		default:
+		}
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { signal() },
+		UpdateFunc: func(any, any) { signal() },
+		DeleteFunc: func(any) { signal() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{si.Informer(), ei.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return nil, err
+		}
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), si.Informer().HasSynced, ei.Informer().HasSynced) {
+		return nil, fmt.Errorf("the Service and EndpointSlice informers did not sync: %w", ctx.Err())
+	}
+	return k, nil
+}
+
+// Services lists the Services and EndpointSlices from the informers' caches.
+func (k *KubeServices) Services() ([]*corev1.Service, []*discoveryv1.EndpointSlice, error) {
+	svcs, err := k.svcs.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	slices, err := k.slices.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	return svcs, slices, nil
+}
+
+// ServicesChanged is signalled on every add, update and delete of a Service or EndpointSlice.
+func (k *KubeServices) ServicesChanged() <-chan struct{} { return k.changed }

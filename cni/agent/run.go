@@ -93,6 +93,18 @@ func (c Config) log(s string) {
 // while the nodes cannot be read or the daemon does not answer). Skipped nodes and refused
 // routes are logged when they change, not at every pass.
 func Run(ctx context.Context, cfg Config, src Source, d Daemon) error {
+	return keep(ctx, cfg, src.Changed(), func() (Pass, error) { return Sync(cfg, src, d) })
+}
+
+// RunServices keeps the daemon's services equal to the source's Services and EndpointSlices
+// until ctx ends, the way Run keeps the routes (the same passes, backoff and logging).
+func RunServices(ctx context.Context, cfg Config, src ServiceSource, d ServiceDaemon) error {
+	return keep(ctx, cfg, src.ServicesChanged(), func() (Pass, error) { return SyncServices(src, d, cfg.Log) })
+}
+
+// keep runs pass at start, whenever changed is signalled, every cfg.Resync, and again after a
+// failure (backing off from 100 ms to 5 s), until ctx ends.
+func keep(ctx context.Context, cfg Config, changed <-chan struct{}, pass func() (Pass, error)) error {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
 	}
@@ -112,9 +124,9 @@ func Run(ctx context.Context, cfg Config, src Source, d Daemon) error {
 		}
 	}
 	for {
-		pass, err := Sync(cfg, src, d)
-		once("skipped", pass.Skipped)
-		once("refused", pass.Refused)
+		p, err := pass()
+		once("skipped", p.Skipped)
+		once("refused", p.Refused)
 		if err != nil {
 			cfg.log(fmt.Sprintf("failed: %v (again in %v)", err, backoff))
 			retry = time.After(backoff)
@@ -126,7 +138,7 @@ func Run(ctx context.Context, cfg Config, src Source, d Daemon) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-src.Changed():
+		case <-changed:
 		case <-resync.C:
 		case <-retry:
 		}

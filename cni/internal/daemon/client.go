@@ -316,3 +316,37 @@ func (c *Client) RouteAdd(network, via string, vxlan *uint32) error {
 func (c *Client) RouteRm(network string) error {
 	return c.Call(map[string]any{"op": "route_rm", "net": network}, nil)
 }
+
+// Service is a service as the daemon reports it: a virtual address and port balanced over
+// backends.
+type Service struct {
+	Name     string   `json:"name"`
+	Address  string   `json:"address"`
+	Proto    string   `json:"proto"`
+	Backends []string `json:"backends"`
+	Affinity string   `json:"affinity"`
+}
+
+// ServiceLs lists the daemon's services.
+func (c *Client) ServiceLs() ([]Service, error) {
+	var ss []Service
+	err := c.Call(map[string]any{"op": "service_ls"}, &ss)
+	return ss, err
+}
+
+// ServiceSet adds or replaces a service.
+func (c *Client) ServiceSet(s Service) error {
+	backends := s.Backends
+	if backends == nil {
+		backends = []string{}
+	}
+	return c.Call(map[string]any{
+		"op": "service_set", "name": s.Name, "address": s.Address, "proto": s.Proto,
+		"backends": backends, "affinity": s.Affinity,
+	}, nil)
+}
+
+// ServiceRm removes a service.
+func (c *Client) ServiceRm(name string) error {
+	return c.Call(map[string]any{"op": "service_rm", "name": name}, nil)
+}

@@ -34,6 +34,11 @@ IPv4 pod network (spec.podCIDRs) through that node's InternalIP address. Routes 
 --cluster-cidr are the agent's (added, changed and removed as the nodes change); routes
 outside it are left alone.
 
+With the Kubernetes API it also keeps the daemon's services (docknet service ls) equal to
+the cluster's ClusterIP Services (--services, on by default): one per IPv4 ClusterIP and TCP
+or UDP port, named k8s.NAMESPACE.NAME.PORT, its backends the ready endpoints of the Service's
+EndpointSlices. Services not named k8s.* are left alone.
+
 Sources of nodes:
   (default)        the Kubernetes API from inside the cluster (a pod's service account)
   --kubeconfig F   the Kubernetes API through a kubeconfig file (also $KUBECONFIG)
@@ -63,6 +68,7 @@ func run(args []string) int {
 	cniVersion := fs.String("cni-version", "1.0.0", "with --cni-conf: the conflist's cniVersion")
 	mtu := fs.Uint("mtu", 1500, "with --cni-conf: the pipes' MTU")
 	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
+	services := fs.Bool("services", true, "with the Kubernetes API: keep the daemon's services equal to the cluster's ClusterIP Services and their ready endpoints")
 	once := fs.Bool("once", false, "reconcile once, print the changes and exit")
 	jsonOut := fs.Bool("json", false, "with --once: print the changes as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -92,6 +98,7 @@ func run(args []string) int {
 	defer stop()
 
 	var src agent.Source
+	var svcSrc agent.ServiceSource
 	if *nodesFile != "" {
 		f := agent.NewFileSource(*nodesFile, 200*time.Millisecond)
 		defer f.Close()
@@ -115,6 +122,13 @@ func run(args []string) int {
 			return fail("%v", err)
 		}
 		src = k
+		if *services {
+			ks, err := agent.NewKubeServices(ctx, client, *resync)
+			if err != nil {
+				return fail("%v", err)
+			}
+			svcSrc = ks
+		}
 	}
 	d := daemon.New(*socket)
 	d.Timeout = 5 * time.Second
@@ -131,6 +145,12 @@ func run(args []string) int {
 	}
 	if *once {
 		pass, err := agent.Sync(c, src, d)
+		if svcSrc != nil {
+			sp, serr := agent.SyncServices(svcSrc, d, logf)
+			pass.Skipped = append(pass.Skipped, sp.Skipped...)
+			pass.Refused = append(pass.Refused, sp.Refused...)
+			err = errors.Join(err, serr)
+		}
 		for _, l := range pass.Skipped {
 			logf("skipped: " + l)
 		}
@@ -152,7 +172,16 @@ func run(args []string) int {
 		}
 		return 0
 	}
-	logf(fmt.Sprintf("node %s, cluster %s, daemon %s", *nodeName, cluster, *socket))
+	logf(fmt.Sprintf("node %s, cluster %s, daemon %s, services %v", *nodeName, cluster, *socket, svcSrc != nil))
+	if svcSrc != nil {
+		sc := c
+		sc.Log = func(s string) { logf("services: " + s) }
+		go func() {
+			if err := agent.RunServices(ctx, sc, svcSrc, d); err != nil && ctx.Err() == nil {
+				logf(fmt.Sprintf("services: %v", err))
+			}
+		}()
+	}
 	if err := agent.Run(ctx, c, src, d); err != nil && ctx.Err() == nil {
 		return fail("%v", err)
 	}

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"docknet/cni/internal/daemon"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Service is one daemon service as the agent wants it.
+type Service = daemon.Service
+
+// ServicePrefix starts the name of every service the agent owns in the daemon: services
+// without it (set by an operator) are never touched.
+const ServicePrefix = "k8s."
+
+// MaxServices bounds the services the agent hands the daemon (the daemon keeps at most 4096),
+// and MaxBackends the backends of one.
+const (
+	MaxServices = 4096
+	MaxBackends = 1024
+)
+
+// ServiceDaemon is what the agent needs of the daemon for services.
+type ServiceDaemon interface {
+	ServiceLs() ([]Service, error)
+	ServiceSet(s Service) error
+	ServiceRm(name string) error
+}
+
+// ServiceSource gives the cluster's Services and EndpointSlices and says when they may have
+// changed.
+type ServiceSource interface {
+	Services() ([]*corev1.Service, []*discoveryv1.EndpointSlice, error)
+	ServicesChanged() <-chan struct{}
+}
+
+// ServiceName is the daemon's name for port port of Service ns/name: `k8s.NS.NAME.PORT`
+// (the port's name, or its number when it has none).
+func ServiceName(ns, name string, port corev1.ServicePort) string {
+	p := port.Name
+	if p == "" {
+		p = strconv.Itoa(int(port.Port))
+	}
+	return ServicePrefix + ns + "." + name + "." + p
+}
+
+// DesiredServices computes the daemon's services from the cluster's: one per IPv4 ClusterIP
+// and TCP or UDP port of every Service that has a ClusterIP, its backends the ready endpoints
+// of the Service's EndpointSlices on the matching port. It returns them by name, and a line for
+// each Service or port skipped (headless, SCTP, IPv6 only, a name the daemon cannot take).
+func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) (map[string]Service, []string) {
+	want := map[string]Service{}
+	var skipped []string
+	// slices by namespace/service
+	bySvc := map[string][]*discoveryv1.EndpointSlice{}
+	for _, s := range slices {
+		owner := s.Labels[discoveryv1.LabelServiceName]
+		if owner == "" || s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		k := s.Namespace + "/" + owner
+		bySvc[k] = append(bySvc[k], s)
+	}
+	for _, svc := range svcs {
+		id := svc.Namespace + "/" + svc.Name
+		if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+			continue // headless: DNS names the pods, nothing to balance
+		}
+		vip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+		if err != nil || !vip.Is4() {
+			skipped = append(skipped, fmt.Sprintf("service %s: cluster IP %q is not IPv4", id, svc.Spec.ClusterIP))
+			continue
+		}
+		for _, port := range svc.Spec.Ports {
+			if len(want) >= MaxServices {
+				skipped = append(skipped, fmt.Sprintf("service %s: more than %d service ports", id, MaxServices))
+				break
+			}
+			proto := strings.ToLower(string(port.Protocol))
+			if proto == "" {
+				proto = "tcp"
+			}
+			if proto != "tcp" && proto != "udp" {
+				skipped = append(skipped, fmt.Sprintf("service %s port %d: protocol %s", id, port.Port, port.Protocol))
+				continue
+			}
+			name := ServiceName(svc.Namespace, svc.Name, port)
+			if !validName(name) {
+				skipped = append(skipped, fmt.Sprintf("service %s port %d: name %q too long for the daemon", id, port.Port, name))
+				continue
+			}
+			affinity := "none"
+			if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+				affinity = "client-ip"
+			}
+			backends := readyBackends(bySvc[id], port)
+			if len(backends) > MaxBackends {
+				skipped = append(skipped, fmt.Sprintf("service %s port %d: %d endpoints, the first %d kept", id, port.Port, len(backends), MaxBackends))
+				backends = backends[:MaxBackends]
+			}
+			want[name] = Service{
+				Name:     name,
+				Address:  netip.AddrPortFrom(vip, uint16(port.Port)).String(),
+				Proto:    proto,
+				Backends: backends,
+				Affinity: affinity,
+			}
+		}
+	}
+	return want, skipped
+}
+
+// readyBackends are the IPv4 addresses of the ready endpoints of slices on the slices' port
+// matching port (by name, as kube-proxy matches them), sorted, each once.
+func readyBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort) []string {
+	seen := map[string]bool{}
+	for _, s := range slices {
+		var num int32
+		for _, p := range s.Ports {
+			name := ""
+			if p.Name != nil {
+				name = *p.Name
+			}
+			proto := corev1.ProtocolTCP
+			if p.Protocol != nil {
+				proto = *p.Protocol
+			}
+			if name == port.Name && proto == orTCP(port.Protocol) && p.Port != nil {
+				num = *p.Port
+			}
+		}
+		if num <= 0 || num > 65535 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			// a nil Ready means ready (the API's contract); terminating endpoints are not
+			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+				continue
+			}
+			for _, a := range e.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil || !ip.Is4() {
+					continue
+				}
+				seen[netip.AddrPortFrom(ip, uint16(num)).String()] = true
+				break // the endpoint's first address, as kube-proxy takes it
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for b := range seen {
+		out = append(out, b)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orTCP(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
+// validName is the daemon's rule for names: 1-128 of [A-Za-z0-9_.-], not starting with . or -.
+func validName(n string) bool {
+	if n == "" || len(n) > 128 || n[0] == '.' || n[0] == '-' {
+		return false
+	}
+	for _, c := range n {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func sameService(a, b Service) bool {
+	if a.Address != b.Address || a.Proto != b.Proto || a.Affinity != b.Affinity || len(a.Backends) != len(b.Backends) {
+		return false
+	}
+	x := append([]string(nil), a.Backends...)
+	y := append([]string(nil), b.Backends...)
+	sort.Strings(x)
+	sort.Strings(y)
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// ReconcileServices makes the daemon's services named with ServicePrefix equal to want:
+// removes those not wanted, then sets those missing or different (endpoints changed). Other
+// services are not touched. A service the daemon refuses does not stop the others: it is
+// returned among the refusals. The error is for a daemon that could not be asked at all.
+func ReconcileServices(d ServiceDaemon, want map[string]Service) (done []string, refused []string, err error) {
+	have, err := d.ServiceLs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the daemon's services: %w", err)
+	}
+	current := map[string]Service{}
+	for _, s := range have {
+		if !strings.HasPrefix(s.Name, ServicePrefix) {
+			continue
+		}
+		if _, ok := want[s.Name]; ok {
+			current[s.Name] = s
+			continue
+		}
+		if err := d.ServiceRm(s.Name); err != nil {
+			refused = append(refused, fmt.Sprintf("removing service %s: %v", s.Name, err))
+			continue
+		}
+		done = append(done, "service rm "+s.Name)
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w := want[n]
+		if c, ok := current[n]; ok && sameService(c, w) {
+			continue
+		}
+		if err := d.ServiceSet(w); err != nil {
+			refused = append(refused, fmt.Sprintf("setting service %s (%s %s): %v", n, w.Proto, w.Address, err))
+			continue
+		}
+		done = append(done, fmt.Sprintf("service set %s %s %s -> %s", n, w.Proto, w.Address, strings.Join(w.Backends, ",")))
+	}
+	return done, refused, nil
+}
+
+// SyncServices makes one pass: the source's Services into the daemon's.
+func SyncServices(src ServiceSource, d ServiceDaemon, log func(string)) (Pass, error) {
+	svcs, slices, err := src.Services()
+	if err != nil {
+		return Pass{}, fmt.Errorf("reading the services: %w", err)
+	}
+	want, skipped := DesiredServices(svcs, slices)
+	done, refused, err := ReconcileServices(d, want)
+	for _, c := range done {
+		if log != nil {
+			log(c)
+		}
+	}
+	return Pass{Skipped: skipped, Refused: refused}, err
+}

@@ -1,0 +1,227 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// fakeServices holds services as the daemon would, refusing what it would refuse.
+type fakeServices struct {
+	mu  sync.Mutex
+	all map[string]Service
+}
+
+func (f *fakeServices) ServiceLs() ([]Service, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Service
+	for _, s := range f.all {
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (f *fakeServices) ServiceSet(s Service) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range s.Backends {
+		if strings.HasPrefix(b, "127.") {
+			return errors.New("not a unicast address")
+		}
+	}
+	f.all[s.Name] = s
+	return nil
+}
+
+func (f *fakeServices) ServiceRm(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.all, name)
+	return nil
+}
+
+// view is the services as "proto address -> backends", by name.
+func (f *fakeServices) view() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for n, s := range f.all {
+		b := append([]string(nil), s.Backends...)
+		sort.Strings(b)
+		out[n] = fmt.Sprintf("%s %s %s -> %s", s.Proto, s.Address, s.Affinity, strings.Join(b, ","))
+	}
+	return out
+}
+
+func waitServices(t *testing.T, d *fakeServices, want map[string]string, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		got := d.view()
+		if reflect.DeepEqual(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: services %v, want %v within 1 s", what, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func svc(name, clusterIP string, affinity corev1.ServiceAffinity, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec:       corev1.ServiceSpec{ClusterIP: clusterIP, Ports: ports, SessionAffinity: affinity},
+	}
+}
+
+func port(name string, p int32, proto corev1.Protocol) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: p, Protocol: proto}
+}
+
+type ep struct {
+	ip    string
+	ready *bool
+}
+
+func slice(name, owner string, ports map[string]int32, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "default",
+			Labels: map[string]string{discoveryv1.LabelServiceName: owner},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for n, p := range ports {
+		n, p := n, p
+		proto := corev1.ProtocolTCP
+		if strings.HasPrefix(n, "dns") {
+			proto = corev1.ProtocolUDP
+		}
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: &n, Port: &p, Protocol: &proto})
+	}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{e.ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready},
+		})
+	}
+	return s
+}
+
+func TestServicesFollowTheirReadyEndpointsWithinASecond(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	no := false
+	client := fake.NewClientset(
+		svc("web", "10.96.0.10", corev1.ServiceAffinityNone,
+			port("http", 80, corev1.ProtocolTCP), port("dns", 53, corev1.ProtocolUDP)),
+		slice("web-1", "web", map[string]int32{"http": 8080, "dns": 5353},
+			ep{"10.244.1.2", nil}, ep{"10.244.1.3", nil}, ep{"10.244.1.4", &no}),
+		// headless, IPv6 only, SCTP: nothing to balance here
+		svc("headless", corev1.ClusterIPNone, corev1.ServiceAffinityNone, port("", 80, corev1.ProtocolTCP)),
+		svc("v6", "fd00::10", corev1.ServiceAffinityNone, port("", 80, corev1.ProtocolTCP)),
+		svc("sctp", "10.96.0.12", corev1.ServiceAffinityNone, port("", 9, corev1.ProtocolSCTP)),
+	)
+	src, err := NewKubeServices(ctx, client, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// an operator's own service is left alone
+	d := &fakeServices{all: map[string]Service{"mine": {Name: "mine", Address: "10.97.0.1:80", Proto: "tcp", Affinity: "none"}}}
+	mine := "tcp 10.97.0.1:80 none -> "
+	done := make(chan error, 1)
+	go func() { done <- RunServices(ctx, Config{Resync: time.Hour}, src, d) }()
+	waitServices(t, d, map[string]string{
+		"mine":                 mine,
+		"k8s.default.web.http": "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.1.3:8080",
+		"k8s.default.web.dns":  "udp 10.96.0.10:53 none -> 10.244.1.2:5353,10.244.1.3:5353",
+	}, "start")
+
+	// an endpoint stops being ready; affinity changes
+	slices := client.DiscoveryV1().EndpointSlices("default")
+	if _, err := slices.Update(ctx, slice("web-1", "web", map[string]int32{"http": 8080, "dns": 5353},
+		ep{"10.244.1.2", nil}, ep{"10.244.1.3", &no}), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	services := client.CoreV1().Services("default")
+	if _, err := services.Update(ctx, svc("web", "10.96.0.10", corev1.ServiceAffinityClientIP,
+		port("http", 80, corev1.ProtocolTCP), port("dns", 53, corev1.ProtocolUDP)), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{
+		"mine":                 mine,
+		"k8s.default.web.http": "tcp 10.96.0.10:80 client-ip -> 10.244.1.2:8080",
+		"k8s.default.web.dns":  "udp 10.96.0.10:53 client-ip -> 10.244.1.2:5353",
+	}, "endpoint not ready")
+
+	// a second slice of the same service adds its endpoints
+	if _, err := slices.Create(ctx, slice("web-2", "web", map[string]int32{"http": 8080},
+		ep{"10.244.2.2", nil}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{
+		"mine":                 mine,
+		"k8s.default.web.http": "tcp 10.96.0.10:80 client-ip -> 10.244.1.2:8080,10.244.2.2:8080",
+		"k8s.default.web.dns":  "udp 10.96.0.10:53 client-ip -> 10.244.1.2:5353",
+	}, "second slice")
+
+	// the service goes: its daemon services go, the operator's stays
+	if err := services.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{"mine": mine}, "removed")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("run ended with %v", err)
+	}
+}
+
+func TestServicesTheDaemonRefusesDoNotStopTheOthers(t *testing.T) {
+	want, skipped := DesiredServices(
+		[]*corev1.Service{
+			svc("bad", "10.96.0.20", "", port("", 80, "")),
+			svc("good", "10.96.0.21", "", port("", 80, "")),
+			svc("sctp", "10.96.0.22", "", port("", 9, corev1.ProtocolSCTP)),
+			svc(strings.Repeat("x", 130), "10.96.0.23", "", port("", 80, "")),
+		},
+		[]*discoveryv1.EndpointSlice{
+			slice("b", "bad", map[string]int32{"": 80}, ep{"127.0.0.1", nil}),
+			slice("g", "good", map[string]int32{"": 80}, ep{"10.244.1.9", nil}, ep{"fd00::9", nil}),
+		},
+	)
+	if len(skipped) != 2 {
+		t.Errorf("skipped %q, want the SCTP port and the long name", skipped)
+	}
+	d := &fakeServices{all: map[string]Service{}}
+	done, refused, err := ReconcileServices(d, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 1 || !strings.Contains(refused[0], "k8s.default.bad.80") {
+		t.Errorf("refused %q", refused)
+	}
+	if len(done) != 1 {
+		t.Errorf("done %q", done)
+	}
+	if got := d.view()["k8s.default.good.80"]; got != "tcp 10.96.0.21:80 none -> 10.244.1.9:80" {
+		t.Errorf("good: %q", got)
+	}
+	// a second pass changes nothing
+	done, _, _ = ReconcileServices(d, want)
+	if len(done) != 0 {
+		t.Errorf("second pass did %q", done)
+	}
+}
