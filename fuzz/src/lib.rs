@@ -9,7 +9,7 @@
 //! | `master` | writes to one pipe's whole region between master rounds | the master never panics, and the other pipes change only in their rx rings |
 //! | `control` | request lines against a registry | a refused request changes nothing; a reopened registry has the same state |
 //! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
-//! | `delivery` | a delivery message | decoding never panics; what decodes re-encodes to itself |
+//! | `delivery` | a delivery message, or a services table | decoding never panics; what decodes re-encodes to itself |
 //! | `wire` | frames from the wire (and pipes' frames for it), ARP and VXLAN included | checking, readying, wrapping, unwrapping and parsing never panic; what is accepted keeps its length bounds; what is wrapped unwraps whole; the neighbour table stays bounded |
 //! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only a SYN's MSS options and checksum and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
 
@@ -464,12 +464,24 @@ pub fn channel(data: &[u8]) {
     }
 }
 
-/// Delivery messages: decode, and re-encode what decodes.
+/// Delivery messages and services tables: decode, and re-encode what decodes.
 pub fn delivery(data: &[u8]) {
+    use docknet_pipe::services::Table;
     if let Ok(m) = Msg::decode(data) {
         let b = m.encode();
         assert_eq!(Msg::decode(&b).as_ref(), Ok(&m));
         assert!(b.len() <= MAX_MSG);
+    }
+    if let Ok(t) = Table::decode(data) {
+        let all: Vec<_> = t.services().cloned().collect();
+        let b = Table::encode(&all);
+        assert_eq!(b.len(), data.len());
+        let again = Table::decode(&b).expect("a table re-encoded decodes");
+        assert_eq!(again.len(), t.len());
+        for s in &all {
+            assert_eq!(again.get(s.vip, s.port, s.proto), Some(s));
+            assert!(s.pick(Ipv4Addr::new(10, 0, 0, 1), 7).is_none_or(|b| s.backends.contains(&b)));
+        }
     }
 }
 
@@ -695,8 +707,20 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ),
         ("closed", Msg::Closed { id: 3 }),
         ("synced", Msg::Synced),
+        ("services", Msg::Services { len: 36 }),
     ] {
         out.push(("delivery", n.into(), m.encode()));
+    }
+    {
+        use docknet_pipe::services::{Affinity, Proto, Service, Table};
+        let svc = Service {
+            vip: Ipv4Addr::new(10, 96, 0, 10),
+            port: 80,
+            proto: Proto::Tcp,
+            affinity: Affinity::ClientIp,
+            backends: vec![std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 8080)],
+        };
+        out.push(("delivery", "table".into(), Table::encode(&[svc])));
     }
     // a TCP SYN offering a 64 KiB MSS and a data segment, each behind a path size of 1514
     let tcp = |flags: u8, opts: &[u8], payload: usize| {

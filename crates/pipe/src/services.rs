@@ -241,6 +241,11 @@ impl Table {
         self.map.get(&(vip, port, proto))
     }
 
+    /// Every service, in no particular order.
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.map.values()
+    }
+
     /// Number of services.
     pub fn len(&self) -> usize {
         self.map.len()
