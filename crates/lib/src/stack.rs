@@ -99,7 +99,7 @@ pub(crate) struct Inner {
     /// State of the draws that pick a service's backend.
     draw: u64,
     /// Sockets closed by the application, removed once their state reaches Closed.
-    pub(crate) closing: Vec<SocketHandle>,
+    closing: Vec<Closing>,
     /// Listeners by port: their listening sockets and the connections not yet accepted.
     pub(crate) listeners: Vec<Listening>,
     cfg: StackConfig,
@@ -115,6 +115,19 @@ pub(crate) struct Inner {
     /// find nothing either) and goes on to wait; the sleep is armed only if no frame came.
     was_clean: bool,
 }
+
+/// A socket closed by the application, until it reaches Closed.
+struct Closing {
+    h: SocketHandle,
+    /// Whether it was seen in TIME-WAIT (and then its key, when it holds a listening port's
+    /// connection and is in the device's TIME-WAIT table).
+    seen_time_wait: bool,
+    key: Option<crate::device::ConnKey>,
+}
+
+/// Most TIME-WAIT connections the device looks new SYNs up in (beyond them, a reused port
+/// waits out TIME-WAIT as before).
+const TIME_WAIT_KEYS: usize = 65536;
 
 /// A listener's sockets: smoltcp has no backlog, so a listener owns a pool of sockets on its
 /// port. Before every poll the pool gets `spare` sockets in `Listen` again (as long as fewer
@@ -176,6 +189,7 @@ impl Inner {
         let mut changed = false;
         // a SYN held for want of a listening socket is taken once the pool is refilled
         for _ in 0..4 {
+            self.reopen_time_wait();
             self.refill_listeners();
             changed |= self.iface.poll(now, &mut self.dev, &mut self.sockets)
                 == PollResult::SocketStateChanged;
@@ -185,13 +199,33 @@ impl Inner {
         }
         self.dev.ep.flush();
         if !self.closing.is_empty() {
-            let sockets = &mut self.sockets;
-            self.closing.retain(|h| {
-                let done = sockets.get::<tcp::Socket>(*h).state() == tcp::State::Closed;
-                if done {
-                    sockets.remove(*h);
+            let (sockets, listeners) = (&mut self.sockets, &self.listeners);
+            let tw = &mut self.dev.time_wait;
+            self.closing.retain_mut(|c| {
+                let s = sockets.get::<tcp::Socket>(c.h);
+                match s.state() {
+                    tcp::State::Closed => {
+                        if let Some(k) = c.key {
+                            tw.remove(&k);
+                        }
+                        sockets.remove(c.h);
+                        false
+                    }
+                    tcp::State::TimeWait if !c.seen_time_wait => {
+                        c.seen_time_wait = true;
+                        if let (Some(l), Some(r)) = (s.local_endpoint(), s.remote_endpoint()) {
+                            if tw.len() < TIME_WAIT_KEYS
+                                && listeners.iter().any(|x| x.port == l.port)
+                            {
+                                let k = (l.port, IpAddr::from(r.addr), r.port);
+                                tw.insert(k, c.h);
+                                c.key = Some(k);
+                            }
+                        }
+                        true
+                    }
+                    _ => true,
                 }
-                !done
             });
         }
         self.clean = !self.dev.backlogged();
@@ -362,7 +396,26 @@ impl Inner {
 
     /// Removes a socket once it has finished closing.
     pub(crate) fn retire(&mut self, h: SocketHandle) {
-        self.closing.push(h);
+        self.closing.push(Closing {
+            h,
+            seen_time_wait: false,
+            key: None,
+        });
+    }
+
+    /// Removes the TIME-WAIT connections a new SYN asked for (the device holds the SYN until
+    /// then), as Linux lets a new connection take a 4-tuple in TIME-WAIT (RFC 6191). No
+    /// segment is sent for the old connection: its peer is the one asking anew.
+    fn reopen_time_wait(&mut self) {
+        if self.dev.reopen.is_empty() {
+            return;
+        }
+        for h in std::mem::take(&mut self.dev.reopen) {
+            if let Some(i) = self.closing.iter().position(|c| c.h == h) {
+                self.closing.swap_remove(i);
+                self.sockets.remove(h);
+            }
+        }
     }
 
     /// The next ephemeral port: the pipe's, shared with the container's other processes

@@ -194,12 +194,32 @@ impl TcpStream {
     /// connect. The stream is writable once connected; [`TcpStream::connect_result`] tells
     /// how it went.
     pub fn connect_start(stack: &Stack, addr: impl Into<SocketAddr>) -> io::Result<TcpStream> {
-        let asked = addr.into();
+        TcpStream::start(stack, None, addr.into())
+    }
+
+    /// [`TcpStream::connect_start`] from local port `port` (a program that binds its port
+    /// before it connects). A port another connection of this stack to the same peer uses is
+    /// refused by the peer's stack, not here.
+    pub fn connect_start_from(
+        stack: &Stack,
+        port: u16,
+        addr: impl Into<SocketAddr>,
+    ) -> io::Result<TcpStream> {
+        if port == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "local port 0"));
+        }
+        TcpStream::start(stack, Some(port), addr.into())
+    }
+
+    fn start(stack: &Stack, port: Option<u16>, asked: SocketAddr) -> io::Result<TcpStream> {
         let _call = crate::stack::CallGuard::new(&stack.shared);
         let mut g = stack.lock();
         let addr = g.service_target(asked, Proto::Tcp)?;
         let h = g.new_tcp_socket();
-        let local = g.ephemeral_port();
+        let local = match port {
+            Some(p) => p,
+            None => g.ephemeral_port(),
+        };
         let Inner { iface, sockets, .. } = &mut *g;
         let r = sockets.get_mut::<tcp::Socket>(h).connect(
             iface.context(),
@@ -538,7 +558,7 @@ impl Drop for TcpStream {
             g.sockets.remove(self.h);
         } else {
             s.close();
-            g.closing.push(self.h);
+            g.retire(self.h);
         }
         g.poll();
     }

@@ -156,6 +156,49 @@ fn connect_to_a_closed_port_is_refused() {
 }
 
 #[test]
+fn a_server_takes_a_new_connection_on_a_port_pair_it_holds_in_time_wait() {
+    // The server closes first, so it holds the connection in TIME-WAIT (10 s in smoltcp); the
+    // client comes back from the same port at once, as a kernel client or another stack may.
+    // Before, the server's TIME-WAIT socket answered the SYN and the client waited in SYN
+    // retransmissions (1 + 2 + 4 s ...) until TIME-WAIT ended.
+    let n = net(false, 1500);
+    let mut l = TcpListener::bind(&n.b, 7010).unwrap();
+    let srv = thread::spawn(move || {
+        for msg in [&b"one"[..], b"two"] {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(msg).unwrap();
+            drop(s); // the server closes first
+        }
+    });
+    let to = SocketAddrV4::new(B, 7010);
+    let fetch = |what: &str| {
+        let t = std::time::Instant::now();
+        let mut c = TcpStream::connect_start_from(&n.a, 40_000, to).unwrap();
+        while c.connect_result().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(10), "{what}: no answer");
+            thread::sleep(Duration::from_millis(1));
+        }
+        c.connect_result().unwrap().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).unwrap();
+        (out, t.elapsed())
+    };
+    let (first, _) = fetch("first");
+    assert_eq!(first, b"one");
+    // the client's side of the first connection closes (the server's is in TIME-WAIT)
+    thread::sleep(Duration::from_millis(200));
+    let (second, took) = fetch("second");
+    assert_eq!(second, b"two");
+    assert!(
+        took < Duration::from_millis(900),
+        "the new connection took {took:?}"
+    );
+    assert_eq!(n.b.device_stats().time_wait_reused, 1);
+    srv.join().unwrap();
+}
+
+#[test]
 fn close_and_reset_reach_the_peer() {
     let n = net(true, 1500);
     let mut l = TcpListener::bind(&n.b, 7002).unwrap();
