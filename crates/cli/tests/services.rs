@@ -8,6 +8,7 @@ use common::{one_at_a_time, preload_library, root_or_skip, Lab};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
+use std::time::Duration;
 
 const PY: &str = "/usr/bin/python3";
 
@@ -68,6 +69,28 @@ if len(sys.argv) > 3:
 print(json.dumps({"served": served, "peers": sorted(peers), "refused": refused, "udp": udp}))
 "#;
 
+/// A client for a while: connections to the service at argv[1]:80 one after another until
+/// the file argv[2] exists; one JSON line with who answered and every failure.
+const CLIENT_UNTIL: &str = r#"
+import json, os, socket, sys
+vip, stop = sys.argv[1], sys.argv[2]
+served, errors = {}, []
+while not os.path.exists(stop):
+    try:
+        s = socket.create_connection((vip, 80), timeout=5)
+        b = b""
+        while True:
+            d = s.recv(100)
+            if not d:
+                break
+            b += d
+        s.close()
+        served[b.decode()] = served.get(b.decode(), 0) + 1
+    except OSError as e:
+        errors.append(repr(e))
+print(json.dumps({"served": served, "errors": errors}))
+"#;
+
 struct Setup {
     lab: Lab,
     dir: tempfile::TempDir,
@@ -94,6 +117,7 @@ fn setup(tag: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("backend.py"), BACKEND).unwrap();
     std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
+    std::fs::write(dir.path().join("until.py"), CLIENT_UNTIL).unwrap();
     let client = format!("svc{tag}c{n}");
     lab.ok(&[
         "pipe",
@@ -114,12 +138,22 @@ fn setup(tag: &str) -> Setup {
         let (name, ip) = (format!("svc{tag}b{k}x{n}"), format!("10.77.{n}.{}", 10 + k));
         s.lab
             .ok(&["pipe", "create", &name, "--ip", &format!("{ip}/24")]);
-        let mut c = s.lab.cmd();
-        c.args(["run", "--pipe", &name, "--preload", "--bind"])
-            .arg(s.dir.path())
+        let child = s.backend(&name);
+        s.servers.push(child);
+        s.backends.push((name, ip));
+    }
+    s
+}
+
+impl Setup {
+    /// Starts the backend program in a container on pipe `name`; returns once it listens.
+    fn backend(&self, name: &str) -> Child {
+        let mut c = self.lab.cmd();
+        c.args(["run", "--pipe", name, "--preload", "--bind"])
+            .arg(self.dir.path())
             .args(["--", PY])
-            .arg(s.dir.path().join("backend.py"))
-            .arg(&name)
+            .arg(self.dir.path().join("backend.py"))
+            .arg(name)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let mut child = c.spawn().expect("backend container");
@@ -130,13 +164,9 @@ fn setup(tag: &str) -> Setup {
         )
         .unwrap();
         assert_eq!(line.trim(), "ready", "backend {name} started");
-        s.servers.push(child);
-        s.backends.push((name, ip));
+        child
     }
-    s
-}
 
-impl Setup {
     /// Runs the client program in a container: `n` connections (and a UDP exchange with
     /// `udp`); its JSON line.
     fn call(&self, n: usize, udp: bool) -> serde_json::Value {
@@ -263,6 +293,61 @@ fn a_service_spreads_connections_over_its_backends_and_follows_their_changes() {
     assert_eq!(lab.lab.json(&["status", "--json"])["services"], 2);
     lab.lab.ok(&["service", "rm", "dns"]);
     assert!(!lab.lab.run(&["service", "rm", "dns"]).status.success());
+}
+
+#[test]
+fn backends_scaled_down_and_up_under_load_cost_no_request() {
+    if !root_or_skip("services") || !Path::new(PY).is_file() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let mut s = setup("s");
+    let tcp = format!("{}:80", s.vip);
+    let b = |k: usize| format!("{}:8080", s.backends[k].1);
+    let (b0, b1) = (b(0), b(1));
+    let set = |s: &Setup, backends: &[&str]| {
+        let mut a = vec!["web", tcp.as_str()];
+        for x in backends {
+            a.extend(["--backend", x]);
+        }
+        let o = s.set(&a);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    set(&s, &[&b0, &b1]);
+    let stop = s.dir.path().join("stop");
+    let mut c = s.lab.cmd();
+    c.args(["run", "--pipe", &s.client, "--preload", "--bind"])
+        .arg(s.dir.path())
+        .args(["--", PY])
+        .arg(s.dir.path().join("until.py"))
+        .arg(&s.vip)
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let client = c.spawn().expect("client container");
+    let pause = || std::thread::sleep(Duration::from_millis(700));
+    pause();
+    // scale down as Kubernetes does: the endpoint leaves the service, then its pod ends
+    set(&s, &[&b1]);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut gone = s.servers.remove(0);
+    let _ = gone.kill();
+    let _ = gone.wait();
+    pause();
+    // and up: a new pod, ready, then back in the service
+    let name = s.backends[0].0.clone();
+    let again = s.backend(&name);
+    s.servers.push(again);
+    set(&s, &[&b0, &b1]);
+    pause();
+    std::fs::write(&stop, b"").unwrap();
+    let r = json_of(&client.wait_with_output().unwrap());
+    assert_eq!(r["errors"], serde_json::json!([]), "{r}");
+    let got = served(&r);
+    assert!(
+        got.len() == 2 && got.values().all(|&n| n >= 5),
+        "both backends served: {r}"
+    );
 }
 
 #[test]
