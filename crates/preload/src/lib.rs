@@ -7,7 +7,7 @@
 //! `docs/preload.md`.
 //!
 //! Layout: `shim` (the `extern "C"` entry points) and `sys` (libc's own functions, errno)
-//! hold every `unsafe` block; `ops` (the socket calls), `event` (poll, select, epoll and the
+//! hold every `unsafe` block; `ops` (the socket calls), `opts` (options and control), `event` (poll, select, epoll and the
 //! notifier), `sock` (a socket's state, routes, poll bits), `sig` (signals and blocked calls),
 //! `table` (descriptor table) and `errno` are safe code.
 
@@ -16,6 +16,7 @@
 pub mod errno;
 pub mod event;
 pub mod ops;
+pub mod opts;
 #[cfg(not(test))]
 mod shim;
 pub mod sig;
