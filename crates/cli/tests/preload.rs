@@ -293,6 +293,53 @@ fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
 /// stack, which alone may drive the pipe's rings), at once and with one line on stderr, and the
 /// parent's connection carries on undisturbed.
 #[test]
+fn passing_a_docknet_socket_to_another_process_is_refused_with_one_line() {
+    if !ready("scm_rights", &[("python3", "python3")]) {
+        return;
+    }
+    let (lab, _s, c, _ip) = lab(false);
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("pass.py");
+    std::fs::write(
+        &prog,
+        "import json, os, socket\n\
+         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         u.bind(('0.0.0.0', 9999))\n\
+         a, b = socket.socketpair()\n\
+         out = {}\n\
+         try:\n\
+         \x20   socket.send_fds(a, [b'x'], [u.fileno()])\n\
+         \x20   out['docknet'] = 'passed'\n\
+         except OSError as e:\n\
+         \x20   out['docknet'] = e.errno\n\
+         f = os.open('/dev/null', os.O_RDONLY)\n\
+         socket.send_fds(a, [b'y'], [f])\n\
+         msg, fds, _, _ = socket.recv_fds(b, 10, 4)\n\
+         out['file'] = [msg.decode(), len(fds)]\n\
+         print(json.dumps(out))\n",
+    )
+    .unwrap();
+    let o = client(
+        &lab,
+        &c,
+        &[dir.path()],
+        &[],
+        &["/usr/bin/python3", prog.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    let out = must(&o, "the program");
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(v["docknet"], libc::EOPNOTSUPP, "{out}");
+    assert_eq!(
+        v["file"],
+        serde_json::json!(["y", 1]),
+        "other descriptors pass: {out}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.matches("SCM_RIGHTS").count(), 1, "one line: {err}");
+}
+
+#[test]
 fn a_forked_child_is_refused_inherited_sockets_and_the_parent_carries_on() {
     if !ready("preload fork", &[("cc", "gcc")]) {
         return;

@@ -595,8 +595,53 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     unsafe { real!(recvmsg)(fd, msg, flags) }
 }
 
+/// Whether `msg` passes a DockNet socket's descriptor (`SCM_RIGHTS`). Such a descriptor is a
+/// placeholder of the kernel's: the connection lives in this process's stack, which another
+/// process cannot drive, so the passing is refused rather than handing over a dead socket.
+///
+/// # Safety
+/// `msg` is null or the caller's valid msghdr, its control buffer `msg_controllen` bytes.
+unsafe fn passes_docknet_socket(msg: *const libc::msghdr) -> bool {
+    // SAFETY: null or the caller's valid msghdr.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return false;
+    };
+    if m.msg_control.is_null() || m.msg_controllen < std::mem::size_of::<libc::cmsghdr>() {
+        return false;
+    }
+    // SAFETY: the kernel's cmsg walk over the caller's control buffer, bounded by
+    // msg_controllen (CMSG_NXTHDR returns null past its end).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const c_int;
+                let head = data as usize - c as usize;
+                let n =
+                    ((*c).cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<c_int>();
+                for k in 0..n {
+                    let fd = std::ptr::read_unaligned(data.add(k));
+                    if TABLE.maybe(fd) && ops::is_docknet(fd) {
+                        return true;
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    false
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's msghdr, as sendmsg takes it.
+    if ops::active() && unsafe { passes_docknet_socket(msg) } {
+        ops::log_once(
+            "passing a DockNet socket to another process (SCM_RIGHTS) is not supported: its \
+             connection lives in this process's DockNet stack",
+        );
+        return retl(Err(libc::EOPNOTSUPP));
+    }
     if TABLE.maybe(fd) {
         if msg.is_null() {
             return retl(Err(libc::EFAULT));
