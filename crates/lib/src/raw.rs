@@ -178,8 +178,9 @@ pub struct Endpoint {
     conn: Option<OwnedFd>,
     socket: Option<String>,
     last_try: Option<Instant>,
-    /// After a reconnect: the channels announced so far, until `Synced`.
-    resync: Option<Vec<u64>>,
+    /// After a reconnect: the channels announced so far, and whether a services table came,
+    /// until `Synced`.
+    resync: Option<(Vec<u64>, bool)>,
     name: String,
     /// The pipe's IPv6 address and prefix length, when it has one.
     ip6: Option<(Ipv6Addr, u8)>,
@@ -486,7 +487,7 @@ impl Endpoint {
             return false;
         }
         self.conn = Some(conn);
-        self.resync = Some(Vec::new());
+        self.resync = Some((Vec::new(), false));
         self.stats.reconnects += 1;
         true
     }
@@ -495,7 +496,7 @@ impl Endpoint {
     fn handle(&mut self, m: Msg, fd: Option<OwnedFd>) {
         match m {
             Msg::Channel(c) => {
-                if let Some(r) = self.resync.as_mut() {
+                if let Some((r, _)) = self.resync.as_mut() {
                     r.push(c.id);
                 }
                 if self.fcs.iter().any(|f| f.id == c.id) {
@@ -514,8 +515,12 @@ impl Endpoint {
             }
             Msg::Closed { id } => self.fcs.retain(|f| f.id != id),
             Msg::Synced => {
-                if let Some(ids) = self.resync.take() {
+                if let Some((ids, services)) = self.resync.take() {
                     self.fcs.retain(|f| ids.contains(&f.id));
+                    // a daemon that sent no table has no services (any more)
+                    if !services {
+                        self.services = Arc::default();
+                    }
                 }
             }
             Msg::Services { len } => match fd.map(|fd| services::read_sealed(fd, len as usize)) {

@@ -741,7 +741,10 @@ impl Stack {
     /// Whether `a` is the address of a service the daemon announced: connects to it go to
     /// one of the service's backends.
     pub fn is_service(&self, a: Ipv4Addr) -> bool {
-        self.lock().dev.ep.services().has_address(a)
+        let mut g = self.lock();
+        // the table as the daemon last sent it (one load when nothing changed)
+        g.dev.ep.refresh();
+        g.dev.ep.services().has_address(a)
     }
 
     /// Device counters.
