@@ -199,6 +199,55 @@ fn a_server_takes_a_new_connection_on_a_port_pair_it_holds_in_time_wait() {
 }
 
 #[test]
+fn a_client_reaches_two_new_peers_without_waiting_for_the_second_address() {
+    // smoltcp silenced address discovery for the whole neighbour cache for a second after each
+    // request: a client that opened connections to two peers it had not talked to within a
+    // second sent the second ARP request, and so its SYN, a second late.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(dir.path(), None).unwrap();
+    for (p, ip) in [
+        ("a", "10.9.0.1/24"),
+        ("b", "10.9.0.2/24"),
+        ("c", "10.9.0.3/24"),
+    ] {
+        r.create_pipe(p, ip, Some(1500), None).unwrap();
+    }
+    let master = Arc::new(docknet_daemon::master::MasterShared::new(r.snapshot()));
+    let m = master.clone();
+    let h = thread::spawn(move || docknet_daemon::master::run(m, IdlePolicy::ADAPTIVE, None));
+    let stack = |p: &str, r: &mut Registry| {
+        let conn = r.connect_local(p).unwrap();
+        Stack::new(
+            Endpoint::from_connection(conn, IdlePolicy::ADAPTIVE, None).unwrap(),
+            StackConfig::default(),
+        )
+    };
+    let (a, b, c) = (stack("a", &mut r), stack("b", &mut r), stack("c", &mut r));
+    let mut servers = Vec::new();
+    for st in [&b, &c] {
+        let mut l = TcpListener::bind(st, 7020).unwrap();
+        servers.push(thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(b"hi").unwrap();
+        }));
+    }
+    for ip in [[10, 9, 0, 2], [10, 9, 0, 3]] {
+        let t = std::time::Instant::now();
+        let mut s = TcpStream::connect(&a, SocketAddrV4::new(ip.into(), 7020)).unwrap();
+        let mut buf = [0u8; 2];
+        s.read_exact(&mut buf).unwrap();
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(500), "{ip:?}: {took:?}");
+    }
+    for s in servers {
+        s.join().unwrap();
+    }
+    master.shutdown.store(true, Ordering::Release);
+    master.poke();
+    h.join().unwrap();
+}
+
+#[test]
 fn close_and_reset_reach_the_peer() {
     let n = net(true, 1500);
     let mut l = TcpListener::bind(&n.b, 7002).unwrap();

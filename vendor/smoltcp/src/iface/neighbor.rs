@@ -45,12 +45,19 @@ impl Answer {
 #[derive(Debug)]
 pub struct Cache {
     storage: LinearMap<IpAddress, Neighbor, IFACE_NEIGHBOR_CACHE_COUNT>,
-    silent_until: Instant,
+    // DockNet patch: the silence after a discovery request is kept per address (the most
+    // recent SILENT_SLOTS of them), not for the whole cache. With one silence for all, a
+    // request for one neighbour held back the request for any other for a second: a client
+    // opening connections to two new peers within a second had the second wait that long.
+    silent: [Option<(IpAddress, Instant)>; Self::SILENT_SLOTS],
 }
 
 impl Cache {
     /// Minimum delay between discovery requests, in milliseconds.
     pub(crate) const SILENT_TIME: Duration = Duration::from_millis(1_000);
+
+    /// Addresses whose discovery silence is kept at once (DockNet patch).
+    const SILENT_SLOTS: usize = 8;
 
     /// Neighbor entry lifetime, in milliseconds.
     pub(crate) const ENTRY_LIFETIME: Duration = Duration::from_millis(60_000);
@@ -59,7 +66,7 @@ impl Cache {
     pub fn new() -> Self {
         Self {
             storage: LinearMap::new(),
-            silent_until: Instant::from_millis(0),
+            silent: [None; Self::SILENT_SLOTS],
         }
     }
 
@@ -158,15 +165,37 @@ impl Cache {
             return Answer::Found(hardware_addr);
         }
 
-        if timestamp < self.silent_until {
+        let silent = self
+            .silent
+            .iter()
+            .flatten()
+            .any(|(a, until)| a == protocol_addr && timestamp < *until);
+        if silent {
             Answer::RateLimited
         } else {
             Answer::NotFound
         }
     }
 
-    pub(crate) fn limit_rate(&mut self, timestamp: Instant) {
-        self.silent_until = timestamp + Self::SILENT_TIME;
+    /// Silences discovery requests for `protocol_addr` for SILENT_TIME (DockNet patch: per
+    /// address; the slot of the address, else a free or expired one, else the oldest).
+    pub(crate) fn limit_rate(&mut self, protocol_addr: IpAddress, timestamp: Instant) {
+        let until = timestamp + Self::SILENT_TIME;
+        let slot = self
+            .silent
+            .iter()
+            .position(|s| matches!(s, Some((a, _)) if *a == protocol_addr))
+            .or_else(|| {
+                self.silent
+                    .iter()
+                    .position(|s| s.is_none_or(|(_, u)| u <= timestamp))
+            })
+            .unwrap_or_else(|| {
+                (0..Self::SILENT_SLOTS)
+                    .min_by_key(|&i| self.silent[i].map(|(_, u)| u))
+                    .unwrap_or(0)
+            });
+        self.silent[slot] = Some((protocol_addr, until));
     }
 
     pub(crate) fn flush(&mut self) {
@@ -305,7 +334,7 @@ mod test {
             Answer::NotFound
         );
 
-        cache.limit_rate(Instant::from_millis(0));
+        cache.limit_rate(MOCK_IP_ADDR_1.into(), Instant::from_millis(0));
         assert_eq!(
             cache.lookup(&MOCK_IP_ADDR_1.into(), Instant::from_millis(100)),
             Answer::RateLimited
@@ -314,6 +343,35 @@ mod test {
             cache.lookup(&MOCK_IP_ADDR_1.into(), Instant::from_millis(2000)),
             Answer::NotFound
         );
+    }
+
+    #[test]
+    fn test_docknet_hush_is_per_address() {
+        let mut cache = Cache::new();
+        cache.limit_rate(MOCK_IP_ADDR_1.into(), Instant::from_millis(0));
+        // another neighbour is asked for at once
+        assert_eq!(
+            cache.lookup(&MOCK_IP_ADDR_2.into(), Instant::from_millis(1)),
+            Answer::NotFound
+        );
+        cache.limit_rate(MOCK_IP_ADDR_2.into(), Instant::from_millis(1));
+        assert_eq!(
+            cache.lookup(&MOCK_IP_ADDR_1.into(), Instant::from_millis(2)),
+            Answer::RateLimited
+        );
+        assert_eq!(
+            cache.lookup(&MOCK_IP_ADDR_2.into(), Instant::from_millis(2)),
+            Answer::RateLimited
+        );
+        // more addresses than slots: the oldest silence gives way, never a panic
+        for k in 0..40u8 {
+            let a = crate::wire::Ipv4Address::new(10, 0, 1, k);
+            cache.limit_rate(a.into(), Instant::from_millis(3 + i64::from(k)));
+            assert_eq!(
+                cache.lookup(&a.into(), Instant::from_millis(4 + i64::from(k))),
+                Answer::RateLimited
+            );
+        }
     }
 
     #[test]

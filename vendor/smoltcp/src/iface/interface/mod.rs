@@ -1201,8 +1201,9 @@ impl InterfaceInner {
             _ => (),
         }
 
-        // The request got dispatched, limit the rate on the cache.
-        self.neighbor_cache.limit_rate(self.now);
+        // The request got dispatched, limit the rate on the cache (DockNet patch: for this
+        // address only).
+        self.neighbor_cache.limit_rate(dst_addr, self.now);
         Err(DispatchError::NeighborPending)
     }
 
