@@ -298,6 +298,11 @@ impl Endpoint {
         Ok(ep)
     }
 
+    /// Threads of this process sleeping on the rings right now (armed, not yet disarmed).
+    pub fn sleepers(&self) -> u32 {
+        self.sleepers
+    }
+
     /// The services the daemon announced: a connect to one of their addresses goes to one of
     /// its backends ([`docknet_pipe::services`]).
     pub fn services(&self) -> &Arc<Table> {

@@ -98,6 +98,8 @@ pub(crate) struct Inner {
     port_seed: u64,
     /// State of the draws that pick a service's backend.
     draw: u64,
+    /// Bumped by every poll that moved anything ([`Shared::events`]).
+    events: Arc<AtomicU32>,
     /// Sockets closed by the application, removed once their state reaches Closed.
     closing: Vec<Closing>,
     /// Listeners by port: their listening sockets and the connections not yet accepted.
@@ -229,7 +231,17 @@ impl Inner {
             });
         }
         self.clean = !self.dev.backlogged();
-        changed || self.dev.stats != before
+        let moved = changed || self.dev.stats != before;
+        if moved {
+            // Another thread's wait may hang on what this poll changed (a connection to
+            // accept, data, room): it rechecks when the word moved since its check, and one
+            // asleep is woken (only then a system call).
+            self.events.fetch_add(1, Ordering::Release);
+            if self.dev.ep.sleepers() > 0 {
+                docknet_pipe::wake::wake(&self.events);
+            }
+        }
+        moved
     }
 
     /// Tops up every listener's pool to [`SPARE`] listening sockets while fewer than its
@@ -456,6 +468,11 @@ impl Inner {
 
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
+    /// Bumped under the lock by every poll that moved anything; a blocked call waits on it
+    /// with the value it saw when it last checked its condition, so a change made by another
+    /// thread's poll in between (after the frame that caused it was taken off the ring, so the
+    /// rings' words no longer show it) ends its sleep.
+    pub(crate) events: Arc<AtomicU32>,
     /// Calls in progress; the engine thread stays away while this is not zero.
     pub(crate) callers: AtomicU32,
     /// The engine sleeps on `callers` until the call in progress ends (it does so only when a
@@ -654,7 +671,9 @@ impl Stack {
                 let _ = a.push(IpCidr::new(to_ip(ll), 64));
             }
         });
+        let events = Arc::new(AtomicU32::new(0));
         let shared = Arc::new(Shared {
+            events: events.clone(),
             inner: Mutex::new(Inner {
                 iface,
                 sockets: SocketSet::new(Vec::new()),
@@ -662,6 +681,7 @@ impl Stack {
                 epoch,
                 port_seed: seed >> 40,
                 draw: seed | 1,
+                events: events.clone(),
                 closing: Vec::new(),
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
@@ -817,6 +837,9 @@ impl Stack {
         let budget = &self.shared.idle_budget;
         let mut idler = Idler::with_budget(self.shared.cfg.idle, budget.load(Ordering::Relaxed));
         let r = loop {
+            // the events word as of the last check of `f` (read under the lock: polls bump it
+            // under the lock)
+            let seen;
             {
                 let mut g = self.lock();
                 // the first poll is skipped when the last one, just before, left nothing
@@ -831,6 +854,7 @@ impl Stack {
                     idler.busy();
                     continue;
                 }
+                seen = self.shared.events.load(Ordering::Acquire);
             }
             if woken.iter().any(|(w, v)| w.load(Ordering::Acquire) != *v) {
                 break Err(io::Error::from(io::ErrorKind::Interrupted));
@@ -841,9 +865,12 @@ impl Stack {
             if !idler.step() {
                 continue;
             }
-            // the sleep ends early for a frame, a kick, a channel change, the waker or the
-            // stack's next timer; the cap only bounds how long a lost wake-up could cost
-            self.shared.sleep(CALL_SLEEP_MAX, deadline, woken);
+            // the sleep ends early for a frame, a kick, a channel change, the waker, another
+            // thread's poll that changed something, or the stack's next timer; the cap only
+            // bounds how long a lost wake-up could cost
+            let mut words: smallvec::SmallVec<[(&AtomicU32, u32); 4]> = woken.into();
+            words.push((&self.shared.events, seen));
+            self.shared.sleep(CALL_SLEEP_MAX, deadline, &words);
         };
         budget.store(idler.budget(), Ordering::Relaxed);
         r

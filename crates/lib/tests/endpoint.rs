@@ -631,3 +631,36 @@ fn a_full_ring_makes_frames_wait_in_order_not_vanish() {
     assert_eq!(dev.stats.tx_dropped, 5 + BACKLOG_FRAMES as u64);
     assert!(!dev.backlogged());
 }
+
+#[test]
+fn a_running_container_takes_every_change_of_the_services() {
+    use docknet_daemon::proto::{ServiceAffinity, ServiceInfo, ServiceProto};
+    let (_d, mut r) = setup();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
+    assert!(a.services().is_empty());
+    let svc = |backends: &[&str]| ServiceInfo {
+        name: "web".into(),
+        address: "10.96.0.10:80".into(),
+        proto: ServiceProto::Tcp,
+        backends: backends.iter().map(|b| b.to_string()).collect(),
+        affinity: ServiceAffinity::None,
+    };
+    let vip = Ipv4Addr::new(10, 96, 0, 10);
+    let backends = |a: &Endpoint| {
+        a.services()
+            .get(vip, 80, docknet_pipe::services::Proto::Tcp)
+            .map(|s| s.backends.len())
+    };
+    for (k, set) in [&["10.3.0.2:80", "10.3.0.3:80"][..], &["10.3.0.2:80"], &[]]
+        .into_iter()
+        .enumerate()
+    {
+        r.set_service(&svc(set)).unwrap();
+        a.refresh();
+        assert_eq!(backends(&a), Some(set.len()), "change {k}");
+    }
+    r.remove_service("web").unwrap();
+    a.refresh();
+    assert_eq!(backends(&a), None);
+    assert_eq!(a.stats().bad_services, 0);
+}
