@@ -393,7 +393,7 @@ fn a_backend_with_two_waiting_threads_answers_every_connection_at_once() {
         return;
     }
     let _one = one_at_a_time();
-    let s = setup_with("w", &["--fast-channels", "manual"]);
+    let s = setup_with("w", &[]);
     let tcp = format!("{}:80", s.vip);
     let (b0, b1) = (
         format!("{}:8080", s.backends[0].1),

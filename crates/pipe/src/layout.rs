@@ -525,6 +525,9 @@ pub fn generation(region: &Region) -> u32 {
 pub fn bump_generation(region: &Region) {
     if let Some(a) = region.u32_at(H_GEN) {
         a.fetch_add(1, Ordering::AcqRel);
+        // threads asleep on the word learn of the change now: a new fast channel's ring is
+        // not among the words they armed, so its partner's kicks would not reach them
+        crate::wake::wake(a);
     }
 }
 
@@ -700,5 +703,29 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod generation_tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_bump_wakes_a_thread_asleep_on_the_generation() {
+        let r = std::sync::Arc::new(Region::anonymous(HEADER_SIZE).unwrap());
+        let before = generation(&r);
+        let r2 = r.clone();
+        let sleeper = std::thread::spawn(move || {
+            let t = Instant::now();
+            let w = r2.u32_at(GENERATION_OFF).unwrap();
+            let _ = crate::wake::wait_any(&[(w, before)], Some(Duration::from_secs(5)));
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        bump_generation(&r);
+        let slept = sleeper.join().unwrap();
+        assert_eq!(generation(&r), before.wrapping_add(1));
+        assert!(slept < Duration::from_secs(2), "slept {slept:?}: not woken");
     }
 }
