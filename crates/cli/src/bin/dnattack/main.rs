@@ -437,7 +437,12 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
                     }
                 }
             }
-            json!({"pipe": pipe, "channels": channels, "services": services})
+            let mut out = json!({"pipe": pipe, "channels": channels});
+            // a table only when the daemon has services (sent before `Synced`)
+            if let Some(t) = services {
+                out["services"] = t;
+            }
+            out
         }
     })
 }
