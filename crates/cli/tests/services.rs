@@ -387,8 +387,9 @@ fn a_backend_with_two_waiting_threads_answers_every_connection_at_once() {
     // Each backend has a thread blocked in a UDP receive beside the one accepting. When the
     // receiving thread's poll took the frame that completed a connection, the accepting
     // thread, about to sleep, found the rings empty and slept until DockLib's 1 s bound on a
-    // wait: without the fix, six runs of six had a connection take 1.0 s (through the
-    // daemon, so that no fast channel is built while it runs).
+    // wait: without the fix, six runs of six had a connection take 1.0 s (through the daemon
+    // only). At the daemon's defaults it also catches a thread asleep before an automatic
+    // fast channel came, which the daemon's generation bump did not wake (5 runs of 8).
     if !root_or_skip("services") || !Path::new(PY).is_file() {
         return;
     }
