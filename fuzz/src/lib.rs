@@ -480,7 +480,9 @@ pub fn delivery(data: &[u8]) {
         assert_eq!(again.len(), t.len());
         for s in &all {
             assert_eq!(again.get(s.vip, s.port, s.proto), Some(s));
-            assert!(s.pick(Ipv4Addr::new(10, 0, 0, 1), 7).is_none_or(|b| s.backends.contains(&b)));
+            assert!(s
+                .pick(Ipv4Addr::new(10, 0, 0, 1), 7)
+                .is_none_or(|b| s.backends.contains(&b)));
         }
     }
 }
@@ -718,7 +720,10 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             port: 80,
             proto: Proto::Tcp,
             affinity: Affinity::ClientIp,
-            backends: vec![std::net::SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 8080)],
+            backends: vec![std::net::SocketAddrV4::new(
+                Ipv4Addr::new(10, 0, 0, 2),
+                8080,
+            )],
         };
         out.push(("delivery", "table".into(), Table::encode(&[svc])));
     }
