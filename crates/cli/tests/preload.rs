@@ -293,6 +293,73 @@ fn a_c_program_sees_the_same_outcomes_over_docknet_as_on_kernel_sockets() {
 /// stack, which alone may drive the pipe's rings), at once and with one line on stderr, and the
 /// parent's connection carries on undisturbed.
 #[test]
+fn a_port_bound_before_connect_is_the_connections() {
+    if !ready("bind_connect", &[("python3", "python3")]) {
+        return;
+    }
+    let (lab, srv, c, ip) = lab(false);
+    let dir = tempfile::tempdir().unwrap();
+    let server = dir.path().join("server.py");
+    std::fs::write(
+        &server,
+        "import socket\n\
+         s = socket.socket()\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('0.0.0.0', 7400))\n\
+         s.listen(8)\n\
+         while True:\n\
+         \x20   c, a = s.accept()\n\
+         \x20   c.sendall(str(a[1]).encode())\n\
+         \x20   c.close()\n",
+    )
+    .unwrap();
+    let client_py = dir.path().join("client.py");
+    std::fs::write(
+        &client_py,
+        "import json, socket, sys\n\
+         out = []\n\
+         for port in (45678, 0):\n\
+         \x20   s = socket.socket()\n\
+         \x20   s.bind(('0.0.0.0', port))\n\
+         \x20   bound = s.getsockname()[1]\n\
+         \x20   s.connect((sys.argv[1], 7400))\n\
+         \x20   local = s.getsockname()[1]\n\
+         \x20   seen = int(s.recv(16))\n\
+         \x20   out.append([bound, local, seen])\n\
+         \x20   s.close()\n\
+         print(json.dumps(out))\n",
+    )
+    .unwrap();
+    let _server = Server::start(
+        &lab,
+        &srv,
+        &[dir.path()],
+        &["/usr/bin/python3", server.to_str().unwrap()],
+    );
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do /usr/bin/python3 {} {ip} && exit 0; sleep 0.3; done; exit 1",
+        client_py.display()
+    );
+    let o = client(
+        &lab,
+        &c,
+        &[dir.path()],
+        &[],
+        &["sh", "-c", &script],
+        Duration::from_secs(60),
+    );
+    let out = must(&o, "the client");
+    let v: Vec<[u16; 3]> = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    // the port asked for, and one the stack chose at bind: each the connection's, as the
+    // server sees it
+    assert_eq!(v[0], [45678, 45678, 45678], "{out}");
+    assert!(
+        v[1][0] != 0 && v[1][0] == v[1][1] && v[1][1] == v[1][2],
+        "{out}"
+    );
+}
+
+#[test]
 fn passing_a_docknet_socket_to_another_process_is_refused_with_one_line() {
     if !ready("scm_rights", &[("python3", "python3")]) {
         return;

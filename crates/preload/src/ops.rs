@@ -361,11 +361,18 @@ pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
             Some(Ok(()))
         }
         Proto::Tcp => {
-            if let Some(b) = s.pre().bound.take() {
-                release_port(b.port()); // DockLib picks the local port of a connection
-            }
+            // a port bound before the connect is the connection's, as in Linux (the
+            // reservation goes: the connection holds the port in the stack from now on)
+            let from = s.pre().bound.take().map(|b| {
+                release_port(b.port());
+                b.port()
+            });
             let nonblock = s.nonblocking(0);
-            let t = match TcpStream::connect_start(st, a) {
+            let started = match from {
+                Some(port) => TcpStream::connect_start_from(st, port, a),
+                None => TcpStream::connect_start(st, a),
+            };
+            let t = match started {
                 Ok(t) => t,
                 Err(e) => return Some(Err(errno::of(&e, Op::Connect))),
             };
