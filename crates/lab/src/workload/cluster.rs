@@ -18,12 +18,12 @@
 use crate::cpustat::CpuTimes;
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
-use crate::proc::{in_ns, CpuMeter, Proc, Stop};
+use crate::proc::{checked, in_ns, CpuMeter, Proc, Stop};
 use crate::row::{Row, Tool, Workload};
 use crate::topology::daemon::Daemon;
 use crate::topology::KernelLab;
 use crate::workload::http::beside;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use docknet_http::client::LoadReport;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -194,15 +194,7 @@ pub fn docknet(exe: &Path, p: &ClusterPoint, stop: &Stop) -> Result<Row> {
     let httpd = beside(exe, "docknet-httpd")?;
     let load = beside(exe, "docknet-load")?;
     let natlb = beside(exe, "docknet-natlb")?;
-    let d = Daemon::start(
-        exe,
-        &DaemonSetup {
-            idle: "adaptive",
-            master_core: None,
-            master_core_b: None,
-            master_nice: 0,
-        },
-    )?;
+    let d = Daemon::start(exe, &DaemonSetup::unpinned("adaptive"))?;
     let mut c = d.client()?;
     c.pipe_create("lb", &format!("{VIP}/16"), None, None)?;
     c.pipe_create("c", "10.80.0.2/16", None, None)?;
@@ -303,16 +295,12 @@ pub fn kernel(exe: &Path, lab: &KernelLab, p: &ClusterPoint, stop: &Stop) -> Res
     }
     // round robin over the backends, as kube-proxy's iptables mode does it
     let ipt = |args: &[String]| -> Result<()> {
-        let o = in_ns(client_ns, Path::new("iptables"), args.to_vec())
-            .output()
-            .context("running iptables")?;
-        anyhow::ensure!(
-            o.status.success(),
-            "iptables {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        );
-        Ok(())
+        let what = format!("iptables {}", args.join(" "));
+        checked(
+            &mut in_ns(client_ns, Path::new("iptables"), args.to_vec()),
+            &what,
+        )
+        .map(drop)
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     ipt(&s(&["-w", "-t", "nat", "-F", "OUTPUT"]))?;

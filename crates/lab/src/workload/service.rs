@@ -16,12 +16,12 @@
 
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
-use crate::proc::{in_ns, Proc, Stop};
+use crate::proc::{checked, in_ns, Proc, Stop};
 use crate::row::{Row, Tool, Workload};
 use crate::topology::daemon::Daemon;
 use crate::topology::KernelLab;
 use crate::workload::http::beside;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use docknet_http::client::LoadReport;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -132,15 +132,7 @@ fn measure(gen: Proc, p: &ServicePoint, stop: &Stop) -> Result<(LoadReport, Opti
 pub fn docknet(exe: &Path, p: &ServicePoint, stop: &Stop) -> Result<Row> {
     let httpd = beside(exe, "docknet-httpd")?;
     let load = beside(exe, "docknet-load")?;
-    let d = Daemon::start_auto(
-        exe,
-        &DaemonSetup {
-            idle: "adaptive",
-            master_core: None,
-            master_core_b: None,
-            master_nice: 0,
-        },
-    )?;
+    let d = Daemon::start_auto(exe, &DaemonSetup::unpinned("adaptive"))?;
     let mut c = d.client()?;
     c.pipe_create("c", "10.81.0.2/16", None, None)?;
     let ip = |i: usize| format!("10.81.1.{}", i + 1);
@@ -192,26 +184,10 @@ pub fn docknet(exe: &Path, p: &ServicePoint, stop: &Stop) -> Result<Row> {
     Ok(row(Mode::DocknetAuto, p, r, cpu))
 }
 
-/// A command in `ns` that must succeed, with `input` on its stdin.
-fn run_in(ns: &str, prog: &str, args: &[String], input: Option<&str>) -> Result<()> {
-    use std::io::Write;
-    let mut c = in_ns(ns, Path::new(prog), args.to_vec());
-    c.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().with_context(|| format!("running {prog}"))?;
-    if let (Some(i), Some(mut w)) = (input, child.stdin.take()) {
-        w.write_all(i.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let o = child.wait_with_output()?;
-    anyhow::ensure!(
-        o.status.success(),
-        "{prog} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&o.stderr).trim()
-    );
-    Ok(())
+/// `prog ARGS...` in `ns`, which must succeed.
+fn run_in(ns: &str, prog: &str, args: &[String]) -> Result<()> {
+    let what = format!("{prog} {}", args.join(" "));
+    checked(&mut in_ns(ns, Path::new(prog), args.to_vec()), &what).map(drop)
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -223,7 +199,7 @@ fn iptables_rules(ns: &str, backends: &[String]) -> Result<()> {
     let ipt = |v: &[&str]| {
         let mut a = strings(&["-w", "-t", "nat"]);
         a.extend(strings(v));
-        run_in(ns, "iptables", &a, None)
+        run_in(ns, "iptables", &a)
     };
     ipt(&["-N", "KUBE-SERVICES"])?;
     ipt(&["-A", "OUTPUT", "-j", "KUBE-SERVICES"])?;
@@ -286,7 +262,7 @@ fn iptables_clear(ns: &str, n: usize) {
     let ipt = |v: &[&str]| {
         let mut a = strings(&["-w", "-t", "nat"]);
         a.extend(strings(v));
-        let _ = run_in(ns, "iptables", &a, None);
+        let _ = run_in(ns, "iptables", &a);
     };
     ipt(&["-F", "OUTPUT"]);
     for c in ["KUBE-SERVICES", "KUBE-SVC-WEB"] {
@@ -317,7 +293,8 @@ fn nft_rules(ns: &str, backends: &[String]) -> Result<()> {
         s += &format!("  chain endpoint-{i} {{ meta l4proto tcp dnat to {b}; }}\n");
     }
     s += "}\n";
-    run_in(ns, "nft", &strings(&["-f", "-"]), Some(&s))
+    // nft reads a ruleset given as its argument as it reads a file
+    run_in(ns, "nft", &[s])
 }
 
 /// One kernel point on `lab` (a bridge with at least `p.backends` pairs): the backends in the
@@ -371,7 +348,6 @@ pub fn kernel(exe: &Path, lab: &KernelLab, p: &ServicePoint, stop: &Stop) -> Res
                 ns,
                 "nft",
                 &strings(&["delete", "table", "ip", "kube-proxy"]),
-                None,
             );
         }
         _ => {}
