@@ -121,6 +121,18 @@ pub struct DaemonSetup {
     pub master_nice: i32,
 }
 
+impl DaemonSetup {
+    /// A daemon waiting as `idle`, its masters on no core of their own, at normal priority.
+    pub fn unpinned(idle: &'static str) -> DaemonSetup {
+        DaemonSetup {
+            idle,
+            master_core: None,
+            master_core_b: None,
+            master_nice: 0,
+        }
+    }
+}
+
 /// One measurement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Measure {

@@ -193,12 +193,7 @@ fn pinned(mode: Mode) -> HttpPlacement {
             client: Some(0),
             server: Some(1),
             idle: Some("spin"),
-            daemon: Some(DaemonSetup {
-                idle: "adaptive",
-                master_core: None,
-                master_core_b: None,
-                master_nice: 0,
-            }),
+            daemon: Some(DaemonSetup::unpinned("adaptive")),
             cores: "c0 s1".into(),
             description: "load generator core 0, server core 1, both spin; daemon idle (not on \
                           the path)"

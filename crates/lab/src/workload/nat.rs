@@ -90,15 +90,7 @@ pub fn measure(a: &NatArgs, stop: &Stop, progress: &mut Progress) -> Result<Vec<
     let exe = std::env::current_exe()?;
     let dnperf = dnperf_path(&exe)?;
     let natlb = beside(&exe, "docknet-natlb")?;
-    let d = Daemon::start(
-        &exe,
-        &DaemonSetup {
-            idle: "adaptive",
-            master_core: None,
-            master_core_b: None,
-            master_nice: 0,
-        },
-    )?;
+    let d = Daemon::start(&exe, &DaemonSetup::unpinned("adaptive"))?;
     let mut c = d.client()?;
     for (p, ip) in [("lb", VIP), ("s", SERVER), ("c", CLIENT)] {
         c.pipe_create(p, &format!("{ip}/24"), None, None)

@@ -164,12 +164,7 @@ impl Runner {
     fn raw_docknet(&mut self, a: &RawArgs, path: RawPath) -> Result<()> {
         let fc = path == RawPath::Fc;
         let setup = if fc {
-            DaemonSetup {
-                idle: "adaptive",
-                master_core: None,
-                master_core_b: None,
-                master_nice: 0,
-            }
+            DaemonSetup::unpinned("adaptive")
         } else {
             DaemonSetup {
                 idle: "spin",
