@@ -2,6 +2,7 @@
 //! load, the web cluster behind a balancer, and the latency the NAT load balancer adds).
 
 use super::*;
+use crate::row::Row;
 
 /// Options of `docknet bench http`.
 #[derive(Debug, Clone, clap::Args)]
@@ -66,6 +67,38 @@ pub struct HttpArgs {
     /// Write tcp-http.json and tcp-http.md into this directory and (re)build its HTML report.
     #[arg(long)]
     pub report: Option<PathBuf>,
+}
+
+/// The end of a one-host HTTP bench: summarises `rows`, prints the summary as `table` writes
+/// it, what was not available and the targets `targets` judges, and gathers the results.
+fn http_results(
+    args: &HttpArgs,
+    rows: Vec<Row>,
+    skipped: Vec<NotAvailable>,
+    table: fn(&[Row]) -> String,
+    targets: fn(&[Row]) -> Vec<Verdict>,
+) -> Results {
+    let summary = summarize(&rows);
+    print!("{}", table(&summary));
+    for s in &skipped {
+        println!("{}", s.line());
+    }
+    let targets = lines(&targets(&summary));
+    for t in &targets {
+        println!("target: {t}");
+    }
+    let mut env = Env::here(args.duration, args.warmup, args.repeat);
+    env.workload = Some(Workload::Http);
+    env.mtus = Some(vec![1500]);
+    env.topology = Some(Topology::OneHost);
+    Results {
+        env,
+        results: rows,
+        summary,
+        ratios: Vec::new(),
+        targets,
+        not_available: skipped,
+    }
 }
 
 /// Runs `docknet bench http --backends ...`: the web cluster.
@@ -172,28 +205,14 @@ fn run_cluster(args: &HttpArgs, backends: &[usize]) -> Result<()> {
         }
     }
     progress.finish();
-    let summary = summarize(&rows);
-    print!("{}", crate::http::cluster_table(&summary));
-    for s in &skipped {
-        println!("{}", s.line());
-    }
-    let targets = lines(&crate::http::cluster_targets(&summary));
-    for t in &targets {
-        println!("target: {t}");
-    }
+    let res = http_results(
+        args,
+        rows,
+        skipped,
+        crate::http::cluster_table,
+        crate::http::cluster_targets,
+    );
     println!("{}", crate::http::CLUSTER_CEILING);
-    let mut env = Env::here(args.duration, args.warmup, args.repeat);
-    env.workload = Some(Workload::Http);
-    env.mtus = Some(vec![1500]);
-    env.topology = Some(Topology::OneHost);
-    let res = Results {
-        env,
-        results: rows,
-        summary,
-        ratios: Vec::new(),
-        targets,
-        not_available: skipped,
-    };
     publish(
         &res,
         args.json.as_ref(),
@@ -336,27 +355,7 @@ fn run_service(args: &HttpArgs) -> Result<()> {
     }
     drop(lab);
     progress.finish();
-    let summary = summarize(&rows);
-    print!("{}", svc::table(&summary));
-    for s in &skipped {
-        println!("{}", s.line());
-    }
-    let targets = lines(&svc::targets(&summary));
-    for t in &targets {
-        println!("target: {t}");
-    }
-    let mut env = Env::here(args.duration, args.warmup, args.repeat);
-    env.workload = Some(Workload::Http);
-    env.mtus = Some(vec![1500]);
-    env.topology = Some(Topology::OneHost);
-    let res = Results {
-        env,
-        results: rows,
-        summary,
-        ratios: Vec::new(),
-        targets,
-        not_available: skipped,
-    };
+    let res = http_results(args, rows, skipped, svc::table, svc::targets);
     publish(
         &res,
         args.json.as_ref(),
@@ -571,27 +570,13 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
         }
     }
     progress.finish();
-    let summary = summarize(&rows);
-    print!("{}", crate::http::table(&summary));
-    for s in &skipped {
-        println!("{}", s.line());
-    }
-    let targets = lines(&crate::http::targets(&summary));
-    for t in &targets {
-        println!("target: {t}");
-    }
-    let mut env = Env::here(args.duration, args.warmup, args.repeat);
-    env.workload = Some(Workload::Http);
-    env.mtus = Some(vec![1500]);
-    env.topology = Some(Topology::OneHost);
-    let res = Results {
-        env,
-        results: rows,
-        summary,
-        ratios: Vec::new(),
-        targets,
-        not_available: skipped,
-    };
+    let res = http_results(
+        &args,
+        rows,
+        skipped,
+        crate::http::table,
+        crate::http::targets,
+    );
     publish(
         &res,
         args.json.as_ref(),
