@@ -220,14 +220,20 @@ func node(name, addr string, cidrs ...string) *corev1.Node {
 // waitFor polls until d's routes equal want, or fails after a second.
 func waitFor(t *testing.T, d *fakeDaemon, want map[string]string, what string) {
 	t.Helper()
+	waitEqual(t, d.snapshot, want, what+": routes")
+}
+
+// waitEqual polls get until it returns want, or fails after a second naming what.
+func waitEqual(t *testing.T, get func() map[string]string, want map[string]string, what string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Second)
 	for {
-		got := d.snapshot()
+		got := get()
 		if reflect.DeepEqual(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: routes %v, want %v within 1 s", what, got, want)
+			t.Fatalf("%s %v, want %v within 1 s", what, got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -29,12 +29,7 @@ func NewKubeSource(ctx context.Context, client kubernetes.Interface, resync time
 	f := informers.NewSharedInformerFactory(client, resync)
 	inf := f.Core().V1().Nodes()
 	k := &KubeSource{lister: inf.Lister(), synced: inf.Informer().HasSynced, changed: make(chan struct{}, 1)}
-	signal := func() {
-		select {
-		case k.changed <- struct{}{}:
-		default:
-		}
-	}
+	signal := func() { notify(k.changed) }
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { signal() },
 		// a kubelet updates its Node every few seconds (heartbeats, conditions): only a change
@@ -107,12 +102,7 @@ func NewKubeServices(ctx context.Context, client kubernetes.Interface, resync ti
 	si := f.Core().V1().Services()
 	ei := f.Discovery().V1().EndpointSlices()
 	k := &KubeServices{svcs: si.Lister(), slices: ei.Lister(), changed: make(chan struct{}, 1)}
-	signal := func() {
-		select {
-		case k.changed <- struct{}{}:
-		default:
-		}
-	}
+	signal := func() { notify(k.changed) }
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { signal() },
 		UpdateFunc: func(any, any) { signal() },
@@ -145,3 +135,11 @@ func (k *KubeServices) Services() ([]*corev1.Service, []*discoveryv1.EndpointSli
 
 // ServicesChanged is signalled on every add, update and delete of a Service or EndpointSlice.
 func (k *KubeServices) ServicesChanged() <-chan struct{} { return k.changed }
+
+// notify says "changed" on ch without blocking: signals coalesce while a pass is pending.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

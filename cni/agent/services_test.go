@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -67,17 +66,7 @@ func (f *fakeServices) view() map[string]string {
 
 func waitServices(t *testing.T, d *fakeServices, want map[string]string, what string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
-	for {
-		got := d.view()
-		if reflect.DeepEqual(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: services %v, want %v within 1 s", what, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitEqual(t, d.view, want, what+": services")
 }
 
 func svc(name, clusterIP string, affinity corev1.ServiceAffinity, ports ...corev1.ServicePort) *corev1.Service {
