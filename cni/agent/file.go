@@ -66,10 +66,7 @@ func (f *FileSource) watch() {
 			continue
 		}
 		last, lastErr = b, err
-		select {
-		case f.changed <- struct{}{}:
-		default:
-		}
+		notify(f.changed)
 	}
 }
 
