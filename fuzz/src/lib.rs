@@ -189,8 +189,11 @@ pub fn switch(data: &[u8]) {
 /// messages, and the neighbour table they feed, all from the input.
 pub fn wire(data: &[u8]) {
     use docknet_daemon::nic::neigh::{Neighbours, MAX_ENTRIES, MAX_HELD};
+    use docknet_daemon::nic::offload;
     use docknet_daemon::nic::vxlan;
-    use docknet_daemon::nic::wire::{arp, arp_frame, fill_checksums, from_wire, to_wire, ETH};
+    use docknet_daemon::nic::wire::{
+        arp, arp_frame, fill_checksums, from_wire, from_wire_with, to_wire, Inbound, ETH,
+    };
     let mut i = In(data);
     let mut n = Neighbours::new();
     let t0 = std::time::Instant::now();
@@ -200,10 +203,38 @@ pub fn wire(data: &[u8]) {
         let mtu = 68 + u32::from(i.u16());
         let mut f = i.bytes(len).to_vec();
         let now = t0 + std::time::Duration::from_millis(u64::from(i.u16()));
-        match op % 6 {
+        match op % 8 {
             0 => {
                 if let Ok((_, l)) = from_wire(&mut f, [2; 6], [4; 6], mtu) {
                     assert!(l <= f.len() && l >= ETH + 20 && (l - ETH) as u32 <= mtu);
+                }
+            }
+            6 => {
+                // through a port that offloads: large TCP may enter, within the frame
+                let how = Inbound {
+                    pipe_mtu: mtu,
+                    checked: op & 0x80 != 0,
+                    large_tcp_from: Some(68 + u32::from(i.u16())),
+                };
+                if let Ok((_, l)) = from_wire_with(&mut f, [2; 6], [4; 6], how) {
+                    assert!(l <= f.len() && l >= ETH + 20);
+                }
+            }
+            7 => {
+                // leaving through a port that offloads: what the header asks stays inside the
+                // frame, and a cut leaves each segment within the MTU
+                if let Ok((l, o)) = offload::to_wire(&mut f, [2; 6], [4; 6], mtu) {
+                    assert!(l <= f.len() && l >= ETH + 20);
+                    if let Some((start, at)) = o.csum {
+                        assert!(usize::from(start) + usize::from(at) + 2 <= l);
+                    }
+                    if o.gso_size > 0 {
+                        assert!(usize::from(o.hdr_len) <= l);
+                        let seg = usize::from(o.hdr_len) - ETH + usize::from(o.gso_size);
+                        assert!(seg as u32 <= mtu);
+                    } else {
+                        assert!((l - ETH) as u32 <= mtu);
+                    }
                 }
             }
             4 => {

@@ -237,7 +237,7 @@ pub fn print_status(s: &Status) {
     }
     if let Some(n) = &s.nic {
         println!(
-            "{:<14} {} ({}, {} queue{}, XDP {}, {}), mac {}, mtu {}, {} neighbour{}",
+            "{:<14} {} ({}, {} queue{}, XDP {}, {}{}), mac {}, mtu {}, {} neighbour{}",
             "nic",
             n.iface,
             n.mode,
@@ -245,6 +245,7 @@ pub fn print_status(s: &Status) {
             if n.queues == 1 { "" } else { "s" },
             n.attach,
             n.copy,
+            if n.offload { ", segment offload" } else { "" },
             n.mac,
             n.mtu,
             n.neighbours,

@@ -132,9 +132,12 @@ enum Cmd {
         /// neighbours itself). The rest of the link's traffic stays the host's.
         #[arg(long, value_name = "IFACE")]
         nic: Option<String>,
-        /// How to drive --nic: xdp (AF_XDP sockets behind an XDP flow director; frames up to
-        /// about 3.5 KiB) or packet (AF_PACKET; any link, any MTU, slower).
-        #[arg(long, default_value = "xdp", requires = "nic")]
+        /// How to drive --nic: auto (AF_XDP where the driver has zero-copy, else AF_PACKET),
+        /// xdp (AF_XDP sockets behind an XDP flow director; frames up to about 3.5 KiB, each
+        /// copied on links without zero-copy, veth among them) or packet (AF_PACKET, any link and
+        /// MTU, with segment offload: TCP segments of up to 64 KiB leave whole for the kernel or
+        /// the NIC to cut, and coalesced ones arrive whole). `docknet status` shows which runs.
+        #[arg(long, default_value = "auto", requires = "nic")]
         nic_mode: docknet_daemon::nic::NicMode,
         /// AF_XDP sockets to bind, for queues 0..N [default: every receive queue of the link].
         #[arg(long, value_name = "N", requires = "nic", value_parser = clap::value_parser!(u32).range(1..=64))]

@@ -1,7 +1,8 @@
 //! The daemon on the wire: two hosts in namespaces of their own joined by a wire, a daemon on
 //! each driving its end (AF_XDP or AF_PACKET), containers behind them. Checked: a 1 GiB TCP
-//! transfer arrives intact over both NIC modes, the host keeps its own traffic while the daemon
-//! runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
+//! transfer arrives intact over both NIC modes (and the one `auto` picks), a pipe and a kernel
+//! socket on the far host exchange checked streams through segment offload, the host keeps its
+//! own traffic while the daemon runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
 //! link gets its one-line error; routes send pods' frames through another node's address, and
 //! the node agent keeps those routes equal to the cluster's nodes.
 
@@ -133,7 +134,8 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
     if !root_or_skip("nic transfer") {
         return;
     }
-    for mode in ["xdp", "packet"] {
+    // auto: a veth has no AF_XDP zero-copy, so AF_PACKET with segment offload
+    for (mode, port) in [("xdp", "xdp"), ("packet", "packet"), ("auto", "packet")] {
         let (wire, a, b) = two_nodes(mode, "10.78.1.1/16", "10.78.2.1/16");
         if mode == "xdp" {
             assert!(xdp_attached(&wire.host_a) && xdp_attached(&wire.host_b));
@@ -147,16 +149,25 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
 
         let st = status(&a);
         let nic = &st["nic"];
-        assert_eq!(nic["mode"], mode, "{st}");
+        assert_eq!(nic["mode"], port, "{st}");
         assert_eq!(nic["iface"], WIRE_DEV);
-        assert!(nic["counters"]["sent"].as_u64().unwrap() > 700_000, "{st}");
+        // AF_PACKET sends 32 KiB segments whole, to be cut by the kernel; AF_XDP sends frames
+        // of the wire's MTU
+        let offload = port == "packet";
+        assert_eq!(nic["offload"], offload, "{st}");
+        let min_frames = if offload { 16_000 } else { 700_000 };
+        let sent = nic["counters"]["sent"].as_u64().unwrap();
+        assert!(sent > min_frames, "{st}");
+        if offload {
+            assert!(sent < 200_000, "segments went out cut: {st}");
+        }
         assert_eq!(nic["counters"]["drop_bad_checksum"], 0, "{st}");
         if mode == "xdp" {
             assert!(["native", "generic"].contains(&nic["attach"].as_str().unwrap()));
         }
         let p = pipe_show(&a, "c0");
         let c = &p["counters"];
-        assert!(c["wire_tx"].as_u64().unwrap() > 700_000, "{p}");
+        assert!(c["wire_tx"].as_u64().unwrap() > min_frames, "{p}");
         assert!(c["wire_rx"].as_u64().unwrap() > 0, "{p}");
         assert!(
             ping(&wire.host_a, "192.168.77.2"),
@@ -170,6 +181,96 @@ fn a_gib_crosses_hosts_intact_over_both_nic_modes() {
             "{mode}: the XDP program is detached when the daemon stops"
         );
     }
+}
+
+#[test]
+fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways() {
+    if !root_or_skip("nic kernel peer") {
+        return;
+    }
+    // Segment offload meets the kernel's own TCP: DockLib's 32 KiB segments leave whole with
+    // their checksums left to the link and are cut by the kernel on the far host; the far
+    // kernel's TSO segments arrive whole. The far host runs no daemon.
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    // Host A's end finishes nothing in "hardware": its kernel cuts the segments and computes
+    // their checksums in software before the veth, as for a NIC without offloads, so a wrong
+    // checksum left to the link is dropped by the far kernel (a veth that passed it through
+    // would hand it over unchecked).
+    let off = Command::new("ip")
+        .args(["netns", "exec", &wire.host_a, "ethtool", "-K", WIRE_DEV])
+        .args(["tx", "off", "tso", "off"])
+        .status()
+        .unwrap();
+    assert!(off.success(), "ethtool -K (apt-get install ethtool)");
+    let a = host_daemon(&wire, &wire.host_a, "packet");
+    ok(&a, &["pipe", "create", "c0", "--ip", "10.78.1.1/16"]);
+    let far = "10.78.2.9";
+    let added = Command::new("ip")
+        .args(["-n", &wire.host_b, "addr", "add", &format!("{far}/16")])
+        .args(["dev", WIRE_DEV])
+        .status()
+        .unwrap();
+    assert!(added.success());
+    let kernel = |role: &str, addr: &str| {
+        let mut c = Command::new("ip");
+        c.args([
+            "netns",
+            "exec",
+            &wire.host_b,
+            dnperf(),
+            role,
+            "--stack",
+            "kernel",
+        ]);
+        if role == "server" {
+            c.args(["--bind", addr, "--conns", "1"]);
+        } else {
+            c.args(["--connect", addr, "--workload", "check", "--json"]);
+            c.args(["--bytes", &(256u64 << 20).to_string(), "--size", "65536"]);
+        }
+        c
+    };
+    let checked = |o: Output, what: &str| {
+        assert!(
+            o.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let line = String::from_utf8_lossy(&o.stdout);
+        let r: serde_json::Value = serde_json::from_str(line.lines().last().unwrap_or("")).unwrap();
+        assert_eq!(r["result"]["bytes"], 256u64 << 20, "{what}: {r}");
+        assert_eq!(r["result"]["corrupt_bytes"], 0, "{what}: {r}");
+    };
+    // the pipe sends to the far kernel
+    let mut srv = Reaped(
+        kernel("server", &format!("{far}:7000"))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    checked(
+        client(&a, "c0", far, 256 << 20).output().unwrap(),
+        "pipe to kernel",
+    );
+    let _ = srv.0.wait();
+    // the far kernel sends to the pipe
+    let mut srv = Reaped(server(&a, "c0", "10.78.1.1"));
+    std::thread::sleep(Duration::from_millis(300));
+    checked(
+        kernel("client", "10.78.1.1:7000").output().unwrap(),
+        "kernel to pipe",
+    );
+    let _ = srv.0.wait();
+    let st = status(&a);
+    let nic = &st["nic"];
+    assert_eq!(nic["offload"], true, "{st}");
+    assert_eq!(nic["counters"]["drop_too_big"], 0, "{st}");
+    assert_eq!(nic["counters"]["drop_malformed"], 0, "{st}");
+    // 512 MiB each way: frames of the wire's MTU would be about 370,000
+    let c = &nic["counters"];
+    let frames = c["sent"].as_u64().unwrap() + c["delivered"].as_u64().unwrap();
+    assert!(frames < 200_000, "segments moved whole: {st}");
 }
 
 #[test]
@@ -707,7 +808,7 @@ fn a_killed_daemon_leaves_no_xdp_program_and_a_new_one_starts() {
             .arg(&sock)
             .args(["daemon", "--run-dir"])
             .arg(run.path().join("run"))
-            .args(["--nic", WIRE_DEV])
+            .args(["--nic", WIRE_DEV, "--nic-mode", "xdp"])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -760,7 +861,7 @@ fn a_missing_or_down_link_gets_one_line() {
         return;
     }
     let run = tempfile::tempdir().unwrap();
-    let daemon = |ns: Option<&str>, link: &str| {
+    let daemon = |ns: Option<&str>, link: &str, mode: &str| {
         let mut c = match ns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -773,11 +874,11 @@ fn a_missing_or_down_link_gets_one_line() {
             .arg(run.path().join("s"))
             .args(["daemon", "--ephemeral", "--run-dir"])
             .arg(run.path().join("r"))
-            .args(["--nic", link])
+            .args(["--nic", link, "--nic-mode", mode])
             .output()
             .unwrap()
     };
-    let o = daemon(None, "dn-no-such-link");
+    let o = daemon(None, "dn-no-such-link", "auto");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
@@ -788,14 +889,14 @@ fn a_missing_or_down_link_gets_one_line() {
     let _ = Command::new("ip")
         .args(["-n", &wire.host_a, "link", "set", WIRE_DEV, "down"])
         .status();
-    let o = daemon(Some(&wire.host_a), WIRE_DEV);
+    let o = daemon(Some(&wire.host_a), WIRE_DEV, "auto");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(
         err.contains("is down") && err.contains("ip link set") && err.trim().lines().count() == 1,
         "{err}"
     );
-    // an MTU AF_XDP cannot take says what to do instead
+    // an MTU AF_XDP cannot take says what to do instead (auto would take AF_PACKET)
     let _ = Command::new("ip")
         .args([
             "-n",
@@ -808,7 +909,7 @@ fn a_missing_or_down_link_gets_one_line() {
             "up",
         ])
         .status();
-    let o = daemon(Some(&wire.host_a), WIRE_DEV);
+    let o = daemon(Some(&wire.host_a), WIRE_DEV, "xdp");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
     assert!(err.contains("--nic-mode packet"), "{err}");

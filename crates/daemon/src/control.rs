@@ -96,6 +96,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
                     mac: crate::switch::fmt_mac(e.link.mac),
                     mtu: e.link.mtu,
                     max_frame: e.port.max_frame,
+                    offload: e.port.offload,
                     neighbours: e.neighbours.load(Ordering::Relaxed),
                     counters: e.counters.load(),
                     port: e.port_counters.lock().map(|p| *p).unwrap_or_default(),

@@ -377,3 +377,16 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
     ticks / 100.0
 }
+
+/// A child ended by its pid and reaped when dropped, so a server a failed assertion leaves
+/// waiting does not outlive its test.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().is_ok_and(|s| s.is_none()) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}

@@ -5,7 +5,8 @@
 //! - [`xdp`] and [`packet`]: the two [`Port`]s;
 //! - [`wire`]: what a frame goes through at the edge (checksums, MSS, addresses, ARP), pure;
 //! - [`neigh`]: the neighbours on the wire;
-//! - [`vxlan`]: tunnels to nodes that share no link, pure.
+//! - [`vxlan`]: tunnels to nodes that share no link, pure;
+//! - [`offload`]: large TCP segments to and from a port that offloads, pure.
 //!
 //! [`Edge`] is what the master holds: the port, the link, the neighbours and the counters.
 //! Frames from a pipe to an address no pipe owns leave through it ([`Edge::send`]); frames
@@ -15,6 +16,7 @@
 
 pub mod link;
 pub mod neigh;
+pub mod offload;
 pub mod packet;
 pub mod vxlan;
 pub mod wire;
@@ -25,6 +27,7 @@ use crate::switch::FlowTable;
 use docknet_pipe::region::Region;
 use link::LinkInfo;
 use neigh::{Neighbours, Next};
+use offload::Offload;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -37,9 +40,13 @@ use wire::{Arp, WireDrop};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NicMode {
+    /// AF_XDP where the driver moves frames without copying them (zero-copy), else AF_PACKET
+    /// with segment offload: in copy mode AF_XDP copies every frame as AF_PACKET does, but
+    /// cannot carry large segments (docs/design.md §5a).
+    Auto,
     /// AF_XDP sockets behind an XDP flow director.
     Xdp,
-    /// An AF_PACKET socket (works on any link).
+    /// An AF_PACKET socket (works on any link), with segment offload where the kernel has it.
     Packet,
 }
 
@@ -47,9 +54,10 @@ impl FromStr for NicMode {
     type Err = String;
     fn from_str(s: &str) -> Result<NicMode, String> {
         match s {
+            "auto" => Ok(NicMode::Auto),
             "xdp" => Ok(NicMode::Xdp),
             "packet" => Ok(NicMode::Packet),
-            _ => Err(format!("unknown NIC mode {s:?}: use xdp or packet")),
+            _ => Err(format!("unknown NIC mode {s:?}: use auto, xdp or packet")),
         }
     }
 }
@@ -57,6 +65,7 @@ impl FromStr for NicMode {
 impl std::fmt::Display for NicMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            NicMode::Auto => "auto",
             NicMode::Xdp => "xdp",
             NicMode::Packet => "packet",
         })
@@ -98,6 +107,10 @@ pub struct PortInfo {
     pub copy: String,
     /// Longest frame the port moves.
     pub max_frame: usize,
+    /// Segment offload: TCP segments longer than the MTU leave whole, cut by the kernel or the
+    /// NIC, and coalesced ones arrive whole ([`offload`]).
+    #[serde(default)]
+    pub offload: bool,
 }
 
 /// A port's own counters.
@@ -142,7 +155,12 @@ pub struct Rx<'a> {
     pub frame: &'a mut [u8],
     /// The sender's kernel left the checksum to offload (AF_PACKET on a virtual link).
     pub csum_partial: bool,
+    /// The kernel (or the NIC) verified the checksums (AF_PACKET).
+    pub csum_valid: bool,
 }
+
+/// What writes a frame for [`Port::send`].
+pub type Fill<'a> = dyn FnMut(&mut [u8]) -> Option<(usize, Offload)> + 'a;
 
 /// A way to move frames to and from the link. Used by the master thread only.
 pub trait Port: Send + std::fmt::Debug {
@@ -153,8 +171,10 @@ pub trait Port: Send + std::fmt::Debug {
     /// Receives up to `max` frames, handing each to `f`. Returns how many.
     fn recv(&mut self, max: usize, f: &mut dyn FnMut(Rx<'_>)) -> usize;
     /// Queues one frame: `fill` writes it into a buffer of up to `max_len` bytes and returns
-    /// its length (`None`: nothing to send). False when there was no room or nothing was sent.
-    fn send(&mut self, max_len: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> bool;
+    /// its length and what the link must finish in it (`None`: nothing to send; a port without
+    /// [`PortInfo::offload`] is only ever asked for [`Offload::NONE`]). False when there was no
+    /// room or nothing was sent.
+    fn send(&mut self, max_len: usize, fill: &mut Fill<'_>) -> bool;
     /// Sends what is queued and reclaims what was sent. False when frames are still waiting
     /// for the device (call again soon).
     fn flush(&mut self) -> bool;
@@ -174,6 +194,18 @@ pub fn open(cfg: &NicConfig) -> Result<(LinkInfo, Box<dyn Port>), NicError> {
     let port: Box<dyn Port> = match cfg.mode {
         NicMode::Xdp => Box::new(xdp::XdpPort::open(&link, cfg.queues)?),
         NicMode::Packet => Box::new(packet::PacketPort::open(&link)?),
+        NicMode::Auto => match xdp::XdpPort::open(&link, cfg.queues) {
+            Ok(p) if p.info().copy == "zero-copy" => Box::new(p),
+            tried => {
+                let why = match tried {
+                    Ok(_) => "the driver has no AF_XDP zero-copy".to_string(),
+                    Err(e) => format!("AF_XDP: {e}"),
+                };
+                // (a copy-mode port is dropped here: its XDP program leaves the link)
+                tracing::info!("{}: AF_PACKET with segment offload ({why})", link.name);
+                Box::new(packet::PacketPort::open(&link)?)
+            }
+        },
     };
     Ok((link, port))
 }
@@ -240,7 +272,7 @@ pub struct Edge {
     neigh: Neighbours,
     c: EdgeCounters,
     /// ARP frames (and frames that waited for one) to send after a receive batch.
-    out: Vec<Vec<u8>>,
+    out: Vec<(Vec<u8>, Offload)>,
     /// What the control plane reads.
     pub shared: std::sync::Arc<EdgeShared>,
     dirty: bool,
@@ -351,7 +383,7 @@ impl Edge {
             tpa: to,
         });
         self.c.arp_requests += 1;
-        self.out.push(f.to_vec());
+        self.out.push((f.to_vec(), Offload::NONE));
     }
 
     /// Sends a frame pipe region `region` holds at `off` (`len` bytes, whose first bytes the
@@ -381,18 +413,22 @@ impl Edge {
             return Sent::Dropped;
         }
         let (link_mac, mtu) = (self.link.mac, self.link.mtu);
+        let offload = self.port.info().offload;
         // the inner frame at `at`, wrapped when tunnelled (outer MACs set on release)
         let at = if tunnel.is_some() { vxlan::OVERHEAD } else { 0 };
-        let wrap = |buf: &mut [u8], hop_mac: [u8; 6]| -> Result<usize, Option<WireDrop>> {
-            if buf.len() < at || !copy(&mut buf[at..]) {
-                return Err(Some(WireDrop::Malformed));
-            }
-            match &tunnel {
-                Some(t) => vxlan::encap(buf, len, t, link_mac, hop_mac, mtu),
-                None => wire::to_wire(&mut buf[..len], link_mac, hop_mac, mtu),
-            }
-            .map_err(Some)
-        };
+        let wrap =
+            |buf: &mut [u8], hop_mac: [u8; 6]| -> Result<(usize, Offload), Option<WireDrop>> {
+                if buf.len() < at || !copy(&mut buf[at..]) {
+                    return Err(Some(WireDrop::Malformed));
+                }
+                let plain = |n| (n, Offload::NONE);
+                match &tunnel {
+                    Some(t) => vxlan::encap(buf, len, t, link_mac, hop_mac, mtu).map(plain),
+                    None if offload => offload::to_wire(&mut buf[..len], link_mac, hop_mac, mtu),
+                    None => wire::to_wire(&mut buf[..len], link_mac, hop_mac, mtu).map(plain),
+                }
+                .map_err(Some)
+            };
         // ARP asks from the pod's address, so that the answer comes back through the flow
         // director to the daemon (the link's own address belongs to the host's kernel)
         let from = wire::ipv4_src(hdr).unwrap_or(Ipv4Addr::UNSPECIFIED);
@@ -400,7 +436,7 @@ impl Edge {
         let mac = match self.neigh.route(hop_ip, from, now, || {
             let mut v = vec![0u8; at + len];
             match wrap(&mut v, [0; 6]) {
-                Ok(n) => v.truncate(n),
+                Ok((n, _)) => v.truncate(n),
                 Err(_) => v.clear(),
             }
             v
@@ -423,7 +459,7 @@ impl Edge {
         };
         let mut why = None;
         let ok = self.port.send(at + len, &mut |buf| match wrap(buf, mac) {
-            Ok(n) => Some(n),
+            Ok(r) => Some(r),
             Err(e) => {
                 why = e;
                 None
@@ -453,10 +489,10 @@ impl Edge {
 
     /// Sends the ARP frames and released frames queued during a batch.
     fn flush_out(&mut self) {
-        for f in std::mem::take(&mut self.out) {
+        for (f, o) in std::mem::take(&mut self.out) {
             let ok = self.port.send(f.len(), &mut |buf| {
                 buf.get_mut(..f.len())?.copy_from_slice(&f);
-                Some(f.len())
+                Some((f.len(), o))
             });
             if ok {
                 self.sent_since_flush = true;
@@ -468,15 +504,21 @@ impl Edge {
 
     /// Frames that waited for `ip`'s MAC: readied for the wire and queued for sending.
     fn release(&mut self, held: Vec<Vec<u8>>, mac: [u8; 6]) {
+        let (link_mac, mtu) = (self.link.mac, self.link.mtu);
         for mut f in held {
             if f.is_empty() {
                 continue;
             }
-            match wire::to_wire(&mut f, self.link.mac, mac, self.link.mtu) {
-                Ok(n) => {
+            let ready = if self.port.info().offload {
+                offload::to_wire(&mut f, link_mac, mac, mtu)
+            } else {
+                wire::to_wire(&mut f, link_mac, mac, mtu).map(|n| (n, Offload::NONE))
+            };
+            match ready {
+                Ok((n, o)) => {
                     f.truncate(n);
                     self.c.sent += 1;
-                    self.out.push(f);
+                    self.out.push((f, o));
                 }
                 Err(WireDrop::TooBig) => self.c.drop_too_big += 1,
                 Err(_) => self.c.drop_malformed += 1,
@@ -496,6 +538,7 @@ impl Edge {
         now: Instant,
     ) -> usize {
         let vtep = self.vtep();
+        let offload = self.port.info().offload;
         let Edge {
             port,
             link,
@@ -511,6 +554,7 @@ impl Edge {
             let Rx {
                 frame,
                 csum_partial,
+                csum_valid,
             } = rx;
             // a tunnelled frame: what follows sees the inner frame alone
             let (frame, tunnelled) = match vtep.map(|at| vxlan::decap(frame, at, vnis)) {
@@ -531,7 +575,7 @@ impl Edge {
                     }
                     c.vxlan_received += 1;
                     // (an outer datagram whose checksum was left to offload has its inner
-                    // checksum left too: computed below, as for any such frame)
+                    // checksum left: the kernel's partial sum points there)
                     (inner, true)
                 }
                 Some(vxlan::Arrived::Refused(why)) => {
@@ -567,16 +611,14 @@ impl Edge {
                 }
                 if a.request {
                     c.arp_replies += 1;
-                    out.push(
-                        wire::arp_frame(&Arp {
-                            request: false,
-                            sha: link.mac,
-                            spa: a.tpa,
-                            tha: a.sha,
-                            tpa: a.spa,
-                        })
-                        .to_vec(),
-                    );
+                    let reply = wire::arp_frame(&Arp {
+                        request: false,
+                        sha: link.mac,
+                        spa: a.tpa,
+                        tha: a.sha,
+                        tpa: a.spa,
+                    });
+                    out.push((reply.to_vec(), Offload::NONE));
                 }
                 return;
             }
@@ -585,12 +627,18 @@ impl Edge {
                 return;
             };
             let Some(port) = table.port(d) else { return };
-            if csum_partial {
-                // the sender's kernel left the checksum to an offload that never happened (a
-                // virtual link): compute it as the wire would have
-                let _ = wire::fill_checksums(frame, u32::MAX);
-            }
-            match wire::from_wire(frame, link.mac, port.mac, mtu_of(d)) {
+            let how = wire::Inbound {
+                pipe_mtu: mtu_of(d),
+                // A frame made on this host whose checksum its kernel left to an offload that
+                // never happened (a virtual link) enters the pipe as it is: pipes skip
+                // checksums, and the kernel's own sockets take such frames unchecked too.
+                // What the kernel verified is not checked again, except inside a tunnel (it
+                // verified the outer datagram there).
+                checked: csum_partial || (csum_valid && !tunnelled),
+                // segments coalesced by the port's kernel; a tunnel cuts nothing for us
+                large_tcp_from: (offload && !tunnelled).then_some(link.mtu),
+            };
+            match wire::from_wire_with(frame, link.mac, port.mac, how) {
                 Ok((_, len)) => {
                     if deliver(d, &frame[..len]) {
                         c.delivered += 1;

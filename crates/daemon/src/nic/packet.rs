@@ -10,20 +10,35 @@
 //! a diversion): frames for the pipes are taken, the rest ignored here, and the host's kernel
 //! still receives its copy of everything (it drops what is addressed to the pipes, which are not
 //! its addresses). Transmission goes through the link's queueing discipline like any socket's.
+//!
+//! Segment offload: the socket asks for `PACKET_VNET_HDR`, so every frame it sends starts with a
+//! virtio-net header ([`super::offload`]) and a TCP segment of up to 64 KiB leaves whole, cut by
+//! the NIC (TSO) or by the kernel at the last moment (GSO); and frames the kernel coalesced
+//! (GRO), or a TSO sender's whole segments on a virtual link, arrive whole. Every frame of the
+//! receive ring then holds 64 KiB, so the ring has fewer of them (480, in 32 MiB). A kernel that
+//! refuses the option gets a port without offload, frames of the link's MTU.
 
 #![allow(unsafe_code)]
 
 use super::link::LinkInfo;
-use super::{NicError, Port, PortCounters, PortInfo, Rx};
+use super::offload::{Offload, VNET_HDR_LEN};
+use super::{Fill, NicError, Port, PortCounters, PortInfo, Rx};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Frames in the receive ring.
+/// Frames in the receive ring (without offload: frames of the link's MTU).
 const RX_FRAMES: u32 = 2048;
+/// With offload, the receive ring's bytes and its blocks (frames of 64 KiB, 15 a block).
+const RX_LARGE_BYTES: usize = 32 << 20;
+const RX_LARGE_BLOCK: usize = 1 << 20;
 /// Frames sent per `sendmmsg` at most.
 const TX_BATCH: usize = 64;
+/// Large frames a send batch holds at least.
+const TX_LARGE: usize = 4;
+/// `PACKET_VNET_HDR` (linux/if_packet.h).
+const PACKET_VNET_HDR: libc::c_int = 15;
 
 /// The AF_PACKET port.
 #[derive(Debug)]
@@ -33,10 +48,21 @@ pub struct PacketPort {
     ring: NonNull<u8>,
     ring_len: usize,
     frame_size: usize,
+    /// Bytes of a block of the ring and frames in each (frames do not cross blocks, and a
+    /// block may end in a gap no frame fills).
+    block_size: usize,
+    per_block: usize,
+    blocks: usize,
     next: u32,
+    /// Frames queued for the next `sendmmsg`, each with its virtio-net header when the port
+    /// offloads, laid end to end (64-byte aligned).
     tx_buf: Vec<u8>,
-    tx_lens: Vec<usize>,
-    slot: usize,
+    /// (offset, length) of each queued frame in `tx_buf`.
+    tx_lens: Vec<(usize, usize)>,
+    /// Bytes of `tx_buf` in use.
+    tx_used: usize,
+    /// Bytes of header before each frame sent: [`VNET_HDR_LEN`] with offload, else 0.
+    vnet: usize,
     c: PortCounters,
 }
 
@@ -88,14 +114,35 @@ impl PacketPort {
         if setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &one) < 0 {
             return Err(last("PACKET_IGNORE_OUTGOING"));
         }
-        let max_frame = link.mtu as usize + super::wire::ETH;
-        // header, address, alignment, then the frame
-        let frame_size = (libc::TPACKET2_HDRLEN + 64 + max_frame)
-            .next_power_of_two()
-            .max(2048);
-        let block_size = frame_size.max(1 << 16);
+        // (before the ring: the kernel refuses it after)
+        let offload = setsockopt(&fd, libc::SOL_PACKET, PACKET_VNET_HDR, &one) == 0;
+        if !offload {
+            tracing::warn!(
+                "{}: the kernel refused PACKET_VNET_HDR ({}): no segment offload, every frame \
+                 within the MTU",
+                link.name,
+                std::io::Error::last_os_error()
+            );
+        }
+        let vnet = if offload { VNET_HDR_LEN } else { 0 };
+        let max_frame = if offload {
+            usize::from(u16::MAX) + super::wire::ETH
+        } else {
+            link.mtu as usize + super::wire::ETH
+        };
+        // header, address, alignment, the virtio-net header, then the frame
+        let (frame_size, block_size, blocks) = if offload {
+            let frame_size = (libc::TPACKET2_HDRLEN + 64 + vnet + max_frame).next_multiple_of(16);
+            (frame_size, RX_LARGE_BLOCK, RX_LARGE_BYTES / RX_LARGE_BLOCK)
+        } else {
+            let frame_size = (libc::TPACKET2_HDRLEN + 64 + max_frame)
+                .next_power_of_two()
+                .max(2048);
+            let block_size = frame_size.max(1 << 16);
+            let blocks = (RX_FRAMES as usize).div_ceil(block_size / frame_size);
+            (frame_size, block_size, blocks)
+        };
         let per_block = block_size / frame_size;
-        let blocks = (RX_FRAMES as usize).div_ceil(per_block);
         let req = libc::tpacket_req {
             tp_block_size: block_size as u32,
             tp_block_nr: blocks as u32,
@@ -141,15 +188,25 @@ impl PacketPort {
                 attach: "-".into(),
                 copy: "copy".into(),
                 max_frame,
+                offload,
             },
             fd,
             ring,
             ring_len,
             frame_size,
+            block_size,
+            per_block,
+            blocks,
             next: 0,
-            tx_buf: vec![0; TX_BATCH * max_frame],
+            tx_buf: vec![
+                0;
+                (TX_BATCH
+                    * (vnet + link.mtu as usize + super::wire::ETH).next_multiple_of(64))
+                .max(TX_LARGE * (vnet + max_frame).next_multiple_of(64))
+            ],
             tx_lens: Vec::with_capacity(TX_BATCH),
-            slot: max_frame,
+            tx_used: 0,
+            vnet,
             c: PortCounters::default(),
         };
         if rc < 0 {
@@ -159,20 +216,20 @@ impl PacketPort {
     }
 
     fn frames(&self) -> u32 {
-        (self.ring_len / self.frame_size) as u32
+        (self.per_block * self.blocks) as u32
+    }
+
+    /// Where frame `i` (< `frames()`) starts in the mapping.
+    fn frame_at(&self, i: u32) -> usize {
+        let i = i as usize;
+        i / self.per_block * self.block_size + i % self.per_block * self.frame_size
     }
 
     /// The status word of frame `i`.
     fn status(&self, i: u32) -> &AtomicU32 {
         // SAFETY: frame `i` < frames() starts inside the mapping, 16-byte aligned, with
         // tp_status as its first u32; the kernel and we access it atomically.
-        unsafe {
-            &*self
-                .ring
-                .as_ptr()
-                .add(i as usize * self.frame_size)
-                .cast::<AtomicU32>()
-        }
+        unsafe { &*self.ring.as_ptr().add(self.frame_at(i)).cast::<AtomicU32>() }
     }
 
     fn send_batch(&mut self) {
@@ -180,11 +237,14 @@ impl PacketPort {
             return;
         }
         let n = self.tx_lens.len();
-        let mut iov: Vec<libc::iovec> = (0..n)
-            .map(|i| libc::iovec {
-                // SAFETY: slot i lies inside tx_buf (n <= TX_BATCH slots).
-                iov_base: unsafe { self.tx_buf.as_mut_ptr().add(i * self.slot) }.cast(),
-                iov_len: self.tx_lens[i],
+        let base = self.tx_buf.as_mut_ptr();
+        let mut iov: Vec<libc::iovec> = self
+            .tx_lens
+            .iter()
+            .map(|&(off, len)| libc::iovec {
+                // SAFETY: `send` placed every frame inside tx_buf (off + len <= its length).
+                iov_base: unsafe { base.add(off) }.cast(),
+                iov_len: len,
             })
             .collect();
         // SAFETY: mmsghdr is plain old data.
@@ -216,6 +276,7 @@ impl PacketPort {
             done += rc as usize;
         }
         self.tx_lens.clear();
+        self.tx_used = 0;
     }
 }
 
@@ -243,7 +304,7 @@ impl Port for PacketPort {
             if st & libc::TP_STATUS_USER == 0 {
                 break;
             }
-            let base = self.next as usize * self.frame_size;
+            let base = self.frame_at(self.next);
             // SAFETY: the frame's header lies at its start, inside the mapping; the kernel
             // handed the frame to us (TP_STATUS_USER) and does not write it until we hand it back.
             let hdr = unsafe { &*self.ring.as_ptr().add(base).cast::<libc::tpacket2_hdr>() };
@@ -256,6 +317,7 @@ impl Port for PacketPort {
                 f(Rx {
                     frame,
                     csum_partial: st & libc::TP_STATUS_CSUMNOTREADY != 0,
+                    csum_valid: st & libc::TP_STATUS_CSUM_VALID != 0,
                 });
             } else {
                 self.c.rx_bad_desc += 1;
@@ -272,17 +334,26 @@ impl Port for PacketPort {
         n
     }
 
-    fn send(&mut self, max_len: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> bool {
-        if self.tx_lens.len() >= TX_BATCH {
+    fn send(&mut self, max_len: usize, fill: &mut Fill<'_>) -> bool {
+        let cap = max_len.min(self.info.max_frame);
+        if self.tx_lens.len() >= TX_BATCH || self.tx_used + self.vnet + cap > self.tx_buf.len() {
             self.send_batch();
         }
-        let i = self.tx_lens.len();
-        let cap = max_len.min(self.slot);
-        let buf = &mut self.tx_buf[i * self.slot..i * self.slot + cap];
-        let Some(len) = fill(buf).filter(|l| *l <= cap && *l > 0) else {
+        let at = self.tx_used;
+        let Some(buf) = self.tx_buf.get_mut(at + self.vnet..at + self.vnet + cap) else {
             return false;
         };
-        self.tx_lens.push(len);
+        let offload = self.vnet > 0;
+        let Some((len, o)) =
+            fill(buf).filter(|&(l, o)| l <= cap && l > 0 && (offload || o == Offload::NONE))
+        else {
+            return false;
+        };
+        if offload {
+            self.tx_buf[at..at + VNET_HDR_LEN].copy_from_slice(&o.vnet_hdr());
+        }
+        self.tx_lens.push((at, self.vnet + len));
+        self.tx_used = (at + self.vnet + len).next_multiple_of(64);
         self.c.tx_frames += 1;
         self.c.tx_bytes += len as u64;
         true

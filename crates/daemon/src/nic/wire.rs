@@ -9,6 +9,8 @@
 //!   the checksums must be right; a SYN's MSS is clamped to the pipe's MTU. Then the addresses
 //!   become the pipe's and the link's (the daemon is every remote address's next hop).
 //! - ARP on the wire: [`arp`] parses, [`arp_frame`] builds.
+//! - Through a port that offloads, TCP segments larger than the wire's MTU pass both ways:
+//!   [`super::offload`].
 //!
 //! Parsing and checksums are smoltcp's wire module.
 
@@ -17,6 +19,8 @@ use smoltcp::wire::{
     IpProtocol, Ipv4Packet, TcpPacket, UdpPacket,
 };
 use std::net::Ipv4Addr;
+
+pub use super::offload::Inbound;
 
 /// Ethernet header length.
 pub const ETH: usize = 14;
@@ -72,7 +76,7 @@ fn set_macs(frame: &mut [u8], src: [u8; 6], dst: [u8; 6]) {
 
 /// The IPv4 packet inside `frame`, with the total length checked against the frame: the
 /// frame may carry padding after it (short frames on a wire), never less than it.
-fn ipv4(frame: &mut [u8]) -> Result<Ipv4Packet<&mut [u8]>, WireDrop> {
+pub(super) fn ipv4(frame: &mut [u8]) -> Result<Ipv4Packet<&mut [u8]>, WireDrop> {
     let eth = EthernetFrame::new_checked(&*frame).map_err(|_| WireDrop::Malformed)?;
     if eth.ethertype() != EthernetProtocol::Ipv4 {
         return Err(WireDrop::Malformed);
@@ -91,7 +95,12 @@ fn is_fragment<T: AsRef<[u8]>>(ip: &Ipv4Packet<T>) -> bool {
 }
 
 /// Clamps the MSS option of a TCP SYN to `max`. The caller fixes the checksum.
-fn clamp_mss(tcp: &mut TcpPacket<&mut [u8]>, max: u16) {
+pub(super) fn clamp_mss(tcp: &mut TcpPacket<&mut [u8]>, max: u16) {
+    set_syn_mss(tcp, |mss| mss.min(max));
+}
+
+/// Rewrites the MSS option of a TCP SYN to `f(offered)`. The caller fixes the checksum.
+fn set_syn_mss(tcp: &mut TcpPacket<&mut [u8]>, f: impl FnOnce(u16) -> u16) {
     if !tcp.syn() {
         return;
     }
@@ -109,9 +118,7 @@ fn clamp_mss(tcp: &mut TcpPacket<&mut [u8]>, max: u16) {
                 }
                 if kind == 2 && len == 4 {
                     let mss = u16::from_be_bytes([opts[i + 2], opts[i + 3]]);
-                    if mss > max {
-                        opts[i + 2..i + 4].copy_from_slice(&max.to_be_bytes());
-                    }
+                    opts[i + 2..i + 4].copy_from_slice(&f(mss).to_be_bytes());
                     return;
                 }
                 i += len;
@@ -185,6 +192,22 @@ pub fn from_wire(
     pipe_mac: [u8; 6],
     pipe_mtu: u32,
 ) -> Result<(Ipv4Info, usize), WireDrop> {
+    let plain = Inbound {
+        pipe_mtu,
+        checked: false,
+        large_tcp_from: None,
+    };
+    from_wire_with(frame, link_mac, pipe_mac, plain)
+}
+
+/// [`from_wire`], taking what a port that offloads vouches for and allows ([`Inbound`]).
+pub fn from_wire_with(
+    frame: &mut [u8],
+    link_mac: [u8; 6],
+    pipe_mac: [u8; 6],
+    how: Inbound,
+) -> Result<(Ipv4Info, usize), WireDrop> {
+    let pipe_mtu = how.pipe_mtu;
     let src_mac: [u8; 6] = frame
         .get(6..12)
         .and_then(|s| s.try_into().ok())
@@ -198,26 +221,41 @@ pub fn from_wire(
         if !ip.verify_checksum() {
             return Err(WireDrop::BadChecksum);
         }
-        if total as u32 > pipe_mtu {
-            return Err(WireDrop::TooBig);
-        }
         let (s, d) = (ip.src_addr(), ip.dst_addr());
         let (src, dst) = (IpAddress::Ipv4(s), IpAddress::Ipv4(d));
         let proto = ip.next_header();
         let frag = is_fragment(&ip);
+        let large_tcp = how
+            .large_tcp_from
+            .filter(|_| proto == IpProtocol::Tcp && !frag);
+        if total as u32 > pipe_mtu && large_tcp.is_none() {
+            return Err(WireDrop::TooBig);
+        }
         let payload = ip.payload_mut();
         match proto {
             IpProtocol::Tcp if !frag => {
                 let mut tcp = TcpPacket::new_checked(payload).map_err(|_| WireDrop::Malformed)?;
-                if !tcp.verify_checksum(&src, &dst) {
+                if !how.checked && !tcp.verify_checksum(&src, &dst) {
                     return Err(WireDrop::BadChecksum);
                 }
-                clamp_mss(&mut tcp, mss_for(pipe_mtu));
+                let pipe_mss = mss_for(pipe_mtu);
+                match large_tcp {
+                    // a peer that takes the wire's full segments: DockLib may send large
+                    // ones, which the link cuts to the wire's MTU
+                    Some(wire_mtu) => set_syn_mss(&mut tcp, |m| {
+                        if m >= mss_for(wire_mtu) {
+                            super::offload::LARGE_MSS
+                        } else {
+                            m.min(pipe_mss)
+                        }
+                    }),
+                    None => clamp_mss(&mut tcp, pipe_mss),
+                }
             }
             IpProtocol::Udp if !frag => {
                 let udp = UdpPacket::new_checked(&*payload).map_err(|_| WireDrop::Malformed)?;
                 // checksum 0: the sender computed none (allowed over IPv4)
-                if udp.checksum() != 0 && !udp.verify_checksum(&src, &dst) {
+                if !how.checked && udp.checksum() != 0 && !udp.verify_checksum(&src, &dst) {
                     return Err(WireDrop::BadChecksum);
                 }
             }

@@ -301,6 +301,7 @@ impl XdpPort {
                 attach: attach.into(),
                 copy: if zero_copy { "zero-copy" } else { "copy" }.into(),
                 max_frame: MAX_FRAME,
+                offload: false,
             },
             queues: queue_list,
             tx,
@@ -448,6 +449,7 @@ impl Port for XdpPort {
                         Some(b) => f(Rx {
                             frame: b,
                             csum_partial: false,
+                            csum_valid: false,
                         }),
                         None => self.c.rx_bad_desc += 1,
                     }
@@ -467,7 +469,7 @@ impl Port for XdpPort {
         n
     }
 
-    fn send(&mut self, max_len: usize, fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>) -> bool {
+    fn send(&mut self, max_len: usize, fill: &mut super::Fill<'_>) -> bool {
         if self.free_tx.is_empty() {
             self.complete();
         }
@@ -482,7 +484,11 @@ impl Port for XdpPort {
             self.free_tx.push(addr);
             return false;
         };
-        let Some(len) = fill(buf).filter(|l| *l <= cap && *l > 0) else {
+        // (no offload: the edge asks for none from a port without it)
+        let Some(len) = fill(buf)
+            .filter(|(l, o)| *l <= cap && *l > 0 && *o == super::Offload::NONE)
+            .map(|(l, _)| l)
+        else {
             self.free_tx.push(addr);
             return false;
         };

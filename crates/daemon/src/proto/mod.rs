@@ -542,6 +542,10 @@ pub struct NicStatus {
     pub mtu: u32,
     /// Longest frame the port moves.
     pub max_frame: usize,
+    /// Segment offload: TCP segments longer than the MTU leave whole and coalesced ones arrive
+    /// whole (AF_PACKET with virtio-net headers).
+    #[serde(default)]
+    pub offload: bool,
     /// Neighbours resolved on the wire.
     pub neighbours: u64,
     /// What the edge counted.
