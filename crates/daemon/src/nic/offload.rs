@@ -164,7 +164,7 @@ pub struct Inbound {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use smoltcp::wire::{IpAddress, Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber};
+    use smoltcp::wire::IpAddress;
 
     const LINK: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const HOP: [u8; 6] = [2, 0, 0, 0, 0, 2];
@@ -174,63 +174,12 @@ mod tests {
     /// payload bytes, a SYN offering `mss` if given, with timestamps (12 option bytes).
     fn tcp(len: usize, mss: Option<u16>) -> Vec<u8> {
         let payload: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-        let (s, d) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 1, 1));
-        let repr = TcpRepr {
-            src_port: 1000,
-            dst_port: 2000,
-            control: if mss.is_some() {
-                TcpControl::Syn
-            } else {
-                TcpControl::Psh
-            },
-            seq_number: TcpSeqNumber(7),
-            ack_number: None,
-            window_len: 1000,
-            window_scale: None,
-            max_seg_size: mss,
-            sack_permitted: false,
-            sack_ranges: [None; 3],
-            timestamp: Some(smoltcp::wire::TcpTimestampRepr::new(1, 2)),
-            payload: &payload,
-        };
-        let tl = repr.header_len() + len;
-        let mut f = vec![0u8; ETH + 20 + tl];
-        f[0..6].copy_from_slice(&LINK);
-        f[6..12].copy_from_slice(&PIPE);
-        f[12..14].copy_from_slice(&[8, 0]);
-        {
-            let mut p = Ipv4Packet::new_unchecked(&mut f[ETH..]);
-            p.set_version(4);
-            p.set_header_len(20);
-            p.set_total_len((20 + tl) as u16);
-            p.set_hop_limit(64);
-            p.set_next_header(IpProtocol::Tcp);
-            p.set_src_addr(s);
-            p.set_dst_addr(d);
-            p.set_dont_frag(true);
-        }
-        let mut t = TcpPacket::new_unchecked(&mut f[ETH + 20..]);
-        repr.emit(
-            &mut t,
-            &IpAddress::Ipv4(s),
-            &IpAddress::Ipv4(d),
-            &smoltcp::phy::ChecksumCapabilities::ignored(),
-        );
-        t.set_checksum(0);
-        f
+        let ts = smoltcp::wire::TcpTimestampRepr::new(1, 2);
+        wire::tests::tcp_frame_with(&payload, mss, Some(ts))
     }
 
-    /// A UDP datagram of `len` payload bytes with zero checksums, 10.0.0.1 to 10.0.1.1.
     fn udp(len: usize) -> Vec<u8> {
-        let mut f = tcp(0, None);
-        f.truncate(ETH + 20);
-        f.extend_from_slice(&[0, 53, 0x14, 0xe9]);
-        f.extend_from_slice(&((8 + len) as u16).to_be_bytes());
-        f.extend_from_slice(&[0, 0]);
-        f.extend((0..len).map(|i| i as u8));
-        f[ETH + 9] = 17;
-        f[ETH + 2..ETH + 4].copy_from_slice(&((20 + 8 + len) as u16).to_be_bytes());
-        f
+        wire::tests::udp_frame(&(0..len).map(|i| i as u8).collect::<Vec<u8>>())
     }
 
     fn mss_of(f: &[u8]) -> Option<u16> {

@@ -341,7 +341,7 @@ pub fn arp_frame(a: &Arp) -> [u8; ARP_LEN] {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use smoltcp::wire::{Ipv4Address, TcpControl, TcpRepr, TcpSeqNumber, UdpRepr};
 
@@ -357,6 +357,15 @@ mod tests {
     /// An Ethernet/IPv4/TCP frame from 10.0.0.1 to 10.0.1.1 with zero checksums (as a pipe
     /// sends it), carrying `payload`, a SYN with MSS `mss` if given.
     fn tcp_frame(payload: &[u8], mss: Option<u16>) -> Vec<u8> {
+        tcp_frame_with(payload, mss, None)
+    }
+
+    /// [`tcp_frame`], with the timestamps option when given (12 more header bytes).
+    pub(in crate::nic) fn tcp_frame_with(
+        payload: &[u8],
+        mss: Option<u16>,
+        timestamp: Option<smoltcp::wire::TcpTimestampRepr>,
+    ) -> Vec<u8> {
         let (s, d) = (ip([10, 0, 0, 1]), ip([10, 0, 1, 1]));
         let repr = TcpRepr {
             src_port: 1000,
@@ -373,7 +382,7 @@ mod tests {
             max_seg_size: mss,
             sack_permitted: false,
             sack_ranges: [None; 3],
-            timestamp: None,
+            timestamp,
             payload,
         };
         let tl = repr.header_len() + payload.len();
@@ -402,7 +411,8 @@ mod tests {
         f
     }
 
-    fn udp_frame(payload: &[u8]) -> Vec<u8> {
+    /// A UDP datagram from 10.0.0.1 to 10.0.1.1 with zero checksums, carrying `payload`.
+    pub(in crate::nic) fn udp_frame(payload: &[u8]) -> Vec<u8> {
         let (s, d) = (ip([10, 0, 0, 1]), ip([10, 0, 1, 1]));
         let repr = UdpRepr {
             src_port: 53,
