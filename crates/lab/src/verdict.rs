@@ -137,14 +137,25 @@ fn comparable(k: &Row, d: &Row) -> bool {
         && d.cores.starts_with(&k.cores)
 }
 
-/// The two-host targets (client on host A, server on host B, over the wire):
-/// - `docknet`'s 64 B rr one-way p50 at least 2x lower than `routed`'s in the same placement,
+/// The two-host targets (client on host A, server on host B, over the wire), for each port the
+/// daemons drive the wire with (`docknet`: AF_XDP; `docknet-packet`: AF_PACKET with segment
+/// offload, what `--nic-mode auto` takes on a link without AF_XDP zero-copy):
+/// - the 64 B rr one-way p50 at least 2x lower than `routed`'s in the same placement,
 ///   and lower than every kernel inter-host mode's in that placement;
-/// - `docknet`'s goodput at 1 KiB at least `routed`'s; at 64 KiB at least half of `routed`'s
+/// - the goodput at 1 KiB at least `routed`'s; at 64 KiB at least half of `routed`'s
 ///   on an unshaped wire, or 90% of the wire's rate on a shaped one.
 pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
     let mut out = Vec::new();
-    for d in dnperf(rows, Mode::Docknet, Workload::Rr, 64) {
+    for mode in [Mode::Docknet, Mode::DocknetPacket] {
+        two_host_targets_of(rows, mode, wire_gbps, &mut out);
+    }
+    out
+}
+
+/// [`two_host_targets`] for one DockNet mode.
+fn two_host_targets_of(rows: &[Row], mode: Mode, wire_gbps: Option<f64>, out: &mut Vec<Verdict>) {
+    let name = mode.name();
+    for d in dnperf(rows, mode, Workload::Rr, 64) {
         let (Some(p), mtu) = (d.p50_us, d.mtu.unwrap_or(0)) else {
             continue;
         };
@@ -152,7 +163,7 @@ pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
             let rp = r.p50_us.unwrap_or(0.0);
             out.push(Verdict {
                 target: format!(
-                    "two hosts: docknet 64 B rr p50 >= 2x lower than routed [{}] (mtu {mtu})",
+                    "two hosts: {name} 64 B rr p50 >= 2x lower than routed [{}] (mtu {mtu})",
                     r.cores
                 ),
                 value: rp / p,
@@ -169,7 +180,7 @@ pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
             let kp = k.p50_us.unwrap_or(0.0);
             out.push(Verdict {
                 target: format!(
-                    "two hosts: docknet 64 B rr p50 lower than every kernel mode [{}] (mtu {mtu})",
+                    "two hosts: {name} 64 B rr p50 lower than every kernel mode [{}] (mtu {mtu})",
                     k.cores
                 ),
                 value: p,
@@ -180,14 +191,14 @@ pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
         }
     }
     for (size, want) in [(1024usize, 1.0), (65536, 0.5)] {
-        for d in dnperf(rows, Mode::Docknet, Workload::Stream, size) {
+        for d in dnperf(rows, mode, Workload::Stream, size) {
             let (Some(g), mtu) = (d.gbps, d.mtu.unwrap_or(0)) else {
                 continue;
             };
             match (size, wire_gbps) {
                 (65536, Some(w)) => out.push(Verdict {
                     target: format!(
-                        "two hosts: docknet stream 64 KiB goodput >= 90% of the wire's {w} Gbps [{}] (mtu {mtu})",
+                        "two hosts: {name} stream 64 KiB goodput >= 90% of the wire's {w} Gbps [{}] (mtu {mtu})",
                         d.cores
                     ),
                     value: g / w,
@@ -201,7 +212,7 @@ pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
                         let x = if rg > 0.0 { g / rg } else { 0.0 };
                         out.push(Verdict {
                             target: format!(
-                                "two hosts: docknet stream {size} B goodput >= {want}x routed [{}] (mtu {mtu})",
+                                "two hosts: {name} stream {size} B goodput >= {want}x routed [{}] (mtu {mtu})",
                                 r.cores
                             ),
                             value: x,
@@ -214,7 +225,6 @@ pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
             }
         }
     }
-    out
 }
 
 /// The lab's targets for DockNet on one host, judged on a run's summary rows:
@@ -642,12 +652,25 @@ mod tests {
             ),
             // a one-host bridge row never counts on two hosts
             row(Mode::Bridge, "c0 s1", Workload::Rr, 64, 1.0, 0.0),
+            // the AF_PACKET port is judged by the same targets
+            two(
+                Mode::DocknetPacket,
+                "c0 s1 m0 m1",
+                Workload::Stream,
+                65536,
+                0.0,
+                12.0,
+            ),
         ];
         let t: Vec<(bool, String)> = targets(&rows, None)
             .iter()
             .map(|v| (v.met, v.line()))
             .collect();
-        assert_eq!(t.len(), 4, "{t:#?}");
+        assert_eq!(t.len(), 5, "{t:#?}");
+        assert!(
+            t[4].0 && t[4].1.contains("docknet-packet stream 65536 B") && t[4].1.contains("1.20x"),
+            "{t:?}"
+        );
         // 12 / 5 = 2.4x routed; host (8) beats nothing: 5 < 8
         assert!(t[0].0 && t[0].1.contains("2.40x"), "{t:?}");
         assert!(t[1].0 && t[1].1.contains("best kernel host 8.00"), "{t:?}");
