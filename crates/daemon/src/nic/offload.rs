@@ -153,7 +153,7 @@ pub struct Inbound {
     /// The pipe's MTU.
     pub pipe_mtu: u32,
     /// The kernel vouched for the transport checksum (it verified it, or the frame was made on
-    /// this host and its checksum computed before it was taken): not checked again.
+    /// this host with its checksum left to an offload that never happened): not checked again.
     pub checked: bool,
     /// The wire's MTU, when the port offloads: whole TCP segments longer than the pipe's MTU
     /// (coalesced, or cut nowhere on a virtual link) are delivered, and a SYN offering the
