@@ -188,6 +188,22 @@ pub trait Port: Send + std::fmt::Debug {
     fn counters(&mut self) -> PortCounters;
 }
 
+/// Readies a frame a pipe sent for the wire: through [`offload::to_wire`] when the port
+/// offloads, else [`wire::to_wire`] (nothing left to the link).
+fn ready(
+    frame: &mut [u8],
+    link_mac: [u8; 6],
+    hop_mac: [u8; 6],
+    mtu: u32,
+    offload: bool,
+) -> Result<(usize, Offload), WireDrop> {
+    if offload {
+        offload::to_wire(frame, link_mac, hop_mac, mtu)
+    } else {
+        wire::to_wire(frame, link_mac, hop_mac, mtu).map(|n| (n, Offload::NONE))
+    }
+}
+
 /// Opens the port `cfg` asks for on its link.
 pub fn open(cfg: &NicConfig) -> Result<(LinkInfo, Box<dyn Port>), NicError> {
     let link = LinkInfo::read(&cfg.iface)?;
@@ -421,11 +437,10 @@ impl Edge {
                 if buf.len() < at || !copy(&mut buf[at..]) {
                     return Err(Some(WireDrop::Malformed));
                 }
-                let plain = |n| (n, Offload::NONE);
                 match &tunnel {
-                    Some(t) => vxlan::encap(buf, len, t, link_mac, hop_mac, mtu).map(plain),
-                    None if offload => offload::to_wire(&mut buf[..len], link_mac, hop_mac, mtu),
-                    None => wire::to_wire(&mut buf[..len], link_mac, hop_mac, mtu).map(plain),
+                    Some(t) => vxlan::encap(buf, len, t, link_mac, hop_mac, mtu)
+                        .map(|n| (n, Offload::NONE)),
+                    None => ready(&mut buf[..len], link_mac, hop_mac, mtu, offload),
                 }
                 .map_err(Some)
             };
@@ -505,16 +520,12 @@ impl Edge {
     /// Frames that waited for `ip`'s MAC: readied for the wire and queued for sending.
     fn release(&mut self, held: Vec<Vec<u8>>, mac: [u8; 6]) {
         let (link_mac, mtu) = (self.link.mac, self.link.mtu);
+        let offload = self.port.info().offload;
         for mut f in held {
             if f.is_empty() {
                 continue;
             }
-            let ready = if self.port.info().offload {
-                offload::to_wire(&mut f, link_mac, mac, mtu)
-            } else {
-                wire::to_wire(&mut f, link_mac, mac, mtu).map(|n| (n, Offload::NONE))
-            };
-            match ready {
+            match ready(&mut f, link_mac, mac, mtu, offload) {
                 Ok((n, o)) => {
                     f.truncate(n);
                     self.c.sent += 1;
