@@ -1,8 +1,9 @@
 //! The daemon on the wire: two hosts in namespaces of their own joined by a wire, a daemon on
 //! each driving its end (AF_XDP or AF_PACKET), containers behind them. Checked: a 1 GiB TCP
 //! transfer arrives intact over both NIC modes (and the one `auto` picks), a pipe and a kernel
-//! socket on the far host exchange checked streams through segment offload, the host keeps its
-//! own traffic while the daemon runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
+//! socket on the far host exchange checked streams through segment offload, a container lying
+//! in large segments' headers hurts only itself, the host keeps its own traffic while the
+//! daemon runs, the XDP program is gone after a clean stop and after kill -9, and a missing or down
 //! link gets its one-line error; routes send pods' frames through another node's address, and
 //! the node agent keeps those routes equal to the cluster's nodes.
 
@@ -271,6 +272,66 @@ fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways
     let c = &nic["counters"];
     let frames = c["sent"].as_u64().unwrap() + c["delivered"].as_u64().unwrap();
     assert!(frames < 200_000, "segments moved whole: {st}");
+}
+
+#[test]
+fn a_container_lying_in_large_segments_to_the_wire_hurts_only_itself() {
+    if !root_or_skip("nic offload lies") {
+        return;
+    }
+    // A container sends 60 KiB TCP segments to an address on the wire, most with a lie in a
+    // header segment offload reads (lengths, fragment bits, truncation, flipped bytes): the
+    // lies are dropped and counted, the truthful ones leave whole, and the daemon goes on
+    // moving other containers' traffic intact.
+    let (_wire, a, b) = two_nodes("packet", "10.78.1.1/16", "10.78.2.1/16");
+    ok(&a, &["pipe", "create", "evil", "--ip", "10.78.1.66/16"]);
+    let o = a
+        .cmd(Path::new(EXE))
+        .args([
+            "run",
+            "--pipe",
+            "evil",
+            "--",
+            env!("CARGO_BIN_EXE_dnattack"),
+        ])
+        .args(["gso-lies", "--to", HOST_B, "--count", "200"])
+        .output()
+        .unwrap();
+    let r = result_of(o, "gso-lies");
+    let sent = |k: &str| r["sent"][k].as_u64().unwrap_or(0);
+    assert_eq!(
+        r["sent"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|v| v.as_u64())
+            .sum::<u64>(),
+        200,
+        "{r}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let st = status(&a);
+    let c = &st["nic"]["counters"];
+    let n = |k: &str| c[k].as_u64().unwrap();
+    let evil = pipe_show(&a, "evil");
+    let dropped_by_master = evil["counters"]["drop_malformed"].as_u64().unwrap();
+    // fragments are never cut: too big for the wire
+    assert!(
+        n("drop_too_big") >= sent("more-fragments") + sent("fragment-offset"),
+        "{r} {st}"
+    );
+    // lengths past the frame or short of the headers: malformed, at the edge or before it
+    let lies = sent("ip-length-past") + sent("ip-length-short") + sent("truncated");
+    assert!(
+        n("drop_malformed") + dropped_by_master >= lies + sent("tcp-offset-small"),
+        "{r} {st} {evil}"
+    );
+    // the truthful ones left, whole
+    assert!(n("sent") >= sent("truthful"), "{r} {st}");
+    // and the daemon still moves others' traffic, intact
+    let t = transfer(&a, &b, 64 << 20);
+    assert_eq!(t["result"]["corrupt_bytes"], 0, "{t}");
+    assert_eq!(t["result"]["bytes"], 64u64 << 20, "{t}");
 }
 
 #[test]

@@ -131,6 +131,19 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// TCP segments of up to 60 KiB to an address on the wire, most with a lie in a header the
+    /// daemon reads to ask its link to cut them (segment offload): header lengths too small or
+    /// past the frame, IPv4 total lengths past the frame or short of the headers, fragment
+    /// bits, truncated frames and flipped header bytes; every fifth one truthful. Reports how
+    /// many of each kind were sent.
+    GsoLies {
+        /// The address on the wire.
+        #[arg(long)]
+        to: std::net::Ipv4Addr,
+        /// Segments to send.
+        #[arg(long, default_value_t = 200)]
+        count: u32,
+    },
     /// VXLAN datagrams from this pod to a node's tunnel end (UDP port 4789), each wrapping a
     /// UDP frame from `--inner-src` (another pod's address, say) to `--inner-dst`: what a pod
     /// would send to slip frames past its own daemon's source check.
@@ -383,6 +396,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             to,
             seconds,
         )?,
+        Cmd::GsoLies { to, count } => gso_lies(&name, to, count)?,
         Cmd::VxlanInject {
             to,
             vni,
@@ -498,6 +512,96 @@ fn vxlan_inject(
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(json!({"attack": "vxlan-inject", "sent": sent}))
+}
+
+/// Sends `count` TCP segments of up to 60 KiB from this pipe to `to`, most of them lying in a
+/// header that segment offload reads ([`Cmd::GsoLies`]).
+fn gso_lies(name: &str, to: std::net::Ipv4Addr, count: u32) -> Result<serde_json::Value> {
+    use docknet_lib::frame::write_ipv4_headers;
+    const ETH: usize = 14;
+    let mut ep = docknet_lib::Endpoint::connect(name, docknet_pipe::IdlePolicy::Spin)?;
+    let total = ETH + 20 + 20 + 60 * 1024;
+    let mut base = vec![0u8; total];
+    write_ipv4_headers(
+        &mut base,
+        ep.mac(),
+        [2, 0, 0, 0, 0, 3],
+        ep.ip(),
+        to,
+        6,
+        total,
+    );
+    base[ETH + 6] = 0x40; // DF
+    let tcp = ETH + 20;
+    base[tcp..tcp + 2].copy_from_slice(&40000u16.to_be_bytes());
+    base[tcp + 2..tcp + 4].copy_from_slice(&9u16.to_be_bytes());
+    base[tcp + 12] = 5 << 4; // data offset: 20 bytes
+    base[tcp + 13] = 0x18; // PSH, ACK
+    base[tcp + 14..tcp + 16].copy_from_slice(&1024u16.to_be_bytes());
+    let kinds = [
+        "truthful",
+        "tcp-offset-small",
+        "tcp-offset-past",
+        "ip-length-past",
+        "ip-length-short",
+        "ip-header-long",
+        "more-fragments",
+        "fragment-offset",
+        "truncated",
+        "flipped",
+    ];
+    let mut sent = std::collections::BTreeMap::<&str, u64>::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(count);
+    let send = |ep: &mut docknet_lib::Endpoint, f: &[u8]| {
+        while ep.send(f).is_err() {
+            ep.flush();
+            ep.idle(Duration::from_micros(50));
+        }
+        ep.flush();
+    };
+    // one truthful segment first, and time for the daemon to resolve `to` on the wire, so
+    // that the lies meet the edge's checks rather than the wait for an ARP answer
+    send(&mut ep, &base);
+    *sent.entry(kinds[0]).or_default() += 1;
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 1..count {
+        let mut f = base.clone();
+        // every fifth one truthful, the others each lie in turn
+        let kind = if i % 5 == 0 {
+            kinds[0]
+        } else {
+            kinds[1 + (i as usize) % (kinds.len() - 1)]
+        };
+        match kind {
+            "tcp-offset-small" => f[tcp + 12] = 2 << 4,
+            "tcp-offset-past" => {
+                f[tcp + 12] = 15 << 4;
+                f[tcp + 20..tcp + 60].fill(0xfe);
+            }
+            "ip-length-past" => f[ETH + 2..ETH + 4].copy_from_slice(&65535u16.to_be_bytes()),
+            "ip-length-short" => f[ETH + 2..ETH + 4].copy_from_slice(&30u16.to_be_bytes()),
+            "ip-header-long" => f[ETH] = 0x4f,
+            "more-fragments" => f[ETH + 6] = 0x20,
+            "fragment-offset" => f[ETH + 6..ETH + 8].copy_from_slice(&0x0100u16.to_be_bytes()),
+            "truncated" => f.truncate(ETH + 30),
+            "flipped" => {
+                for _ in 0..4 {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    // bytes of the TCP header and the payload's start (a lie about the
+                    // addresses is dropped before the edge: another test's)
+                    let at = ETH + 20 + (seed % 40) as usize;
+                    f[at] ^= (seed >> 8) as u8 | 1;
+                }
+            }
+            _ => {}
+        }
+        send(&mut ep, &f);
+        *sent.entry(kind).or_default() += 1;
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(json!({"attack": "gso-lies", "sent": sent}))
 }
 
 /// Forks up to `max` children that only wait, stopping at the first refusal; prints how many
