@@ -4,7 +4,7 @@
 //! copy of the scripts, with `sudo` either a stub that records its arguments or absent.
 
 mod common;
-use common::root_or_skip;
+use common::{one_at_a_time, root_or_skip};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -189,6 +189,40 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let netns = String::from_utf8_lossy(&netns.stdout);
     assert!(!netns.contains("dnsw"), "namespaces left: {netns}");
+}
+
+/// The unpinned two-host comparison's smoke version: one short 64 B ping-pong per path (the
+/// kernel, daemons on AF_XDP, daemons at the default `auto`) with this build's binaries;
+/// nothing left behind.
+#[test]
+fn the_unpinned_wire_comparison_measures_every_path_and_leaves_nothing_behind() {
+    if !root_or_skip("the unpinned wire comparison") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let out = tempfile::tempdir().unwrap();
+    run_script(
+        "wire-unpinned.sh",
+        &[],
+        &[("QUICK", Path::new("1")), ("OUT", out.path())],
+    );
+    let tsv = std::fs::read_to_string(out.path().join("wire-unpinned.tsv")).unwrap();
+    let lines: Vec<Vec<&str>> = tsv
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').collect())
+        .collect();
+    let paths: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    assert_eq!(paths, ["kernel", "xdp", "auto"], "{tsv}");
+    for l in &lines {
+        let p50: f64 = l[4].parse().unwrap();
+        assert!(p50 > 0.0, "no latency: {l:?}");
+    }
+    let left = run_dirs_left("docknet-wire-");
+    assert!(left.is_empty(), "run directories left: {left:?}");
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains("dnwu"), "namespaces left: {netns}");
 }
 
 /// The instruction count's smoke version: one second of ping-pong under callgrind with this

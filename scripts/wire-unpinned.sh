@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Two hosts as users run them: dnperf between host A and host B over a veth wire with nothing
+# pinned and every program at its defaults. Paths: `kernel` (dnperf on kernel sockets at the
+# hosts' own addresses, no daemon on the wire: the kernel's best case, no pod network),
+# `xdp` and `auto` (a DockNet daemon on each host driving its end with `--nic-mode xdp`, or
+# the default `auto`, which takes AF_PACKET with segment offload on a veth; dnperf in a
+# container of each, `docknet run` without `--cpu`). Workloads: 64 B and 64 KiB ping-pong,
+# 64 KiB stream. The paths take turns within each repetition, each on a wire of its own.
+# (The lab's two-host topology places its processes by hand; this is the unpinned case.)
+#
+#   ./scripts/wire-unpinned.sh [--help]    SECONDS_PER_RUN=2 REPEAT=3; QUICK=1: one short
+#                                          64 B line per path; DOCKNET_BIN=DIR: docknet and
+#                                          dnperf from DIR, no setup
+#
+# Prints a table and writes results/wire-unpinned.tsv (rep, path, workload, size, p50 us,
+# p99 us, Gbps). Runs as root; a normal user is re-run under sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+docknet_usage "$@"
+docknet_root "$@"
+if [ -n "${DOCKNET_BIN:-}" ]; then
+    B=$DOCKNET_BIN
+else
+    ./scripts/setup.sh >/dev/null
+    B=$PWD/target/release
+fi
+SECS=${SECONDS_PER_RUN:-2}
+REPEAT=${REPEAT:-3}
+LOADS=("rr 64" "stream 65536" "rr 65536")
+if [ "${QUICK:-0}" = 1 ]; then
+    SECS=0.3
+    REPEAT=1
+    LOADS=("rr 64")
+fi
+OUT=${OUT:-results}
+mkdir -p "$OUT"
+TAG=dnwu$$
+RUN=$(mktemp -d /dev/shm/docknet-wire-XXXXXX)
+cleanup() {
+    end_descendants 2
+    for n in a b; do ip netns del "$TAG$n" 2>/dev/null || true; done
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# p50 and p99 (us) and Gbps from dnperf's JSON line on stdin ("-" where not measured)
+summary() {
+    python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read().strip().splitlines()[-1])["result"]
+l = r.get("one_way_ns") or {}
+f = lambda v, s: "%.2f" % (v / s) if v else "-"
+print("\t".join([f(l.get("p50"), 1000), f(l.get("p99"), 1000), f(r.get("gbps"), 1)]))'
+}
+
+wire_up() {
+    ip netns add "${TAG}a"
+    ip netns add "${TAG}b"
+    ip link add eth0 netns "${TAG}a" type veth peer name eth0 netns "${TAG}b"
+    ip -n "${TAG}a" addr add 192.168.79.1/24 dev eth0
+    ip -n "${TAG}b" addr add 192.168.79.2/24 dev eth0
+    for x in a b; do
+        ip -n "$TAG$x" link set eth0 up
+        ip -n "$TAG$x" link set lo up
+    done
+}
+
+wire_down() {
+    for x in a b; do ip netns del "$TAG$x"; done
+}
+
+# kernel WORKLOAD SIZE
+kernel() {
+    ip netns exec "${TAG}b" "$B/dnperf" server --stack kernel --bind 192.168.79.2:5000 \
+        --conns 1 >/dev/null &
+    sleep 0.3
+    ip netns exec "${TAG}a" "$B/dnperf" client --stack kernel --connect 192.168.79.2:5000 \
+        --workload "$1" --size "$2" --duration "$SECS" --warmup 0.2 --json | summary
+    wait
+}
+
+# daemons MODE: a daemon on each host driving its end in MODE, a pipe on each
+daemons() {
+    for x in a b; do
+        mkdir -p "$RUN/$x"
+        ip netns exec "$TAG$x" "$B/docknet" --socket "$RUN/$x/ctl.sock" daemon --ephemeral \
+            --run-dir "$RUN/$x/run" --nic eth0 --nic-mode "$1" >"$RUN/$x/log" 2>&1 &
+        echo $! >"$RUN/$x/pid"
+    done
+    for x in a b; do
+        for _ in $(seq 100); do [ -S "$RUN/$x/ctl.sock" ] && break; sleep 0.05; done
+    done
+    "$B/docknet" --socket "$RUN/a/ctl.sock" pipe create c0 --ip 10.79.1.1/16 >/dev/null
+    "$B/docknet" --socket "$RUN/b/ctl.sock" pipe create s0 --ip 10.79.2.1/16 >/dev/null
+}
+
+daemons_down() {
+    for x in a b; do
+        kill "$(cat "$RUN/$x/pid")" 2>/dev/null || true
+        wait "$(cat "$RUN/$x/pid")" 2>/dev/null || true
+        rm -rf "${RUN:?}/$x"
+    done
+}
+
+# docknet WORKLOAD SIZE: dnperf in a container on each host, at its defaults
+docknet() {
+    "$B/docknet" --socket "$RUN/b/ctl.sock" run --pipe s0 -- "$B/dnperf" server \
+        --stack docknet --bind 10.79.2.1:5000 --conns 1 >/dev/null &
+    sleep 0.5
+    "$B/docknet" --socket "$RUN/a/ctl.sock" run --pipe c0 -- "$B/dnperf" client \
+        --stack docknet --connect 10.79.2.1:5000 --workload "$1" --size "$2" \
+        --duration "$SECS" --warmup 0.2 --json | summary
+    wait
+}
+
+TSV=$OUT/wire-unpinned.tsv
+printf 'rep\tpath\tworkload\tsize\tp50_us\tp99_us\tgbps\n' >"$TSV"
+for rep in $(seq "$REPEAT"); do
+    for path in kernel xdp auto; do
+        wire_up
+        [ "$path" = kernel ] || daemons "$path"
+        for load in "${LOADS[@]}"; do
+            read -r w s <<<"$load"
+            if [ "$path" = kernel ]; then r=$(kernel "$w" "$s"); else r=$(docknet "$w" "$s"); fi
+            printf '%s\t%s\t%s\t%s\t%s\n' "$rep" "$path" "$w" "$s" "$r" | tee -a "$TSV"
+        done
+        [ "$path" = kernel ] || daemons_down
+        wire_down
+    done
+done
+echo "wrote $TSV"
