@@ -114,6 +114,19 @@ impl Cluster {
             .collect()
     }
 
+    /// Kills backend `i`'s container and waits until none of its processes is left: the
+    /// supervisor dies at once, the container's processes a moment later (their parent's death
+    /// signal), and until then they still answer.
+    fn kill_backend(&mut self, i: usize) {
+        self.backends[i].take().unwrap().kill();
+        let name = self.names[i].clone();
+        let end = std::time::Instant::now() + SECS(20);
+        while !processes_with(&name).is_empty() {
+            assert!(std::time::Instant::now() < end, "{name} outlived its supervisor");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn name(&self, i: usize) -> &str {
         &self.names[i]
     }
@@ -236,7 +249,7 @@ fn a_killed_backend_is_taken_out_while_the_others_carry_on() {
     assert!(c.echo(10_000).iter().all(|(_, ok)| *ok));
     // kill b2's container (its supervisor: the container dies with it)
     let b2 = c.name(1).to_string();
-    c.backends[1].take().unwrap().kill();
+    c.kill_backend(1);
     // its connections are reset once the probes fail; the others' go on
     let r = c.echo(10_000);
     for (name, ok) in &r {
