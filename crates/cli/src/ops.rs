@@ -44,10 +44,14 @@ struct CaptureReport {
     captured: u64,
     sent: u64,
     received: u64,
-    dropped_from_capture: u64,
+    /// `None` when the daemon sent no summary.
+    dropped_from_capture: Option<u64>,
     ended: String,
     not_captured_fast_channels: Vec<String>,
 }
+
+/// How long `docknet capture` waits, after Ctrl-C, for the rest of the frames and the summary.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// `docknet capture`.
 pub fn capture(socket: &Path, a: CaptureArgs) -> Result<()> {
@@ -72,8 +76,10 @@ pub fn capture(socket: &Path, a: CaptureArgs) -> Result<()> {
     };
     let mut w = PcapWriter::with_header(std::io::BufWriter::new(out), header)
         .context("writing the pcap header")?;
-    // Ctrl-C ends the capture cleanly: the connection's read side is shut, the records read
-    // so far are written, the file is complete
+    // Ctrl-C ends the capture cleanly: the sending side of the connection is shut, the daemon
+    // sends what its tap still holds and the summary (with how many frames the capture left
+    // out), and the file is complete. A daemon that does not answer within a few seconds ends
+    // the capture with what was read.
     let sock = rd
         .get_ref()
         .try_clone()
@@ -86,7 +92,8 @@ pub fn capture(socket: &Path, a: CaptureArgs) -> Result<()> {
     let handle = signals.handle();
     let stopper = std::thread::spawn(move || {
         if signals.forever().next().is_some() {
-            let _ = sock.shutdown(std::net::Shutdown::Both);
+            let _ = sock.set_read_timeout(Some(STOP_WAIT));
+            let _ = sock.shutdown(std::net::Shutdown::Write);
         }
     });
     if !started.fast_channels.is_empty() {
@@ -136,10 +143,13 @@ pub fn capture(socket: &Path, a: CaptureArgs) -> Result<()> {
     let mut out = w.into_writer();
     out.flush().context("writing the pcap file")?;
     drop(out);
+    // without the daemon's summary (it went away, or did not answer within STOP_WAIT) the
+    // frames left out are not known
+    let known = summary.is_some();
     let s = summary.unwrap_or(Summary {
         captured: sent + received,
         dropped: 0,
-        ended: "stopped".into(),
+        ended: "daemon".into(),
     });
     let report = CaptureReport {
         pipe: a.name.clone(),
@@ -147,7 +157,7 @@ pub fn capture(socket: &Path, a: CaptureArgs) -> Result<()> {
         captured: sent + received,
         sent,
         received,
-        dropped_from_capture: s.dropped,
+        dropped_from_capture: known.then_some(s.dropped),
         ended: s.ended,
         not_captured_fast_channels: started.fast_channels,
     };
@@ -165,13 +175,12 @@ pub fn capture(socket: &Path, a: CaptureArgs) -> Result<()> {
             sent,
             a.name,
             received,
-            if report.dropped_from_capture > 0 {
-                format!(
-                    ", {} left out of the capture (the reader was too slow; the pipe lost none)",
-                    report.dropped_from_capture
-                )
-            } else {
-                String::new()
+            match report.dropped_from_capture {
+                Some(0) => String::new(),
+                Some(n) => format!(
+                    ", {n} left out of the capture (the reader was too slow; the pipe lost none)"
+                ),
+                None => ", frames left out not known (no summary from the daemon)".into(),
             },
             report.ended
         );

@@ -314,6 +314,66 @@ fn a_capture_of_a_known_exchange_reads_back_in_tcpdump() {
 }
 
 #[test]
+fn ctrl_c_ends_a_capture_with_the_daemons_summary() {
+    if !root_or_skip("capture ctrl-c") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    let (_srv, ws) = web(&mut lab, 74);
+    let file = lab.dir.join("web.pcap");
+    let cap = lab
+        .cmd()
+        .args(["capture", "web", "--json", "-w"])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_captures(
+        &lab,
+        1,
+        Duration::from_secs(10),
+        "the capture did not start",
+    );
+    let r = load(&lab, &ws, 2000);
+    assert_eq!(r["ok"], 2000, "{r}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(cap.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = cap.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON summary");
+    // the daemon answered the stop with its summary: how many frames it left out is known
+    assert_eq!(summary["ended"], "stopped", "{summary}");
+    assert!(summary["dropped_from_capture"].is_u64(), "{summary}");
+    let captured = summary["captured"].as_u64().unwrap();
+    assert_eq!(
+        captured,
+        summary["sent"].as_u64().unwrap() + summary["received"].as_u64().unwrap()
+    );
+    // 2000 requests and answers at least, each frame in the file or counted as left out
+    let dropped = summary["dropped_from_capture"].as_u64().unwrap();
+    assert!(captured > 0 && captured + dropped >= 4000, "{summary}");
+    let o = Command::new("tcpdump")
+        .args(["-nn", "-r"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count() as u64,
+        captured
+    );
+    wait_captures(&lab, 0, Duration::from_secs(10), "the capture did not end");
+}
+
+#[test]
 fn a_stalled_capture_reader_costs_the_pipe_nothing() {
     if !root_or_skip("stalled capture") {
         return;

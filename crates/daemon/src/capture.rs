@@ -76,8 +76,9 @@ pub struct Summary {
     pub captured: u64,
     /// Frames dropped from the capture (the tap was full: the client read too slowly).
     pub dropped: u64,
-    /// Why it ended: `count` (as many as asked) or `removed` (the pipe went away). A daemon
-    /// that stops closes the stream without a summary.
+    /// Why it ended: `count` (as many as asked), `removed` (the pipe went away) or `stopped`
+    /// (the client shut its sending side, as `docknet capture` does on Ctrl-C: what the tap
+    /// held then was sent first). A daemon that stops closes the stream without a summary.
     pub ended: String,
 }
 

@@ -396,9 +396,15 @@ async fn capture(
     let mut summary = Summary::default();
     let mut out = reply_bytes(reply);
     let mut tick = tokio::time::interval(Duration::from_millis(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut probe = [0u8; 64];
     let pipe_id = tap.pipe;
+    // set when the client shut its sending side (Ctrl-C): what the tap holds then is sent,
+    // then the summary
+    let mut stopping = false;
     'stream: loop {
+        // frames left in the tap: sent on at once, without waiting for the tick
+        let mut more = false;
         while out.len() < 256 * 1024 {
             if count.is_some_and(|c| summary.captured >= c) {
                 summary.ended = "count".into();
@@ -407,6 +413,7 @@ async fn capture(
             let Some(r) = tap.pop() else { break };
             r.encode(&mut out);
             summary.captured += 1;
+            more = out.len() >= 256 * 1024;
         }
         if !out.is_empty() {
             match tokio::time::timeout(WRITE, wr.write_all(&out)).await {
@@ -420,6 +427,10 @@ async fn capture(
         if !summary.ended.is_empty() {
             break;
         }
+        if stopping && !more {
+            summary.ended = "stopped".into();
+            break;
+        }
         let gone = ctx
             .registry
             .lock()
@@ -429,15 +440,37 @@ async fn capture(
             summary.ended = "removed".into();
             break;
         }
+        if stopping {
+            continue;
+        }
+        // a busy pipe (more left in the tap): keep writing, letting the control plane's other
+        // tasks run between chunks; else wait for the tick
+        let wait = async {
+            if more {
+                tokio::task::yield_now().await
+            } else {
+                tick.tick().await;
+            }
+        };
         tokio::select! {
-            _ = tick.tick() => {}
-            // the client sends nothing more: a read returns only when it closes
+            biased;
+            // the client sends nothing more: a read returns only when it stops (it shut its
+            // sending side: the rest and the summary are sent) or went away (the write fails)
             r = rd.read(&mut probe) => {
-                if matches!(r, Ok(0) | Err(_)) {
-                    summary.ended = "client".into();
-                    break;
+                match r {
+                    Ok(0) => {
+                        // nothing more is offered; what the tap holds now is what is left
+                        tap.closed.store(true, Ordering::Relaxed);
+                        stopping = true;
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        summary.ended = "client".into();
+                        break;
+                    }
                 }
             }
+            _ = wait => {}
         }
     }
     tap.closed.store(true, Ordering::Relaxed);

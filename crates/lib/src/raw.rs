@@ -116,10 +116,27 @@ struct FcLink {
     /// A channel whose partner may still have frames on their way through the daemon: until
     /// its first frame is seen, the pipe's rx ring is read first (see [`Endpoint::recv`]).
     fresh: bool,
+    /// A channel the daemon removed: nothing more is sent on it, but what the partner wrote
+    /// before it learnt of the removal is still read, until this deadline ([`DRAIN`]).
+    closing: Option<Instant>,
+}
+
+impl FcLink {
+    /// Whether frames may be sent on it now.
+    fn open(&self) -> bool {
+        self.hold.is_none() && self.closing.is_none()
+    }
 }
 
 /// Longest a new fast channel waits for the daemon to take the frames queued before it.
 const HOLD_MAX: Duration = Duration::from_millis(5);
+
+/// How long a removed fast channel is still read. Both partners learn of the removal from the
+/// daemon at about the same moment, but each only at its next call: frames the partner wrote
+/// meanwhile, or that this end had not read yet, would otherwise be lost, and a TCP sender
+/// whose whole window was lost waits out its retransmission timeout (1 s in smoltcp) before it
+/// sends them again through the daemon.
+const DRAIN: Duration = Duration::from_millis(500);
 
 /// The largest TCP frame sent within the host beyond a path's MTU: 32 KiB of payload with
 /// Ethernet, IPv4 and TCP headers. The rings carry 64 KiB, but a 256 KiB window holds only four
@@ -376,6 +393,7 @@ impl Endpoint {
     pub fn fc_peers(&self) -> Vec<(Ipv4Addr, usize)> {
         self.fcs
             .iter()
+            .filter(|f| f.closing.is_none())
             .map(|f| (f.peer_ip, f.tx.layout().frame_size as usize))
             .collect()
     }
@@ -383,7 +401,7 @@ impl Endpoint {
     pub fn fc_peer_mac(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
         self.fcs
             .iter()
-            .find(|f| f.peer_ip == ip)
+            .find(|f| f.peer_ip == ip && f.closing.is_none())
             .map(|f| f.peer_mac)
     }
     /// Counters.
@@ -443,6 +461,11 @@ impl Endpoint {
         }
         if self.fcs.iter().any(|l| l.hold.is_some()) {
             self.release_holds();
+        }
+        if self.fcs.iter().any(|l| l.closing.is_some()) {
+            let now = Instant::now();
+            self.fcs
+                .retain(|l| l.closing.is_none_or(|until| now < until));
         }
     }
 
@@ -518,7 +541,13 @@ impl Endpoint {
                     None => self.stats.bad_fc += 1,
                 }
             }
-            Msg::Closed { id } => self.fcs.retain(|f| f.id != id),
+            Msg::Closed { id } => {
+                if let Some(l) = self.fcs.iter_mut().find(|f| f.id == id) {
+                    // what was queued on it goes out, and is read by the partner's drain
+                    l.tx.publish(&l.region);
+                    l.closing.get_or_insert(Instant::now() + DRAIN);
+                }
+            }
             Msg::Synced => {
                 if let Some((ids, services)) = self.resync.take() {
                     self.fcs.retain(|f| ids.contains(&f.id));
@@ -561,13 +590,12 @@ impl Endpoint {
         ip4: Option<Ipv4Addr>,
         ip6: impl FnOnce() -> Option<Ipv6Addr>,
     ) -> Option<usize> {
-        let open = |l: &FcLink| l.hold.is_none();
         match ip4 {
-            Some(ip) => self.fcs.iter().position(|l| l.peer_ip == ip && open(l)),
+            Some(ip) => self.fcs.iter().position(|l| l.peer_ip == ip && l.open()),
             None => ip6().and_then(|ip| {
                 self.fcs
                     .iter()
-                    .position(|l| open(l) && l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
+                    .position(|l| l.open() && l.peer_ip6.is_some_and(|(g, ll)| g == ip || ll == ip))
             }),
         }
     }
@@ -594,7 +622,10 @@ impl Endpoint {
             return Err(SendError::BadLength(0));
         }
         let fc = match route {
-            Route::FastChannel(id) => self.fcs.iter().position(|l| l.id == id),
+            Route::FastChannel(id) => self
+                .fcs
+                .iter()
+                .position(|l| l.id == id && l.closing.is_none()),
             Route::Daemon => None,
         };
         if let Some(i) = fc {
@@ -914,6 +945,7 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
         rx_unreleased: 0,
         hold: None,
         fresh: true,
+        closing: None,
     })
 }
 

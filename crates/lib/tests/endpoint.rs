@@ -153,6 +153,45 @@ fn channels_appear_and_disappear_while_attached() {
 }
 
 #[test]
+fn frames_on_a_removed_channel_are_still_read_and_later_ones_take_the_daemon() {
+    let (_d, mut r) = setup();
+    r.connect_fc("a", "b", None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
+    let mut buf = vec![0u8; 2048];
+    for tag in 1..=3u8 {
+        assert_eq!(
+            a.send(&frame(&a, B, b.mac(), 64, tag)),
+            Ok(Via::FastChannel)
+        );
+    }
+    a.flush();
+    r.remove_fc("a", "b").unwrap();
+    // b learns of the removal first; a has not yet, and sends two more on the channel
+    b.refresh();
+    assert!(b.fc_peers().is_empty(), "b sends nothing more on it");
+    for tag in 4..=5u8 {
+        assert_eq!(
+            a.send(&frame(&a, B, b.mac(), 64, tag)),
+            Ok(Via::FastChannel)
+        );
+    }
+    a.flush();
+    // every frame written on the channel before its partner knew still arrives, in order
+    for tag in 1..=5u8 {
+        let (n, via) = b
+            .recv(&mut buf)
+            .expect("a frame written before the removal");
+        assert_eq!((n, via, buf[40]), (64, Via::FastChannel, tag));
+    }
+    a.refresh();
+    assert!(a.fc_peers().is_empty());
+    assert_eq!(a.send(&frame(&a, B, b.mac(), 64, 6)), Ok(Via::Daemon));
+    // b's reply goes through the daemon too, not on the channel it still reads
+    assert_eq!(b.send(&frame(&b, A, a.mac(), 64, 7)), Ok(Via::Daemon));
+}
+
+#[test]
 fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
     let (_d, mut r) = setup();
     let shared = Arc::new(MasterShared::new(r.snapshot()));

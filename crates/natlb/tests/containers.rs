@@ -122,7 +122,10 @@ impl Cluster {
         let name = self.names[i].clone();
         let end = std::time::Instant::now() + SECS(20);
         while !processes_with(&name).is_empty() {
-            assert!(std::time::Instant::now() < end, "{name} outlived its supervisor");
+            assert!(
+                std::time::Instant::now() < end,
+                "{name} outlived its supervisor"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
