@@ -65,11 +65,57 @@ pub struct RunArgs {
     /// network go to DockNet, everything else to the kernel (docs/preload.md).
     #[arg(long)]
     pub preload: bool,
+    /// A DNS server for the container's resolver (repeatable, at most 3, as glibc reads): the
+    /// container's /etc/resolv.conf lists these instead of the host's. With --preload, a server
+    /// on the pipe's network (a cluster's DNS Service address too) is asked over DockNet.
+    #[arg(long = "dns", value_name = "ADDR")]
+    pub dns: Vec<std::net::IpAddr>,
+    /// A search domain for the container's resolver (repeatable, at most 6), with --dns.
+    #[arg(long = "dns-search", value_name = "DOMAIN", requires = "dns", value_parser = dns_domain)]
+    pub dns_search: Vec<String>,
     /// The command and its arguments (after --): a name on PATH, an absolute path, or a path
     /// relative to this directory (`./server`), as in a shell. It starts in this directory
     /// where the container shows it (a system directory, or one given with --bind), else in /.
     #[arg(last = true, required = true)]
     pub cmd: Vec<String>,
+}
+
+/// `--dns-search`: a domain name (letters, digits, `-`, `.`; at most 253 bytes).
+fn dns_domain(s: &str) -> std::result::Result<String, String> {
+    let d = s.trim_end_matches('.');
+    let ok = !d.is_empty()
+        && d.len() <= 253
+        && d.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if ok {
+        Ok(d.to_string())
+    } else {
+        Err(format!("{s:?} is not a domain name"))
+    }
+}
+
+/// The container's /etc/resolv.conf for `--dns` and `--dns-search`, or `None` without `--dns`.
+fn resolv_conf(a: &RunArgs) -> Result<Option<String>> {
+    if a.dns.is_empty() {
+        return Ok(None);
+    }
+    if a.dns.len() > 3 {
+        bail!("--dns: at most 3 servers (the resolver reads no more)");
+    }
+    if a.dns_search.len() > 6 {
+        bail!("--dns-search: at most 6 domains");
+    }
+    let mut t = String::from("# written by docknet run --dns\n");
+    for s in &a.dns {
+        t.push_str(&format!("nameserver {s}\n"));
+    }
+    if !a.dns_search.is_empty() {
+        t.push_str(&format!("search {}\n", a.dns_search.join(" ")));
+    }
+    Ok(Some(t))
 }
 
 /// The process limit of a container that runs as its own user, unless `--pids-limit` says.
@@ -129,6 +175,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
     } else {
         None
     };
+    let resolv = resolv_conf(a)?;
     let mut cmd = a.cmd.clone();
     let mut binds = a.binds.clone();
     let prog = resolve(&cmd[0]);
@@ -205,6 +252,7 @@ pub fn run(socket: &Path, a: &RunArgs) -> Result<ExitCode> {
             rootfs: a.rootfs.clone(),
             binds,
             user,
+            resolv,
         },
         pids_limit: a.pids_limit.unwrap_or(match a.user {
             None => OWN_PIDS_LIMIT,

@@ -61,6 +61,8 @@ pub struct Walls {
     pub binds: Vec<PathBuf>,
     /// Who the command runs as (it owns the private `/run`).
     pub user: User,
+    /// The container's own `/etc/resolv.conf` (`--dns`), instead of the one its `/etc` shows.
+    pub resolv: Option<String>,
 }
 
 /// Who a container's command runs as (numeric ids on the host).
@@ -459,6 +461,9 @@ pub fn build_root(w: &Walls) -> Result<()> {
             )?;
         }
     }
+    if let Some(text) = &w.resolv {
+        put_resolv(&root, stage, text)?;
+    }
     make_dev(&root, &devices, &tmpfs)?;
     make_proc(&root, &devnull, &tmpfs)?;
     let sys = mountpoint(&root, Path::new("/sys"), true)?;
@@ -479,6 +484,61 @@ pub fn build_root(w: &Walls) -> Result<()> {
     fs::remove_dir("/.old")?;
     let ro_root = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID;
     mnt(None, Path::new("/"), None, ro_root, None)
+}
+
+/// Puts the container's own `/etc/resolv.conf` over the one its `/etc` shows: bound over it
+/// (read-only) when that is a file; written where it points when it is a link into the
+/// container's private `/run` or `/tmp` (systemd-resolved's stub link is one). `stage` is a
+/// tmpfs of the init's own, which the container never sees.
+fn put_resolv(root: &Path, stage: &Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let at = root.join("etc/resolv.conf");
+    let write = |p: &Path| -> Result<()> {
+        fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+        fs::set_permissions(p, fs::Permissions::from_mode(0o644))?;
+        Ok(())
+    };
+    match fs::symlink_metadata(&at) {
+        Ok(m) if m.file_type().is_file() => {
+            let src = stage.join("resolv.conf");
+            write(&src)?;
+            bind_fd(&File::open(&src)?, &at, Node::Tree)
+        }
+        Ok(m) if m.file_type().is_symlink() => {
+            let to = fs::read_link(&at)?;
+            let inside = lexical(&Path::new("/etc").join(&to));
+            if !(inside.starts_with("/run") || inside.starts_with("/tmp")) {
+                bail!(
+                    "--dns: the container's /etc/resolv.conf is a link to {}, outside its private /run and /tmp, and its /etc is read-only",
+                    to.display()
+                );
+            }
+            let dest = root.join(inside.strip_prefix("/")?);
+            if let Some(d) = dest.parent() {
+                fs::create_dir_all(d)?;
+            }
+            write(&dest)
+        }
+        _ => bail!(
+            "--dns: the container's /etc has no resolv.conf to show the servers in, and it is read-only"
+        ),
+    }
+}
+
+/// `p` with `.` and `..` resolved by name (no link followed), from `/`.
+fn lexical(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A private `/dev`: a tmpfs with the usual nodes bound read-only from the host's, the standard
@@ -707,6 +767,17 @@ pub fn install_seccomp() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_links_target_is_read_from_slash_by_name() {
+        let l = |p: &str| lexical(Path::new(p));
+        assert_eq!(
+            l("/etc/../run/systemd/resolve/stub-resolv.conf"),
+            Path::new("/run/systemd/resolve/stub-resolv.conf")
+        );
+        assert_eq!(l("/etc/../../../tmp/./r"), Path::new("/tmp/r"));
+        assert_eq!(l("/etc//resolv.conf"), Path::new("/etc/resolv.conf"));
+    }
 
     #[test]
     fn an_own_id_a_host_account_has_is_refused() {

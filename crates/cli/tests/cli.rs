@@ -110,6 +110,31 @@ fn bad_input_is_refused_with_one_line_and_changes_nothing() {
         (&["fc", "rm", "a", "a"], "no fast channel"),
         (&["run", "--pipe", "nope", "--", "true"], "no pipe named"),
         (
+            &["run", "--pipe", "a", "--dns-search", "x.y", "--", "true"],
+            "--dns <ADDR>",
+        ),
+        (
+            &[
+                "run",
+                "--pipe",
+                "a",
+                "--dns",
+                "10.0.0.1",
+                "--dns-search",
+                "a b",
+                "--",
+                "true",
+            ],
+            "not a domain name",
+        ),
+        (
+            &[
+                "run", "--pipe", "a", "--dns", "10.0.0.1", "--dns", "10.0.0.2", "--dns",
+                "10.0.0.3", "--dns", "10.0.0.4", "--", "true",
+            ],
+            "at most 3 servers",
+        ),
+        (
             &["pipe", "attach", "a", "--netns", "/etc/passwd"],
             "not a namespace file",
         ),

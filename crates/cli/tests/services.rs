@@ -109,6 +109,54 @@ while time.time() - t0 < secs:
 print(json.dumps({"n": n, "worst": worst}))
 "#;
 
+/// A DNS server on UDP port 53: `web.cluster.test` has the IPv4 address argv[1] and no IPv6
+/// address; every other name does not exist. Prints "ready" once bound.
+const DNS: &str = r#"
+import socket, struct, sys
+addr = socket.inet_aton(sys.argv[1])
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 53))
+print("ready", flush=True)
+while True:
+    q, a = u.recvfrom(512)
+    tid = struct.unpack(">H", q[:2])[0]
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode())
+        i += 1 + q[i]
+    qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+    question = q[12:i + 5]
+    if ".".join(labels).lower() != "web.cluster.test":
+        r = struct.pack(">HHHHHH", tid, 0x8183, 1, 0, 0, 0) + question
+    elif qtype == 1:
+        rr = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + addr
+        r = struct.pack(">HHHHHH", tid, 0x8180, 1, 1, 0, 0) + question + rr
+    else:
+        r = struct.pack(">HHHHHH", tid, 0x8180, 1, 0, 0, 0) + question
+    u.sendto(r, a)
+"#;
+
+/// Resolves argv[1] with the C library's resolver (both families, as most programs ask) and
+/// connects to port 80 of what it found; one JSON line: the addresses, who answered, and
+/// whether a name that does not exist failed as such.
+const RESOLVE: &str = r#"
+import json, socket, sys
+found = sorted({ai[4][0] for ai in socket.getaddrinfo(sys.argv[1], 80, type=socket.SOCK_STREAM)})
+s = socket.create_connection((found[0], 80), timeout=10)
+b = b""
+while True:
+    d = s.recv(100)
+    if not d:
+        break
+    b += d
+try:
+    socket.getaddrinfo("nosuch", 80)
+    missing = "resolved"
+except socket.gaierror as e:
+    missing = "not found" if e.errno == socket.EAI_NONAME else repr(e)
+print(json.dumps({"found": found, "served": b.decode(), "missing": missing}))
+"#;
+
 struct Setup {
     lab: Lab,
     dir: tempfile::TempDir,
@@ -142,6 +190,8 @@ fn setup_with(tag: &str, daemon: &[&str]) -> Setup {
     std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
     std::fs::write(dir.path().join("until.py"), CLIENT_UNTIL).unwrap();
     std::fs::write(dir.path().join("timed.py"), CLIENT_TIMED).unwrap();
+    std::fs::write(dir.path().join("dns.py"), DNS).unwrap();
+    std::fs::write(dir.path().join("resolve.py"), RESOLVE).unwrap();
     let client = format!("svc{tag}c{n}");
     lab.ok(&[
         "pipe",
@@ -172,12 +222,18 @@ fn setup_with(tag: &str, daemon: &[&str]) -> Setup {
 impl Setup {
     /// Starts the backend program in a container on pipe `name`; returns once it listens.
     fn backend(&self, name: &str) -> Child {
+        self.serve(name, "backend.py", name)
+    }
+
+    /// Starts `program` (of this test's directory) with `arg` in a container on pipe `name`;
+    /// returns once it says it is ready.
+    fn serve(&self, name: &str, program: &str, arg: &str) -> Child {
         let mut c = self.lab.cmd();
         c.args(["run", "--pipe", name, "--preload", "--bind"])
             .arg(self.dir.path())
             .args(["--", PY])
-            .arg(self.dir.path().join("backend.py"))
-            .arg(name)
+            .arg(self.dir.path().join(program))
+            .arg(arg)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let mut child = c.spawn().expect("backend container");
@@ -187,7 +243,7 @@ impl Setup {
             &mut line,
         )
         .unwrap();
-        assert_eq!(line.trim(), "ready", "backend {name} started");
+        assert_eq!(line.trim(), "ready", "{program} on {name} started");
         child
     }
 
@@ -317,6 +373,63 @@ fn a_service_spreads_connections_over_its_backends_and_follows_their_changes() {
     assert_eq!(lab.lab.json(&["status", "--json"])["services"], 2);
     lab.lab.ok(&["service", "rm", "dns"]);
     assert!(!lab.lab.run(&["service", "rm", "dns"]).status.success());
+}
+
+#[test]
+fn an_unmodified_resolver_finds_a_service_through_a_dns_service_over_docknet() {
+    if !root_or_skip("dns") || !Path::new(PY).is_file() {
+        return;
+    }
+    let _one = one_at_a_time();
+    let mut s = setup("d");
+    let n = std::process::id() % 200 + 20;
+    let (dns_pipe, dns_ip) = (format!("svcddns{n}"), format!("10.77.{n}.53"));
+    s.lab
+        .ok(&["pipe", "create", &dns_pipe, "--ip", &format!("{dns_ip}/24")]);
+    let dns = s.serve(&dns_pipe, "dns.py", &s.vip);
+    s.servers.push(dns);
+    let b1 = s.backends[0].clone();
+    let web = format!("{}:80", s.vip);
+    let o = s.set(&["web", &web, "--backend", &format!("{}:8080", b1.1)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // the cluster's DNS is a Service too: its address is no pipe's
+    let dns_vip = format!("10.96.{n}.53");
+    let o = s.set(&[
+        "kube-dns",
+        &format!("{dns_vip}:53"),
+        "--udp",
+        "--backend",
+        &format!("{dns_ip}:53"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // glibc's getaddrinfo asks for A and AAAA at once (sendmmsg on a connected UDP socket) and
+    // goes through the search domain, as a pod's resolver does for `web`
+    let run = |cmd: &[&str]| {
+        let mut c = s.lab.cmd();
+        c.args(["run", "--pipe", &s.client, "--preload", "--dns", &dns_vip])
+            .args(["--dns-search", "cluster.test", "--bind"])
+            .arg(s.dir.path())
+            .arg("--")
+            .args(cmd);
+        c.output().expect("client container")
+    };
+    let o = run(&["/usr/bin/getent", "ahosts", "web"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains(&format!("{} ", s.vip)),
+        "getent: {text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("web.cluster.test"), "{text}");
+    let script = s.dir.path().join("resolve.py");
+    let r = json_of(&run(&[PY, script.to_str().unwrap(), "web"]));
+    assert_eq!(r["found"], serde_json::json!([s.vip]), "{r}");
+    assert_eq!(
+        r["served"], b1.0,
+        "the name leads to the service's backend: {r}"
+    );
+    assert_eq!(r["missing"], "not found", "{r}");
 }
 
 #[test]

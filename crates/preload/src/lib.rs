@@ -8,7 +8,8 @@
 //!
 //! Layout: `shim` (the `extern "C"` entry points) and `sys` (libc's own functions, errno)
 //! hold every `unsafe` block; `ops` (the socket calls), `opts` (options and control), `event` (poll, select, epoll and the
-//! notifier), `sock` (a socket's state, routes, poll bits), `sig` (signals and blocked calls),
+//! notifier), `sock` (a socket's state, routes, poll bits), `resolve` (host names over
+//! DockNet), `sig` (signals and blocked calls),
 //! `table` (descriptor table) and `errno` are safe code.
 
 #![deny(unsafe_code)]
@@ -17,6 +18,7 @@ pub mod errno;
 pub mod event;
 pub mod ops;
 pub mod opts;
+pub mod resolve;
 #[cfg(not(test))]
 mod shim;
 pub mod sig;

@@ -679,6 +679,10 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     unsafe { real!(sendmsg)(fd, msg, flags) }
 }
 
+/// `recvmmsg` on a DockNet socket: `recvmsg` once per message, as Linux's does. The first
+/// receive waits as the socket and `flags` say; after it, `MSG_WAITFORONE` makes the rest
+/// non-blocking, and a `timeout` that has passed (looked at after each message, as Linux does)
+/// ends the call. An error after the first message ends the call with what was received.
 #[no_mangle]
 pub unsafe extern "C" fn recvmmsg(
     fd: c_int,
@@ -688,12 +692,55 @@ pub unsafe extern "C" fn recvmmsg(
     t: *mut libc::timespec,
 ) -> c_int {
     if TABLE.maybe(fd) && ops::is_docknet(fd) {
-        return ret(Err(ops::unsupported("recvmmsg", libc::EOPNOTSUPP)));
+        if v.is_null() && n > 0 {
+            return ret(Err(libc::EFAULT));
+        }
+        // SAFETY: null or the caller's valid timespec.
+        let until = match unsafe { t.as_ref() } {
+            None => None,
+            Some(ts) if ts.tv_sec < 0 || !(0..1_000_000_000).contains(&ts.tv_nsec) => {
+                return ret(Err(libc::EINVAL));
+            }
+            Some(ts) => Some(
+                std::time::Instant::now()
+                    + std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
+            ),
+        };
+        let n = n.min(libc::UIO_MAXIOV as c_uint) as usize;
+        let mut got = 0usize;
+        while got < n {
+            let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 {
+                (flags & !libc::MSG_WAITFORONE) | libc::MSG_DONTWAIT
+            } else {
+                flags & !libc::MSG_WAITFORONE
+            };
+            // SAFETY: entry `got` of the caller's array of `n` mmsghdrs.
+            let e = unsafe { &mut *v.add(got) };
+            // SAFETY: its msghdr, as recvmsg takes it.
+            let r = unsafe { recvmsg(fd, &mut e.msg_hdr, f) };
+            if r < 0 {
+                if got == 0 {
+                    return -1;
+                }
+                break;
+            }
+            e.msg_len = r as c_uint;
+            got += 1;
+            if until.is_some_and(|u| std::time::Instant::now() >= u) {
+                break;
+            }
+        }
+        return got as c_int;
     }
     // SAFETY: libc's recvmmsg with the caller's arguments.
     unsafe { real!(recvmmsg)(fd, v, n, flags, t) }
 }
 
+/// `sendmmsg` on a socket of the library's (DockNet's, or not decided yet: the first message's
+/// address decides, as for `sendmsg`): `sendmsg` once per message, as Linux's does. It returns
+/// how many were sent; an error on the first is the call's, a later one ends it early (the
+/// caller sends the rest again and meets it then). glibc's resolver sends its A and AAAA
+/// questions this way.
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(
     fd: c_int,
@@ -701,11 +748,140 @@ pub unsafe extern "C" fn sendmmsg(
     n: c_uint,
     flags: c_int,
 ) -> c_int {
-    if TABLE.maybe(fd) && ops::is_docknet(fd) {
-        return ret(Err(ops::unsupported("sendmmsg", libc::EOPNOTSUPP)));
+    if TABLE.maybe(fd) {
+        if v.is_null() && n > 0 {
+            return ret(Err(libc::EFAULT));
+        }
+        let n = n.min(libc::UIO_MAXIOV as c_uint) as usize;
+        let mut sent = 0usize;
+        while sent < n {
+            // SAFETY: entry `sent` of the caller's array of `n` mmsghdrs.
+            let e = unsafe { &mut *v.add(sent) };
+            // SAFETY: its msghdr, as sendmsg takes it.
+            let r = unsafe { sendmsg(fd, &e.msg_hdr, flags) };
+            if r < 0 {
+                if sent == 0 {
+                    return -1;
+                }
+                break;
+            }
+            e.msg_len = r as c_uint;
+            sent += 1;
+        }
+        return sent as c_int;
     }
     // SAFETY: libc's sendmmsg with the caller's arguments.
     unsafe { real!(sendmmsg)(fd, v, n, flags) }
+}
+
+/// `getaddrinfo`: a name whose name server is on the pipe's network is resolved over DockNet
+/// ([`crate::resolve`]: glibc's own resolver would ask through the kernel), and its addresses
+/// are given to libc's `getaddrinfo` as numbers (ports, socket types and the list's memory stay
+/// libc's, so `freeaddrinfo` is libc's). With a pipe attached, `AI_ADDRCONFIG` counts the
+/// pipe's IPv4 address: the kernel, which sees only `lo`, would have said the container has no
+/// address and returned nothing.
+#[no_mangle]
+pub unsafe extern "C" fn getaddrinfo(
+    node: *const libc::c_char,
+    service: *const libc::c_char,
+    hints: *const libc::addrinfo,
+    res: *mut *mut libc::addrinfo,
+) -> c_int {
+    // glibc's defaults without hints: any family, AI_V4MAPPED | AI_ADDRCONFIG
+    // SAFETY: null or the caller's valid addrinfo.
+    let mut h: libc::addrinfo = match unsafe { hints.as_ref() } {
+        Some(h) => *h,
+        None => {
+            // SAFETY: addrinfo is plain data; all zero is "any".
+            let mut h: libc::addrinfo = unsafe { std::mem::zeroed() };
+            h.ai_flags = libc::AI_V4MAPPED | libc::AI_ADDRCONFIG;
+            h
+        }
+    };
+    let attached = ops::active() && ops::stack().is_some();
+    if attached && h.ai_flags & libc::AI_ADDRCONFIG != 0 {
+        // the container's addresses: the pipe's IPv4 one (its IPv6 sockets are the kernel's)
+        h.ai_flags &= !libc::AI_ADDRCONFIG;
+        if h.ai_family == libc::AF_UNSPEC {
+            h.ai_family = libc::AF_INET;
+        }
+    }
+    let name = if node.is_null() {
+        None
+    } else {
+        // SAFETY: the caller's NUL-terminated name.
+        unsafe { std::ffi::CStr::from_ptr(node) }.to_str().ok()
+    };
+    let looked = match (attached, name) {
+        (true, Some(n)) if crate::resolve::wants(n, h.ai_family, h.ai_flags) => guard(|| {
+            let st = ops::stack()?;
+            let ours = |a| crate::sock::route_for(st, a) == crate::sock::Route::DockNet;
+            Some(Ok(crate::resolve::lookup(
+                n,
+                ours,
+                crate::resolve::OverDockNet(st),
+            )))
+        }),
+        _ => None,
+    };
+    let real = real!(getaddrinfo);
+    let (addrs, canon) = match looked {
+        Some(Ok(crate::resolve::Lookup::Found(a, c))) => (a, c),
+        Some(Ok(crate::resolve::Lookup::Error(e))) => return e,
+        Some(Err(_)) => return libc::EAI_SYSTEM,
+        // SAFETY: libc's getaddrinfo with the caller's arguments (hints as adjusted above).
+        _ => return unsafe { real(node, service, &h, res) },
+    };
+    if res.is_null() {
+        return libc::EAI_SYSTEM;
+    }
+    // every address found, as a number, through libc: one list, in the server's order
+    let mut numeric = h;
+    numeric.ai_family = libc::AF_INET;
+    numeric.ai_flags =
+        (h.ai_flags | libc::AI_NUMERICHOST) & !(libc::AI_CANONNAME | libc::AI_ADDRCONFIG);
+    let mut head: *mut libc::addrinfo = std::ptr::null_mut();
+    let mut tail: *mut libc::addrinfo = std::ptr::null_mut();
+    for a in addrs.iter().take(32) {
+        let Ok(num) = std::ffi::CString::new(a.to_string()) else {
+            continue;
+        };
+        let mut list: *mut libc::addrinfo = std::ptr::null_mut();
+        // SAFETY: libc's getaddrinfo on a numeric address, with the caller's service.
+        let rc = unsafe { real(num.as_ptr(), service, &numeric, &mut list) };
+        if rc != 0 {
+            if !head.is_null() {
+                // SAFETY: the list libc made above.
+                unsafe { real!(freeaddrinfo)(head) };
+            }
+            return rc;
+        }
+        if head.is_null() {
+            head = list;
+        } else {
+            // SAFETY: `tail` is the last node of the list built so far (libc's memory).
+            unsafe { (*tail).ai_next = list };
+        }
+        tail = list;
+        // SAFETY: walking libc's list to its end.
+        while unsafe { !(*tail).ai_next.is_null() } {
+            // SAFETY: as above.
+            tail = unsafe { (*tail).ai_next };
+        }
+    }
+    if head.is_null() {
+        return libc::EAI_NONAME;
+    }
+    if h.ai_flags & libc::AI_CANONNAME != 0 {
+        if let Ok(c) = std::ffi::CString::new(canon) {
+            // SAFETY: the first node is libc's; its canonical name is freed by freeaddrinfo
+            // with free(), so it is made with strdup (malloc).
+            unsafe { (*head).ai_canonname = libc::strdup(c.as_ptr()) };
+        }
+    }
+    // SAFETY: the caller's result pointer, checked non-null above.
+    unsafe { *res = head };
+    0
 }
 
 #[no_mangle]

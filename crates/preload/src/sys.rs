@@ -86,6 +86,8 @@ real_fns! {
     eventfd: unsafe extern "C" fn(c_uint, c_int) -> c_int;
     pthread_sigmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
     sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+    getaddrinfo: unsafe extern "C" fn(*const c_char, *const c_char, *const libc::addrinfo, *mut *mut libc::addrinfo) -> c_int;
+    freeaddrinfo: unsafe extern "C" fn(*mut libc::addrinfo) -> ();
 }
 
 fn sym(name: &str) -> *mut c_void {

@@ -442,6 +442,51 @@ static int client(void) {
   show("udp.recvmsg", recvmsg(u, &mh, 0));
   show("udp.recvmsg_flags", mh.msg_flags);
   printf("udp.data: %.5s\n", buf);
+  /* sendmmsg and recvmmsg: three datagrams out in one call, their echoes back in as few calls
+     as they arrive in (MSG_WAITFORONE: the first waits, the rest are taken if there) */
+  {
+    struct iovec sv[3] = {{"one", 3}, {"three", 5}, {"four", 4}};
+    struct mmsghdr sm[3];
+    memset(sm, 0, sizeof sm);
+    for (int i = 0; i < 3; i++) {
+      sm[i].msg_hdr.msg_iov = &sv[i];
+      sm[i].msg_hdr.msg_iovlen = 1;
+    }
+    show("udp.sendmmsg", sendmmsg(u, sm, 3, 0));
+    printf("udp.sendmmsg_lens: %u %u %u\n", sm[0].msg_len, sm[1].msg_len, sm[2].msg_len);
+    char rb[4][16];
+    struct iovec rvv[4];
+    struct mmsghdr rm[4];
+    char got[64] = "";
+    int total = 0, calls_ok = 1;
+    for (int tries = 0; total < 3 && tries < 300; tries++) {
+      memset(rm, 0, sizeof rm);
+      for (int i = 0; i < 4; i++) {
+        rvv[i].iov_base = rb[i];
+        rvv[i].iov_len = sizeof rb[i];
+        rm[i].msg_hdr.msg_iov = &rvv[i];
+        rm[i].msg_hdr.msg_iovlen = 1;
+      }
+      wait_fd(u, POLLIN, 3000);
+      int k = recvmmsg(u, rm, 4, MSG_WAITFORONE, NULL);
+      if (k <= 0) {
+        calls_ok = 0;
+        break;
+      }
+      for (int i = 0; i < k; i++) {
+        strncat(got, rb[i], rm[i].msg_len);
+        strcat(got, ",");
+      }
+      total += k;
+    }
+    printf("udp.recvmmsg: %d %d %s\n", calls_ok, total, got);
+    memset(rm, 0, sizeof rm);
+    rvv[0].iov_base = rb[0];
+    rvv[0].iov_len = sizeof rb[0];
+    rm[0].msg_hdr.msg_iov = &rvv[0];
+    rm[0].msg_hdr.msg_iovlen = 1;
+    show("udp.recvmmsg_empty", recvmmsg(u, rm, 1, MSG_DONTWAIT, NULL));
+  }
   show("udp.listen", listen(u, 1));
   close(u);
 
