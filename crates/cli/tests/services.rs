@@ -422,6 +422,17 @@ fn an_unmodified_resolver_finds_a_service_through_a_dns_service_over_docknet() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(text.contains("web.cluster.test"), "{text}");
+    // the older gethostbyname family (getent hosts asks gethostbyname2, IPv6 first)
+    let o = run(&["/usr/bin/getent", "hosts", "web"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.starts_with(&format!("{} ", s.vip)),
+        "getent hosts: {text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.trim_end().ends_with("web.cluster.test"), "{text}");
+    let o = run(&["/usr/bin/getent", "hosts", "nosuch"]);
+    assert_eq!(o.status.code(), Some(2), "a name nobody has is not found");
     let script = s.dir.path().join("resolve.py");
     let r = json_of(&run(&[PY, script.to_str().unwrap(), "web"]));
     assert_eq!(r["found"], serde_json::json!([s.vip]), "{r}");

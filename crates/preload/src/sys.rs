@@ -88,6 +88,10 @@ real_fns! {
     sigaction: unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
     getaddrinfo: unsafe extern "C" fn(*const c_char, *const c_char, *const libc::addrinfo, *mut *mut libc::addrinfo) -> c_int;
     freeaddrinfo: unsafe extern "C" fn(*mut libc::addrinfo) -> ();
+    gethostbyname: unsafe extern "C" fn(*const c_char) -> *mut libc::hostent;
+    gethostbyname2: unsafe extern "C" fn(*const c_char, c_int) -> *mut libc::hostent;
+    gethostbyname_r: unsafe extern "C" fn(*const c_char, *mut libc::hostent, *mut c_char, size_t, *mut *mut libc::hostent, *mut c_int) -> c_int;
+    gethostbyname2_r: unsafe extern "C" fn(*const c_char, c_int, *mut libc::hostent, *mut c_char, size_t, *mut *mut libc::hostent, *mut c_int) -> c_int;
 }
 
 fn sym(name: &str) -> *mut c_void {
@@ -266,4 +270,90 @@ pub fn block_all_signals() -> Option<libc::sigset_t> {
     // SAFETY: `all` is a live sigset_t.
     unsafe { libc::sigfillset(&mut all) };
     sigmask_set(Some(&all))
+}
+
+/// Writes the hostent of `canon` and `addrs` into `*ret` and the caller's `buf` of `len` bytes:
+/// the name, the addresses, then (pointer-aligned) an empty alias list and the address list.
+/// `ERANGE` when they do not fit.
+///
+/// # Safety
+/// `ret` is null or a valid hostent; `buf` is null or valid for `len` bytes.
+pub unsafe fn fill_hostent(
+    canon: &str,
+    addrs: &[std::net::Ipv4Addr],
+    ret: *mut libc::hostent,
+    buf: *mut libc::c_char,
+    len: usize,
+) -> Result<(), c_int> {
+    let addrs = &addrs[..addrs.len().min(32)];
+    let p = std::mem::size_of::<*mut libc::c_char>();
+    let addr_off = canon.len() + 1;
+    let end = (buf as usize).saturating_add(addr_off + 4 * addrs.len());
+    let list_off = end.div_ceil(p).saturating_mul(p).wrapping_sub(buf as usize);
+    if ret.is_null() || buf.is_null() || list_off.saturating_add(p * (addrs.len() + 2)) > len {
+        return Err(libc::ERANGE);
+    }
+    // SAFETY: every write is within `buf[..len]` (checked above), the pointer arrays at a
+    // pointer-aligned address; `ret` is the caller's hostent.
+    unsafe {
+        let b = buf as *mut u8;
+        std::ptr::copy_nonoverlapping(canon.as_ptr(), b, canon.len());
+        *b.add(canon.len()) = 0;
+        let aliases = b.add(list_off) as *mut *mut libc::c_char;
+        *aliases = std::ptr::null_mut();
+        let list = aliases.add(1);
+        for (k, a) in addrs.iter().enumerate() {
+            let at = b.add(addr_off + 4 * k);
+            std::ptr::copy_nonoverlapping(a.octets().as_ptr(), at, 4);
+            *list.add(k) = at as *mut libc::c_char;
+        }
+        *list.add(addrs.len()) = std::ptr::null_mut();
+        *ret = libc::hostent {
+            h_name: buf,
+            h_aliases: aliases,
+            h_addrtype: libc::AF_INET,
+            h_length: 4,
+            h_addr_list: list,
+        };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostent_is_laid_out_in_the_callers_buffer_or_refused() {
+        let addrs: Vec<std::net::Ipv4Addr> =
+            vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()];
+        // SAFETY: plain data, all zero is valid.
+        let mut h: libc::hostent = unsafe { std::mem::zeroed() };
+        let mut small = [0 as c_char; 20];
+        // SAFETY: a hostent and a buffer of the given length.
+        let r = unsafe { fill_hostent("web.x", &addrs, &mut h, small.as_mut_ptr(), small.len()) };
+        assert_eq!(r, Err(libc::ERANGE));
+        let mut buf = [0u64; 16];
+        let len = std::mem::size_of_val(&buf);
+        // odd start: the pointer arrays are aligned all the same
+        let start = (buf.as_mut_ptr() as *mut c_char).wrapping_add(1);
+        // SAFETY: as above, one byte less.
+        unsafe { fill_hostent("web.x", &addrs, &mut h, start, len - 1) }.unwrap();
+        // SAFETY: the entry just written, in `buf`.
+        unsafe {
+            assert_eq!(
+                std::ffi::CStr::from_ptr(h.h_name).to_str().unwrap(),
+                "web.x"
+            );
+            assert!((*h.h_aliases).is_null());
+            assert_eq!((h.h_addrtype, h.h_length), (libc::AF_INET, 4));
+            assert_eq!(
+                h.h_addr_list as usize % std::mem::align_of::<*mut c_char>(),
+                0
+            );
+            let a = std::slice::from_raw_parts(*h.h_addr_list.add(1) as *const u8, 4);
+            assert_eq!(a, [10, 0, 0, 2]);
+            assert!((*h.h_addr_list.add(2)).is_null());
+        }
+    }
 }
