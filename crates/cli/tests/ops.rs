@@ -80,6 +80,23 @@ fn web(lab: &mut Lab, net: u8) -> (usize, String) {
     (srv, ws)
 }
 
+/// `docknet capture web --json` with `extra` arguments into `file`, once it runs (`top` counts
+/// it).
+fn start_capture(lab: &Lab, extra: &[&str], file: &std::path::Path) -> std::process::Child {
+    let cap = lab
+        .cmd()
+        .args(["capture", "web", "--json"])
+        .args(extra)
+        .arg("-w")
+        .arg(file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_captures(lab, 1, Duration::from_secs(10), "the capture did not start");
+    cap
+}
+
 /// Waits until `docknet top` counts `n` captures running.
 fn wait_captures(lab: &Lab, n: u64, within: Duration, what: &str) {
     let t = Instant::now();
@@ -215,21 +232,7 @@ fn a_capture_of_a_known_exchange_reads_back_in_tcpdump() {
     let mut lab = Lab::start("adaptive");
     let (_srv, ws) = web(&mut lab, 72);
     let file = lab.dir.join("web.pcap");
-    let mut cap = lab
-        .cmd()
-        .args(["capture", "web", "--count", "100", "--json", "-w"])
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // the capture runs once `top` counts it
-    wait_captures(
-        &lab,
-        1,
-        Duration::from_secs(10),
-        "the capture did not start",
-    );
+    let mut cap = start_capture(&lab, &["--count", "100"], &file);
     let r = load(&lab, &ws, 200);
     assert_eq!(r["ok"], 200, "{r}");
     let t = Instant::now();
@@ -321,20 +324,7 @@ fn ctrl_c_ends_a_capture_with_the_daemons_summary() {
     let mut lab = Lab::start("adaptive");
     let (_srv, ws) = web(&mut lab, 74);
     let file = lab.dir.join("web.pcap");
-    let cap = lab
-        .cmd()
-        .args(["capture", "web", "--json", "-w"])
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_captures(
-        &lab,
-        1,
-        Duration::from_secs(10),
-        "the capture did not start",
-    );
+    let cap = start_capture(&lab, &[], &file);
     let r = load(&lab, &ws, 2000);
     assert_eq!(r["ok"], 2000, "{r}");
     nix::sys::signal::kill(

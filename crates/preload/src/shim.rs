@@ -679,6 +679,36 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     unsafe { real!(sendmsg)(fd, msg, flags) }
 }
 
+/// Runs `one` on each of the caller's `n` messages in turn (at most `UIO_MAXIOV`), with its
+/// index; `one` returns the byte count (or -1) and whether to go on. Returns how many succeeded,
+/// or -1 (errno set by `one`) when the first failed, as `sendmmsg` and `recvmmsg` do; each
+/// message's `msg_len` is set.
+///
+/// # Safety
+/// `v` is valid for `n` entries.
+unsafe fn per_message(
+    v: *mut libc::mmsghdr,
+    n: c_uint,
+    mut one: impl FnMut(usize, &mut libc::mmsghdr) -> (ssize_t, bool),
+) -> c_int {
+    let n = n.min(libc::UIO_MAXIOV as c_uint) as usize;
+    let mut done = 0usize;
+    while done < n {
+        // SAFETY: entry `done` of the caller's array of `n` mmsghdrs.
+        let e = unsafe { &mut *v.add(done) };
+        let (r, more) = one(done, e);
+        if r < 0 {
+            return if done == 0 { -1 } else { done as c_int };
+        }
+        e.msg_len = r as c_uint;
+        done += 1;
+        if !more {
+            break;
+        }
+    }
+    done as c_int
+}
+
 /// `recvmmsg` on a DockNet socket: `recvmsg` once per message, as Linux's does. The first
 /// receive waits as the socket and `flags` say; after it, `MSG_WAITFORONE` makes the rest
 /// non-blocking, and a `timeout` that has passed (looked at after each message, as Linux does)
@@ -706,31 +736,19 @@ pub unsafe extern "C" fn recvmmsg(
                     + std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32),
             ),
         };
-        let n = n.min(libc::UIO_MAXIOV as c_uint) as usize;
-        let mut got = 0usize;
-        while got < n {
-            let f = if got > 0 && flags & libc::MSG_WAITFORONE != 0 {
+        let one = |k: usize, e: &mut libc::mmsghdr| {
+            let f = if k > 0 && flags & libc::MSG_WAITFORONE != 0 {
                 (flags & !libc::MSG_WAITFORONE) | libc::MSG_DONTWAIT
             } else {
                 flags & !libc::MSG_WAITFORONE
             };
-            // SAFETY: entry `got` of the caller's array of `n` mmsghdrs.
-            let e = unsafe { &mut *v.add(got) };
-            // SAFETY: its msghdr, as recvmsg takes it.
+            // SAFETY: the caller's msghdr, as recvmsg takes it.
             let r = unsafe { recvmsg(fd, &mut e.msg_hdr, f) };
-            if r < 0 {
-                if got == 0 {
-                    return -1;
-                }
-                break;
-            }
-            e.msg_len = r as c_uint;
-            got += 1;
-            if until.is_some_and(|u| std::time::Instant::now() >= u) {
-                break;
-            }
-        }
-        return got as c_int;
+            // a timeout that has passed ends the call after this message
+            (r, until.is_none_or(|u| std::time::Instant::now() < u))
+        };
+        // SAFETY: the caller's array of `n` messages (checked non-null when n > 0).
+        return unsafe { per_message(v, n, one) };
     }
     // SAFETY: libc's recvmmsg with the caller's arguments.
     unsafe { real!(recvmmsg)(fd, v, n, flags, t) }
@@ -739,8 +757,7 @@ pub unsafe extern "C" fn recvmmsg(
 /// `sendmmsg` on a socket of the library's (DockNet's, or not decided yet: the first message's
 /// address decides, as for `sendmsg`): `sendmsg` once per message, as Linux's does. It returns
 /// how many were sent; an error on the first is the call's, a later one ends it early (the
-/// caller sends the rest again and meets it then). glibc's resolver sends its A and AAAA
-/// questions this way.
+/// caller sends the rest again and meets it then).
 #[no_mangle]
 pub unsafe extern "C" fn sendmmsg(
     fd: c_int,
@@ -752,23 +769,9 @@ pub unsafe extern "C" fn sendmmsg(
         if v.is_null() && n > 0 {
             return ret(Err(libc::EFAULT));
         }
-        let n = n.min(libc::UIO_MAXIOV as c_uint) as usize;
-        let mut sent = 0usize;
-        while sent < n {
-            // SAFETY: entry `sent` of the caller's array of `n` mmsghdrs.
-            let e = unsafe { &mut *v.add(sent) };
-            // SAFETY: its msghdr, as sendmsg takes it.
-            let r = unsafe { sendmsg(fd, &e.msg_hdr, flags) };
-            if r < 0 {
-                if sent == 0 {
-                    return -1;
-                }
-                break;
-            }
-            e.msg_len = r as c_uint;
-            sent += 1;
-        }
-        return sent as c_int;
+        // SAFETY: the caller's array of `n` messages (checked non-null when n > 0), each
+        // msghdr as sendmsg takes it.
+        return unsafe { per_message(v, n, |_, e| (sendmsg(fd, &e.msg_hdr, flags), true)) };
     }
     // SAFETY: libc's sendmmsg with the caller's arguments.
     unsafe { real!(sendmmsg)(fd, v, n, flags) }
