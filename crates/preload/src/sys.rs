@@ -1,7 +1,7 @@
 //! The kernel's side: libc's own functions (found with `dlsym(RTLD_NEXT)`, since calling
 //! `libc::close` from here would call this library's `close` again), errno, and safe wrappers
 //! for the few calls the safe modules make. Every `unsafe` block of the library outside the
-//! interposed entry points (`shim.rs`) is here.
+//! interposed entry points (`shim/`) is here.
 
 #![allow(unsafe_code)]
 
