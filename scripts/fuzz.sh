@@ -7,7 +7,7 @@
 #   ./scripts/fuzz.sh [--seconds N] [--execs N] [TARGET...]
 #   ./scripts/fuzz.sh --seconds 600             the longer campaign (docs/fuzzing.md)
 #
-# Targets: header ring switch master control channel delivery wire segment (see fuzz/src/lib.rs).
+# Targets: header ring switch master control channel delivery wire segment dns (see fuzz/src/lib.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     *) TARGETS+=("$1"); shift ;;
     esac
 done
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(header ring switch master control channel delivery wire segment)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(header ring switch master control channel delivery wire segment dns)
 if ! command -v cargo-afl >/dev/null 2>&1; then
     echo "fuzz: installing cargo-afl (builds AFL++ with the C compiler)" >&2
     cargo install cargo-afl --version 0.18.2 --locked

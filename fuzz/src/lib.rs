@@ -12,6 +12,7 @@
 //! | `delivery` | a delivery message, or a services table | decoding never panics; what decodes re-encodes to itself |
 //! | `wire` | frames from the wire (and pipes' frames for it), ARP and VXLAN included | checking, readying, wrapping, unwrapping and parsing never panic; what is accepted keeps its length bounds; what is wrapped unwraps whole; the neighbour table stays bounded |
 //! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only a SYN's MSS options and checksum and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
+//! | `dns` | a name server's answer (the server may be a container), and `resolv.conf` text | reading either never panics; an answer taken names addresses and a name; what is read from `resolv.conf` stays within its bounds |
 
 use docknet_daemon::control::{handle, Ctx};
 use docknet_daemon::holder::{Keeper, MemoryKeeper};
@@ -42,6 +43,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("delivery", delivery),
     ("wire", wire),
     ("segment", segment),
+    ("dns", dns),
 ];
 
 /// The input as a stream of numbers (zeros once it runs out).
@@ -560,6 +562,28 @@ pub fn segment(data: &[u8]) {
     }
 }
 
+/// A name server's answer read as the answer to a question (the first byte picks the name asked,
+/// the answer's own first two bytes are taken as the question's id, so that reading goes past
+/// the id check), and the same bytes as `resolv.conf` text.
+pub fn dns(data: &[u8]) {
+    use docknet_lib::dns::{answer, candidates, parse_conf, Answer, MAX_SEARCH, MAX_SERVERS};
+    const NAMES: [&str; 3] = ["web.x", "a.x", "web.ns.svc.cluster.local"];
+    let Some((k, rest)) = data.split_first() else {
+        return;
+    };
+    let name = NAMES[usize::from(*k) % NAMES.len()];
+    let id = match rest {
+        [a, b, ..] => u16::from_be_bytes([*a, *b]),
+        _ => 0,
+    };
+    if let Some(Answer::Found(addrs, canon)) = answer(rest, id, name) {
+        assert!(!addrs.is_empty() && !canon.is_empty());
+    }
+    let c = parse_conf(&String::from_utf8_lossy(rest));
+    assert!(c.servers.len() <= MAX_SERVERS && c.search.len() <= MAX_SEARCH && c.ndots <= 15);
+    assert!(candidates("web", &c).len() <= MAX_SEARCH + 1);
+}
+
 /// Seed inputs for each target: honest traffic of each kind, so the fuzzer starts inside the
 /// interesting states. `replay --write-seeds DIR` writes them.
 pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
@@ -780,11 +804,79 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         tcp(0x02, &[2, 4, 0xff, 0xd7, 1, 3, 3, 7], 0),
     ));
     out.push(("segment", "data".into(), tcp(0x18, &[], 5000)));
+    // an answer for web.x (A 10.0.0.9) and one for a.x through a CNAME to b.x, as a server sends
+    let name = |n: &str| {
+        let mut b = Vec::new();
+        for l in n.split('.') {
+            b.push(l.len() as u8);
+            b.extend_from_slice(l.as_bytes());
+        }
+        b.push(0);
+        b
+    };
+    let reply = |pick: u8, q: &str, records: &[(u16, Vec<u8>)]| {
+        let mut b = vec![
+            pick,
+            0x12,
+            0x34,
+            0x81,
+            0x80,
+            0,
+            1,
+            0,
+            records.len() as u8,
+            0,
+            0,
+            0,
+            0,
+        ];
+        b.extend(name(q));
+        b.extend_from_slice(&[0, 1, 0, 1]);
+        for (ty, rdata) in records {
+            b.extend_from_slice(&[0xc0, 0x0c]);
+            b.extend_from_slice(&ty.to_be_bytes());
+            b.extend_from_slice(&[0, 1, 0, 0, 0, 30]);
+            b.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+            b.extend_from_slice(rdata);
+        }
+        b
+    };
+    out.push((
+        "dns",
+        "a".into(),
+        reply(0, "web.x", &[(1, vec![10, 0, 0, 9])]),
+    ));
+    out.push(("dns", "cname".into(), reply(1, "a.x", &[(5, name("b.x"))])));
+    out.push((
+        "dns",
+        "resolv-conf".into(),
+        b"\x00nameserver 10.96.0.10\nsearch ns.svc.cluster.local svc.cluster.local\noptions ndots:5\n"
+            .to_vec(),
+    ));
     out
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_dns_seeds_are_answers_the_resolver_takes() {
+        use docknet_lib::dns::{answer, Answer};
+        let seed = |n: &str| {
+            super::seeds()
+                .into_iter()
+                .find(|(t, name, _)| *t == "dns" && name == n)
+                .unwrap()
+                .2
+        };
+        let a = seed("a");
+        assert!(matches!(
+            answer(&a[1..], 0x1234, "web.x"),
+            Some(Answer::Found(..))
+        ));
+        let c = seed("cname");
+        assert_eq!(answer(&c[1..], 0x1234, "a.x"), Some(Answer::NoData));
+    }
+
     #[test]
     fn every_seed_passes_its_target() {
         for (t, _, data) in super::seeds() {

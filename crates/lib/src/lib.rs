@@ -9,6 +9,7 @@
 //! engine thread keeps TCP alive while the application computes. [`tcp`] and [`udp`] have the
 //! blocking std-like sockets: [`TcpListener`], [`TcpStream`] (`Read` + `Write`) and
 //! [`UdpSocket`].
+//! [`dns`] resolves host names through a name server reached over the pipe.
 //! [`callback`] offers the paper's run-to-completion style: `stack_rx` per frame and
 //! `tcp_recved` per chunk of received bytes, called on the engine's own thread.
 
@@ -16,6 +17,7 @@
 
 pub mod callback;
 pub mod device;
+pub mod dns;
 mod engine;
 pub mod frame;
 mod icmp;

@@ -1,10 +1,11 @@
 //! Host names: `getaddrinfo` and the `gethostbyname` family, answered over DockNet when the
-//! name server is DockNet's ([`crate::resolve`]).
+//! name server is DockNet's ([`docknet_lib::dns`]).
 
 use super::*;
+use docknet_lib::dns::Lookup;
 
 /// `getaddrinfo`: a name whose name server is on the pipe's network is resolved over DockNet
-/// ([`crate::resolve`]: glibc's own resolver would ask through the kernel), and its addresses
+/// ([`docknet_lib::dns`]: glibc's own resolver would ask through the kernel), and its addresses
 /// are given to libc's `getaddrinfo` as numbers (ports, socket types and the list's memory stay
 /// libc's, so `freeaddrinfo` is libc's). With a pipe attached, `AI_ADDRCONFIG` counts the
 /// pipe's IPv4 address: the kernel, which sees only `lo`, would have said the container has no
@@ -42,21 +43,13 @@ pub unsafe extern "C" fn getaddrinfo(
         unsafe { std::ffi::CStr::from_ptr(node) }.to_str().ok()
     };
     let looked = match (attached, name) {
-        (true, Some(n)) if crate::resolve::wants(n, h.ai_family, h.ai_flags) => guard(|| {
-            let st = ops::stack()?;
-            let ours = |a| crate::sock::route_for(st, a) == crate::sock::Route::DockNet;
-            Some(Ok(crate::resolve::lookup(
-                n,
-                ours,
-                crate::resolve::OverDockNet(st),
-            )))
-        }),
+        (true, Some(n)) if crate::resolve::wants(n, h.ai_family, h.ai_flags) => look(n),
         _ => None,
     };
     let real = real!(getaddrinfo);
     let (addrs, canon) = match looked {
-        Some(Ok(crate::resolve::Lookup::Found(a, c))) => (a, c),
-        Some(Ok(crate::resolve::Lookup::Error(e))) => return e,
+        Some(Ok(Lookup::Found(a, c))) => (a, c),
+        Some(Ok(Lookup::Failed(f))) => return crate::resolve::eai(f),
         Some(Err(_)) => return libc::EAI_SYSTEM,
         // SAFETY: libc's getaddrinfo with the caller's arguments (hints as adjusted above).
         _ => return unsafe { real(node, service, &h, res) },
@@ -120,10 +113,18 @@ extern "C" {
     fn __h_errno_location() -> *mut c_int;
 }
 
-/// h_errno values (netdb.h).
-const HOST_NOT_FOUND: c_int = 1;
+/// `h_errno`'s "try again" (netdb.h).
 const TRY_AGAIN: c_int = 2;
-const NO_DATA: c_int = 4;
+
+/// `name` looked up over DockNet ([`docknet_lib::dns::lookup`]) on the process's stack, when
+/// one is attached; a panic is an error.
+fn look(name: &str) -> Option<R<Lookup>> {
+    guard(|| {
+        let st = ops::stack()?;
+        let ours = |a| crate::sock::route_for(st, a) == crate::sock::Route::DockNet;
+        Some(Ok(docknet_lib::dns::lookup(st, name, ours)))
+    })
+}
 
 /// The IPv4 addresses of `name` and its canonical name when the library answers for it (see
 /// [`getaddrinfo`]), `Err(h_errno)` when it answers that there are none, `None` when libc does.
@@ -138,23 +139,10 @@ fn host_lookup(
     if !crate::resolve::wants(n, libc::AF_INET, 0) {
         return None;
     }
-    let r = guard(|| {
-        let st = ops::stack()?;
-        let ours = |a| crate::sock::route_for(st, a) == crate::sock::Route::DockNet;
-        Some(Ok(crate::resolve::lookup(
-            n,
-            ours,
-            crate::resolve::OverDockNet(st),
-        )))
-    });
-    match r? {
-        Ok(crate::resolve::Lookup::Found(a, c)) => Some(Ok((a, c))),
-        Ok(crate::resolve::Lookup::Error(e)) => Some(Err(match e {
-            libc::EAI_AGAIN => TRY_AGAIN,
-            libc::EAI_NODATA => NO_DATA,
-            _ => HOST_NOT_FOUND,
-        })),
-        Ok(crate::resolve::Lookup::NotOurs) => None,
+    match look(n)? {
+        Ok(Lookup::Found(a, c)) => Some(Ok((a, c))),
+        Ok(Lookup::Failed(f)) => Some(Err(crate::resolve::h_errno(f))),
+        Ok(Lookup::NotOurs) => None,
         Err(_) => Some(Err(TRY_AGAIN)),
     }
 }
