@@ -1,4 +1,4 @@
-# Sourced by setup.sh, bench.sh and test.sh.
+# Sourced by setup.sh, bench.sh, test.sh and the measurement scripts.
 #
 # docknet_root "$@": carries on as root; a normal user is re-run under sudo (keeping PATH and the
 # Rust toolchain's homes, so a rustup install in ~/.cargo still works), and what the run creates
@@ -22,6 +22,17 @@ docknet_root() {
     fi
     echo "$me: needs root (network namespaces, mounts, apt-get): run it as root, or install sudo and run it again" >&2
     exit 1
+}
+
+# docknet_bin: sets B to where docknet and dnperf are: $DOCKNET_BIN as given, or else this
+# checkout's release build, made (with what it needs installed) by setup.sh first.
+docknet_bin() {
+    if [ -n "${DOCKNET_BIN:-}" ]; then
+        B=$DOCKNET_BIN
+    else
+        ./scripts/setup.sh >/dev/null
+        B=$PWD/target/release
+    fi
 }
 
 # docknet_usage "$@": prints the script's header comment and exits 0 when asked for --help.

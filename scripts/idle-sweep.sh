@@ -18,12 +18,7 @@ cd "$(dirname "$0")/.."
 . scripts/common.sh
 docknet_usage "$@"
 docknet_root "$@"
-if [ -n "${DOCKNET_BIN:-}" ]; then
-    B=$DOCKNET_BIN
-else
-    ./scripts/setup.sh >/dev/null
-    B=$PWD/target/release
-fi
+docknet_bin
 SECS=${SECONDS_PER_RUN:-1.5}
 REPEAT=${REPEAT:-1}
 OUT=${OUT:-results}

@@ -19,12 +19,7 @@ cd "$(dirname "$0")/.."
 . scripts/common.sh
 docknet_usage "$@"
 docknet_root "$@"
-if [ -n "${DOCKNET_BIN:-}" ]; then
-    B=$DOCKNET_BIN
-else
-    ./scripts/setup.sh >/dev/null
-    B=$PWD/target/release
-fi
+docknet_bin
 SECS=${SECONDS_PER_RUN:-2}
 REPEAT=${REPEAT:-3}
 LOADS=("rr 64" "stream 65536" "rr 65536")

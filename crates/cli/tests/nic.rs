@@ -127,6 +127,15 @@ fn pipe_show(d: &Daemon, pipe: &str) -> serde_json::Value {
 
 /// Two hosts on a wire, a daemon driving each end in `mode`, pipe `c0` at `client` on host A's
 /// and `s0` at `server` on host B's (the wire outlives the daemons: declared first).
+/// `dnattack ARGS` in a container on pipe `pipe` of `node`; its output.
+fn attack(node: &Daemon, pipe: &str, args: &[&str]) -> Output {
+    node.cmd(Path::new(EXE))
+        .args(["run", "--pipe", pipe, "--", DNATTACK])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn two_nodes(mode: &str, client: &str, server: &str) -> (Wire, Daemon, Daemon) {
     let wire = Wire::build(1500, &Shape::default()).unwrap();
     let a = host_daemon(&wire, &wire.host_a, mode);
@@ -285,18 +294,7 @@ fn a_container_lying_in_large_segments_to_the_wire_hurts_only_itself() {
     // moving other containers' traffic intact.
     let (_wire, a, b) = two_nodes("packet", "10.78.1.1/16", "10.78.2.1/16");
     ok(&a, &["pipe", "create", "evil", "--ip", "10.78.1.66/16"]);
-    let o = a
-        .cmd(Path::new(EXE))
-        .args([
-            "run",
-            "--pipe",
-            "evil",
-            "--",
-            env!("CARGO_BIN_EXE_dnattack"),
-        ])
-        .args(["gso-lies", "--to", HOST_B, "--count", "200"])
-        .output()
-        .unwrap();
+    let o = attack(&a, "evil", &["gso-lies", "--to", HOST_B, "--count", "200"]);
     let r = result_of(o, "gso-lies");
     let sent = |k: &str| r["sent"][k].as_u64().unwrap_or(0);
     assert_eq!(
@@ -502,20 +500,23 @@ fn vxlan_routes_tunnel_pods_between_nodes_in_the_kernels_wire_format() {
         // pod's address: node B takes tunnelled frames only from the tunnel's far end
         ok(&a, &["pipe", "create", "evil", "--ip", "10.244.1.66/16"]);
         let rx_before = pipe_show(&b, "s0")["counters"]["wire_rx"].clone();
-        let o = a
-            .cmd(Path::new(EXE))
-            .args([
-                "run",
-                "--pipe",
-                "evil",
-                "--",
-                env!("CARGO_BIN_EXE_dnattack"),
-            ])
-            .args(["vxlan-inject", "--to", HOST_B, "--vni", "42"])
-            .args(["--inner-src", "10.244.1.1", "--inner-dst", "10.244.2.1"])
-            .args(["--count", "50"])
-            .output()
-            .unwrap();
+        let o = attack(
+            &a,
+            "evil",
+            &[
+                "vxlan-inject",
+                "--to",
+                HOST_B,
+                "--vni",
+                "42",
+                "--inner-src",
+                "10.244.1.1",
+                "--inner-dst",
+                "10.244.2.1",
+                "--count",
+                "50",
+            ],
+        );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         std::thread::sleep(Duration::from_millis(300));
         let nb = status(&b)["nic"].clone();

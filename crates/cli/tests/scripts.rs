@@ -158,6 +158,18 @@ fn run_script(name: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
     text
 }
 
+/// A script's TSV output: the whole text (for messages) and its rows after the header, split
+/// into fields.
+fn tsv_rows(path: &Path) -> (String, Vec<Vec<String>>) {
+    let tsv = std::fs::read_to_string(path).unwrap();
+    let rows = tsv
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').map(String::from).collect())
+        .collect();
+    (tsv, rows)
+}
+
 /// The idle-policy sweep's smoke version: the bridge, the daemon path, a fast channel and the
 /// daemon building its own channel, at their defaults, a short line each, with this build's
 /// binaries; nothing left behind.
@@ -172,13 +184,8 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
         &[],
         &[("QUICK", Path::new("1")), ("OUT", out.path())],
     );
-    let tsv = std::fs::read_to_string(out.path().join("idle-sweep.tsv")).unwrap();
-    let lines: Vec<Vec<&str>> = tsv
-        .lines()
-        .skip(1)
-        .map(|l| l.split('\t').collect())
-        .collect();
-    let paths: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    let (tsv, lines) = tsv_rows(&out.path().join("idle-sweep.tsv"));
+    let paths: Vec<&str> = lines.iter().map(|l| l[1].as_str()).collect();
     assert_eq!(paths, ["bridge", "daemon", "fc", "auto"], "{tsv}");
     for l in &lines {
         let tx: u64 = l[7].parse().unwrap();
@@ -206,13 +213,8 @@ fn the_unpinned_wire_comparison_measures_every_path_and_leaves_nothing_behind() 
         &[],
         &[("QUICK", Path::new("1")), ("OUT", out.path())],
     );
-    let tsv = std::fs::read_to_string(out.path().join("wire-unpinned.tsv")).unwrap();
-    let lines: Vec<Vec<&str>> = tsv
-        .lines()
-        .skip(1)
-        .map(|l| l.split('\t').collect())
-        .collect();
-    let paths: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    let (tsv, lines) = tsv_rows(&out.path().join("wire-unpinned.tsv"));
+    let paths: Vec<&str> = lines.iter().map(|l| l[1].as_str()).collect();
     assert_eq!(paths, ["kernel", "xdp", "auto"], "{tsv}");
     for l in &lines {
         let p50: f64 = l[4].parse().unwrap();
