@@ -459,19 +459,21 @@ impl Endpoint {
             self.generation = g;
             self.sync();
         }
-        if self.fcs.iter().any(|l| l.hold.is_some()) {
-            self.release_holds();
-        }
-        if self.fcs.iter().any(|l| l.closing.is_some()) {
-            let now = Instant::now();
-            self.fcs
-                .retain(|l| l.closing.is_none_or(|until| now < until));
+        if self
+            .fcs
+            .iter()
+            .any(|l| l.hold.is_some() || l.closing.is_some())
+        {
+            self.tend_channels();
         }
     }
 
-    /// Lets new channels carry frames once the daemon took what was queued before them.
-    fn release_holds(&mut self) {
+    /// Lets new channels carry frames once the daemon took what was queued before them, and
+    /// unmaps removed ones whose drain is over.
+    fn tend_channels(&mut self) {
         let now = Instant::now();
+        self.fcs
+            .retain(|l| l.closing.is_none_or(|until| now < until));
         for l in &mut self.fcs {
             if let Some((at, until)) = l.hold {
                 if now >= until || self.tx.consumed(&self.region, at) {
