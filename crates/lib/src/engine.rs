@@ -1,5 +1,6 @@
 //! The engine thread: keeps TCP alive while the application is not calling.
 
+use crate::fork::Why;
 use crate::stack::Shared;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,11 +16,26 @@ use std::time::Duration;
 /// longer than a nap it sleeps until that call ends (the call keeps TCP going meanwhile). Once
 /// the application has been quiet for a nap, it polls, arms the rings and sleeps until a frame
 /// or a timer needs it.
+///
+/// After a fork (see [`crate::fork`]) it leaves the stack alone while a child may still take
+/// it, then settles that this process keeps it; it ends when the stack moved to another process.
 pub(crate) fn engine(shared: Weak<Shared>) {
     const NAP: Duration = Duration::from_millis(10);
     const IDLE_SLEEP: Duration = Duration::from_millis(250);
     loop {
         let Some(s) = shared.upgrade() else { return };
+        if s.forks.moved() {
+            return;
+        }
+        if s.forks.pending() {
+            if s.forks.paused() {
+                drop(s);
+                std::thread::sleep(NAP);
+            } else {
+                s.settle_pending(Why::Expired);
+            }
+            continue;
+        }
         let calls = s.calls.load(Ordering::Relaxed);
         drop(s);
         std::thread::sleep(NAP);
@@ -35,8 +51,16 @@ pub(crate) fn engine(shared: Weak<Shared>) {
         }
         loop {
             let calls = s.calls.load(Ordering::Relaxed);
-            if s.lock().poll() {
-                continue;
+            {
+                let mut g = s.lock();
+                // (asked under the lock, which a fork's prepare handler holds: a fork that
+                // came since is seen here, before anything moves on in this process's copy)
+                if s.forks.pending() || s.forks.moved() {
+                    break; // the outer loop pauses or ends
+                }
+                if g.poll() {
+                    continue;
+                }
             }
             if let Some(armed) = s.arm(IDLE_SLEEP, None) {
                 armed.wait(&[]);

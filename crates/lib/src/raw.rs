@@ -217,6 +217,9 @@ pub struct Endpoint {
     /// when the last one leaves: a thread that woke and cleared them under another thread still
     /// asleep would leave that one without a kick (it slept out its timeout).
     sleepers: u32,
+    /// Another process drives the pipe now (the stack moved at a fork): this copy never touches
+    /// the rings, the sleep words or the daemon's connection again.
+    inert: bool,
 }
 
 /// The futex words an endpoint sleeps on, armed by [`Endpoint::arm_sleep`]. Holds its regions
@@ -303,6 +306,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             services: Arc::default(),
             sleepers: 0,
+            inert: false,
         };
         loop {
             match recv_msg(&conn).map_err(|e| hs(e.to_string()))? {
@@ -454,6 +458,9 @@ impl Endpoint {
     /// Takes in what the daemon said about channels if it said anything (the generation word
     /// changed). Cheap otherwise: one load. Called by `recv` and `idle`.
     pub fn refresh(&mut self) {
+        if self.inert {
+            return;
+        }
         let g = layout::generation(&self.region);
         if g != self.generation {
             self.generation = g;
@@ -623,6 +630,9 @@ impl Endpoint {
         if len == 0 {
             return Err(SendError::BadLength(0));
         }
+        if self.inert {
+            return Err(SendError::Closed);
+        }
         let fc = match route {
             Route::FastChannel(id) => self
                 .fcs
@@ -656,6 +666,9 @@ impl Endpoint {
 
     /// Publishes queued frames on every path and kicks sleeping consumers.
     pub fn flush(&mut self) {
+        if self.inert {
+            return;
+        }
         self.tx.publish(&self.region);
         for l in &mut self.fcs {
             l.tx.publish(&l.region);
@@ -693,6 +706,9 @@ impl Endpoint {
     /// `buf` are truncated to it. A frame from a channel that does not carry the partner's MAC
     /// and IPv4 source is dropped and counted (`fc_spoofed`).
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, Via)> {
+        if self.inert {
+            return None;
+        }
         self.refresh();
         if self.fcs.iter().any(|l| l.fresh) {
             // A new channel's partner sends on it once the daemon took its earlier frames, and
@@ -807,7 +823,7 @@ impl Endpoint {
 
     /// Whether the tx ring to the daemon is full (the daemon has not taken what was sent).
     pub fn tx_full(&mut self) -> bool {
-        self.tx.space(&self.region) == 0
+        !self.inert && self.tx.space(&self.region) == 0
     }
 
     /// Arms the sleep words of every ring this endpoint reads and returns them, or `None`
@@ -815,6 +831,9 @@ impl Endpoint {
     /// [`Endpoint::disarm_sleep`] once. Several threads may sleep at once (each arms, each
     /// disarms): the words stay armed until the last of them disarms.
     pub fn arm_sleep(&mut self) -> Option<SleepSet> {
+        if self.inert {
+            return None;
+        }
         let mut pending = self.rx.arm(&self.region);
         for l in &mut self.fcs {
             pending |= l.rx.arm(&l.region);
@@ -848,9 +867,32 @@ impl Endpoint {
     /// words; picks up fast-channel changes.
     pub fn disarm_sleep(&mut self) {
         self.sleepers = self.sleepers.saturating_sub(1);
+        if self.inert {
+            return;
+        }
         if self.sleepers == 0 {
             self.clear_sleep_words();
         }
+        self.refresh();
+    }
+
+    /// Makes this endpoint inert: another process drives the pipe now (see the `fork` module).
+    /// Nothing it does afterwards touches the rings, their words or the daemon's connection.
+    pub(crate) fn set_inert(&mut self) {
+        self.inert = true;
+    }
+
+    /// Whether another process drives the pipe now.
+    pub fn is_inert(&self) -> bool {
+        self.inert
+    }
+
+    /// After this process took the pipe over at a fork: the sleepers counted were the other
+    /// process's threads, so none sleeps here; their words are cleared (this process's
+    /// threads arm them afresh).
+    pub(crate) fn taken_over(&mut self) {
+        self.sleepers = 0;
+        self.clear_sleep_words();
         self.refresh();
     }
 
@@ -867,6 +909,9 @@ impl Drop for Endpoint {
     /// Publishes how far this endpoint has read (so a later attachment does not see the same
     /// frames again) and what it has queued.
     fn drop(&mut self) {
+        if self.inert {
+            return;
+        }
         self.rx.release(&self.region);
         self.tx.publish(&self.region);
         for l in &mut self.fcs {

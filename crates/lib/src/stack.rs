@@ -19,6 +19,7 @@
 //! congestion control is on.
 
 use crate::device::{DeviceStats, Faults, PipeDevice};
+use crate::fork::{Forks, Settled, Why};
 use crate::raw::{AttachError, Endpoint, SleepSet};
 use docknet_pipe::services::Proto;
 use docknet_pipe::{IdlePolicy, Idler};
@@ -30,7 +31,7 @@ use smoltcp::wire::{
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// How a stack is set up.
@@ -487,6 +488,10 @@ pub(crate) struct Shared {
     ip: Ipv4Addr,
     prefix: u8,
     ip6: Option<(Ipv6Addr, u8)>,
+    /// Who drives the stack across `fork` ([`crate::fork`]).
+    pub(crate) forks: Forks,
+    /// This stack itself, for the engine a process starts when it takes the stack at a fork.
+    me: Weak<Shared>,
 }
 
 /// Rings armed for one sleep: the futex words, and how long the sleep may last.
@@ -507,10 +512,37 @@ impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves smoltcp's state as it was; carry on with it.
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if self.forks.pending() {
+            self.settle(&mut g, Why::Section);
+        }
         // a step's word holds for the step it follows, under the same lock only
         g.nothing_to_send = false;
         g.was_clean = std::mem::take(&mut g.clean);
         g
+    }
+
+    /// Settles who drives the stack after a fork ([`crate::fork`]), under the lock: a process
+    /// that takes it starts its engine; one that lost it makes its endpoint inert.
+    fn settle(&self, g: &mut Inner, why: Why) {
+        match self.forks.settle(why) {
+            Settled::Mine => {}
+            Settled::Taken => {
+                g.dev.ep.taken_over();
+                self.engine_parked.store(false, Ordering::SeqCst);
+                spawn_engine(self.me.clone());
+            }
+            Settled::Moved => g.dev.ep.set_inert(),
+        }
+    }
+
+    /// [`Shared::settle`] when a fork is pending, taking the lock for it.
+    pub(crate) fn settle_pending(&self, why: Why) {
+        if self.forks.pending() {
+            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            if self.forks.pending() {
+                self.settle(&mut g, why);
+            }
+        }
     }
 
     /// Arms the rings' sleep words under the lock. The sleep may last until the stack's next
@@ -550,6 +582,12 @@ impl Shared {
         deadline: Option<Instant>,
         extra: &[(&AtomicU32, u32)],
     ) {
+        if self.forks.moved() {
+            // nothing can arrive here any more: sleep instead of spinning on a dead stack
+            let t = deadline.map_or(max, |d| d.saturating_duration_since(Instant::now()));
+            std::thread::sleep(t.min(max));
+            return;
+        }
         if let Some(armed) = self.arm(max, deadline) {
             armed.wait(extra);
             self.disarm();
@@ -580,6 +618,8 @@ pub(crate) struct CallGuard<'a>(&'a Shared);
 
 impl<'a> CallGuard<'a> {
     pub(crate) fn new(s: &'a Shared) -> CallGuard<'a> {
+        // the first call after a fork settles who drives the stack (one load otherwise)
+        s.settle_pending(Why::Call);
         s.callers.fetch_add(1, Ordering::AcqRel);
         s.calls.fetch_add(1, Ordering::Relaxed);
         CallGuard(s)
@@ -634,6 +674,63 @@ fn timed_out(ep: &Endpoint) -> io::Error {
     }
 }
 
+/// The error of a call on a stack that moved to another process at a fork.
+fn moved_error(f: &Forks) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        match f.owner() {
+            Some(p) => format!("the DockNet stack moved to process {p} at a fork"),
+            None => "the DockNet stack moved to another process at a fork".into(),
+        },
+    )
+}
+
+/// Holds a stack's lock across `fork` ([`Stack::fork_prepare`]); end it in the parent
+/// ([`ForkHold::parent`]) and in the child ([`ForkHold::child`]) right after.
+#[must_use = "dropping it at once releases the stack before the fork"]
+pub struct ForkHold {
+    _held: MutexGuard<'static, Inner>,
+    forks: &'static Forks,
+    /// No call was in progress at the fork (a child may take the stack).
+    idle: bool,
+}
+
+impl ForkHold {
+    /// In the parent after the fork. If a call was in progress at the fork no child can take
+    /// the stack, so the parent carries on as if there had been none.
+    pub fn parent(self) {
+        if !self.idle {
+            self.forks.keep();
+        }
+    }
+
+    /// In the child after the fork: its first use of the stack settles who drives it.
+    pub fn child(self) {}
+}
+
+impl std::fmt::Debug for ForkHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkHold").finish_non_exhaustive()
+    }
+}
+
+/// Starts a stack's engine thread. The engine must take none of the program's signals: a
+/// process-directed signal may go to any thread that does not block it, and a handler run on
+/// the engine would not interrupt the thread that waits for it (nginx, told to stop, slept on
+/// in epoll_wait). A thread inherits its creator's mask: all blocked while it is made.
+fn spawn_engine(weak: Weak<Shared>) {
+    let old = nix::sys::signal::SigSet::all()
+        .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_SETMASK)
+        .ok();
+    let spawned = std::thread::Builder::new()
+        .name("docklib-engine".into())
+        .spawn(move || crate::engine::engine(weak));
+    if let Some(old) = old {
+        let _ = old.thread_set_mask();
+    }
+    spawned.expect("spawning the DockLib engine thread");
+}
+
 impl Stack {
     /// Attaches to the pipe at `$DOCKNET_PIPE` or `/run/docknet/pipe` and starts the engine.
     pub fn attach_default(cfg: StackConfig) -> Result<Stack, AttachError> {
@@ -672,7 +769,7 @@ impl Stack {
             }
         });
         let events = Arc::new(AtomicU32::new(0));
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
             events: events.clone(),
             inner: Mutex::new(Inner {
                 iface,
@@ -697,23 +794,53 @@ impl Stack {
             ip,
             prefix,
             ip6,
+            forks: Forks::new(),
+            me: me.clone(),
         });
-        let weak = Arc::downgrade(&shared);
-        // The engine must take none of the program's signals: a process-directed signal may
-        // go to any thread that does not block it, and a handler run on the engine would not
-        // interrupt the thread that waits for it (nginx, told to stop, slept on in
-        // epoll_wait). A thread inherits its creator's mask: all blocked while it is made.
-        let old = nix::sys::signal::SigSet::all()
-            .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_SETMASK)
-            .ok();
-        let spawned = std::thread::Builder::new()
-            .name("docklib-engine".into())
-            .spawn(move || crate::engine::engine(weak));
-        if let Some(old) = old {
-            let _ = old.thread_set_mask();
-        }
-        spawned.expect("spawning the DockLib engine thread");
+        spawn_engine(Arc::downgrade(&shared));
         Stack { shared }
+    }
+
+    /// Call in the `pthread_atfork` prepare handler, right before `fork`: holds the stack's
+    /// lock until [`ForkHold`] is dropped (in the parent and in the child handlers), so the
+    /// child's copy of the stack is whole, and records the fork. The first process to use the
+    /// stack afterwards drives it: the parent, by any call of it; else the first child that
+    /// uses it, if no call of the parent was in progress at the fork (see [`crate::fork`]).
+    /// The parent's engine leaves the stack alone meanwhile, at most [`crate::fork::CLAIM_WINDOW`].
+    pub fn fork_prepare(&'static self) -> ForkHold {
+        let g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = self.shared.callers.load(Ordering::Acquire) == 0;
+        self.shared.forks.prepare(idle);
+        ForkHold {
+            _held: g,
+            forks: &self.shared.forks,
+            idle,
+        }
+    }
+
+    /// Whether this process drives the stack. A forked child takes the stack here (as with its
+    /// first call) when the process it was forked from has not used it since the fork; `false`
+    /// when another process of the family drives it: then this copy is dead (every call
+    /// fails, nothing it does touches the pipe).
+    pub fn claim(&self) -> bool {
+        self.shared.settle_pending(Why::Call);
+        !self.shared.forks.moved()
+    }
+
+    /// Whether the stack moved to another process at a fork (this copy is dead).
+    pub fn moved(&self) -> bool {
+        self.shared.forks.moved()
+    }
+
+    /// The pid of the process that drives the stack, as the family's shared page says (`None`
+    /// when there is no such page).
+    pub fn owner(&self) -> Option<u32> {
+        self.shared.forks.owner()
+    }
+
+    /// How many times the stack moved to another process of the family.
+    pub fn moves(&self) -> u32 {
+        self.shared.forks.moves()
     }
 
     /// Whether `other` is this stack (a clone of it).
@@ -823,6 +950,9 @@ impl Stack {
         mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
+        if self.shared.forks.moved() {
+            return Err(moved_error(&self.shared.forks));
+        }
         let deadline = timeout.map(|t| Instant::now() + t);
         // Try first: often the data or the buffer space is already there, and one poll
         // (to transmit) is all the call needs.

@@ -518,8 +518,11 @@ pub fn poll_timed(
     timeout_ms: i32,
     deadline: &mut Option<Option<Instant>>,
 ) -> Option<R<usize>> {
+    for p in fds.iter() {
+        ops::take_for(p.fd);
+    }
     if ops::forked() {
-        return poll_inherited(fds);
+        return poll_inherited(fds, timeout_ms);
     }
     let mut dn: Few<(usize, Arc<Sock>)> = Few::new();
     for (i, p) in fds.iter().enumerate() {
@@ -625,33 +628,54 @@ pub fn poll_timed(
     })
 }
 
-/// `poll` in a forked child: the DockNet sockets it inherited are reported invalid
-/// (`POLLNVAL`) at once, with one line on stderr, instead of never becoming ready; the kernel's
-/// descriptors beside them are looked at as they are now. `None` when it inherited none.
-fn poll_inherited(fds: &mut [libc::pollfd]) -> Option<R<usize>> {
-    let dead: Few<bool> = fds.iter().map(|p| ops::inherited(p.fd)).collect();
-    if !dead.contains(&true) {
+/// `poll` where the DockNet stack is another process's (see [`ops::forked`]): inherited
+/// connections are reported invalid (`POLLNVAL`) at once, with one line on stderr, instead of
+/// never becoming ready; inherited listeners are never ready (another process takes their
+/// connections), and the wait goes on for the kernel's descriptors beside them, `timeout_ms`
+/// as given. `None` when it inherited none.
+fn poll_inherited(fds: &mut [libc::pollfd], timeout_ms: i32) -> Option<R<usize>> {
+    // 0: the kernel's; 1: a dormant listener; 2: a dead connection
+    let kind: Few<u8> = fds
+        .iter()
+        .map(|p| {
+            if ops::dormant_listener(p.fd) {
+                1
+            } else {
+                2 * u8::from(ops::inherited(p.fd))
+            }
+        })
+        .collect();
+    if kind.iter().all(|k| *k == 0) {
         return None;
     }
-    let _ = ops::inherited_error();
+    let dead = kind.contains(&2);
+    if dead {
+        let _ = ops::inherited_error();
+    }
     let mut kfds: Few<libc::pollfd> = fds
         .iter()
-        .zip(&dead)
-        .filter(|(_, d)| !**d)
+        .zip(&kind)
+        .filter(|(_, k)| **k == 0)
         .map(|(p, _)| *p)
         .collect();
-    let k = match sys::poll(&mut kfds, 0) {
+    let k = match sys::poll(&mut kfds, if dead { 0 } else { timeout_ms }) {
         Ok(k) => k,
         Err(e) => return Some(Err(e)),
     };
     let mut kernel = kfds.iter();
     let mut n = k;
-    for (p, d) in fds.iter_mut().zip(&dead) {
-        if *d {
-            p.revents = libc::POLLNVAL;
-            n += 1;
-        } else if let Some(q) = kernel.next() {
-            p.revents = q.revents;
+    for (p, k) in fds.iter_mut().zip(&kind) {
+        match k {
+            2 => {
+                p.revents = libc::POLLNVAL;
+                n += 1;
+            }
+            1 => p.revents = 0,
+            _ => {
+                if let Some(q) = kernel.next() {
+                    p.revents = q.revents;
+                }
+            }
         }
     }
     Some(Ok(n))
@@ -718,6 +742,30 @@ static NOTIFIER: LazyLock<Notifier> = LazyLock::new(|| Notifier {
     next: AtomicU64::new(1),
     started: AtomicBool::new(false),
 });
+
+/// The notifier's list held across a `fork` (the child's copy is whole and unlocked).
+pub struct NotifierHold(#[allow(dead_code)] std::sync::MutexGuard<'static, Vec<Waiter>>);
+
+impl std::fmt::Debug for NotifierHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifierHold").finish_non_exhaustive()
+    }
+}
+
+/// Holds the notifier's list, if the notifier was ever used.
+pub fn hold_notifier() -> Option<NotifierHold> {
+    LazyLock::get(&NOTIFIER).map(|n| NotifierHold(n.lock()))
+}
+
+/// After this process took the pipe's stack at a fork: the notifier thread was the other
+/// process's, and the waits it served were that process's threads'. It starts again with the
+/// first mixed wait here.
+pub fn after_take() {
+    if let Some(n) = LazyLock::get(&NOTIFIER) {
+        n.lock().clear();
+        n.started.store(false, Ordering::Release);
+    }
+}
 
 impl Notifier {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Waiter>> {

@@ -35,23 +35,160 @@ pub fn init() {
         Ok("off") | Ok("0") | Ok("false") | Ok("no")
     );
     LazyLock::force(&TABLE);
-    sys::at_fork(after_fork_child);
+    LazyLock::force(&FAMILY);
+    sys::at_fork(before_fork, after_fork_parent, after_fork_child);
     ENABLED.store(!off, Ordering::Release);
 }
 
+/// What the library holds across a `fork` (released in this order: the stack, the notifier's
+/// list, the descriptor table), so that the child's copies are whole and unlocked.
+struct Held {
+    stack: Option<docknet_lib::ForkHold>,
+    _notifier: Option<crate::event::NotifierHold>,
+    _table: crate::table::TableHold,
+}
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `pthread_atfork` prepare: takes the table, the notifier's list and the stack (in the order
+/// every other path takes them) and records the fork in the stack ([`Stack::fork_prepare`]).
+extern "C" fn before_fork() {
+    let _ = std::panic::catch_unwind(|| {
+        let table = TABLE.hold();
+        let notifier = crate::event::hold_notifier();
+        let stack = stack_if_attached().map(Stack::fork_prepare);
+        HELD.with(|h| {
+            *h.borrow_mut() = Some(Held {
+                stack,
+                _notifier: notifier,
+                _table: table,
+            })
+        });
+    });
+}
+
+fn release_held(child: bool) {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(h) = HELD.with(|h| h.borrow_mut().take()) {
+            match h.stack {
+                Some(s) if child => s.child(),
+                Some(s) => s.parent(),
+                None => {}
+            }
+        }
+    });
+}
+
+extern "C" fn after_fork_parent() {
+    release_held(false);
+}
+
 extern "C" fn after_fork_child() {
+    release_held(true);
     FORKED.store(true, Ordering::Release);
 }
 
-/// Whether this process is the child of a `fork` of a process that loaded the library (its
-/// DockNet sockets are the parent's).
-pub fn forked() -> bool {
-    FORKED.load(Ordering::Relaxed)
+/// A page shared by this process and every process forked from it: which of them attached
+/// the pipe when none had before the fork (`0`: none yet). Replaced at `exec`.
+static FAMILY: LazyLock<Option<docknet_pipe::Region>> =
+    LazyLock::new(|| docknet_pipe::Region::anonymous(64).ok());
+
+/// Whether this process may attach the pipe: no other living process of its family has.
+/// Records it as the one that did.
+fn may_attach() -> Result<(), u32> {
+    let Some(w) = FAMILY.as_ref().and_then(|r| r.u32_at(0)) else {
+        return Ok(());
+    };
+    let me = std::process::id();
+    loop {
+        match w.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(()),
+            Err(p) if p == me => return Ok(()),
+            Err(p) if sys::alive(p) => return Err(p),
+            // it exited: its stack went with it, and the rings are anyone's again
+            Err(p) => {
+                if w.compare_exchange(p, me, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
 }
 
-/// Whether the library takes new sockets (enabled, not a forked child).
+/// Whether this process's DockNet sockets are another process's now: it is a forked child
+/// that has not taken the pipe's stack (or could not), or a process whose stack a forked child
+/// took.
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed) || stack_if_attached().is_some_and(Stack::moved)
+}
+
+/// A forked child's use of `fd`: when it is a listening DockNet socket the child inherited,
+/// the child takes the pipe's stack (the whole of it, [`Stack::claim`]), which it gets when the
+/// process it was forked from has not used the stack since the fork. That is a worker of a
+/// server that listens and then forks its workers (nginx, gunicorn, Apache prefork) or a
+/// program that daemonizes. A child's use of an inherited connection takes nothing: a process
+/// that hands connections to children keeps listening itself (and is refused, see
+/// [`inherited_error`]).
+pub fn take_for(fd: i32) {
+    if !FORKED.load(Ordering::Acquire) || !TABLE.maybe(fd) {
+        return;
+    }
+    // (a socket made before a fork that attached nothing: the child's to decide, as any)
+    unforked_if_nothing_attached();
+    let listening = |s: &Sock| matches!(s.conn.get(), Some(crate::sock::Conn::Listener(..)));
+    let listener = match TABLE.get(fd) {
+        Some(Entry::Sock(s)) => listening(&s),
+        // an epoll instance made before the fork, watching a listener
+        // (try: a lock a parent's thread held at the fork stays held in the child forever)
+        Some(Entry::Epoll(e)) => e.members.try_lock().is_ok_and(|m| {
+            m.iter()
+                .any(|m| m.sock.upgrade().is_some_and(|s| listening(&s)))
+        }),
+        None => false,
+    };
+    if listener {
+        take();
+    }
+}
+
+/// Takes the pipe's stack if it is this process's to take; see [`take_for`].
+fn take() {
+    let mine = match STACK.get() {
+        Some(Some(s)) => s.claim(),
+        _ => true,
+    };
+    if mine && FORKED.swap(false, Ordering::AcqRel) {
+        // the parent's threads are gone: the notifier starts again when needed
+        crate::event::after_take();
+    }
+}
+
+/// A forked child whose parent had attached no stack before the fork is a process like any
+/// other: it may attach the pipe itself, if no other process of its family has (decided when
+/// it attaches).
+fn unforked_if_nothing_attached() {
+    if FORKED.load(Ordering::Relaxed) && !STACK.get().is_some_and(Option::is_some) {
+        FORKED.store(false, Ordering::Release);
+    }
+}
+
+/// Whether the library is enabled at all (`DOCKNET_PRELOAD` not off).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Whether the library takes new sockets (enabled, and the pipe's stack is this process's to
+/// use, or no process of its family attached one before this one was forked).
 pub fn active() -> bool {
-    ENABLED.load(Ordering::Relaxed) && !forked()
+    if !ENABLED.load(Ordering::Relaxed) {
+        return false;
+    }
+    unforked_if_nothing_attached();
+    !forked()
 }
 
 /// One line on stderr, once per distinct message.
@@ -77,6 +214,13 @@ pub fn stack() -> Option<&'static Stack> {
                 idle: idle_policy(),
                 ..StackConfig::default()
             };
+            if let Err(p) = may_attach() {
+                log_once(&format!(
+                    "sockets stay the kernel's: process {p}, of this process's family (fork), \
+                     uses the pipe; one process per pipe uses DockNet at a time"
+                ));
+                return None;
+            }
             // the engine thread DockLib starts must not take the program's signals
             let old = sys::block_all_signals();
             let r = Stack::attach_default(cfg);
@@ -150,6 +294,7 @@ fn rand16() -> u16 {
 /// socket a forked child inherited, which it must not drive (see [`inherited`]).
 pub(crate) fn sock(fd: i32) -> Option<R<Arc<Sock>>> {
     let s = TABLE.sock(fd)?;
+    take_for(fd);
     if !forked() {
         return Some(Ok(s));
     }
@@ -173,7 +318,11 @@ pub(crate) use ours;
 /// stack alone drives the pipe's rings (single producer, single consumer): the child's copy of
 /// it must never touch them, so every call on such a descriptor but `close` fails at once.
 pub fn inherited(fd: i32) -> bool {
-    if !forked() || !TABLE.maybe(fd) {
+    if !TABLE.maybe(fd) {
+        return false;
+    }
+    take_for(fd);
+    if !forked() {
         return false;
     }
     match TABLE.get(fd) {
@@ -184,14 +333,37 @@ pub fn inherited(fd: i32) -> bool {
     }
 }
 
+/// Whether `fd` is a listening DockNet socket whose stack is another process's (see
+/// [`inherited`]): a worker whose sibling took the stack at the fork. It never becomes ready
+/// here, as a listener whose connections all go to another process.
+pub fn dormant_listener(fd: i32) -> bool {
+    inherited(fd)
+        && TABLE
+            .sock(fd)
+            .is_some_and(|s| matches!(s.conn.get(), Some(crate::sock::Conn::Listener(..))))
+}
+
 /// The error of a call on an inherited DockNet descriptor, with one line on stderr (once).
 pub fn inherited_error() -> Errno {
-    log_once(&format!(
-        "a DockNet socket cannot be used in a child process after fork (pid {}): it belongs to \
-         the parent, whose stack drives the pipe; run the program as one process (nginx: \
-         master_process off)",
-        std::process::id()
-    ));
+    let me = std::process::id();
+    let owner = stack_if_attached()
+        .and_then(Stack::owner)
+        .filter(|p| *p != me);
+    log_once(&match owner {
+        Some(p) if lost_stack() => format!(
+            "the DockNet sockets of process {me} moved at a fork to process {p}, which used \
+             them first: they cannot be used here any more"
+        ),
+        Some(p) => format!(
+            "a DockNet socket cannot be used in this process ({me}): process {p} drives the \
+             pipe's stack (after a fork the stack goes whole to the first process that uses \
+             it, and to a child only while its parent does not use it)"
+        ),
+        None => format!(
+            "a DockNet socket cannot be used in a child process after fork (pid {me}): it \
+             belongs to the parent, whose stack drives the pipe"
+        ),
+    });
     libc::EOPNOTSUPP
 }
 
@@ -447,6 +619,13 @@ fn apply_stream_opts(s: &Sock, t: &TcpStream) {
 
 /// `accept4(2)`: the new connection's descriptor and its peer.
 pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
+    if dormant_listener(fd) {
+        // another process took the stack (a sibling worker): no connection ever comes here
+        return Some(Err(match TABLE.sock(fd) {
+            Some(s) if !s.nonblocking(0) => sys::pause_for_signal(),
+            _ => libc::EAGAIN,
+        }));
+    }
     let s = ours!(fd);
     let Some(Conn::Listener(l, _)) = s.conn.get() else {
         return if s.adopted() {
@@ -866,9 +1045,15 @@ pub fn duplicated(old: i32, new: i32) {
 
 /// An epoll instance was created at `fd`.
 pub fn epoll_created(fd: i32) {
-    if active() && fd >= 0 {
+    // (tracked in a forked child too: making an epoll instance is no use of the stack)
+    if enabled() && !lost_stack() && fd >= 0 {
         TABLE.insert(fd, Entry::Epoll(Arc::new(Epoll::new(fd))));
     }
+}
+
+/// Whether this process lost its stack to a forked child (its own copy is dead).
+fn lost_stack() -> bool {
+    !FORKED.load(Ordering::Relaxed) && stack_if_attached().is_some_and(Stack::moved)
 }
 
 /// Whether `fd` is a socket on DockNet (its descriptor is ours).

@@ -254,7 +254,17 @@ fn tcp_info(s: &Sock) -> Vec<u8> {
 
 /// `fcntl(2)` commands that concern a socket's status flags.
 pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
-    let s = TABLE.sock(fd).filter(|_| !forked())?;
+    let s = TABLE.sock(fd)?;
+    if forked() {
+        // the descriptor's flags are the kernel's here; the socket's copy is kept in step
+        // (it is this process's own memory: a listener that is never ready here still answers
+        // `accept` by it)
+        if cmd == libc::F_SETFL {
+            s.nonblock
+                .store(arg & libc::O_NONBLOCK != 0, Ordering::Relaxed);
+        }
+        return None;
+    }
     match cmd {
         libc::F_GETFL if s.adopted() => Some(Ok(libc::O_RDWR
             | if s.nonblock.load(Ordering::Relaxed) {
@@ -278,7 +288,11 @@ pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
 /// `ioctl(2)` on a socket: FIONBIO (`arg`: the int), FIONREAD, SIOCOUTQ.
 pub fn ioctl(fd: i32, req: u64, arg: Option<i32>) -> Option<R<Option<i32>>> {
     if req == libc::FIONBIO && forked() {
-        // only a flag, as `fcntl` is: the kernel's, on the descriptor itself
+        // only a flag, as `fcntl` is: the kernel's, on the descriptor itself (and the socket's
+        // copy kept in step)
+        if let Some(s) = TABLE.sock(fd) {
+            s.nonblock.store(arg.unwrap_or(0) != 0, Ordering::Relaxed);
+        }
         return None;
     }
     let s = ours!(fd);

@@ -256,10 +256,28 @@ pub fn log_line(msg: &str) {
     let _ = unsafe { f!(write)(2, line.as_ptr() as *const c_void, line.len()) };
 }
 
-/// Registers the fork handler: the child of a `fork` marks the library forked.
-pub fn at_fork(child: extern "C" fn()) {
+/// Registers the fork handlers (prepare, then in the parent and in the child after it).
+pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
     // SAFETY: registers plain function pointers with no captured state.
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+/// Waits until a signal handler runs; returns `EINTR` (a blocking call that can never
+/// complete, ended only by a signal, as Linux's would be).
+pub fn pause_for_signal() -> Errno {
+    // SAFETY: pause takes no arguments; it returns after a handler ran.
+    unsafe { libc::pause() };
+    libc::EINTR
+}
+
+/// Whether process `pid` exists (in this pid namespace).
+pub fn alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(p, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Blocks every signal in this thread (so threads it spawns never take the program's

@@ -39,6 +39,10 @@ enum Seen {
     Epoll(Weak<Epoll>),
 }
 
+/// The table held (written) across a `fork`, so that the child's copy is whole and unlocked.
+#[derive(Debug)]
+pub struct TableHold(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, Vec<Option<Entry>>>);
+
 /// Slots in a thread's cache (a program's thread mostly works a handful of descriptors).
 const CACHED: usize = 8;
 
@@ -109,6 +113,11 @@ impl Table {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Vec<Option<Entry>>> {
         self.map.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the table until the result is dropped (across a `fork`: see [`TableHold`]).
+    pub fn hold(&'static self) -> TableHold {
+        TableHold(self.write())
     }
 
     /// The entry of `fd`.

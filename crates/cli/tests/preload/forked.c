@@ -1,8 +1,13 @@
-/* A child process after fork and the DockNet sockets it inherits: every call on them but close
- * fails at once (they belong to the parent's stack), and the parent's connection carries on.
+/* A child process after fork and the DockNet sockets it inherits, where the pipe's stack stays
+ * the parent's: the parent uses the listener after the fork, before the child tries it, so the
+ * child cannot take the stack (a child takes it only while its parent does not use it). The
+ * child's listener is then one no connection ever reaches (never ready, accept would wait),
+ * and every call on its connection but close fails at once. The parent's connection carries
+ * on. (Children that take the stack: prefork.c.)
  *
- *   forked server PORT      listen, fork a child that tries the listener, accept one client,
- *                           fork a child that tries the connection, then echo one message
+ *   forked server PORT      listen, fork a child that tries the listener once the parent has
+ *                           used it, accept one client, fork a child that tries the
+ *                           connection, then echo one message
  *   forked client IP PORT   connect, wait for the server's "R", send "ping", expect it back
  *
  * Prints one line per outcome: "name: value". */
@@ -33,19 +38,30 @@ static const char *err(int r) {
   return b;
 }
 
-/* In a child: each call on `fd` (a listener when `listening`), printed with `tag`. */
-static void try_in_child(int fd, const char *tag, int listening) {
+/* In a child: each call on `fd` (a listener when `listening`), printed with `tag`. With
+ * `parent_first` the parent makes a call on it after the fork and before the child's. */
+static void try_in_child(int fd, const char *tag, int listening, int parent_first) {
+  int go[2];
+  if (pipe(go)) {
+    perror("pipe");
+    exit(1);
+  }
   pid_t p = fork();
   if (p == 0) {
     char buf[16];
-    if (listening)
+    close(go[1]);
+    if (read(go[0], buf, 1) != 1)
+      _exit(1);
+    if (listening) {
+      fcntl(fd, F_SETFL, O_NONBLOCK);
       printf("%s.accept: %s\n", tag, err(accept4(fd, NULL, NULL, SOCK_NONBLOCK)));
+    }
     else {
       printf("%s.recv: %s\n", tag, err(recv(fd, buf, sizeof buf, MSG_DONTWAIT)));
       printf("%s.send: %s\n", tag, err(send(fd, "x", 1, MSG_DONTWAIT)));
     }
     struct pollfd pf = {fd, POLLIN, 0};
-    int n = poll(&pf, 1, 2000);
+    int n = poll(&pf, 1, 300);
     printf("%s.poll: %d nval %d\n", tag, n, (pf.revents & POLLNVAL) != 0);
     int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN};
@@ -54,6 +70,15 @@ static void try_in_child(int fd, const char *tag, int listening) {
     fflush(stdout);
     _exit(0);
   }
+  close(go[0]);
+  if (parent_first) {
+    /* a look that takes nothing (a client may be connecting already) */
+    struct pollfd pf = {fd, POLLIN, 0};
+    printf("parent.first: %s\n", err(poll(&pf, 1, 0) < 0 ? -1 : 0));
+  }
+  if (write(go[1], "g", 1) != 1)
+    perror("write");
+  close(go[1]);
   waitpid(p, NULL, 0);
 }
 
@@ -68,10 +93,10 @@ int main(int argc, char **argv) {
       perror("listen");
       return 1;
     }
-    try_in_child(l, "listener", 1);
+    try_in_child(l, "listener", 1, 1);
     int c = accept(l, NULL, NULL);
     printf("parent.accept: %d\n", c >= 0);
-    try_in_child(c, "conn", 0);
+    try_in_child(c, "conn", 0, 0);
     send(c, "R", 1, 0);
     char buf[16];
     int n = recv(c, buf, 4, MSG_WAITALL);

@@ -217,6 +217,11 @@ pub unsafe extern "C" fn epoll_ctl(
     fd: c_int,
     ev: *mut libc::epoll_event,
 ) -> c_int {
+    if ops::dormant_listener(fd) && !ops::inherited(epfd) {
+        // a listener whose stack is another process's (a worker whose sibling took the stack
+        // at the fork) never becomes ready here: watching it is watching nothing
+        return 0;
+    }
     if op != libc::EPOLL_CTL_DEL && (ops::inherited(fd) || ops::inherited(epfd)) {
         // a forked child's copy of a DockNet socket never becomes ready: refused, as epoll
         // refuses a descriptor it cannot watch

@@ -635,7 +635,7 @@ unsafe fn passes_docknet_socket(msg: *const libc::msghdr) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's msghdr, as sendmsg takes it.
-    if ops::active() && unsafe { passes_docknet_socket(msg) } {
+    if ops::enabled() && unsafe { passes_docknet_socket(msg) } {
         ops::log_once(
             "passing a DockNet socket to another process (SCM_RIGHTS) is not supported: its \
              connection lives in this process's DockNet stack",
