@@ -10,7 +10,8 @@
 # then rate limits (a TCP flow under stepped limits, and beside a UDP hog) on the bridge with the
 # CNI bandwidth plugin against DockNet's limiter; then HTTP: docknet-httpd under docknet-load
 # on the bridge, through the daemon and over a fast channel (pinned, and unpinned at every
-# program's defaults), with wrk and nginx on the bridge,
+# program's defaults), with wrk and nginx (a master and its workers) on the bridge and, unmodified
+# under the preload library, over a fast channel,
 # the latency the NAT load balancer adds, and a web cluster of one and two backends.
 # Prints the tables and writes the report: results/index.html (figures and tables),
 # results/report.md, results/tcp-*.{json,md}, results/rate.{json,md}. About 5 minutes once built.
@@ -62,7 +63,8 @@ if [ "${FULL:-0}" = 1 ]; then
     # rate limits: the paper's Fig. 9 on the bridge (CNI bandwidth, TBF) and on DockNet
     $D bench rate --report "$OUT"
     # the paper's services (Fig. 11): HTTP, the NAT load balancer, the web cluster
-    $D bench http --connections 8,64,256 --placement pinned,unpinned --duration 5 --warmup 1 \
+    $D bench http --modes bridge,docknet,docknet-fc,docknet-fc-preload,docknet-preload \
+        --connections 8,64,256 --placement pinned,unpinned --duration 5 --warmup 1 \
         --repeat 2 --report "$OUT"
     $D bench nat --rounds 5 --duration 2 --report "$OUT"
     $D bench http --backends 1,2,3,4 --work-us 10 --duration 4 --warmup 1 --repeat 2 --report "$OUT"
@@ -84,7 +86,8 @@ else
     $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
     $D bench rate --steps 50%,10mbit --step 1 --timeline 1,2.5,3.5 --report "$OUT"
-    $D bench http --placement pinned,unpinned --duration 1 --warmup 0.3 --report "$OUT"
+    $D bench http --modes bridge,docknet,docknet-fc,docknet-fc-preload --placement pinned,unpinned \
+        --duration 1 --warmup 0.3 --report "$OUT"
     $D bench nat --rounds 1 --duration 1 --warmup 0.3 --report "$OUT"
     $D bench http --backends 1,2 --duration 1 --warmup 0.3 --report "$OUT"
 fi

@@ -15,8 +15,9 @@ pub struct HttpArgs {
         default_value = "bridge,docknet,docknet-fc"
     )]
     pub modes: Vec<String>,
-    /// Servers: docknet-httpd (the project's, one program for both stacks), nginx (Debian's,
-    /// one worker, static file, keep-alive; kernel modes).
+    /// Servers: docknet-httpd (the project's, one program for both stacks; kernel and DockLib
+    /// modes), nginx (Debian's, a master and one worker per core, static file, keep-alive;
+    /// kernel and preload modes, loaded by wrk).
     #[arg(long, value_delimiter = ',', default_value = "docknet-httpd,nginx")]
     pub server: Vec<String>,
     /// Connections of the load generator (several: one point each).
@@ -450,7 +451,9 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
                     let tools: &[Tool] = match (m.is_kernel(), server) {
                         (true, "docknet-httpd") => &[Tool::DocknetLoad, Tool::Wrk],
                         (true, _) => &[Tool::Wrk],
-                        (false, "docknet-httpd") => &[Tool::DocknetLoad],
+                        // unmodified nginx and wrk under the preload library
+                        (false, "nginx") if m.is_preload() => &[Tool::Wrk],
+                        (false, "docknet-httpd") if !m.is_preload() => &[Tool::DocknetLoad],
                         (false, _) => &[],
                     };
                     for &tool in tools {
@@ -483,12 +486,18 @@ pub fn run_http(args: HttpArgs) -> Result<()> {
         let points = points_of(mode);
         // one-core is refused above
         let pl = h::placement(mode, kind == crate::plan::PlacementKind::Unpinned);
-        if mode.is_docknet() && servers.contains(&"nginx") && kind == placements[0] {
+        if mode.is_docknet()
+            && !mode.is_preload()
+            && servers.contains(&"nginx")
+            && kind == placements[0]
+        {
             note(
                 &mut progress,
                 &format!("{mode} (nginx)"),
                 Status::NotAvailable,
-                "nginx is an unmodified program: on DockNet it needs the preload library".into(),
+                "nginx is an unmodified program: on DockNet it runs in the preload modes \
+                 (docknet-preload, docknet-fc-preload)"
+                    .into(),
             );
         }
         if let Some(why) = probe::unavailable(mode) {

@@ -330,8 +330,9 @@ pub fn build_dir(dir: &Path) -> Result<PathBuf> {
 /// What the HTTP table says, in words.
 pub const HTTP_TEXT: &str = "docknet-httpd (the project's HTTP/1.1 server, one event loop, one \
     program for kernel and DockLib sockets) loaded by docknet-load (likewise) on every mode; on \
-    kernel modes also by wrk (the cross-check of the generator), and nginx (one worker, static \
-    file, keep-alive) loaded by wrk: the server people deploy. Keep-alive connections, one \
+    kernel modes also by wrk (the cross-check of the generator), and nginx (a master and one \
+    worker per core, as Debian ships it; static file, keep-alive) loaded by wrk: the server \
+    people deploy, on kernel modes and, unmodified under the preload library, in the preload modes. Keep-alive connections, one \
     request outstanding each; latency per request from the generator (wrk reports no p99.9); \
     CPU per request is the whole machine's, from /proc/stat.";
 

@@ -234,6 +234,20 @@ impl DocknetLab {
         prog: &Path,
         args: Vec<String>,
     ) -> Command {
+        self.run_bound(exe, pipe, core, &[], prog, args)
+    }
+
+    /// [`DocknetLab::run_in`] with host directories shown read-only in the container
+    /// (`--bind`).
+    pub fn run_bound(
+        &self,
+        exe: &Path,
+        pipe: &str,
+        core: Option<usize>,
+        binds: &[&Path],
+        prog: &Path,
+        args: Vec<String>,
+    ) -> Command {
         let mut c = self.daemon_of(pipe).cmd(exe);
         c.args(["run", "--pipe", pipe]);
         if let Some(core) = core {
@@ -241,6 +255,9 @@ impl DocknetLab {
         }
         if self.mode.is_preload() {
             c.arg("--preload");
+        }
+        for b in binds {
+            c.arg("--bind").arg(b);
         }
         c.arg("--").arg(prog).args(args);
         c

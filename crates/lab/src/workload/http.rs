@@ -3,9 +3,10 @@
 //! On every mode the project's own server (`docknet-httpd`) is loaded by the project's own
 //! generator (`docknet-load`), one program each for kernel and DockLib sockets. On the kernel
 //! modes the same server is also loaded by Debian's `wrk` (the cross-check of the generator:
-//! requests/s should agree within 15%), and Debian's `nginx` (static file, keep-alive, one
-//! worker) is loaded by `wrk`: the server people deploy, on the same network. On DockNet modes
-//! nginx needs the preload library and is reported as not available without it.
+//! requests/s should agree within 15%), and Debian's `nginx` (static file, keep-alive, a master
+//! and one worker per core) is loaded by `wrk`: the server people deploy, on the same network.
+//! In the preload modes nginx and wrk run unmodified over DockNet (`docknet run --preload`); in
+//! the DockLib modes nginx is reported as not available.
 //!
 //! Placement (`--placement pinned`): the load generator on core 0, the server on core 1; through
 //! the daemon, the master spins on core 0 and both containers share core 1 (as the lab's rr).
@@ -199,6 +200,32 @@ fn pinned(mode: Mode) -> HttpPlacement {
                           the path)"
                 .into(),
         },
+        // unmodified programs (nginx, wrk) at the preload library's defaults
+        Mode::DocknetPreload => HttpPlacement {
+            client: Some(1),
+            server: Some(1),
+            idle: None,
+            daemon: Some(DaemonSetup {
+                idle: "spin",
+                master_core: Some(0),
+                master_core_b: None,
+                master_nice: 0,
+            }),
+            cores: "c1 s1 m0".into(),
+            description: "load generator and server share core 1 (the preload library's \
+                          defaults), daemon master core 0 spin"
+                .into(),
+        },
+        Mode::DocknetFcPreload => HttpPlacement {
+            client: Some(0),
+            server: Some(1),
+            idle: None,
+            daemon: Some(DaemonSetup::unpinned("adaptive")),
+            cores: "c0 s1".into(),
+            description: "load generator core 0, server core 1 (the preload library's \
+                          defaults); daemon idle (not on the path)"
+                .into(),
+        },
         m => HttpPlacement {
             client: Some(0),
             server: Some(1),
@@ -243,8 +270,12 @@ pub struct Nginx {
 }
 
 impl Nginx {
-    /// Writes a configuration for one worker listening on `listen` (`IP:PORT`).
-    pub fn prepare(listen: &str) -> Result<Nginx> {
+    /// Writes a configuration listening on `listen` (`IP:PORT`) with nginx's own process model
+    /// as Debian ships it: a master and `worker_processes auto` (one worker per core).
+    /// `in_container`: nginx runs in a DockNet container (`docknet run --preload`, this
+    /// directory bound read-only), so its pid, log and temporary files go to the container's
+    /// private /tmp and it runs as the container's user.
+    pub fn prepare(listen: &str, in_container: bool) -> Result<Nginx> {
         let dir = tempfile::Builder::new()
             .prefix("docknet-nginx-")
             .tempdir()
@@ -256,19 +287,39 @@ impl Nginx {
                 std::fs::write(www.join(path.trim_start_matches('/')), body)?;
             }
         }
-        let d = dir.path().display();
+        let d = dir.path().display().to_string();
+        let (w, user) = if in_container {
+            // readable by the container's user
+            use std::os::unix::fs::PermissionsExt;
+            for p in [dir.path(), &www] {
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))?;
+            }
+            ("/tmp".to_string(), "")
+        } else {
+            (d.clone(), "user root;\n")
+        };
         let conf = format!(
-            "worker_processes 1;\nuser root;\ndaemon off;\npid {d}/nginx.pid;\n\
-             error_log {d}/error.log;\nevents {{ worker_connections 4096; }}\n\
+            "worker_processes auto;\n{user}daemon off;\npid {w}/nginx.pid;\n\
+             error_log {w}/error.log;\nevents {{ worker_connections 4096; }}\n\
              http {{\n  access_log off;\n  keepalive_requests 100000000;\n  \
              keepalive_timeout 65;\n  types {{ text/html html; text/plain txt; }}\n  \
-             default_type application/octet-stream;\n  client_body_temp_path {d}/body;\n  \
-             proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  \
-             uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  \
+             default_type application/octet-stream;\n  client_body_temp_path {w}/body;\n  \
+             proxy_temp_path {w}/proxy;\n  fastcgi_temp_path {w}/fastcgi;\n  \
+             uwsgi_temp_path {w}/uwsgi;\n  scgi_temp_path {w}/scgi;\n  \
              server {{\n    listen {listen};\n    root {d}/www;\n    index index.html;\n  }}\n}}\n"
         );
-        std::fs::write(dir.path().join("nginx.conf"), conf)?;
+        let f = dir.path().join("nginx.conf");
+        std::fs::write(&f, conf)?;
+        if in_container {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644))?;
+        }
         Ok(Nginx { dir })
+    }
+
+    /// Its directory (configuration and site).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// `nginx -c CONF -p DIR`.
@@ -375,8 +426,24 @@ pub fn measure(
             kernel_server(l, &httpd, args, "docknet-httpd")?
         }
         (HttpNet::Kernel(l), "nginx") => {
-            nginx = Nginx::prepare(&server_addr)?;
+            nginx = Nginx::prepare(&server_addr, false)?;
             kernel_server(l, Path::new("nginx"), nginx.args(), "nginx")?
+        }
+        (HttpNet::Docknet(l), "nginx") if mode.is_preload() => {
+            // unmodified, its workers forked after it listens (the first to use the
+            // listener takes the pipe's stack: docs/preload.md, "fork")
+            nginx = Nginx::prepare(&server_addr, true)?;
+            let c = l.run_bound(
+                exe,
+                &DocknetLab::server_pipe(0),
+                pl.server,
+                &[nginx.dir()],
+                Path::new("nginx"),
+                nginx.args(),
+            );
+            let p = Proc::spawn(c, "nginx in its container")?;
+            l.wait_servers(1, SERVER_UP)?;
+            p
         }
         (HttpNet::Docknet(l), "docknet-httpd") => {
             let mut args = vec!["--stack".into(), "docknet".into()];
@@ -412,23 +479,29 @@ pub fn measure(
     };
     let requests = match pt.tool {
         Tool::Wrk => {
-            let HttpNet::Kernel(l) = net else {
-                bail!("wrk runs on kernel modes");
+            let wrk_args = vec![
+                "-t1".into(),
+                format!("-c{}", pt.connections),
+                format!("-d{}s", (t.warmup + t.duration).ceil() as u64),
+                "--latency".into(),
+                url.clone(),
+            ];
+            let mut c = match net {
+                HttpNet::Kernel(l) => {
+                    let (p, a) = pin(pl.client, Path::new("wrk"), wrk_args);
+                    in_ns(&l.pairs[0].client_ns, &p, a)
+                }
+                // unmodified, under the preload library
+                HttpNet::Docknet(l) if mode.is_preload() => l.run_in(
+                    exe,
+                    &DocknetLab::client_pipe(0),
+                    pl.client,
+                    Path::new("wrk"),
+                    wrk_args,
+                ),
+                HttpNet::Docknet(_) => bail!("wrk runs on kernel and preload modes"),
             };
-            let (p, a) = pin(
-                pl.client,
-                Path::new("wrk"),
-                vec![
-                    "-t1".into(),
-                    format!("-c{}", pt.connections),
-                    format!("-d{}s", (t.warmup + t.duration).ceil() as u64),
-                    "--latency".into(),
-                    url.clone(),
-                ],
-            );
-            let out = in_ns(&l.pairs[0].client_ns, &p, a)
-                .output()
-                .context("running wrk")?;
+            let out = c.output().context("running wrk")?;
             let text = String::from_utf8_lossy(&out.stdout);
             let w = parse_wrk(&text).with_context(|| format!("wrk printed no result: {text:?}"))?;
             row.req_per_s = Some(w.req_per_s);
