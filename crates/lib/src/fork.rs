@@ -168,11 +168,13 @@ impl Forks {
 
     /// Whether a fork happened that this process has not settled yet (one relaxed load: it is
     /// asked on every lock).
+    #[inline]
     pub(crate) fn pending(&self) -> bool {
         self.pending.load(Ordering::Relaxed)
     }
 
     /// Whether the stack moved to another process (this one's copy is dead).
+    #[inline]
     pub(crate) fn moved(&self) -> bool {
         self.moved.load(Ordering::Relaxed)
     }

@@ -513,12 +513,17 @@ impl Shared {
         // A panic while holding the lock leaves smoltcp's state as it was; carry on with it.
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if self.forks.pending() {
-            self.settle(&mut g, Why::Section);
+            self.settle_cold(&mut g);
         }
         // a step's word holds for the step it follows, under the same lock only
         g.nothing_to_send = false;
         g.was_clean = std::mem::take(&mut g.clean);
         g
+    }
+
+    #[cold]
+    fn settle_cold(&self, g: &mut Inner) {
+        self.settle(g, Why::Section);
     }
 
     /// Settles who drives the stack after a fork ([`crate::fork`]), under the lock: a process
@@ -535,13 +540,19 @@ impl Shared {
         }
     }
 
-    /// [`Shared::settle`] when a fork is pending, taking the lock for it.
+    /// [`Shared::settle`] when a fork is pending, taking the lock for it (one load otherwise).
+    #[inline]
     pub(crate) fn settle_pending(&self, why: Why) {
         if self.forks.pending() {
-            let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if self.forks.pending() {
-                self.settle(&mut g, why);
-            }
+            self.settle_locked(why);
+        }
+    }
+
+    #[cold]
+    fn settle_locked(&self, why: Why) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if self.forks.pending() {
+            self.settle(&mut g, why);
         }
     }
 
