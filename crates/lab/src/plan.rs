@@ -122,6 +122,16 @@ pub struct DaemonSetup {
 }
 
 impl DaemonSetup {
+    /// A daemon whose master spins on core `core`, at normal priority (one host).
+    pub fn spinning_on(core: usize) -> DaemonSetup {
+        DaemonSetup {
+            idle: "spin",
+            master_core: Some(core),
+            master_core_b: None,
+            master_nice: 0,
+        }
+    }
+
     /// A daemon waiting as `idle`, its masters on no core of their own, at normal priority.
     pub fn unpinned(idle: &'static str) -> DaemonSetup {
         DaemonSetup {
@@ -379,12 +389,7 @@ fn docknet_placement(mode: Mode) -> (Placement, DaemonSetup) {
                     "client and server share core 1 (yield when idle), daemon master core 0 spin"
                         .into(),
             },
-            DaemonSetup {
-                idle: "spin",
-                master_core: Some(0),
-                master_core_b: None,
-                master_nice: 0,
-            },
+            DaemonSetup::spinning_on(0),
         )
     }
 }

@@ -179,12 +179,7 @@ fn pinned(mode: Mode) -> HttpPlacement {
             client: Some(1),
             server: Some(1),
             idle: Some("adaptive:0"),
-            daemon: Some(DaemonSetup {
-                idle: "spin",
-                master_core: Some(0),
-                master_core_b: None,
-                master_nice: 0,
-            }),
+            daemon: Some(DaemonSetup::spinning_on(0)),
             cores: "c1 s1 m0".into(),
             description: "load generator and server share core 1 (yield when idle), daemon master \
                           core 0 spin"
@@ -205,12 +200,7 @@ fn pinned(mode: Mode) -> HttpPlacement {
             client: Some(1),
             server: Some(1),
             idle: None,
-            daemon: Some(DaemonSetup {
-                idle: "spin",
-                master_core: Some(0),
-                master_core_b: None,
-                master_nice: 0,
-            }),
+            daemon: Some(DaemonSetup::spinning_on(0)),
             cores: "c1 s1 m0".into(),
             description: "load generator and server share core 1 (the preload library's \
                           defaults), daemon master core 0 spin"
