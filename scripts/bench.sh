@@ -72,22 +72,22 @@ if [ "${FULL:-0}" = 1 ]; then
     $D report "$OUT"/tcp-*.json "$OUT"/rate.json "$OUT"/idle.json --out "$OUT"
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
-    COMMON=(--sizes 64,1024,65536 --repeat 1 --duration 0.8 --warmup 0.2 --report "$OUT")
+    COMMON=(--sizes 64,1024,65536 --repeat 1 --duration 0.6 --warmup 0.2 --report "$OUT")
     $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
     # what a user gets: nothing pinned, every program at its defaults (a file of its own beside
     # tcp-rr.json; the report reads both)
     $D bench rr --modes bridge,docknet,docknet-fc,docknet-auto --placement unpinned --sizes 64,65536 \
         --repeat 2 --duration 0.8 --warmup 0.2 --json "$OUT/tcp-rr-unpinned.json" "$@"
     $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
-    $D bench pairs --modes bridge,docknet,docknet-fc,docknet-auto --pairs 1,4,16 --sizes 1024 \
+    $D bench pairs --modes bridge,docknet,docknet-auto --pairs 1,4,16 --sizes 1024 \
         --duration 0.5 --warmup 0.2 --report "$OUT" "$@"
     TCOMMON=(--topology two-host --modes host,routed,vxlan,docknet,docknet-packet --repeat 1
-        --duration 0.6 --warmup 0.2 --report "$OUT")
+        --duration 0.5 --warmup 0.2 --report "$OUT")
     $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
     $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
     $D bench rate --steps 50%,10mbit --step 1 --timeline 1,2.5,3.5 --report "$OUT"
     $D bench http --modes bridge,docknet,docknet-fc,docknet-fc-preload --placement pinned,unpinned \
-        --duration 1 --warmup 0.3 --report "$OUT"
+        --duration 0.8 --warmup 0.2 --report "$OUT"
     $D bench nat --rounds 1 --duration 1 --warmup 0.3 --report "$OUT"
     $D bench http --backends 1,2 --duration 1 --warmup 0.3 --report "$OUT"
 fi
