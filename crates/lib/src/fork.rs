@@ -107,7 +107,7 @@ impl Family {
 }
 
 /// Whether process `pid` still exists (in this pid namespace).
-fn alive(pid: u32) -> bool {
+pub fn alive(pid: u32) -> bool {
     let Ok(p) = i32::try_from(pid) else {
         return false;
     };

@@ -106,7 +106,7 @@ fn may_attach() -> Result<(), u32> {
         match w.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Ok(()),
             Err(p) if p == me => return Ok(()),
-            Err(p) if sys::alive(p) => return Err(p),
+            Err(p) if docknet_lib::fork::alive(p) => return Err(p),
             // it exited: its stack went with it, and the rings are anyone's again
             Err(p) => {
                 if w.compare_exchange(p, me, Ordering::AcqRel, Ordering::Acquire)
@@ -139,14 +139,13 @@ pub fn take_for(fd: i32) {
     }
     // (a socket made before a fork that attached nothing: the child's to decide, as any)
     unforked_if_nothing_attached();
-    let listening = |s: &Sock| matches!(s.conn.get(), Some(crate::sock::Conn::Listener(..)));
     let listener = match TABLE.get(fd) {
-        Some(Entry::Sock(s)) => listening(&s),
+        Some(Entry::Sock(s)) => s.is_listener(),
         // an epoll instance made before the fork, watching a listener
         // (try: a lock a parent's thread held at the fork stays held in the child forever)
         Some(Entry::Epoll(e)) => e.members.try_lock().is_ok_and(|m| {
             m.iter()
-                .any(|m| m.sock.upgrade().is_some_and(|s| listening(&s)))
+                .any(|m| m.sock.upgrade().is_some_and(|s| s.is_listener()))
         }),
         None => false,
     };
@@ -337,10 +336,7 @@ pub fn inherited(fd: i32) -> bool {
 /// [`inherited`]): a worker whose sibling took the stack at the fork. It never becomes ready
 /// here, as a listener whose connections all go to another process.
 pub fn dormant_listener(fd: i32) -> bool {
-    inherited(fd)
-        && TABLE
-            .sock(fd)
-            .is_some_and(|s| matches!(s.conn.get(), Some(crate::sock::Conn::Listener(..))))
+    inherited(fd) && TABLE.sock(fd).is_some_and(|s| s.is_listener())
 }
 
 /// The error of a call on an inherited DockNet descriptor, with one line on stderr (once).

@@ -248,6 +248,11 @@ impl Sock {
         )
     }
 
+    /// Whether it is a listening socket.
+    pub fn is_listener(&self) -> bool {
+        matches!(self.conn.get(), Some(Conn::Listener(..)))
+    }
+
     /// Poll bits of a socket adopted but neither connected nor listening (bound only): as
     /// Linux reports an unconnected TCP socket.
     pub fn idle_bits(&self) -> u32 {

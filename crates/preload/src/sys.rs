@@ -270,16 +270,6 @@ pub fn pause_for_signal() -> Errno {
     libc::EINTR
 }
 
-/// Whether process `pid` exists (in this pid namespace).
-pub fn alive(pid: u32) -> bool {
-    let Ok(p) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(p, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 /// Blocks every signal in this thread (so threads it spawns never take the program's
 /// signals), returning the old mask for [`sigmask_set`].
 pub fn block_all_signals() -> Option<libc::sigset_t> {
