@@ -629,3 +629,80 @@ fn a_stopped_daemon_s_holder_waits_out_its_grace_and_leaves_with_its_run_directo
     }
     assert!(lab.dir.exists());
 }
+
+/// The nice value in `/proc/PID/autogroup` ("/autogroup-N nice V").
+fn group_nice(pid: u32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).ok()?;
+    s.split_whitespace().last()?.parse().ok()
+}
+
+/// A thread's nice value (field 19 of its stat, after the command's closing parenthesis).
+fn thread_nice(pid: u32, tid: u32) -> i32 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).unwrap();
+    let rest = &s[s.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(16).unwrap().parse().unwrap()
+}
+
+/// The ids of a process's threads named `comm`.
+fn threads_named(pid: u32, comm: &str) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|tid: &u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() == comm)
+        })
+        .collect()
+}
+
+#[test]
+fn the_daemon_raises_its_control_plane_and_its_own_sessions_group_but_no_one_elses() {
+    if !root_or_skip("daemon_priority") {
+        return;
+    }
+    let Some(ours) = group_nice(std::process::id()) else {
+        eprintln!("skipping daemon_priority: this kernel has no autogroups");
+        return;
+    };
+    // started as a service manager starts it, in a session of its own
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ctl.sock");
+    let mut d = Reaped(
+        std::process::Command::new("setsid")
+            .arg(EXE)
+            .args(["--log", "warn", "daemon", "--idle", "block", "--ephemeral"])
+            .args(["--run-dir", path_of(dir.path()), "--socket", path_of(&sock)])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let pid = d.0.id();
+    assert_eq!(group_nice(pid), Some(-10), "the daemon's own session's group");
+    assert_eq!(thread_nice(pid, pid), -10, "the control plane's thread");
+    let masters = threads_named(pid, "docknet-master");
+    assert!(!masters.is_empty());
+    for m in masters {
+        assert_eq!(thread_nice(pid, m), 0, "a master keeps --master-nice (0)");
+    }
+    let holder: u32 = std::fs::read_to_string(dir.path().join("holder.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(group_nice(holder), Some(-10), "the fd holder's session's group");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = d.0.wait();
+    // started from a shell or a test, it shares the caller's session: that group is left alone
+    let lab = Lab::start("block");
+    assert_eq!(group_nice(lab.daemon_pid()), Some(ours));
+    assert_eq!(group_nice(std::process::id()), Some(ours));
+    assert_eq!(thread_nice(lab.daemon_pid(), lab.daemon_pid()), -10);
+}

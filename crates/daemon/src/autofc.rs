@@ -35,9 +35,10 @@ pub fn serve_asks(ctx: &Ctx) {
         .map(|c| c.iter().map(|t| t.pipe).collect())
         .unwrap_or_default();
     while let Some((from, to)) = ctx.master.talkers.pop() {
+        let t0 = Instant::now();
         match reg.auto_connect(from, to, &captured) {
             AutoOutcome::Made(f) => {
-                tracing::info!(a = %f.a, b = %f.b, "fast channel connected automatically")
+                tracing::info!(a = %f.a, b = %f.b, us = t0.elapsed().as_micros() as u64, "fast channel connected automatically")
             }
             AutoOutcome::Skipped(why) => {
                 tracing::debug!(from, to, why, "no automatic fast channel")

@@ -65,6 +65,51 @@ pub enum Error {
 /// off the core, so it is the operator's choice (`--master-nice`).
 pub const MASTER_NICE: i32 = 0;
 
+/// The nice value of the daemon's control plane: the thread that answers the control socket and
+/// builds automatic fast channels, the accept thread, and the fd holder (started from it); and,
+/// where the daemon leads a session of its own, of its session's scheduling group (autogroup).
+/// When containers keep the cores busy, a daemon at their priority gets one share among
+/// hundreds: an automatic channel then took 50-300 ms to build instead of 1 ms, and its pair
+/// paid the daemon's path meanwhile (docs/benchmarks.md, "Automatic channels at density"). The
+/// kernel's own networking runs in softirq context, ahead of every task; this is the daemon's
+/// nearest equivalent. Nothing a container does can keep the control plane busy: attachments
+/// are rate-limited per pipe, asks for channels per pipe and per partner, channels per pipe. The
+/// masters set their own per-thread value (`--master-nice`); without the privilege to raise its
+/// priority the daemon keeps what it has.
+pub const CONTROL_NICE: i32 = -10;
+
+/// Gives this process's scheduling group (the kernel's autogroup: one per session, where
+/// `sched_autogroup_enabled` is set and no cgroup places the process) the nice value `nice`,
+/// when the process leads its session: containers each run in a session of their own
+/// (`docknet run`, runc), so they compete with the daemon as groups, and a thread's own nice
+/// value orders it only within its group. Returns whether it was set; a daemon that shares its
+/// session (started from a shell) leaves the session's group alone.
+pub(crate) fn set_session_nice(nice: i32) -> std::io::Result<bool> {
+    let me = nix::unistd::getpid();
+    if nix::unistd::getsid(None).map_err(std::io::Error::from)? != me {
+        return Ok(false);
+    }
+    match fs::write("/proc/self/autogroup", nice.to_string()) {
+        Ok(()) => Ok(true),
+        // a kernel without autogroups
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Raises the calling thread (and, where it leads its session, its process's scheduling group)
+/// to [`CONTROL_NICE`], logging what could not be done.
+pub(crate) fn raise_control_plane() {
+    if let Err(e) = set_thread_nice(CONTROL_NICE) {
+        tracing::debug!("the control plane keeps its nice value (not {CONTROL_NICE}): {e}");
+    }
+    match set_session_nice(CONTROL_NICE) {
+        Ok(true) => tracing::debug!("session scheduling group at nice {CONTROL_NICE}"),
+        Ok(false) => {}
+        Err(e) => tracing::debug!("the session scheduling group keeps its nice value: {e}"),
+    }
+}
+
 /// Sets the calling thread's nice value (Linux: `setpriority` on a thread id is per thread).
 pub(crate) fn set_thread_nice(nice: i32) -> std::io::Result<()> {
     let tid = nix::unistd::gettid().as_raw();
@@ -167,6 +212,9 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
         .map_err(|_| Error::Locked(cfg.run_dir.display().to_string()))?;
 
+    // this thread becomes the control plane; the threads it starts and the fd holder inherit
+    // its nice value (the masters set their own)
+    raise_control_plane();
     let holder: Option<Box<dyn holder::Keeper>> = match &cfg.holder {
         Some(exe) => Some(Box::new(
             holder::Holder::connect_or_start(&cfg.run_dir, exe, cfg.holder_grace)
@@ -299,10 +347,9 @@ pub fn run(cfg: Config) -> Result<(), Error> {
                         }
                     }
                 }
-                if nice != 0 {
-                    if let Err(e) = set_thread_nice(nice) {
-                        tracing::warn!("cannot set master {k}'s nice value to {nice}: {e}");
-                    }
+                // (always: the thread inherited the control plane's)
+                if let Err(e) = set_thread_nice(nice) {
+                    tracing::warn!("cannot set master {k}'s nice value to {nice}: {e}");
                 }
                 master::run_shard(m, k, policy, edge)
             })

@@ -70,10 +70,13 @@ pub fn ip(args: &[&str]) -> Result<()> {
     .map(drop)
 }
 
-/// `prog ARGS...` inside network namespace `ns` (`ip netns exec`).
+/// `prog ARGS...` inside network namespace `ns` (`ip netns exec`), in a session of its own as a
+/// container runtime starts a container's process (and as `docknet run` does): where the kernel
+/// groups tasks by session for scheduling (autogroup), each kernel-mode peer then competes as
+/// DockNet's containers do, not inside one group with every other peer of the run.
 pub fn in_ns(ns: &str, prog: &Path, args: Vec<String>) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]).arg(prog).args(args);
+    let mut c = Command::new("setsid");
+    c.args(["ip", "netns", "exec", ns]).arg(prog).args(args);
     c
 }
 

@@ -60,13 +60,13 @@ impl Daemon {
         };
         let run_dir = PathBuf::from(base).join(format!("docknet-{}", unique("run")));
         let socket = run_dir.join("ctl.sock");
-        let mut cmd = match host {
-            Some((ns, _, _)) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
+        // in a session of its own, as a service manager or a container runtime starts it: the
+        // daemon then gives its session's scheduling group the control plane's priority
+        // (docs/design.md, "Wake-ups and idle"), as the containers each have a group of their own
+        let mut cmd = Command::new("setsid");
+        match host {
+            Some((ns, _, _)) => cmd.args(["ip", "netns", "exec", ns]).arg(exe),
+            None => cmd.arg(exe),
         };
         cmd.args(["--log", "warn", "daemon", "--run-dir"])
             .arg(&run_dir)
