@@ -678,11 +678,18 @@ fn the_daemon_raises_its_control_plane_and_its_own_sessions_group_but_no_one_els
     );
     let t = std::time::Instant::now();
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(t.elapsed() < std::time::Duration::from_secs(10), "daemon did not start");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "daemon did not start"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let pid = d.0.id();
-    assert_eq!(group_nice(pid), Some(-10), "the daemon's own session's group");
+    assert_eq!(
+        group_nice(pid),
+        Some(-10),
+        "the daemon's own session's group"
+    );
     assert_eq!(thread_nice(pid, pid), -10, "the control plane's thread");
     let masters = threads_named(pid, "docknet-master");
     assert!(!masters.is_empty());
@@ -694,7 +701,11 @@ fn the_daemon_raises_its_control_plane_and_its_own_sessions_group_but_no_one_els
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(group_nice(holder), Some(-10), "the fd holder's session's group");
+    assert_eq!(
+        group_nice(holder),
+        Some(-10),
+        "the fd holder's session's group"
+    );
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -112,13 +112,12 @@ print(json.dumps({"n": n, "worst": worst}))
 /// A DNS server on UDP port 53: `web.cluster.test` has the IPv4 address argv[1] and no IPv6
 /// address; every other name does not exist. Prints "ready" once bound.
 const DNS: &str = r#"
-import socket, struct, sys
+import socket, struct, sys, threading
 addr = socket.inet_aton(sys.argv[1])
-u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-u.bind(("0.0.0.0", 53))
-print("ready", flush=True)
-while True:
-    q, a = u.recvfrom(512)
+# `many` has 40 addresses: too many for a datagram, so over UDP its answer is truncated (TC)
+# and only TCP carries it, as for a large headless Service
+MANY = [bytes([10, 200, 0, k]) for k in range(1, 41)]
+def answer(q, tcp):
     tid = struct.unpack(">H", q[:2])[0]
     i, labels = 12, []
     while q[i]:
@@ -126,14 +125,34 @@ while True:
         i += 1 + q[i]
     qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
     question = q[12:i + 5]
-    if ".".join(labels).lower() != "web.cluster.test":
-        r = struct.pack(">HHHHHH", tid, 0x8183, 1, 0, 0, 0) + question
-    elif qtype == 1:
-        rr = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + addr
-        r = struct.pack(">HHHHHH", tid, 0x8180, 1, 1, 0, 0) + question + rr
-    else:
-        r = struct.pack(">HHHHHH", tid, 0x8180, 1, 0, 0, 0) + question
-    u.sendto(r, a)
+    name = ".".join(labels).lower()
+    found = {"web.cluster.test": [addr], "many.cluster.test": MANY}.get(name)
+    if found is None:
+        return struct.pack(">HHHHHH", tid, 0x8183, 1, 0, 0, 0) + question
+    if qtype != 1:
+        return struct.pack(">HHHHHH", tid, 0x8180, 1, 0, 0, 0) + question
+    if len(found) > 1 and not tcp:
+        return struct.pack(">HHHHHH", tid, 0x8380, 1, 0, 0, 0) + question
+    rrs = b"".join(b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 30, 4) + a for a in found)
+    return struct.pack(">HHHHHH", tid, 0x8180, 1, len(found), 0, 0) + question + rrs
+def tcp():
+    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    t.bind(("0.0.0.0", 53))
+    t.listen(8)
+    while True:
+        c, _ = t.accept()
+        f = c.makefile("rb")
+        n = struct.unpack(">H", f.read(2))[0]
+        r = answer(f.read(n), True)
+        c.sendall(struct.pack(">H", len(r)) + r)
+        c.close()
+threading.Thread(target=tcp, daemon=True).start()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 53))
+print("ready", flush=True)
+while True:
+    q, a = u.recvfrom(512)
+    u.sendto(answer(q, False), a)
 "#;
 
 /// Resolves argv[1] with the C library's resolver (both families, as most programs ask) and
@@ -402,6 +421,14 @@ fn an_unmodified_resolver_finds_a_service_through_a_dns_service_over_docknet() {
         &format!("{dns_ip}:53"),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // and over TCP, for answers that do not fit a datagram
+    let o = s.set(&[
+        "kube-dns-tcp",
+        &format!("{dns_vip}:53"),
+        "--backend",
+        &format!("{dns_ip}:53"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // glibc's getaddrinfo asks for A and AAAA at once (sendmmsg on a connected UDP socket) and
     // goes through the search domain, as a pod's resolver does for `web`
@@ -433,6 +460,21 @@ fn an_unmodified_resolver_finds_a_service_through_a_dns_service_over_docknet() {
     assert!(text.trim_end().ends_with("web.cluster.test"), "{text}");
     let o = run(&["/usr/bin/getent", "hosts", "nosuch"]);
     assert_eq!(o.status.code(), Some(2), "a name nobody has is not found");
+    // a truncated answer is asked for again over TCP: all 40 addresses
+    let o = run(&["/usr/bin/getent", "ahosts", "many"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let addrs: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let want: std::collections::BTreeSet<String> =
+        (1..=40).map(|k| format!("10.200.0.{k}")).collect();
+    assert_eq!(
+        addrs,
+        want.iter().map(String::as_str).collect(),
+        "getent ahosts many: {text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let script = s.dir.path().join("resolve.py");
     let r = json_of(&run(&[PY, script.to_str().unwrap(), "web"]));
     assert_eq!(r["found"], serde_json::json!([s.vip]), "{r}");

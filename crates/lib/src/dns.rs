@@ -16,10 +16,11 @@
 
 use simple_dns::rdata::RData;
 use simple_dns::{Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, RCODE, TYPE};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use crate::{Stack, UdpSocket};
+use crate::{Stack, TcpStream, UdpSocket};
 
 /// CNAME links followed within one answer.
 pub const MAX_CHAIN: usize = 8;
@@ -150,8 +151,10 @@ pub enum Answer {
     NoName,
     /// It exists but has no IPv4 address.
     NoData,
-    /// The server could not answer (failure, refusal, truncation): ask the next.
+    /// The server could not answer (failure, refusal): ask the next.
     Failed,
+    /// The answer did not fit the datagram: ask the same server over TCP.
+    Truncated,
 }
 
 /// Reads `bytes` as the answer to question `id` about `name`; `None` when it is not that
@@ -166,7 +169,7 @@ pub fn answer(bytes: &[u8], id: u16, name: &str) -> Option<Answer> {
         return None;
     }
     if p.has_flags(PacketFlag::TRUNCATION) {
-        return Some(Answer::Failed);
+        return Some(Answer::Truncated);
     }
     match p.rcode() {
         RCODE::NoError => {}
@@ -245,6 +248,16 @@ pub trait Ask {
         wait: Duration,
         check: &dyn Fn(&[u8]) -> Option<Answer>,
     ) -> Option<Answer>;
+
+    /// The same over a TCP connection to `server` port 53 (after a truncated answer): what
+    /// `check` says of the one answer that comes back within `wait`.
+    fn ask_tcp(
+        &self,
+        server: Ipv4Addr,
+        q: &[u8],
+        wait: Duration,
+        check: &dyn Fn(&[u8]) -> Option<Answer>,
+    ) -> Option<Answer>;
 }
 
 /// [`lookup`] with its inputs given (tested without a network).
@@ -278,8 +291,12 @@ pub fn plan(
         let mut got = None;
         'ask: for _ in 0..conf.attempts {
             for &s in &servers {
-                match ask.ask(s, &q, conf.timeout, &check) {
-                    Some(Answer::Failed) | None => {}
+                let a = match ask.ask(s, &q, conf.timeout, &check) {
+                    Some(Answer::Truncated) => ask.ask_tcp(s, &q, conf.timeout, &check),
+                    a => a,
+                };
+                match a {
+                    Some(Answer::Failed | Answer::Truncated) | None => {}
                     Some(a) => {
                         got = Some(a);
                         break 'ask;
@@ -349,6 +366,48 @@ impl Ask for OverDockNet<'_> {
             }
         }
     }
+
+    fn ask_tcp(
+        &self,
+        server: Ipv4Addr,
+        q: &[u8],
+        wait: Duration,
+        check: &dyn Fn(&[u8]) -> Option<Answer>,
+    ) -> Option<Answer> {
+        let end = Instant::now() + wait;
+        let mut s = TcpStream::connect_within(self.0, SocketAddrV4::new(server, 53), wait).ok()?;
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        // the question with its length in front (RFC 1035 4.2.2), in one write
+        let mut msg = u16::try_from(q.len()).ok()?.to_be_bytes().to_vec();
+        msg.extend_from_slice(q);
+        s.set_write_timeout(Some(left));
+        s.write_all(&msg).ok()?;
+        let mut len = [0u8; 2];
+        read_by(&mut s, &mut len, end)?;
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        read_by(&mut s, &mut answer, end)?;
+        check(&answer)
+    }
+}
+
+/// Fills `buf` from `s` by `end` (a server that trickles its bytes gets no more time).
+fn read_by(s: &mut TcpStream, buf: &mut [u8], end: Instant) -> Option<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        s.set_read_timeout(Some(left));
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => got += k,
+        }
+    }
+    Some(())
 }
 
 #[cfg(test)]
@@ -495,10 +554,39 @@ mod tests {
         }
     }
 
-    /// Answers from a table of (server, name) -> reply kind, recording what was asked.
+    /// Answers from a table of (server, name) -> reply kind, recording what was asked. Names
+    /// in `truncated` get a truncated datagram, and their answer over TCP where `tcp` serves.
     struct Table {
         asked: RefCell<Vec<(Ipv4Addr, String)>>,
         answers: Vec<(Ipv4Addr, &'static str, Option<&'static str>)>,
+        truncated: Vec<&'static str>,
+        tcp: bool,
+        asked_tcp: RefCell<Vec<(Ipv4Addr, String)>>,
+    }
+
+    impl Table {
+        fn new(answers: Vec<(Ipv4Addr, &'static str, Option<&'static str>)>) -> Table {
+            Table {
+                asked: RefCell::default(),
+                answers,
+                truncated: Vec::new(),
+                tcp: true,
+                asked_tcp: RefCell::default(),
+            }
+        }
+
+        fn reply_to(&self, server: Ipv4Addr, q: &[u8]) -> Option<Vec<u8>> {
+            let p = Packet::parse(q).unwrap();
+            let name = p.questions[0].qname.to_string();
+            let (_, _, kind) = self
+                .answers
+                .iter()
+                .find(|(s, n, _)| *s == server && *n == name)?;
+            Some(match kind {
+                Some(addr) => reply(p.id(), &name, RCODE::NoError, &[(&name, addr)]),
+                None => reply(p.id(), &name, RCODE::NameError, &[]),
+            })
+        }
     }
 
     impl Ask for &Table {
@@ -512,16 +600,73 @@ mod tests {
             let p = Packet::parse(q).unwrap();
             let name = p.questions[0].qname.to_string();
             self.asked.borrow_mut().push((server, name.clone()));
-            let (_, _, kind) = self
-                .answers
-                .iter()
-                .find(|(s, n, _)| *s == server && *n == name)?;
-            let r = match kind {
-                Some(addr) => reply(p.id(), &name, RCODE::NoError, &[(&name, addr)]),
-                None => reply(p.id(), &name, RCODE::NameError, &[]),
-            };
-            check(&r)
+            if self.truncated.contains(&name.as_str()) {
+                let mut r = Packet::new_reply(p.id());
+                r.set_flags(PacketFlag::TRUNCATION);
+                r.questions.push(p.questions[0].clone());
+                return check(&r.build_bytes_vec().unwrap());
+            }
+            check(&self.reply_to(server, q)?)
         }
+
+        fn ask_tcp(
+            &self,
+            server: Ipv4Addr,
+            q: &[u8],
+            _wait: Duration,
+            check: &dyn Fn(&[u8]) -> Option<Answer>,
+        ) -> Option<Answer> {
+            let name = Packet::parse(q).unwrap().questions[0].qname.to_string();
+            self.asked_tcp.borrow_mut().push((server, name));
+            if !self.tcp {
+                return None;
+            }
+            check(&self.reply_to(server, q)?)
+        }
+    }
+
+    #[test]
+    fn a_truncated_answer_is_asked_again_over_tcp_of_the_same_server() {
+        let ours = |a: Ipv4Addr| a.octets()[0] == 10;
+        let (one, two): (Ipv4Addr, Ipv4Addr) =
+            ("10.96.0.10".parse().unwrap(), "10.96.0.11".parse().unwrap());
+        let conf = Conf {
+            servers: vec![one, two],
+            timeout: Duration::from_millis(1),
+            ..Conf::default()
+        };
+        let mut t = Table::new(vec![
+            (one, "many.x", Some("10.1.0.1")),
+            (two, "many.x", Some("10.1.0.2")),
+        ]);
+        t.truncated = vec!["many.x"];
+        assert_eq!(
+            plan("many.x", &conf, "", ours, &t),
+            Lookup::Found(vec!["10.1.0.1".parse().unwrap()], "many.x".into())
+        );
+        assert_eq!(*t.asked_tcp.borrow(), vec![(one, "many.x".to_string())]);
+        // no answer over TCP: the next server, then the next round, then a temporary failure
+        t.tcp = false;
+        t.asked.borrow_mut().clear();
+        t.asked_tcp.borrow_mut().clear();
+        assert_eq!(
+            plan("many.x", &conf, "", ours, &t),
+            Lookup::Failed(Failure::Again)
+        );
+        let tcp: Vec<Ipv4Addr> = t.asked_tcp.borrow().iter().map(|a| a.0).collect();
+        assert_eq!(
+            tcp,
+            vec![one, two, one, two],
+            "each truncation, once, of its server"
+        );
+        // an untruncated answer never opens a connection
+        t.truncated.clear();
+        t.asked_tcp.borrow_mut().clear();
+        assert!(matches!(
+            plan("many.x", &conf, "", ours, &t),
+            Lookup::Found(..)
+        ));
+        assert!(t.asked_tcp.borrow().is_empty());
     }
 
     #[test]
@@ -535,13 +680,10 @@ mod tests {
             timeout: Duration::from_millis(1),
             ..Conf::default()
         };
-        let t = Table {
-            asked: RefCell::default(),
-            answers: vec![
-                (dns, "web.ns.svc", None),
-                (dns, "web.svc", Some("10.96.1.1")),
-            ],
-        };
+        let t = Table::new(vec![
+            (dns, "web.ns.svc", None),
+            (dns, "web.svc", Some("10.96.1.1")),
+        ]);
         assert_eq!(
             plan("web", &conf, "", ours, &t),
             Lookup::Found(vec!["10.96.1.1".parse().unwrap()], "web.svc".into())
@@ -553,12 +695,11 @@ mod tests {
             Lookup::Failed(Failure::Again),
             "unanswered questions are a temporary failure"
         );
-        let t2 = Table {
-            asked: RefCell::default(),
-            answers: ["nosuch.ns.svc", "nosuch.svc", "nosuch"]
+        let t2 = Table::new(
+            ["nosuch.ns.svc", "nosuch.svc", "nosuch"]
                 .map(|n| (dns, n, None))
                 .to_vec(),
-        };
+        );
         assert_eq!(
             plan("nosuch", &conf, "", ours, &t2),
             Lookup::Failed(Failure::NoName)

@@ -182,11 +182,20 @@ impl TcpStream {
     /// connect timeout gives `TimedOut`. A service's address (announced by the daemon) is
     /// served by one of its backends, and a service without any refuses the connection.
     pub fn connect(stack: &Stack, addr: impl Into<SocketAddr>) -> io::Result<TcpStream> {
+        TcpStream::connect_within(stack, addr, stack.shared.cfg.connect_timeout)
+    }
+
+    /// [`TcpStream::connect`] that gives up (`TimedOut`) after `timeout` when that is shorter
+    /// than the stack's connect timeout (a resolver's question has a time of its own).
+    pub fn connect_within(
+        stack: &Stack,
+        addr: impl Into<SocketAddr>,
+        timeout: Duration,
+    ) -> io::Result<TcpStream> {
         let s = TcpStream::connect_start(stack, addr)?;
         let (h, addr) = (s.h, s.backend_addr());
-        stack.block_on(Some(stack.shared.cfg.connect_timeout), |g| {
-            connect_step(g, h, addr)
-        })?;
+        let wait = timeout.min(stack.shared.cfg.connect_timeout);
+        stack.block_on(Some(wait), |g| connect_step(g, h, addr))?;
         Ok(s)
     }
 

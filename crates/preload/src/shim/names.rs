@@ -64,7 +64,7 @@ pub unsafe extern "C" fn getaddrinfo(
         (h.ai_flags | libc::AI_NUMERICHOST) & !(libc::AI_CANONNAME | libc::AI_ADDRCONFIG);
     let mut head: *mut libc::addrinfo = std::ptr::null_mut();
     let mut tail: *mut libc::addrinfo = std::ptr::null_mut();
-    for a in addrs.iter().take(32) {
+    for a in addrs.iter().take(MAX_ADDRESSES) {
         let Ok(num) = std::ffi::CString::new(a.to_string()) else {
             continue;
         };
@@ -115,6 +115,10 @@ extern "C" {
 
 /// `h_errno`'s "try again" (netdb.h).
 const TRY_AGAIN: c_int = 2;
+
+/// Addresses of one name `getaddrinfo` returns, at most: an answer over TCP (a large headless
+/// Service's) can carry thousands, and each address here costs a call of libc's own.
+const MAX_ADDRESSES: usize = 256;
 
 /// `name` looked up over DockNet ([`docknet_lib::dns::lookup`]) on the process's stack, when
 /// one is attached; a panic is an error.
