@@ -131,6 +131,8 @@ pub struct Epoll {
     pub waker: Waker,
     /// The eventfd in the kernel's epoll that the notifier signals (-1: not yet made).
     wake_fd: AtomicI32,
+    /// The descriptor table's generation when closed members were last dropped.
+    pruned_at: AtomicU64,
 }
 
 impl Drop for Epoll {
@@ -151,11 +153,23 @@ impl Epoll {
             kernel_members: AtomicUsize::new(0),
             waker: Waker::new(),
             wake_fd: AtomicI32::new(-1),
+            pruned_at: AtomicU64::new(u64::MAX),
         }
     }
 
     fn members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
         self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drops the members whose socket closed (`m`: the locked members). A socket closes only
+    /// by a change of the descriptor table, so the look at every member is skipped while the
+    /// table is as it was at the last one: a program that changes its interest per request
+    /// (wrk: `EPOLL_CTL_MOD` twice) and waits once per request paid it three times a request.
+    fn prune(&self, m: &mut Vec<Member>) {
+        let g = TABLE.generation();
+        if self.pruned_at.swap(g, Ordering::AcqRel) != g {
+            m.retain(Member::live);
+        }
     }
 
     /// `epoll_ctl`: `None` when the kernel's epoll takes it (a kernel descriptor; for a socket
@@ -166,7 +180,7 @@ impl Epoll {
             return Some(Err(libc::EINVAL));
         }
         let mut m = self.members();
-        m.retain(Member::live);
+        self.prune(&mut m);
         let pos = m.iter().position(|x| x.fd == fd && x.id == s.id);
         let r = match op {
             libc::EPOLL_CTL_ADD => match (pos, ev) {
@@ -298,7 +312,7 @@ impl Epoll {
     /// was closed while a `dup` keeps the socket open stays, as in the kernel's epoll.
     fn active(&self) -> Vec<(Arc<Sock>, u32)> {
         let mut m = self.members();
-        m.retain(Member::live);
+        self.prune(&mut m);
         m.iter()
             .filter(|x| !x.disabled)
             .filter_map(|x| {
@@ -337,16 +351,27 @@ impl Epoll {
         if socks.is_empty() || out.is_empty() {
             return 0;
         }
-        let ready = check(st, socks);
+        let mut ready = check(st, socks);
+        ready.sort_unstable_by_key(|r| r.0);
         let mut m = self.members();
         let mut n = 0;
+        // `socks` keeps the members' order (`active`), so each ready one is found by walking on
+        // from the last; a set that changed since is searched whole
+        let mut at = 0;
         for (i, bits) in ready {
             let s = &socks[i].0;
             let gens = (
                 s.rd_gen.load(Ordering::Relaxed),
                 s.wr_gen.load(Ordering::Relaxed),
             );
-            if let Some(x) = m.iter_mut().find(|x| x.id == s.id) {
+            let k = match m[at..].iter().position(|x| x.id == s.id) {
+                Some(p) => {
+                    at += p;
+                    Some(at)
+                }
+                None => m.iter().position(|x| x.id == s.id),
+            };
+            if let Some(x) = k.map(|k| &mut m[k]) {
                 let ev = x.report(bits, gens);
                 if ev != 0 && n < out.len() {
                     out[n] = libc::epoll_event {
