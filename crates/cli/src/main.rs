@@ -107,9 +107,9 @@ enum Cmd {
         /// when N containers are busy, so many busy containers want it lower (-10 measured
         /// well for 128 pairs on 2 cores). While it spins or yields at a higher priority, a
         /// container on its core waits, so the default is the containers' own. Where the
-        /// kernel schedules by session (autogroup) this ranks the masters inside the daemon's
-        /// own group only; a daemon that leads its session raises that group to -10 itself
-        /// (docs/design.md, "The daemon's priority").
+        /// kernel groups tasks by session or cgroup this ranks the masters inside the daemon's
+        /// own group only (the control plane runs in the real-time class instead; docs/design.md,
+        /// "The daemon's priority").
         #[arg(long, env = "DOCKNET_MASTER_NICE", default_value_t = docknet_daemon::MASTER_NICE, allow_negative_numbers = true,
               value_parser = clap::value_parser!(i32).range(-20..=19))]
         master_nice: i32,

@@ -65,49 +65,48 @@ pub enum Error {
 /// off the core, so it is the operator's choice (`--master-nice`).
 pub const MASTER_NICE: i32 = 0;
 
-/// The nice value of the daemon's control plane: the thread that answers the control socket and
-/// builds automatic fast channels, the accept thread, and the fd holder (started from it); and,
-/// where the daemon leads a session of its own, of its session's scheduling group (autogroup).
-/// When containers keep the cores busy, a daemon at their priority gets one share among
-/// hundreds: an automatic channel then took 50-300 ms to build instead of 1 ms, and its pair
-/// paid the daemon's path meanwhile (docs/benchmarks.md, "Automatic channels at density"). The
-/// kernel's own networking runs in softirq context, ahead of every task; this is the daemon's
-/// nearest equivalent. Nothing a container does can keep the control plane busy: attachments
-/// are rate-limited per pipe, asks for channels per pipe and per partner, channels per pipe. The
-/// masters set their own per-thread value (`--master-nice`); without the privilege to raise its
-/// priority the daemon keeps what it has.
+/// The scheduling of the daemon's control plane: the thread that answers the control socket and
+/// builds automatic fast channels, and the fd holder's. When containers keep the cores busy, a
+/// control plane at their priority gets one share among hundreds: an automatic channel then
+/// took 50-300 ms to build instead of 1 ms, and its pair paid the daemon's path meanwhile
+/// (docs/benchmarks.md, "Automatic channels at density"). A nice value does not lift it where
+/// the kernel groups tasks by session (autogroup, the default of most distributions' kernels)
+/// or by cgroup: it ranks a thread only inside its own group, and each container is a group of
+/// its own. Raising the daemon's whole group would lift its masters too, and a master kept busy
+/// by one container's excess (a rate-limited hog) would then take CPU from the others
+/// (measured: TCP beside a limited UDP hog 7.6-7.9 Gbps against 11.7-13.5). So the control
+/// thread alone runs in the real-time class at its lowest priority (`SCHED_FIFO` 1, with
+/// `SCHED_RESET_ON_FORK`, so nothing it starts inherits it): it runs as soon as it has work,
+/// ahead of every container and of the masters, as the kernel's own networking runs in softirq
+/// context ahead of every task. Its work is bounded: what a container can make it do
+/// (attachments, asks for channels, channels) is limited per pipe, and the kernel keeps 5% of
+/// every second for other classes whatever a real-time thread does. Without the privilege (or in
+/// a cgroup without real-time runtime) it falls back to nice [`CONTROL_NICE`].
+pub const CONTROL_RT_PRIORITY: i32 = 1;
+
+/// The control plane's nice value where the real-time class is refused.
 pub const CONTROL_NICE: i32 = -10;
 
-/// Gives this process's scheduling group (the kernel's autogroup: one per session, where
-/// `sched_autogroup_enabled` is set and no cgroup places the process) the nice value `nice`,
-/// when the process leads its session: containers each run in a session of their own
-/// (`docknet run`, runc), so they compete with the daemon as groups, and a thread's own nice
-/// value orders it only within its group. Returns whether it was set; a daemon that shares its
-/// session (started from a shell) leaves the session's group alone.
-pub(crate) fn set_session_nice(nice: i32) -> std::io::Result<bool> {
-    let me = nix::unistd::getpid();
-    if nix::unistd::getsid(None).map_err(std::io::Error::from)? != me {
-        return Ok(false);
+/// Puts the calling thread in the real-time class at [`CONTROL_RT_PRIORITY`], reset on fork;
+/// falls back to nice [`CONTROL_NICE`]. Returns whether the real-time class was granted.
+pub(crate) fn raise_control_plane() -> bool {
+    let param = libc::sched_param {
+        sched_priority: CONTROL_RT_PRIORITY,
+    };
+    // SAFETY: plain syscall; pid 0 is the calling thread and `param` outlives the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+    };
+    if rc == 0 {
+        return true;
     }
-    match fs::write("/proc/self/autogroup", nice.to_string()) {
-        Ok(()) => Ok(true),
-        // a kernel without autogroups
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Raises the calling thread (and, where it leads its session, its process's scheduling group)
-/// to [`CONTROL_NICE`], logging what could not be done.
-pub(crate) fn raise_control_plane() {
+    let e = std::io::Error::last_os_error();
+    tracing::debug!("the control plane is not real-time ({e}); nice {CONTROL_NICE} instead");
     if let Err(e) = set_thread_nice(CONTROL_NICE) {
         tracing::debug!("the control plane keeps its nice value (not {CONTROL_NICE}): {e}");
     }
-    match set_session_nice(CONTROL_NICE) {
-        Ok(true) => tracing::debug!("session scheduling group at nice {CONTROL_NICE}"),
-        Ok(false) => {}
-        Err(e) => tracing::debug!("the session scheduling group keeps its nice value: {e}"),
-    }
+    false
 }
 
 /// Sets the calling thread's nice value (Linux: `setpriority` on a thread id is per thread).
@@ -212,8 +211,8 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock)
         .map_err(|_| Error::Locked(cfg.run_dir.display().to_string()))?;
 
-    // this thread becomes the control plane; the threads it starts and the fd holder inherit
-    // its nice value (the masters set their own)
+    // this thread becomes the control plane (what it starts from now on, the fd holder and the
+    // masters included, begins in the ordinary class; the holder raises itself)
     raise_control_plane();
     let holder: Option<Box<dyn holder::Keeper>> = match &cfg.holder {
         Some(exe) => Some(Box::new(
@@ -347,7 +346,8 @@ pub fn run(cfg: Config) -> Result<(), Error> {
                         }
                     }
                 }
-                // (always: the thread inherited the control plane's)
+                // (always: a thread starts at the control plane's nice value where the
+                // real-time class was refused)
                 if let Err(e) = set_thread_nice(nice) {
                     tracing::warn!("cannot set master {k}'s nice value to {nice}: {e}");
                 }
