@@ -1055,10 +1055,20 @@ fn the_daemon_joins_containers_that_talk_by_a_channel_and_bounds_what_one_can_cl
     for k in 0..victims.len() {
         assert!(lab.attached_within(&format!("v{k}"), Duration::from_secs(10)));
     }
+    // the control thread that serves its asks runs ahead of every container (real-time): what
+    // the attack makes it do stays a small part of a core
+    let control = |lab: &Lab| -> f64 {
+        let pid = lab.daemon_pid();
+        let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat")).unwrap();
+        s.split_whitespace().next().unwrap().parse::<f64>().unwrap() / 1e9
+    };
+    let (cpu0, t0) = (control(&lab), std::time::Instant::now());
     let o = lab.in_container(
         "grabber",
         &[ATTACK, "channel-grab", "--to", &victims.join(",")],
     );
+    let share = (control(&lab) - cpu0) / t0.elapsed().as_secs_f64();
+    assert!(share < 0.2, "the control thread took {share:.2} of a core");
     let v = peer_json(&o);
     assert_eq!(v["channels"], 8, "its share and no more: {v}");
     assert_eq!(peers(&lab, "grabber").as_array().unwrap().len(), 8);
