@@ -79,7 +79,7 @@ pub fn serve(sock: &Path, grace: Option<Duration>) -> io::Result<()> {
     let _ = nix::unistd::setsid();
     // the daemon waits for each answer: under load a holder at the containers' priority made
     // building a channel wait for tens of milliseconds
-    let _ = crate::raise_control_plane();
+    crate::raise_control_plane();
     let _ = std::fs::remove_file(sock);
     let listener = fdpass::listen_path(sock)?;
     std::fs::set_permissions(sock, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;

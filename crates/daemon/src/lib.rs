@@ -88,8 +88,8 @@ pub const CONTROL_RT_PRIORITY: i32 = 1;
 pub const CONTROL_NICE: i32 = -10;
 
 /// Puts the calling thread in the real-time class at [`CONTROL_RT_PRIORITY`], reset on fork;
-/// falls back to nice [`CONTROL_NICE`]. Returns whether the real-time class was granted.
-pub(crate) fn raise_control_plane() -> bool {
+/// falls back to nice [`CONTROL_NICE`].
+pub(crate) fn raise_control_plane() {
     let param = libc::sched_param {
         sched_priority: CONTROL_RT_PRIORITY,
     };
@@ -99,14 +99,13 @@ pub(crate) fn raise_control_plane() -> bool {
         libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
     };
     if rc == 0 {
-        return true;
+        return;
     }
     let e = std::io::Error::last_os_error();
     tracing::debug!("the control plane is not real-time ({e}); nice {CONTROL_NICE} instead");
     if let Err(e) = set_thread_nice(CONTROL_NICE) {
         tracing::debug!("the control plane keeps its nice value (not {CONTROL_NICE}): {e}");
     }
-    false
 }
 
 /// Sets the calling thread's nice value (Linux: `setpriority` on a thread id is per thread).

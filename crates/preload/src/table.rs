@@ -181,13 +181,13 @@ impl Table {
         e
     }
 
-    /// Marks a change of the map (called with the write lock held).
     /// The table's generation: it moves with every insert and removal, so with every close of
     /// a socket's last descriptor.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Marks a change of the map (called with the write lock held).
     fn changed(&self) {
         // SYNC: Release pairs with the Acquire load in `get`.
         self.generation.fetch_add(1, Ordering::Release);

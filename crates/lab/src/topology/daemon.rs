@@ -60,9 +60,9 @@ impl Daemon {
         };
         let run_dir = PathBuf::from(base).join(format!("docknet-{}", unique("run")));
         let socket = run_dir.join("ctl.sock");
-        // in a session of its own, as a service manager or a container runtime starts it: the
-        // daemon then gives its session's scheduling group the control plane's priority
-        // (docs/design.md, "Wake-ups and idle"), as the containers each have a group of their own
+        // in a session of its own, as a service manager or a container runtime starts it: where
+        // the kernel groups tasks by session, it then competes as one group beside each
+        // container's (docs/lab.md, "Sessions")
         let mut cmd = Command::new("setsid");
         match host {
             Some((ns, _, _)) => cmd.args(["ip", "netns", "exec", ns]).arg(exe),
