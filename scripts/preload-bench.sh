@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Unmodified servers and load generators over the kernel's bridge and over DockNet with the
 # preload library, same placement (server core 1, client core 0), same run:
-#   wrk against nginx (a 612-byte page, keep-alive), redis-benchmark GET/SET against redis.
+#   wrk against nginx (a 612-byte page, keep-alive), redis-benchmark GET/SET against redis,
+#   and pgbench (select-only, then the default TPC-B-like, 8 clients) against PostgreSQL, whose
+#   postmaster forks a backend per connection (over DockNet the postmaster's library serves each
+#   connection for its backend). PostgreSQL runs unpinned (its backends, pgbench's threads and
+#   the daemon share both cores), the others pinned.
 # Builds everything it uses under a name unique to this run and removes it on exit.
 #
 #   ./scripts/preload-bench.sh [SECONDS]      (root; after cargo build --release)
@@ -14,9 +18,11 @@ docknet_root "$@"
 SECS=${1:-5}
 BIN=$PWD/target/release
 [ -f "$BIN/libdocknet_preload.so" ] || { echo "build first: cargo build --release" >&2; exit 1; }
-for t in nginx wrk redis-server redis-benchmark; do
+for t in nginx wrk redis-server redis-benchmark pgbench; do
     command -v $t >/dev/null || { echo "$t is missing (./scripts/setup.sh installs it)" >&2; exit 1; }
 done
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+[ -x "$PGBIN/postgres" ] || { echo "postgres is missing (./scripts/setup.sh installs it)" >&2; exit 1; }
 TAG=dnplb$$
 WORK=$(mktemp -d /tmp/$TAG.XXXX)
 chmod 755 "$WORK"  # shown to the containers, each of which runs as a user of its own
@@ -27,7 +33,7 @@ cleanup() {
     # the daemon's fd holder outlives a killed daemon on purpose: end it by its pid
     [ -f "$RUN/holder.pid" ] && kill -9 "$(cat "$RUN/holder.pid")" 2>/dev/null || true
     for ns in h s c; do ip netns del $TAG$ns 2>/dev/null || true; done
-    rm -rf "$WORK" "$RUN"
+    rm -rf "$WORK" "$RUN" /tmp/$TAG-pg /tmp/$TAG-pgs
 }
 trap cleanup EXIT INT TERM
 
@@ -43,6 +49,21 @@ http { access_log off; sendfile on; keepalive_requests 1000000;
   server { listen 80; root $WORK/www; } }
 EOF
 NGINX=(nginx -c "$WORK/nginx.conf")
+# PostgreSQL made afresh in the server's /tmp (a container's own), trusting the test network
+cat > "$WORK/pg.sh" <<EOF
+set -e
+rm -rf /tmp/$TAG-pg /tmp/$TAG-pgs; mkdir /tmp/$TAG-pgs
+$PGBIN/initdb -D /tmp/$TAG-pg -A trust -U postgres >/dev/null
+echo "host all all 0.0.0.0/0 trust" >> /tmp/$TAG-pg/pg_hba.conf
+exec $PGBIN/postgres -D /tmp/$TAG-pg -k /tmp/$TAG-pgs -c listen_addresses='*' -c fsync=off \\
+    -c synchronous_commit=off -c max_connections=50
+EOF
+PG=(runuser -u postgres bash "$WORK/pg.sh")
+pgb() { # the client's commands against HOST
+    echo "pgbench -q -i -h $1 -U postgres postgres >/dev/null 2>&1 && \
+        pgbench -n -S -c 8 -j 2 -T $SECS -h $1 -U postgres postgres && \
+        pgbench -n -c 8 -j 2 -T $SECS -h $1 -U postgres postgres"
+}
 REDIS=(redis-server --bind 0.0.0.0 --port 6379 --save '' --appendonly no --protected-mode no --dir /tmp)
 WRK=(wrk -t1 -c32 -d${SECS}s)
 RB=(redis-benchmark -p 6379 -t set,get -n 400000 -c 50 -q)
@@ -63,10 +84,12 @@ kernel() { # kernel NAME SERVER... -- CLIENT...
     local name=$1; shift
     local srv=() cli=()
     while [ "$1" != "--" ]; do srv+=("$1"); shift; done; shift; cli=("$@")
-    ip netns exec ${TAG}s taskset -c 1 "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
-    sleep 1
-    echo "== $name over the bridge"
-    ip netns exec ${TAG}c taskset -c 0 "${cli[@]}" 2>&1 | tr '\r' '\n' | grep -E "Requests/sec|requests per second" | sed 's/^ *//'
+    local pin=(taskset -c 1) pinc=(taskset -c 0)
+    [ -n "${UNPINNED:-}" ] && pin=() pinc=()
+    ip netns exec ${TAG}s "${pin[@]}" "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
+    sleep ${SETTLE:-1}
+    echo "== $name over the bridge${UNPINNED:+, unpinned}"
+    ip netns exec ${TAG}c "${pinc[@]}" "${cli[@]}" 2>&1 | tr '\r' '\n' | grep -E "Requests/sec|requests per second|^tps" | sed 's/^ *//'
     kill -9 "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
 }
 
@@ -81,10 +104,14 @@ docknet() { # docknet NAME SERVER... -- CLIENT...
     local name=$1; shift
     local srv=() cli=()
     while [ "$1" != "--" ]; do srv+=("$1"); shift; done; shift; cli=("$@")
-    "${D[@]}" run --pipe ${TAG}s --cpu 1 --preload --bind "$WORK" -- "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
-    sleep 1
-    echo "== $name over docknet-fc-preload"
-    "${D[@]}" run --pipe ${TAG}c --cpu 0 --preload -- "${cli[@]}" 2>&1 | tr '\r' '\n' | grep -E "Requests/sec|requests per second" | sed 's/^ *//'
+    local pin=(--cpu 1) pinc=(--cpu 0) user=()
+    [ -n "${UNPINNED:-}" ] && pin=() pinc=()
+    # (PostgreSQL's programs look their user up by name: the host's postgres user)
+    if [ "${srv[0]}" = runuser ]; then user=(--user postgres); srv=("${srv[@]:3}"); fi
+    "${D[@]}" run --pipe ${TAG}s "${pin[@]}" "${user[@]}" --preload --bind "$WORK" -- "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
+    sleep ${SETTLE:-1}
+    echo "== $name over docknet-fc-preload${UNPINNED:+, unpinned}"
+    "${D[@]}" run --pipe ${TAG}c "${pinc[@]}" "${user[@]}" --preload -- "${cli[@]}" 2>&1 | tr '\r' '\n' | grep -E "Requests/sec|requests per second|^tps" | sed 's/^ *//'
     kill -9 "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
     sleep 0.5
 }
@@ -93,3 +120,5 @@ kernel "wrk -> nginx" "${NGINX[@]}" -- "${WRK[@]}" http://10.79.0.2/
 docknet "wrk -> nginx" "${NGINX[@]}" -- "${WRK[@]}" http://10.78.0.2/
 kernel "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.79.0.2
 docknet "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.78.0.2
+UNPINNED=1 SETTLE=4 kernel "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.79.0.2)"
+UNPINNED=1 SETTLE=4 docknet "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.78.0.2)"

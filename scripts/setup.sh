@@ -38,6 +38,7 @@ declare -A NEED=(
     [tcpdump]=tcpdump   # the capture test reads docknet capture's pcap back
     [redis-server]=redis-server  # unmodified programs over DockNet (docknet run --preload)
     [redis-benchmark]=redis-tools
+    [pgbench]=postgresql  # PostgreSQL, whose postmaster forks a backend per connection, and pgbench
     [openvpn]=openvpn   # bench chain's encrypted overlay (VXLAN through a static-key tunnel)
     [valgrind]=valgrind # scripts/instructions.sh counts a round trip's instructions (callgrind)
 )

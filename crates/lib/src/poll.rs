@@ -14,6 +14,7 @@
 use crate::stack::Stack;
 use crate::tcp::{TcpListener, TcpStream};
 use crate::udp::UdpSocket;
+use docknet_pipe::IdlePolicy;
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -134,7 +135,8 @@ impl Stack {
         timeout: Option<Duration>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<()> {
-        self.wait_inner(watches, timeout, &[], out).map(|_| ())
+        self.wait_inner(watches, timeout, &[], None, out)
+            .map(|_| ())
     }
 
     /// [`Stack::wait`] that also ends when one of `wakers` is woken after its token was read
@@ -148,7 +150,22 @@ impl Stack {
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
         let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
-        self.wait_inner(watches, timeout, &words, out)
+        self.wait_inner(watches, timeout, &words, None, out)
+    }
+
+    /// [`Stack::wait_wakeable`] that sleeps as soon as nothing is ready, whatever the stack's
+    /// idle policy: for a helper thread that only hands readiness on to another thread (the
+    /// preload library's notifier and relay), whose spinning or yielding would take a core
+    /// from the threads it serves.
+    pub fn wait_wakeable_blocking(
+        &self,
+        watches: &[Watch<'_>],
+        timeout: Option<Duration>,
+        wakers: &[(&Waker, u32)],
+        out: &mut Vec<(usize, Ready)>,
+    ) -> io::Result<Waited> {
+        let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        self.wait_inner(watches, timeout, &words, Some(IdlePolicy::Block), out)
     }
 
     /// What `watches` are ready for now, from the sockets' state alone, into `out` (cleared
@@ -165,12 +182,13 @@ impl Stack {
         watches: &[Watch<'_>],
         timeout: Option<Duration>,
         woken: &[(&AtomicU32, u32)],
+        policy: Option<IdlePolicy>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
         out.clear();
         // the first poll also sends what try_write_deferred left for it
         self.lock().poll();
-        let r = self.block_on_woken(timeout, woken, |g| {
+        let r = self.block_on_woken(timeout, woken, policy, |g| {
             collect(self, g, watches, out);
             (!out.is_empty()).then_some(Ok(()))
         });

@@ -838,6 +838,34 @@ impl Stack {
         !self.shared.forks.moved()
     }
 
+    /// Before the process exits: gives what its TCP connections still have to send, and their
+    /// FINs, until `deadline` to be acknowledged. A stack in the process ends with it, where
+    /// the kernel sends on what an exiting process left in its sockets; the caller shuts down
+    /// the connections the program left open first. Whether everything was acknowledged.
+    pub fn linger(&self, deadline: Instant) -> bool {
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.block_on(Some(left), |g| {
+            let pending = g.sockets.iter().any(|(_, s)| match s {
+                smoltcp::socket::Socket::Tcp(t) => {
+                    t.send_queue() > 0
+                        || matches!(
+                            t.state(),
+                            tcp::State::FinWait1 | tcp::State::Closing | tcp::State::LastAck
+                        )
+                }
+                _ => false,
+            });
+            (!pending).then_some(Ok(()))
+        })
+        .is_ok()
+    }
+
+    /// Whether a fork happened that no use of the stack has settled yet (a child may still
+    /// take it: see [`crate::fork`]).
+    pub fn fork_pending(&self) -> bool {
+        self.shared.forks.pending()
+    }
+
     /// Whether the stack moved to another process at a fork (this copy is dead).
     pub fn moved(&self) -> bool {
         self.shared.forks.moved()
@@ -949,7 +977,7 @@ impl Stack {
         timeout: Option<Duration>,
         f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
-        self.block_on_woken(timeout, &[], f)
+        self.block_on_woken(timeout, &[], None, f)
     }
 
     /// [`Stack::block_on`] that also ends, failing with `Interrupted`, when a word of `woken`
@@ -958,6 +986,7 @@ impl Stack {
         &self,
         timeout: Option<Duration>,
         woken: &[(&AtomicU32, u32)],
+        policy: Option<IdlePolicy>,
         mut f: impl FnMut(&mut Inner) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let _call = CallGuard::new(&self.shared);
@@ -976,7 +1005,10 @@ impl Stack {
             g.was_clean
         };
         let budget = &self.shared.idle_budget;
-        let mut idler = Idler::with_budget(self.shared.cfg.idle, budget.load(Ordering::Relaxed));
+        let mut idler = Idler::with_budget(
+            policy.unwrap_or(self.shared.cfg.idle),
+            budget.load(Ordering::Relaxed),
+        );
         let r = loop {
             // the events word as of the last check of `f` (read under the lock: polls bump it
             // under the lock)

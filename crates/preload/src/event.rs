@@ -782,6 +782,12 @@ pub fn hold_notifier() -> Option<NotifierHold> {
     LazyLock::get(&NOTIFIER).map(|n| NotifierHold(n.lock()))
 }
 
+/// Wakes the notifier (starting it if needed): a relay has bytes to move down, or ended.
+pub(crate) fn kick_notifier() {
+    NOTIFIER.start();
+    NOTIFIER.waker.wake();
+}
+
 /// After this process took the pipe's stack at a fork: the notifier thread was the other
 /// process's, and the waits it served were that process's threads'. It starts again with the
 /// first mixed wait here.
@@ -797,7 +803,8 @@ impl Notifier {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn register(&'static self, socks: &[(Arc<Sock>, u32)], fd: i32) -> u64 {
+    /// Starts the notifier's thread if it is not running.
+    fn start(&'static self) {
         if !self.started.swap(true, Ordering::AcqRel) {
             // the notifier must not take the program's signals
             let old = sys::block_all_signals();
@@ -806,6 +813,10 @@ impl Notifier {
                 .spawn(move || self.run());
             sys::sigmask_set(old.as_ref());
         }
+    }
+
+    fn register(&'static self, socks: &[(Arc<Sock>, u32)], fd: i32) -> u64 {
+        self.start();
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().push(Waiter {
             id,
@@ -829,11 +840,14 @@ impl Notifier {
 
     fn run(&self) {
         let mut ready = Vec::new();
+        let mut chunk = Vec::new();
         loop {
             if ops::forked() {
                 return;
             }
             let token = self.waker.token();
+            // the relays' bytes for their children first (see `relay`)
+            let (relayed, slow) = crate::relay::down_round(&mut chunk);
             let snap: Vec<(u64, Watched)> = self
                 .lock()
                 .iter()
@@ -842,7 +856,7 @@ impl Notifier {
             let Some(st) = stack_if_attached() else {
                 return;
             };
-            if snap.is_empty() {
+            if snap.is_empty() && relayed.is_empty() {
                 self.waker.wait(token, Some(Duration::from_secs(1)));
                 continue;
             }
@@ -856,14 +870,25 @@ impl Notifier {
                     }
                 }
             }
-            match st.wait_wakeable(
+            // (index at and above `served`: a relay's socket, moved by the next round)
+            let served = watches.len();
+            watches.extend(relayed.iter().filter_map(|s| s.watch(libc::POLLIN as u32)));
+            // a child slow to take its bytes is looked at again within a millisecond
+            let timeout = Duration::from_millis(if slow { 1 } else { 1000 });
+            // (the notifier only hands readiness on: it sleeps at once rather than take a
+            // core from the threads it serves by yielding)
+            match st.wait_wakeable_blocking(
                 &watches,
-                Some(Duration::from_secs(1)),
+                Some(timeout),
                 &[(&self.waker, token)],
                 &mut ready,
             ) {
                 Ok(Waited::Ready) => {
-                    let mut ids: Vec<u64> = ready.iter().map(|(i, _)| owner[*i]).collect();
+                    let mut ids: Vec<u64> = ready
+                        .iter()
+                        .filter(|(i, _)| *i < served)
+                        .map(|(i, _)| owner[*i])
+                        .collect();
                     ids.dedup();
                     let mut g = self.lock();
                     // signalled waiters leave the set (their sockets stay ready until they look)

@@ -7,17 +7,20 @@
 //! `docs/preload.md`.
 //!
 //! Layout: `shim` (the `extern "C"` entry points) and `sys` (libc's own functions, errno)
-//! hold every `unsafe` block; `ops` (the socket calls), `opts` (options and control), `event` (poll, select, epoll and the
-//! notifier), `sock` (a socket's state, routes, poll bits), `resolve` (host names over
-//! DockNet), `sig` (signals and blocked calls),
-//! `table` (descriptor table) and `errno` are safe code.
+//! hold every `unsafe` block; `ops` (the socket calls), `opts` (options and control),
+//! `event` (poll, select, epoll and the notifier), `sock` (a socket's state, routes, poll
+//! bits), `family` (what fork, exec and exit do to the sockets), `relay` (connections a
+//! forked child uses, served through the parent), `resolve` (host names over DockNet), `sig`
+//! (signals and blocked calls), `table` (descriptor table) and `errno` are safe code.
 
 #![deny(unsafe_code)]
 
 pub mod errno;
 pub mod event;
+pub mod family;
 pub mod ops;
 pub mod opts;
+pub mod relay;
 pub mod resolve;
 #[cfg(not(test))]
 mod shim;

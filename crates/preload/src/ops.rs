@@ -4,6 +4,11 @@
 
 use crate::errno::{self, Op};
 use crate::event::Epoll;
+pub(crate) use crate::family::relayed;
+use crate::family::{self, may_attach, unforked_if_nothing_attached, FORKED};
+pub use crate::family::{
+    before_dup, dormant_listener, forked, inherited, inherited_error, take_for,
+};
 pub use crate::opts::{fcntl_flags, getsockopt, ioctl, sendfile, setsockopt, OptVal};
 use crate::sig;
 use crate::sock::{route_bind, route_for, Conn, Proto, Route, Sock, Udp};
@@ -18,8 +23,7 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Duration;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
-static FORKED: AtomicBool = AtomicBool::new(false);
-static STACK: OnceLock<Option<Stack>> = OnceLock::new();
+pub(crate) static STACK: OnceLock<Option<Stack>> = OnceLock::new();
 static IDLE: OnceLock<docknet_pipe::IdlePolicy> = OnceLock::new();
 static PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 static LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
@@ -35,144 +39,8 @@ pub fn init() {
         Ok("off") | Ok("0") | Ok("false") | Ok("no")
     );
     LazyLock::force(&TABLE);
-    LazyLock::force(&FAMILY);
-    sys::at_fork(before_fork, after_fork_parent, after_fork_child);
+    family::init();
     ENABLED.store(!off, Ordering::Release);
-}
-
-/// What the library holds across a `fork` (released in this order: the stack, the notifier's
-/// list, the descriptor table), so that the child's copies are whole and unlocked.
-struct Held {
-    stack: Option<docknet_lib::ForkHold>,
-    _notifier: Option<crate::event::NotifierHold>,
-    _table: crate::table::TableHold,
-}
-
-thread_local! {
-    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
-}
-
-/// `pthread_atfork` prepare: takes the table, the notifier's list and the stack (in the order
-/// every other path takes them) and records the fork in the stack ([`Stack::fork_prepare`]).
-extern "C" fn before_fork() {
-    let _ = std::panic::catch_unwind(|| {
-        let table = TABLE.hold();
-        let notifier = crate::event::hold_notifier();
-        let stack = stack_if_attached().map(Stack::fork_prepare);
-        HELD.with(|h| {
-            *h.borrow_mut() = Some(Held {
-                stack,
-                _notifier: notifier,
-                _table: table,
-            })
-        });
-    });
-}
-
-fn release_held(child: bool) {
-    let _ = std::panic::catch_unwind(|| {
-        if let Some(h) = HELD.with(|h| h.borrow_mut().take()) {
-            match h.stack {
-                Some(s) if child => s.child(),
-                Some(s) => s.parent(),
-                None => {}
-            }
-        }
-    });
-}
-
-extern "C" fn after_fork_parent() {
-    release_held(false);
-}
-
-extern "C" fn after_fork_child() {
-    release_held(true);
-    FORKED.store(true, Ordering::Release);
-}
-
-/// A page shared by this process and every process forked from it: which of them attached
-/// the pipe when none had before the fork (`0`: none yet). Replaced at `exec`.
-static FAMILY: LazyLock<Option<docknet_pipe::Region>> =
-    LazyLock::new(|| docknet_pipe::Region::anonymous(64).ok());
-
-/// Whether this process may attach the pipe: no other living process of its family has.
-/// Records it as the one that did.
-fn may_attach() -> Result<(), u32> {
-    let Some(w) = FAMILY.as_ref().and_then(|r| r.u32_at(0)) else {
-        return Ok(());
-    };
-    let me = std::process::id();
-    loop {
-        match w.compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(()),
-            Err(p) if p == me => return Ok(()),
-            Err(p) if docknet_lib::fork::alive(p) => return Err(p),
-            // it exited: its stack went with it, and the rings are anyone's again
-            Err(p) => {
-                if w.compare_exchange(p, me, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    return Ok(());
-                }
-            }
-        }
-    }
-}
-
-/// Whether this process's DockNet sockets are another process's now: it is a forked child
-/// that has not taken the pipe's stack (or could not), or a process whose stack a forked child
-/// took.
-pub fn forked() -> bool {
-    FORKED.load(Ordering::Relaxed) || stack_if_attached().is_some_and(Stack::moved)
-}
-
-/// A forked child's use of `fd`: when it is a listening DockNet socket the child inherited,
-/// the child takes the pipe's stack (the whole of it, [`Stack::claim`]), which it gets when the
-/// process it was forked from has not used the stack since the fork. That is a worker of a
-/// server that listens and then forks its workers (nginx, gunicorn, Apache prefork) or a
-/// program that daemonizes. A child's use of an inherited connection takes nothing: a process
-/// that hands connections to children keeps listening itself (and is refused, see
-/// [`inherited_error`]).
-pub fn take_for(fd: i32) {
-    if !FORKED.load(Ordering::Acquire) || !TABLE.maybe(fd) {
-        return;
-    }
-    // (a socket made before a fork that attached nothing: the child's to decide, as any)
-    unforked_if_nothing_attached();
-    let listener = match TABLE.get(fd) {
-        Some(Entry::Sock(s)) => s.is_listener(),
-        // an epoll instance made before the fork, watching a listener
-        // (try: a lock a parent's thread held at the fork stays held in the child forever)
-        Some(Entry::Epoll(e)) => e.members.try_lock().is_ok_and(|m| {
-            m.iter()
-                .any(|m| m.sock.upgrade().is_some_and(|s| s.is_listener()))
-        }),
-        None => false,
-    };
-    if listener {
-        take();
-    }
-}
-
-/// Takes the pipe's stack if it is this process's to take; see [`take_for`].
-fn take() {
-    let mine = match STACK.get() {
-        Some(Some(s)) => s.claim(),
-        _ => true,
-    };
-    if mine && FORKED.swap(false, Ordering::AcqRel) {
-        // the parent's threads are gone: the notifier starts again when needed
-        crate::event::after_take();
-    }
-}
-
-/// A forked child whose parent had attached no stack before the fork is a process like any
-/// other: it may attach the pipe itself, if no other process of its family has (decided when
-/// it attaches).
-fn unforked_if_nothing_attached() {
-    if FORKED.load(Ordering::Relaxed) && !STACK.get().is_some_and(Option::is_some) {
-        FORKED.store(false, Ordering::Release);
-    }
 }
 
 /// Whether the library is enabled at all (`DOCKNET_PRELOAD` not off).
@@ -292,8 +160,8 @@ fn rand16() -> u16 {
 /// child also a socket still undecided: the child's sockets are the kernel's). `Err`: a DockNet
 /// socket a forked child inherited, which it must not drive (see [`inherited`]).
 pub(crate) fn sock(fd: i32) -> Option<R<Arc<Sock>>> {
-    let s = TABLE.sock(fd)?;
     take_for(fd);
+    let s = TABLE.sock(fd)?;
     if !forked() {
         return Some(Ok(s));
     }
@@ -311,57 +179,6 @@ macro_rules! ours {
     };
 }
 pub(crate) use ours;
-
-/// Whether `fd` is a DockNet socket (or an epoll instance with DockNet members) that this
-/// process inherited through `fork`. Its connection lives in the parent's stack, and that
-/// stack alone drives the pipe's rings (single producer, single consumer): the child's copy of
-/// it must never touch them, so every call on such a descriptor but `close` fails at once.
-pub fn inherited(fd: i32) -> bool {
-    if !TABLE.maybe(fd) {
-        return false;
-    }
-    take_for(fd);
-    if !forked() {
-        return false;
-    }
-    match TABLE.get(fd) {
-        Some(Entry::Sock(s)) => s.adopted(),
-        // (try: a lock a parent's thread held at the fork stays held in the child forever)
-        Some(Entry::Epoll(e)) => e.members.try_lock().map(|m| !m.is_empty()).unwrap_or(true),
-        None => false,
-    }
-}
-
-/// Whether `fd` is a listening DockNet socket whose stack is another process's (see
-/// [`inherited`]): a worker whose sibling took the stack at the fork. It never becomes ready
-/// here, as a listener whose connections all go to another process.
-pub fn dormant_listener(fd: i32) -> bool {
-    inherited(fd) && TABLE.sock(fd).is_some_and(|s| s.is_listener())
-}
-
-/// The error of a call on an inherited DockNet descriptor, with one line on stderr (once).
-pub fn inherited_error() -> Errno {
-    let me = std::process::id();
-    let owner = stack_if_attached()
-        .and_then(Stack::owner)
-        .filter(|p| *p != me);
-    log_once(&match owner {
-        Some(p) if lost_stack() => format!(
-            "the DockNet sockets of process {me} moved at a fork to process {p}, which used \
-             them first: they cannot be used here any more"
-        ),
-        Some(p) => format!(
-            "a DockNet socket cannot be used in this process ({me}): process {p} drives the \
-             pipe's stack (after a fork the stack goes whole to the first process that uses \
-             it, and to a child only while its parent does not use it)"
-        ),
-        None => format!(
-            "a DockNet socket cannot be used in a child process after fork (pid {me}): it \
-             belongs to the parent, whose stack drives the pipe"
-        ),
-    });
-    libc::EOPNOTSUPP
-}
 
 // ---------------------------------------------------------------------------------------
 // creation, addresses
@@ -679,6 +496,9 @@ fn as_v4(a: std::net::SocketAddr) -> SocketAddrV4 {
 
 /// `getsockname(2)`.
 pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
+    if let Some(r) = relayed(fd) {
+        return Some(Ok(r.local));
+    }
     let s = ours!(fd);
     let st = stack_if_attached()?;
     Some(match s.conn.get() {
@@ -704,6 +524,9 @@ pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
 
 /// `getpeername(2)`.
 pub fn peer_name(fd: i32) -> Option<R<SocketAddrV4>> {
+    if let Some(r) = relayed(fd) {
+        return Some(Ok(r.peer));
+    }
     let s = ours!(fd);
     Some(match s.conn.get() {
         Some(Conn::Stream(t)) => match t.connect_result() {
@@ -1015,7 +838,8 @@ pub fn closing(fd: i32) {
             // the last descriptor of a connection that a waiter still holds (the notifier,
             // another thread's epoll wait): the connection ends now, as the kernel's would,
             // not when that wait lets go of it
-            if !s.open() && Arc::strong_count(s) > 1 {
+            // (not while a forked child may still take it over: see `relay`)
+            if !s.open() && Arc::strong_count(s) > 1 && s.forks.load(Ordering::Acquire) == 0 {
                 if let Some(Conn::Stream(t)) = s.conn.get() {
                     if t.connect_result().is_some() {
                         s.shut_write(t);
@@ -1048,7 +872,7 @@ pub fn epoll_created(fd: i32) {
 }
 
 /// Whether this process lost its stack to a forked child (its own copy is dead).
-fn lost_stack() -> bool {
+pub(crate) fn lost_stack() -> bool {
     !FORKED.load(Ordering::Relaxed) && stack_if_attached().is_some_and(Stack::moved)
 }
 

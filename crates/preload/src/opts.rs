@@ -2,6 +2,7 @@
 //! `ioctl`, `sendfile`), in safe code, as [`crate::ops`] serves the socket calls.
 
 use crate::ops::*;
+use crate::relay::Relayed;
 use crate::sock::{Conn, Proto, Sock};
 use crate::sys::{self, R};
 use docknet_lib::StackConfig;
@@ -31,6 +32,9 @@ pub fn setsockopt(
     time: Option<Option<Duration>>,
     linger: Option<(bool, i32)>,
 ) -> Option<R<()>> {
+    if let Some(r) = crate::ops::relayed(fd) {
+        return set_relayed(&r, level, name, val);
+    }
     let s = ours!(fd);
     if !s.adopted() {
         // still the kernel's socket: the kernel applies it too (the caller passes it on),
@@ -114,6 +118,9 @@ fn record_opt(
 
 /// `getsockopt(2)`.
 pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
+    if let Some(r) = crate::ops::relayed(fd) {
+        return get_relayed(&r, level, name);
+    }
     let s = ours!(fd);
     if !s.adopted() {
         return None;
@@ -181,6 +188,65 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
                     &format!("getsockopt(level {level}, option {name})"),
                     libc::ENOPROTOOPT,
                 )));
+            }
+        },
+    }))
+}
+
+/// `setsockopt` on a connection the parent serves for this forked child (the descriptor is a
+/// Unix socket): socket-level options are the kernel's (they apply to that socket: timeouts,
+/// buffers), TCP and IP options are recorded and read back, as the connection's.
+fn set_relayed(r: &Relayed, level: i32, name: i32, val: Option<i32>) -> Option<R<()>> {
+    if level != libc::IPPROTO_TCP && level != libc::IPPROTO_IP {
+        return None;
+    }
+    let Some(v) = val else {
+        return Some(Err(libc::EINVAL));
+    };
+    let mut o = r.opts();
+    if (level, name) == (libc::IPPROTO_TCP, libc::TCP_NODELAY) {
+        o.nodelay = v != 0;
+    } else {
+        o.other.retain(|(k, _)| *k != (level, name));
+        o.other.push(((level, name), v));
+    }
+    Some(Ok(()))
+}
+
+/// `getsockopt` on a connection the parent serves for this forked child: what a TCP socket
+/// answers (its type, domain and protocol, the TCP and IP options recorded); other
+/// socket-level options are the kernel's, of the Unix socket the bytes go through.
+fn get_relayed(r: &Relayed, level: i32, name: i32) -> Option<R<OptVal>> {
+    let o = r.opts().clone();
+    Some(Ok(match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_TYPE) => OptVal::Int(libc::SOCK_STREAM),
+        (libc::SOL_SOCKET, libc::SO_DOMAIN) => OptVal::Int(libc::AF_INET),
+        (libc::SOL_SOCKET, libc::SO_PROTOCOL) => OptVal::Int(libc::IPPROTO_TCP),
+        (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => OptVal::Int(0),
+        (libc::SOL_SOCKET, _) => return None,
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => OptVal::Int(o.nodelay as i32),
+        (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => OptVal::Bytes(b"cubic\0".to_vec()),
+        (libc::IPPROTO_TCP, libc::TCP_INFO) => {
+            let mut v = vec![0u8; 232];
+            v[0] = 1; // TCP_ESTABLISHED
+            v[16..20].copy_from_slice(&1460u32.to_ne_bytes());
+            v[20..24].copy_from_slice(&1460u32.to_ne_bytes());
+            OptVal::Bytes(v)
+        }
+        _ => match o
+            .other
+            .iter()
+            .find(|(k, _)| *k == (level, name))
+            .map(|(_, v)| *v)
+            .or_else(|| linux_default(level, name))
+            .or(((level, name) == (libc::IPPROTO_TCP, libc::TCP_MAXSEG)).then_some(1460))
+        {
+            Some(v) => OptVal::Int(v),
+            None => {
+                return Some(Err(unsupported(
+                    &format!("getsockopt(level {level}, option {name})"),
+                    libc::ENOPROTOOPT,
+                )))
             }
         },
     }))

@@ -156,6 +156,9 @@ pub struct Sock {
     /// far as the program is concerned, even while a waiter (the notifier, an epoll wait in
     /// progress) still holds it: it leaves every epoll set at once.
     pub descriptors: AtomicU32,
+    /// Forked children that may still take this connection over (see `relay`): while one may,
+    /// the last `close` here does not end it.
+    pub forks: AtomicU32,
 }
 
 impl Sock {
@@ -176,6 +179,7 @@ impl Sock {
             rd_gen: AtomicU32::new(0),
             wr_gen: AtomicU32::new(0),
             descriptors: AtomicU32::new(0),
+            forks: AtomicU32::new(0),
         }
     }
 

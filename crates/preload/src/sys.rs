@@ -210,6 +210,136 @@ pub fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, ev: Option<libc::epoll_event
     check(unsafe { f!(epoll_ctl)(epfd, op, fd, p) }).map(|_| ())
 }
 
+/// `socketpair(AF_UNIX, ty | SOCK_CLOEXEC)`.
+pub fn socketpair(ty: c_int) -> R<(c_int, c_int)> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: writes two ints into the live array (socketpair is not interposed).
+    check(unsafe {
+        libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    })?;
+    Ok((fds[0], fds[1]))
+}
+
+/// `write(2)` in the kernel (`MSG_NOSIGNAL` for sockets: a peer gone is `EPIPE`, no signal).
+pub fn send_nosignal(fd: c_int, buf: &[u8]) -> R<usize> {
+    // SAFETY: `buf` is a live slice of the length passed.
+    checkl(unsafe {
+        f!(send)(
+            fd,
+            buf.as_ptr() as *const c_void,
+            buf.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    })
+}
+
+/// [`send_nosignal`] that never waits (`EAGAIN` when the socket's buffer is full).
+pub fn send_nosignal_dontwait(fd: c_int, buf: &[u8]) -> R<usize> {
+    // SAFETY: `buf` is a live slice of the length passed.
+    checkl(unsafe {
+        f!(send)(
+            fd,
+            buf.as_ptr() as *const c_void,
+            buf.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    })
+}
+
+/// `shutdown(2)` in the kernel.
+pub fn shutdown(fd: c_int, how: c_int) -> R<()> {
+    // SAFETY: plain syscall wrapper, no pointers.
+    check(unsafe { f!(shutdown)(fd, how) }).map(|_| ())
+}
+
+/// Sets a socket's receive timeout (`SO_RCVTIMEO`; zero: none).
+pub fn set_recv_timeout(fd: c_int, t: std::time::Duration) -> R<()> {
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: passes a live timeval of the size given.
+    check(unsafe {
+        f!(setsockopt)(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const c_void,
+            std::mem::size_of::<libc::timeval>() as socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Sends `buf` as one message on the Unix socket `fd`, passing the descriptor `pass` with it.
+pub fn send_with_fd(fd: c_int, buf: &[u8], pass: c_int) -> R<usize> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // room for one SCM_RIGHTS message of one int, aligned as cmsghdr wants
+    let mut space = [0u64; 4];
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let clen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) } as usize;
+    // SAFETY: an all-zero msghdr is valid; the fields set point to live buffers above.
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    m.msg_control = space.as_mut_ptr() as *mut c_void;
+    m.msg_controllen = clen;
+    // SAFETY: `m` has a control buffer of `clen` bytes (at most `space`), so the first header
+    // and its data lie inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&m);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut c_int, pass);
+    }
+    // SAFETY: `m` and everything it points to are live for the call.
+    checkl(unsafe { f!(sendmsg)(fd, &m, libc::MSG_NOSIGNAL) })
+}
+
+/// Receives one message from the Unix socket `fd` into `buf`: its length and the first
+/// descriptor passed with it (any others are closed; a truncated message's descriptors too).
+pub fn recv_with_fd(fd: c_int, buf: &mut [u8]) -> R<(usize, Option<c_int>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    let mut space = [0u64; 16];
+    // SAFETY: an all-zero msghdr is valid; the fields set point to live buffers above.
+    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    m.msg_control = space.as_mut_ptr() as *mut c_void;
+    m.msg_controllen = std::mem::size_of_val(&space);
+    // SAFETY: `m` and everything it points to are live for the call.
+    let n = checkl(unsafe { f!(recvmsg)(fd, &mut m, libc::MSG_CMSG_CLOEXEC) })?;
+    let mut first = None;
+    // SAFETY: walks the control headers the kernel wrote within `space` (CMSG_NXTHDR stops
+    // at `msg_controllen`); each SCM_RIGHTS header's data holds whole ints.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c) as *const c_int;
+                let len = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for k in 0..len / std::mem::size_of::<c_int>() {
+                    let f = std::ptr::read_unaligned(data.add(k));
+                    if first.is_none() && m.msg_flags & libc::MSG_TRUNC == 0 {
+                        first = Some(f);
+                    } else {
+                        f!(close)(f);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&m, c);
+        }
+    }
+    Ok((n, first))
+}
+
 /// `pread(2)` in the kernel.
 pub fn pread(fd: c_int, buf: &mut [u8], off: i64) -> R<usize> {
     // SAFETY: `buf` is a live writable slice of the length passed.
@@ -260,6 +390,12 @@ pub fn log_line(msg: &str) {
 pub fn at_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
     // SAFETY: registers plain function pointers with no captured state.
     unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+/// Registers a handler run at `exit` (not at `_exit`).
+pub fn at_exit(f: extern "C" fn()) {
+    // SAFETY: registers a plain function pointer with no captured state.
+    unsafe { libc::atexit(f) };
 }
 
 /// Waits until a signal handler runs; returns `EINTR` (a blocking call that can never

@@ -3,7 +3,8 @@
 //! descriptor (descriptor numbers are small and dense) holding the socket or epoll instance.
 
 use crate::event::Epoll;
-use crate::sock::Sock;
+use crate::relay::Relayed;
+use crate::sock::{Conn, Sock};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
@@ -19,6 +20,9 @@ pub enum Entry {
     Sock(Arc<Sock>),
     /// An epoll instance (a kernel epoll descriptor with DockNet members kept beside it).
     Epoll(Arc<Epoll>),
+    /// In a forked child: a connection of the parent's stack that the parent serves for this
+    /// process through a Unix socket (the descriptor is that socket now; see `relay`).
+    Relayed(Arc<Relayed>),
 }
 
 /// The descriptor table.
@@ -37,11 +41,28 @@ enum Seen {
     Absent,
     Sock(Weak<Sock>),
     Epoll(Weak<Epoll>),
+    Relayed(Weak<Relayed>),
 }
 
 /// The table held (written) across a `fork`, so that the child's copy is whole and unlocked.
 #[derive(Debug)]
-pub struct TableHold(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, Vec<Option<Entry>>>);
+pub struct TableHold(std::sync::RwLockWriteGuard<'static, Vec<Option<Entry>>>);
+
+impl TableHold {
+    /// The TCP connections on DockNet in the held table, by descriptor.
+    pub fn connections(&self) -> Vec<(i32, Arc<Sock>)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(fd, e)| match e {
+                Some(Entry::Sock(s)) if matches!(s.conn.get(), Some(Conn::Stream(_))) => {
+                    Some((fd as i32, s.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
 
 /// Slots in a thread's cache (a program's thread mostly works a handful of descriptors).
 const CACHED: usize = 8;
@@ -143,6 +164,7 @@ impl Table {
                     Seen::Absent => Some(None),
                     Seen::Sock(w) => w.upgrade().map(|s| Some(Entry::Sock(s))),
                     Seen::Epoll(w) => w.upgrade().map(|e| Some(Entry::Epoll(e))),
+                    Seen::Relayed(w) => w.upgrade().map(|r| Some(Entry::Relayed(r))),
                 }
             })
             .ok()
@@ -155,6 +177,7 @@ impl Table {
             None => Seen::Absent,
             Some(Entry::Sock(s)) => Seen::Sock(Arc::downgrade(s)),
             Some(Entry::Epoll(x)) => Seen::Epoll(Arc::downgrade(x)),
+            Some(Entry::Relayed(r)) => Seen::Relayed(Arc::downgrade(r)),
         };
         let _ = CACHE.try_with(|c| {
             let Ok(mut c) = c.try_borrow_mut() else {
@@ -197,7 +220,7 @@ impl Table {
     pub fn sock(&self, fd: i32) -> Option<Arc<Sock>> {
         match self.get(fd)? {
             Entry::Sock(s) => Some(s),
-            Entry::Epoll(_) => None,
+            _ => None,
         }
     }
 
@@ -205,7 +228,15 @@ impl Table {
     pub fn epoll(&self, fd: i32) -> Option<Arc<Epoll>> {
         match self.get(fd)? {
             Entry::Epoll(e) => Some(e),
-            Entry::Sock(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The relayed connection at `fd` (a forked child's, served by its parent).
+    pub fn relayed(&self, fd: i32) -> Option<Arc<Relayed>> {
+        match self.get(fd)? {
+            Entry::Relayed(r) => Some(r),
+            _ => None,
         }
     }
 
@@ -244,6 +275,23 @@ impl Table {
         self.mark(fd, false);
         self.changed();
         old
+    }
+
+    /// The TCP connections on DockNet in the table (each once, however many descriptors
+    /// refer to it).
+    pub fn connections(&self) -> Vec<Arc<Sock>> {
+        let m = self.read();
+        let mut out: Vec<Arc<Sock>> = Vec::new();
+        for e in m.iter().flatten() {
+            if let Entry::Sock(s) = e {
+                if matches!(s.conn.get(), Some(Conn::Stream(_)))
+                    && !out.iter().any(|o| Arc::ptr_eq(o, s))
+                {
+                    out.push(s.clone());
+                }
+            }
+        }
+        out
     }
 
     /// How many descriptors are in the table.

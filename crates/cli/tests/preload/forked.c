@@ -1,14 +1,29 @@
 /* A child process after fork and the DockNet sockets it inherits, where the pipe's stack stays
  * the parent's: the parent uses the listener after the fork, before the child tries it, so the
  * child cannot take the stack (a child takes it only while its parent does not use it). The
- * child's listener is then one no connection ever reaches (never ready, accept would wait),
- * and every call on its connection but close fails at once. The parent's connection carries
- * on. (Children that take the stack: prefork.c.)
+ * child's listener is then one no connection ever reaches (never ready, accept would wait).
+ * Its connection works as on kernel sockets (the parent serves it for the child), and the
+ * parent's carries on after the child closed its copy. A connection handed to a child forked
+ * for it, the parent closing its own copy at once, is served by the child to the end.
+ * (Children that take the stack: prefork.c.)
  *
  *   forked server PORT      listen, fork a child that tries the listener once the parent has
  *                           used it, accept one client, fork a child that tries the
  *                           connection, then echo one message
  *   forked client IP PORT   connect, wait for the server's "R", send "ping", expect it back
+ *   forked handoff PORT N   accept N connections, each handed to a child forked for it (the
+ *                           parent closes its copy at once and accepts the next, as
+ *                           PostgreSQL's postmaster does); the child reads a line with epoll,
+ *                           answers what it sees of the connection, sends BULK bytes, shuts
+ *                           down and waits for the client's close
+ *   forked handoff-client IP PORT N   open N connections, then talk to each
+ *   forked inetd PORT N     accept N connections, each handed to a program as inetd does: a
+ *                           child puts it on its standard input and output and runs a shell
+ *                           that reads a line and answers it
+ *   forked inetd-client IP PORT N     one connection after another: a line, then the answer
+ *   forked leave PORT       accept one connection, answer its line as inetd's shell does and
+ *                           exit at once without closing it (the answer and the end of stream
+ *                           must reach the client all the same)
  *
  * Prints one line per outcome: "name: value". */
 #define _GNU_SOURCE
@@ -16,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,8 +73,8 @@ static void try_in_child(int fd, const char *tag, int listening, int parent_firs
       printf("%s.accept: %s\n", tag, err(accept4(fd, NULL, NULL, SOCK_NONBLOCK)));
     }
     else {
+      /* nothing comes before the parent's "R": the client waits for it */
       printf("%s.recv: %s\n", tag, err(recv(fd, buf, sizeof buf, MSG_DONTWAIT)));
-      printf("%s.send: %s\n", tag, err(send(fd, "x", 1, MSG_DONTWAIT)));
     }
     struct pollfd pf = {fd, POLLIN, 0};
     int n = poll(&pf, 1, 300);
@@ -80,6 +96,256 @@ static void try_in_child(int fd, const char *tag, int listening, int parent_firs
     perror("write");
   close(go[1]);
   waitpid(p, NULL, 0);
+}
+
+#define BULK (256 * 1024)
+
+/* A forked child's side of one handed-off connection. */
+static int serve_handed(int c) {
+  struct sockaddr_in me, peer;
+  socklen_t l = sizeof me;
+  if (getsockname(c, (void *)&me, &l) || (l = sizeof peer, getpeername(c, (void *)&peer, &l)))
+    return 10;
+  int one = 1, nd = 0, ty = 0;
+  socklen_t ol = sizeof nd;
+  if (setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) ||
+      getsockopt(c, IPPROTO_TCP, TCP_NODELAY, &nd, &ol))
+    return 11;
+  ol = sizeof ty;
+  if (getsockopt(c, SOL_SOCKET, SO_TYPE, &ty, &ol))
+    return 12;
+  fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev))
+    return 13;
+  char line[64];
+  size_t got = 0;
+  while (got == 0 || line[got - 1] != '\n') {
+    struct epoll_event out;
+    if (epoll_wait(ep, &out, 1, 10000) != 1)
+      return 14;
+    ssize_t n = read(c, line + got, sizeof line - 1 - got);
+    if (n <= 0 && !(n < 0 && errno == EAGAIN))
+      return 15;
+    if (n > 0)
+      got += n;
+    if (got >= sizeof line - 1)
+      return 16;
+  }
+  line[got - 1] = 0;
+  char ans[160];
+  int k = snprintf(ans, sizeof ans, "%s port=%d peer_port=%d nodelay=%d stream=%d\n", line,
+                   ntohs(me.sin_port), ntohs(peer.sin_port), nd != 0, ty == SOCK_STREAM);
+  fcntl(c, F_SETFL, fcntl(c, F_GETFL) & ~O_NONBLOCK);
+  if (send(c, ans, k, 0) != k)
+    return 17;
+  static char bulk[BULK];
+  for (int i = 0; i < BULK; i++)
+    bulk[i] = (char)(i * 7 + 3);
+  for (size_t off = 0; off < BULK;) {
+    ssize_t n = send(c, bulk + off, BULK - off, 0);
+    if (n <= 0)
+      return 18;
+    off += n;
+  }
+  shutdown(c, SHUT_WR);
+  char b[16];
+  if (recv(c, b, sizeof b, 0) != 0)
+    return 19;
+  close(c);
+  return 0;
+}
+
+static int handoff(int port, int n) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
+    perror("listen");
+    return 1;
+  }
+  for (int i = 0; i < n; i++) {
+    int c = accept(l, NULL, NULL);
+    if (c < 0) {
+      perror("accept");
+      return 1;
+    }
+    pid_t p = fork();
+    if (p == 0) {
+      close(l);
+      _exit(serve_handed(c));
+    }
+    close(c);
+  }
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    int st;
+    if (wait(&st) > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      ok++;
+    else if (WIFEXITED(st))
+      printf("child.exit: %d\n", WEXITSTATUS(st));
+  }
+  printf("served: %d of %d\n", ok, n);
+  return 0;
+}
+
+static int handoff_client(const char *ip, int port, int n) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  int s[64];
+  if (n > 64)
+    return 2;
+  for (int i = 0; i < n; i++) {
+    int tries = 0;
+    for (;;) {
+      s[i] = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(s[i], (void *)&a, sizeof a) == 0)
+        break;
+      close(s[i]);
+      if (++tries == 50) {
+        printf("client.connect: failed\n");
+        return 1;
+      }
+      usleep(100000);
+    }
+  }
+  int good = 0;
+  for (int i = 0; i < n; i++) {
+    char hello[32], ans[200];
+    int k = snprintf(hello, sizeof hello, "hello %d\n", i);
+    send(s[i], hello, k, 0);
+    struct sockaddr_in me;
+    socklen_t l = sizeof me;
+    getsockname(s[i], (void *)&me, &l);
+    size_t got = 0;
+    while (got < sizeof ans - 1 && (got == 0 || ans[got - 1] != '\n')) {
+      ssize_t r = recv(s[i], ans + got, 1, 0);
+      if (r <= 0)
+        break;
+      got += r;
+    }
+    ans[got] = 0;
+    char want[200];
+    snprintf(want, sizeof want, "hello %d port=%d peer_port=%d nodelay=1 stream=1\n", i, port,
+             ntohs(me.sin_port));
+    long bytes = 0, bad = 0;
+    char buf[65536];
+    for (;;) {
+      ssize_t r = recv(s[i], buf, sizeof buf, 0);
+      if (r <= 0)
+        break;
+      for (ssize_t j = 0; j < r; j++)
+        bad += buf[j] != (char)((bytes + j) * 7 + 3);
+      bytes += r;
+    }
+    close(s[i]);
+    int ok = !strcmp(ans, want) && bytes == BULK && bad == 0;
+    if (!ok)
+      printf("client.%d: answer %s(want %s) bytes %ld bad %ld\n", i, ans, want, bytes, bad);
+    good += ok;
+  }
+  printf("client.handed: %d of %d\n", good, n);
+  return 0;
+}
+
+static int inetd(int port, int n) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
+    perror("listen");
+    return 1;
+  }
+  int ok = 0;
+  for (int i = 0; i < n; i++) {
+    int c = accept(l, NULL, NULL);
+    if (c < 0) {
+      perror("accept");
+      return 1;
+    }
+    pid_t p = fork();
+    if (p == 0) {
+      close(l);
+      if (dup2(c, 0) != 0 || dup2(c, 1) != 1)
+        _exit(20);
+      close(c);
+      execl("/bin/sh", "sh", "-c", "read l; echo \"inetd $l\"", (char *)NULL);
+      _exit(21);
+    }
+    close(c);
+    int st;
+    if (waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      ok++;
+  }
+  printf("inetd.served: %d of %d\n", ok, n);
+  return 0;
+}
+
+static int leave(int port) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  if (bind(l, (void *)&a, sizeof a) || listen(l, 8)) {
+    perror("listen");
+    return 1;
+  }
+  int c = accept(l, NULL, NULL);
+  char line[64];
+  size_t got = 0;
+  while (got < sizeof line - 1 && (got == 0 || line[got - 1] != '\n')) {
+    ssize_t r = recv(c, line + got, 1, 0);
+    if (r <= 0)
+      break;
+    got += r;
+  }
+  line[got] = 0;
+  char ans[96];
+  int k = snprintf(ans, sizeof ans, "inetd %s", line);
+  printf("leave.send: %d\n", send(c, ans, k, 0) == k);
+  exit(0);
+}
+
+static int inetd_client(const char *ip, int port, int n) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  int good = 0;
+  for (int i = 0; i < n; i++) {
+    int s = -1;
+    for (int tries = 0; tries < 50; tries++) {
+      s = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(s, (void *)&a, sizeof a) == 0)
+        break;
+      close(s);
+      s = -1;
+      usleep(100000);
+    }
+    if (s < 0) {
+      printf("client.connect: failed\n");
+      return 1;
+    }
+    char hello[32], ans[64] = {0}, want[64];
+    int k = snprintf(hello, sizeof hello, "hello %d\n", i);
+    send(s, hello, k, 0);
+    size_t got = 0;
+    for (;;) {
+      ssize_t r = recv(s, ans + got, sizeof ans - 1 - got, 0);
+      if (r <= 0)
+        break;
+      got += r;
+    }
+    close(s);
+    snprintf(want, sizeof want, "inetd hello %d\n", i);
+    if (!strcmp(ans, want))
+      good++;
+    else
+      printf("client.%d: %s", i, ans);
+  }
+  printf("client.inetd: %d of %d\n", good, n);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -125,6 +391,17 @@ int main(int argc, char **argv) {
     printf("client.connect: failed\n");
     return 1;
   }
-  fprintf(stderr, "usage: forked server PORT | forked client IP PORT\n");
+  if (argc == 4 && !strcmp(argv[1], "handoff"))
+    return handoff(atoi(argv[2]), atoi(argv[3]));
+  if (argc == 5 && !strcmp(argv[1], "handoff-client"))
+    return handoff_client(argv[2], atoi(argv[3]), atoi(argv[4]));
+  if (argc == 4 && !strcmp(argv[1], "inetd"))
+    return inetd(atoi(argv[2]), atoi(argv[3]));
+  if (argc == 3 && !strcmp(argv[1], "leave"))
+    return leave(atoi(argv[2]));
+  if (argc == 5 && !strcmp(argv[1], "inetd-client"))
+    return inetd_client(argv[2], atoi(argv[3]), atoi(argv[4]));
+  fprintf(stderr, "usage: forked server PORT | forked client IP PORT | forked handoff PORT N | "
+                  "forked handoff-client IP PORT N | forked inetd PORT N | forked inetd-client IP PORT N | forked leave PORT\n");
   return 2;
 }

@@ -110,6 +110,9 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
             return ret(r);
         }
     }
+    if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && TABLE.maybe(fd) {
+        let _ = catch_unwind(|| ops::before_dup(fd));
+    }
     // SAFETY: libc's fcntl with the caller's arguments (the third as the word it was).
     let r = unsafe { real!(fcntl)(fd, cmd, arg) };
     if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && TABLE.maybe(fd) {
@@ -152,6 +155,9 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    if TABLE.maybe(fd) {
+        let _ = catch_unwind(|| ops::before_dup(fd));
+    }
     // SAFETY: libc's dup with the caller's argument.
     let r = unsafe { real!(dup)(fd) };
     if r >= 0 && TABLE.maybe(fd) {
@@ -162,6 +168,9 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if TABLE.maybe(old) {
+        let _ = catch_unwind(|| ops::before_dup(old));
+    }
     // SAFETY: libc's dup2 with the caller's arguments.
     let r = unsafe { real!(dup2)(old, new) };
     if r >= 0 && (TABLE.maybe(old) || TABLE.maybe(new)) {
@@ -172,6 +181,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if TABLE.maybe(old) {
+        let _ = catch_unwind(|| ops::before_dup(old));
+    }
     // SAFETY: libc's dup3 with the caller's arguments.
     let r = unsafe { real!(dup3)(old, new, flags) };
     if r >= 0 && (TABLE.maybe(old) || TABLE.maybe(new)) {
