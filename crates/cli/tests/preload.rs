@@ -425,6 +425,118 @@ fn passing_a_docknet_socket_to_another_process_is_refused_with_one_line() {
     assert_eq!(err.matches("SCM_RIGHTS").count(), 1, "one line: {err}");
 }
 
+/// A connection passed to another process over a Unix socket (`SCM_RIGHTS`), as a supervisor
+/// hands accepted connections to a worker it started before: the worker reads the request and
+/// answers on it, the supervisor having closed its copy, and the client reads the answer and
+/// the end of stream. The outcome is the kernel's, through the daemon and over a fast channel.
+#[test]
+fn a_connection_passed_to_another_process_is_served_there_as_on_kernel_sockets() {
+    if !ready("scm_rights connection", &[("python3", "python3")]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let server = dir.path().join("pass_server.py");
+    std::fs::write(
+        &server,
+        "import os, socket, sys\n\
+         l = socket.socket()\n\
+         l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         l.bind(('0.0.0.0', int(sys.argv[1])))\n\
+         l.listen()\n\
+         a, b = socket.socketpair()\n\
+         pid = os.fork()\n\
+         if pid == 0:\n\
+         \x20   l.close(); a.close()\n\
+         \x20   for i in range(3):\n\
+         \x20       _, fds, _, _ = socket.recv_fds(b, 10, 1)\n\
+         \x20       c = socket.socket(fileno=fds[0])\n\
+         \x20       got = b''\n\
+         \x20       while not got.endswith(b'\\n'):\n\
+         \x20           got += c.recv(100)\n\
+         \x20       c.sendall(b'worker got ' + got)\n\
+         \x20       c.close()\n\
+         \x20   os._exit(0)\n\
+         b.close()\n\
+         for i in range(3):\n\
+         \x20   c, _ = l.accept()\n\
+         \x20   socket.send_fds(a, [b'c'], [c.fileno()])\n\
+         \x20   c.close()\n\
+         os.waitpid(pid, 0)\n\
+         print('supervisor: passed 3')\n",
+    )
+    .unwrap();
+    let client_py = dir.path().join("pass_client.py");
+    std::fs::write(
+        &client_py,
+        "import socket, sys, time\n\
+         for i in range(3):\n\
+         \x20   for t in range(50):\n\
+         \x20       try:\n\
+         \x20           s = socket.create_connection((sys.argv[1], int(sys.argv[2])))\n\
+         \x20           break\n\
+         \x20       except OSError:\n\
+         \x20           time.sleep(0.1)\n\
+         \x20   s.sendall(b'hello %d\\n' % i)\n\
+         \x20   got = b''\n\
+         \x20   while True:\n\
+         \x20       d = s.recv(100)\n\
+         \x20       if not d: break\n\
+         \x20       got += d\n\
+         \x20   print(got.decode().strip())\n",
+    )
+    .unwrap();
+    let (sp, cp) = (server.to_str().unwrap(), client_py.to_str().unwrap());
+    let (ks, kc) = kernel_pair(
+        &["python3", sp, "7460"],
+        &["python3", cp, "127.0.0.1", "7460"],
+        true,
+    );
+    assert_eq!(
+        kc.lines().collect::<Vec<_>>(),
+        [
+            "worker got hello 0",
+            "worker got hello 1",
+            "worker got hello 2"
+        ],
+        "kernel: {kc}"
+    );
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        let srv = Server::spawn(
+            run_args(
+                &lab,
+                &s,
+                &[dir.path()],
+                &[],
+                &["/usr/bin/python3", sp, "7460"],
+            ),
+            Stdio::piped(),
+        );
+        let o = client(
+            &lab,
+            &c,
+            &[dir.path()],
+            &[],
+            &["/usr/bin/python3", cp, &ip, "7460"],
+            Duration::from_secs(60),
+        );
+        let dc = must(&o, "the client");
+        let so = srv.finish(Duration::from_secs(30));
+        let (ds, err) = (text(&so), String::from_utf8_lossy(&so.stderr).into_owned());
+        assert_eq!(
+            (dc.as_str(), ds.as_str()),
+            (kc.as_str(), ks.as_str()),
+            "fast channel {fc}: outcomes differ from the kernel's; server stderr:\n{err}"
+        );
+        assert!(!err.contains("docknet-preload"), "fast channel {fc}: {err}");
+    }
+}
+
 /// A forked child cannot take the pipe's stack while its parent uses it: the parent looks at
 /// its listener after the fork, before the child tries it. The child's listener is then one no
 /// connection reaches (never ready; `epoll_ctl` takes it, as watching nothing), as a worker's

@@ -35,7 +35,7 @@
 
 use crate::ops::{self, TABLE};
 use crate::sock::{Conn, Opts, Sock};
-use crate::sys;
+use crate::sys::{self, R};
 use crate::table::{Entry, TableHold};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -287,6 +287,33 @@ fn start_relay(s: Arc<Sock>, data: i32) {
         let_go(s);
         return;
     }
+    run(s, data);
+}
+
+/// For a `sendmsg` that passes the DockNet connection `s` to another process (`SCM_RIGHTS`):
+/// a Unix socket to pass in its place, whose other end this process relays to the connection
+/// from now on, as it relays a connection a forked child claimed. The receiver reads and writes
+/// the connection's bytes on it (its addresses are the Unix socket's: nothing else of the
+/// connection travels). `EOPNOTSUPP` for anything but a connection of the stack this process
+/// drives (a listener or a UDP socket cannot be relayed).
+pub fn pass(s: &Arc<Sock>) -> R<i32> {
+    if ops::forked() || !matches!(s.conn.get(), Some(Conn::Stream(_))) {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let (mine, theirs) = sys::socketpair(libc::SOCK_STREAM)?;
+    // held as an inherited connection is: this process's own `close` no longer ends it
+    s.forks.fetch_add(1, Ordering::AcqRel);
+    run(s.clone(), mine);
+    Ok(theirs)
+}
+
+/// Relays `s` to the Unix socket `data` until both ways end.
+fn run(s: Arc<Sock>, data: i32) {
+    let Some(Conn::Stream(t)) = s.conn.get() else {
+        let _ = sys::close(data);
+        let_go(s);
+        return;
+    };
     // the child's writes are its messages: each goes out as it comes
     t.set_nodelay(true);
     RELAYED.fetch_add(1, Ordering::Relaxed);

@@ -597,50 +597,142 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
 
 /// Whether `msg` passes a DockNet socket's descriptor (`SCM_RIGHTS`). Such a descriptor is a
 /// placeholder of the kernel's: the connection lives in this process's stack, which another
-/// process cannot drive, so the passing is refused rather than handing over a dead socket.
+/// process cannot drive.
 ///
 /// # Safety
 /// `msg` is null or the caller's valid msghdr, its control buffer `msg_controllen` bytes.
 unsafe fn passes_docknet_socket(msg: *const libc::msghdr) -> bool {
+    let mut found = false;
+    // SAFETY: as this function's.
+    unsafe {
+        walk_rights(msg, |fd| {
+            found |= TABLE.maybe(fd) && ops::is_docknet(fd);
+            fd
+        })
+    };
+    found
+}
+
+/// Walks the descriptors `msg` passes (`SCM_RIGHTS`), replacing each with what `f` returns.
+///
+/// # Safety
+/// `msg` is null or a valid msghdr whose control buffer of `msg_controllen` bytes is writable
+/// where `f` changes a descriptor (a read-only walk returns every descriptor unchanged).
+unsafe fn walk_rights(msg: *const libc::msghdr, mut f: impl FnMut(c_int) -> c_int) {
     // SAFETY: null or the caller's valid msghdr.
     let Some(m) = (unsafe { msg.as_ref() }) else {
-        return false;
+        return;
     };
     if m.msg_control.is_null() || m.msg_controllen < std::mem::size_of::<libc::cmsghdr>() {
-        return false;
+        return;
     }
-    // SAFETY: the kernel's cmsg walk over the caller's control buffer, bounded by
-    // msg_controllen (CMSG_NXTHDR returns null past its end).
+    // SAFETY: the kernel's cmsg walk over the control buffer, bounded by msg_controllen
+    // (CMSG_NXTHDR returns null past its end); a changed descriptor is written in place.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(m);
         while !c.is_null() {
             if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c) as *const c_int;
+                let data = libc::CMSG_DATA(c) as *mut c_int;
                 let head = data as usize - c as usize;
                 let n =
                     ((*c).cmsg_len as usize).saturating_sub(head) / std::mem::size_of::<c_int>();
                 for k in 0..n {
                     let fd = std::ptr::read_unaligned(data.add(k));
-                    if TABLE.maybe(fd) && ops::is_docknet(fd) {
-                        return true;
+                    let to = f(fd);
+                    if to != fd {
+                        std::ptr::write_unaligned(data.add(k), to);
                     }
                 }
             }
             c = libc::CMSG_NXTHDR(m, c);
         }
     }
-    false
+}
+
+/// `sendmsg` of `msg`, which passes DockNet sockets: a copy of it passes, in each connection's
+/// place, a Unix socket this process relays to the connection (`relay::pass`); anything else
+/// of DockNet's (a listener, a UDP socket) refuses the whole message with one line.
+///
+/// # Safety
+/// `msg` is the caller's valid msghdr, its control buffer `msg_controllen` bytes.
+unsafe fn sendmsg_passing(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's valid msghdr (non-null: it passes a descriptor).
+    let m = unsafe { *msg };
+    // the control buffer copied, aligned as cmsghdr wants, so that the caller's is not changed
+    let len = m.msg_controllen;
+    let mut control = vec![0u64; len.div_ceil(8)];
+    // SAFETY: copies `len` bytes from the caller's control buffer into ours of at least that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            m.msg_control as *const u8,
+            control.as_mut_ptr() as *mut u8,
+            len,
+        )
+    };
+    let mut copy = m;
+    copy.msg_control = control.as_mut_ptr() as *mut c_void;
+    let mut made: Vec<c_int> = Vec::new();
+    let mut refused = false;
+    // SAFETY: `copy`'s control buffer is ours and writable.
+    unsafe {
+        walk_rights(&copy, |d| {
+            if refused || !(TABLE.maybe(d) && ops::is_docknet(d)) {
+                return d;
+            }
+            // a forked child's inherited connection: claimed from its parent first, it is a
+            // Unix socket already, passed as it is
+            ops::before_dup(d);
+            if !ops::is_docknet(d) {
+                return d;
+            }
+            match TABLE
+                .sock(d)
+                .ok_or(libc::EBADF)
+                .and_then(|s| crate::relay::pass(&s))
+            {
+                Ok(u) => {
+                    made.push(u);
+                    u
+                }
+                Err(_) => {
+                    refused = true;
+                    d
+                }
+            }
+        })
+    };
+    let r = if refused {
+        ops::log_once(
+            "passing a DockNet listener or UDP socket to another process (SCM_RIGHTS) is not \
+             supported: it lives in this process's DockNet stack (a connection can be passed)",
+        );
+        Err(libc::EOPNOTSUPP)
+    } else {
+        // SAFETY: libc's sendmsg with the caller's message but our control buffer.
+        let n = unsafe { real!(sendmsg)(fd, &copy, flags) };
+        if n < 0 {
+            Err(sys::errno())
+        } else {
+            Ok(n as usize)
+        }
+    };
+    // the message holds its own references to the sockets passed; ours go (a relay whose
+    // socket was never passed sees its other end closed and ends)
+    for u in made {
+        let _ = sys::close(u);
+    }
+    retl(r)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's msghdr, as sendmsg takes it.
     if ops::enabled() && unsafe { passes_docknet_socket(msg) } {
-        ops::log_once(
-            "passing a DockNet socket to another process (SCM_RIGHTS) is not supported: its \
-             connection lives in this process's DockNet stack",
-        );
-        return retl(Err(libc::EOPNOTSUPP));
+        // SAFETY: as above (non-null: it passes a descriptor).
+        return catch_unwind(AssertUnwindSafe(|| unsafe {
+            sendmsg_passing(fd, msg, flags)
+        }))
+        .unwrap_or_else(|_| retl(Err(libc::EIO)));
     }
     if TABLE.maybe(fd) {
         if msg.is_null() {
