@@ -111,7 +111,20 @@ pub fn hold() -> LinksHold {
 pub struct Prepared {
     parent_end: i32,
     child_end: i32,
-    conns: Vec<(i32, Arc<Sock>)>,
+    conns: Inherited,
+}
+
+/// The connections a child inherited, by descriptor, held for it until it claims them or no
+/// longer can: dropping the rest lets them go ([`let_go`]), however the holder ends.
+#[derive(Debug)]
+struct Inherited(Vec<(i32, Arc<Sock>)>);
+
+impl Drop for Inherited {
+    fn drop(&mut self) {
+        for (_, s) in self.0.drain(..) {
+            let_go(s);
+        }
+    }
 }
 
 /// Before a `fork` of the process that drives the stack (`table` held): a link for the
@@ -131,7 +144,7 @@ pub fn prepare(table: &TableHold) -> Option<Prepared> {
     Some(Prepared {
         parent_end,
         child_end,
-        conns,
+        conns: Inherited(conns),
     })
 }
 
@@ -151,7 +164,8 @@ pub fn parent(links: LinksHold, p: Option<Prepared>) {
         .spawn(move || serve(fd, conns));
     sys::sigmask_set(old.as_ref());
     if spawned.is_err() {
-        // no one answers: the child's claims find the link closed and are refused
+        // no one answers (the connections went with the thread's closure): the child's claims
+        // find the link closed and are refused
         forget_link(fd);
     }
 }
@@ -168,7 +182,7 @@ pub fn child(links: LinksHold, p: Option<Prepared>) {
     drop(links);
     if let Some(p) = p {
         let _ = sys::close(p.parent_end);
-        // (the child's copies of the sockets are dead memory: never dropped here)
+        // (the child's copies of the sockets are dead memory: never let go here)
         std::mem::forget(p.conns);
         let old = LINK.swap(p.child_end, Ordering::AcqRel);
         if old >= 0 {
@@ -186,7 +200,7 @@ fn forget_link(fd: i32) {
 }
 
 /// The parent's side of one link: answers claims, then lets go of what nobody claimed.
-fn serve(link: i32, mut conns: Vec<(i32, Arc<Sock>)>) {
+fn serve(link: i32, mut conns: Inherited) {
     let mut buf = [0u8; 64];
     loop {
         match sys::recv_with_fd(link, &mut buf) {
@@ -198,10 +212,10 @@ fn serve(link: i32, mut conns: Vec<(i32, Arc<Sock>)>) {
                     continue;
                 };
                 match parse_claim(&buf[..n])
-                    .and_then(|(fd, id)| conns.iter().position(|(f, s)| *f == fd && s.id == id))
+                    .and_then(|(fd, id)| conns.0.iter().position(|(f, s)| *f == fd && s.id == id))
                 {
                     Some(i) if !ops::forked() => {
-                        let (_, s) = conns.swap_remove(i);
+                        let (_, s) = conns.0.swap_remove(i);
                         start_relay(s, data);
                     }
                     _ => {
@@ -216,9 +230,7 @@ fn serve(link: i32, mut conns: Vec<(i32, Arc<Sock>)>) {
         }
     }
     forget_link(link);
-    for (_, s) in conns {
-        let_go(s);
-    }
+    drop(conns);
 }
 
 fn parse_claim(b: &[u8]) -> Option<(i32, u64)> {
@@ -698,7 +710,7 @@ mod tests {
     fn a_link_refuses_what_is_not_a_claim_on_an_inherited_connection_and_ends_with_its_children() {
         let (parent_end, child_end) = sys::socketpair(libc::SOCK_SEQPACKET).unwrap();
         let before = REFUSED.load(Ordering::Relaxed);
-        let t = std::thread::spawn(move || serve(parent_end, Vec::new()));
+        let t = std::thread::spawn(move || serve(parent_end, Inherited(Vec::new())));
         let claim = |msg: &[u8]| -> i32 {
             let (mine, theirs) = sys::socketpair(libc::SOCK_STREAM).unwrap();
             sys::send_with_fd(child_end, msg, theirs).unwrap();
