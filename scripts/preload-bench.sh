@@ -4,8 +4,9 @@
 #   wrk against nginx (a 612-byte page, keep-alive), redis-benchmark GET/SET against redis,
 #   and pgbench (select-only, then the default TPC-B-like, 8 clients) against PostgreSQL, whose
 #   postmaster forks a backend per connection (over DockNet the postmaster's library serves each
-#   connection for its backend). PostgreSQL runs unpinned (its backends, pgbench's threads and
-#   the daemon share both cores), the others pinned.
+#   connection for its backend), and wrk against nginx as a reverse proxy (proxy_pass, upstream
+#   keep-alive) to a second nginx, beside wrk straight to that backend. PostgreSQL and the proxy
+#   run unpinned (their processes and the daemon share both cores), the others pinned.
 # Builds everything it uses under a name unique to this run and removes it on exit.
 #
 #   ./scripts/preload-bench.sh [SECONDS]      (root; after cargo build --release)
@@ -32,7 +33,7 @@ cleanup() {
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     # the daemon's fd holder outlives a killed daemon on purpose: end it by its pid
     [ -f "$RUN/holder.pid" ] && kill -9 "$(cat "$RUN/holder.pid")" 2>/dev/null || true
-    for ns in h s c; do ip netns del $TAG$ns 2>/dev/null || true; done
+    for ns in h s c b; do ip netns del $TAG$ns 2>/dev/null || true; done
     rm -rf "$WORK" "$RUN" /tmp/$TAG-pg /tmp/$TAG-pgs
 }
 trap cleanup EXIT INT TERM
@@ -64,20 +65,36 @@ pgb() { # the client's commands against HOST
         pgbench -n -S -c 8 -j 2 -T $SECS -h $1 -U postgres postgres && \
         pgbench -n -c 8 -j 2 -T $SECS -h $1 -U postgres postgres"
 }
+# nginx as a reverse proxy on port 8080 to the backend BACKEND (an nginx serving the page)
+proxy_conf() {
+    cat > "$WORK/proxy-$1.conf" <<EOF
+daemon off; master_process off; worker_processes 1;
+error_log stderr error; pid /tmp/$TAG-proxy.pid;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  client_body_temp_path /tmp/$TAG-pb; proxy_temp_path /tmp/$TAG-pp; fastcgi_temp_path /tmp/$TAG-pf;
+  uwsgi_temp_path /tmp/$TAG-pu; scgi_temp_path /tmp/$TAG-ps;
+  upstream be { server $1:80; keepalive 64; keepalive_requests 1000000; }
+  server { listen 8080;
+    location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+EOF
+    echo "$WORK/proxy-$1.conf"
+}
 REDIS=(redis-server --bind 0.0.0.0 --port 6379 --save '' --appendonly no --protected-mode no --dir /tmp)
 WRK=(wrk -t1 -c32 -d${SECS}s)
 RB=(redis-benchmark -p 6379 -t set,get -n 400000 -c 50 -q)
 
 # the kernel's bridge (Docker's default network): a bridge in a host namespace, a veth per side
-ip netns add ${TAG}h; ip netns add ${TAG}s; ip netns add ${TAG}c
+ip netns add ${TAG}h; ip netns add ${TAG}s; ip netns add ${TAG}c; ip netns add ${TAG}b
 ip -n ${TAG}h link add br0 type bridge; ip -n ${TAG}h link set br0 up
-for x in s c; do
+for x in s c b; do
     ip link add ${TAG}$x type veth peer name eth0 netns ${TAG}$x
     ip link set ${TAG}$x netns ${TAG}h
     ip -n ${TAG}h link set ${TAG}$x master br0 up
     ip -n ${TAG}$x link set lo up; ip -n ${TAG}$x link set eth0 up
 done
 ip -n ${TAG}s addr add 10.79.0.2/24 dev eth0
+ip -n ${TAG}b addr add 10.79.0.4/24 dev eth0
 ip -n ${TAG}c addr add 10.79.0.3/24 dev eth0
 
 kernel() { # kernel NAME SERVER... -- CLIENT...
@@ -98,7 +115,10 @@ sleep 1
 D=("$BIN/docknet" --socket "$RUN/ctl.sock")
 "${D[@]}" pipe create ${TAG}s --ip 10.78.0.2/24 >/dev/null
 "${D[@]}" pipe create ${TAG}c --ip 10.78.0.3/24 >/dev/null
+"${D[@]}" pipe create ${TAG}b --ip 10.78.0.4/24 >/dev/null
 "${D[@]}" fc connect ${TAG}s ${TAG}c >/dev/null
+"${D[@]}" fc connect ${TAG}s ${TAG}b >/dev/null
+"${D[@]}" fc connect ${TAG}c ${TAG}b >/dev/null
 
 docknet() { # docknet NAME SERVER... -- CLIENT...
     local name=$1; shift
@@ -122,3 +142,33 @@ kernel "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.79.0.2
 docknet "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.78.0.2
 UNPINNED=1 SETTLE=4 kernel "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.79.0.2)"
 UNPINNED=1 SETTLE=4 docknet "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.78.0.2)"
+
+# the reverse proxy: wrk straight to the backend, then through the proxy (unpinned)
+proxy() { # proxy MODE
+    local run_b run_s run_c be
+    if [ "$1" = kernel ]; then
+        be=10.79.0.4
+        run_b=(ip netns exec ${TAG}b) run_s=(ip netns exec ${TAG}s) run_c=(ip netns exec ${TAG}c)
+    else
+        be=10.78.0.4
+        run_b=("${D[@]}" run --pipe ${TAG}b --preload --bind "$WORK" --)
+        run_s=("${D[@]}" run --pipe ${TAG}s --preload --bind "$WORK" --)
+        run_c=("${D[@]}" run --pipe ${TAG}c --preload --)
+    fi
+    local conf; conf=$(proxy_conf $be)
+    "${run_b[@]}" "${NGINX[@]}" >/dev/null 2>&1 & PIDS+=($!); local pb=$!
+    "${run_s[@]}" nginx -c "$conf" >/dev/null 2>&1 & PIDS+=($!); local ps=$!
+    sleep 1
+    local name; [ "$1" = kernel ] && name="the bridge" || name=docknet-fc-preload
+    for target in "$be:80 (direct)" "${be%.4}.2:8080 (through the proxy)"; do
+        for c in 1 32; do
+            echo "== wrk -c$c -> nginx ${target#* } over $name, unpinned"
+            "${run_c[@]}" wrk -t1 -c$c -d${SECS}s --latency "http://${target%% *}/" 2>&1 \
+                | tr '\r' '\n' | grep -E "Requests/sec| 50%| 99%" | sed 's/^ *//' | paste -sd' '
+        done
+    done
+    kill -9 $ps $pb; wait $ps $pb 2>/dev/null || true
+    sleep 0.5
+}
+proxy kernel
+proxy docknet
