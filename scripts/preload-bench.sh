@@ -5,8 +5,9 @@
 #   and pgbench (select-only, then the default TPC-B-like, 8 clients) against PostgreSQL, whose
 #   postmaster forks a backend per connection (over DockNet the postmaster's library serves each
 #   connection for its backend), and wrk against nginx as a reverse proxy (proxy_pass, upstream
-#   keep-alive) to a second nginx, beside wrk straight to that backend. PostgreSQL and the proxy
-#   run unpinned (their processes and the daemon share both cores), the others pinned.
+#   keep-alive) to a second nginx, beside wrk straight to that backend, and wrk against gunicorn
+#   with 4 sync workers (a pre-forked pool, a connection per request). PostgreSQL, the proxy and
+#   gunicorn run unpinned (their processes and the daemon share both cores), the others pinned.
 # Builds everything it uses under a name unique to this run and removes it on exit.
 #
 #   ./scripts/preload-bench.sh [SECONDS]      (root; after cargo build --release)
@@ -19,7 +20,7 @@ docknet_root "$@"
 SECS=${1:-5}
 BIN=$PWD/target/release
 [ -f "$BIN/libdocknet_preload.so" ] || { echo "build first: cargo build --release" >&2; exit 1; }
-for t in nginx wrk redis-server redis-benchmark pgbench; do
+for t in nginx wrk redis-server redis-benchmark pgbench gunicorn; do
     command -v $t >/dev/null || { echo "$t is missing (./scripts/setup.sh installs it)" >&2; exit 1; }
 done
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -80,6 +81,15 @@ http { access_log off; keepalive_requests 1000000;
 EOF
     echo "$WORK/proxy-$1.conf"
 }
+# a WSGI application answering the same 612-byte page
+cat > "$WORK/app.py" <<EOF
+def app(environ, start_response):
+    body = b"x" * 612
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "612")])
+    return [body]
+EOF
+chmod 644 "$WORK/app.py"
+GUNICORN=(gunicorn -w 4 -b 0.0.0.0:8000 --chdir "$WORK" app:app)
 REDIS=(redis-server --bind 0.0.0.0 --port 6379 --save '' --appendonly no --protected-mode no --dir /tmp)
 WRK=(wrk -t1 -c32 -d${SECS}s)
 RB=(redis-benchmark -p 6379 -t set,get -n 400000 -c 50 -q)
@@ -140,6 +150,8 @@ kernel "wrk -> nginx" "${NGINX[@]}" -- "${WRK[@]}" http://10.79.0.2/
 docknet "wrk -> nginx" "${NGINX[@]}" -- "${WRK[@]}" http://10.78.0.2/
 kernel "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.79.0.2
 docknet "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.78.0.2
+UNPINNED=1 SETTLE=2 kernel "wrk -> gunicorn (4 workers)" "${GUNICORN[@]}" -- "${WRK[@]}" http://10.79.0.2:8000/
+UNPINNED=1 SETTLE=2 docknet "wrk -> gunicorn (4 workers)" "${GUNICORN[@]}" -- "${WRK[@]}" http://10.78.0.2:8000/
 UNPINNED=1 SETTLE=4 kernel "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.79.0.2)"
 UNPINNED=1 SETTLE=4 docknet "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.78.0.2)"
 

@@ -39,6 +39,7 @@ declare -A NEED=(
     [redis-server]=redis-server  # unmodified programs over DockNet (docknet run --preload)
     [redis-benchmark]=redis-tools
     [pgbench]=postgresql  # PostgreSQL, whose postmaster forks a backend per connection, and pgbench
+    [gunicorn]=gunicorn   # a pre-forked pool of sync workers, a connection per request
     [openvpn]=openvpn   # bench chain's encrypted overlay (VXLAN through a static-key tunnel)
     [valgrind]=valgrind # scripts/instructions.sh counts a round trip's instructions (callgrind)
 )

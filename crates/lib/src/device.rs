@@ -82,14 +82,7 @@ pub struct DeviceStats {
     /// Of `syn_dropped`: SYNs dropped because their source already held a quarter of a
     /// listener's backlog in half-open connections (one peer cannot take it all).
     pub syn_limited: u64,
-    /// SYNs for a connection this stack held in TIME-WAIT on a listening port: the old
-    /// connection gave way to the new one (as Linux lets it, RFC 6191), instead of the client
-    /// waiting out TIME-WAIT in SYN retransmissions.
-    pub time_wait_reused: u64,
 }
-
-/// A connection by its listening port, peer address and peer port.
-pub(crate) type ConnKey = (u16, IpAddr, u16);
 
 /// What a listening port can take in this poll: SYNs it has listening sockets for, or none
 /// because its backlog is full.
@@ -149,11 +142,6 @@ pub struct PipeDevice {
     /// A SYN that found no listening socket free: it waits here (in `rx_buf`) until the
     /// listener's pool has been refilled, and is the next frame received.
     pub(crate) held_syn: Option<usize>,
-    /// Connections on listening ports in TIME-WAIT (kept by the stack as they enter it and
-    /// leave it); a SYN for one of them puts its socket in `reopen` and waits a poll.
-    pub(crate) time_wait: std::collections::HashMap<ConnKey, smoltcp::iface::SocketHandle>,
-    /// TIME-WAIT sockets to remove before the next poll: a new SYN for their connection waits.
-    pub(crate) reopen: Vec<smoltcp::iface::SocketHandle>,
     /// Neighbours told to smoltcp (see [`PipeDevice::learn`]): address, MAC, when.
     learned: std::collections::HashMap<IpAddr, ([u8; 6], Instant)>,
     /// The last of them (most frames come from the one peer a connection talks to: it is
@@ -196,8 +184,6 @@ impl PipeDevice {
             syn_room: Vec::new(),
             syn_heavy: Vec::new(),
             held_syn: None,
-            time_wait: std::collections::HashMap::new(),
-            reopen: Vec::new(),
             learned: std::collections::HashMap::new(),
             last_learnt: None,
             now: Instant::from_micros(0),
@@ -335,11 +321,6 @@ impl PipeDevice {
     /// IPv4 or IPv6 (after any hop-by-hop, routing and destination-options headers, which
     /// smoltcp walks too), if `f` is one.
     fn syn_of(f: &[u8]) -> Option<(u16, IpAddr)> {
-        Self::syn_key(f).map(|(port, src, _)| (port, src))
-    }
-
-    /// [`PipeDevice::syn_of`] with the SYN's source port.
-    fn syn_key(f: &[u8]) -> Option<ConnKey> {
         const ETH: usize = 14;
         let (tcp, src) = if f.len() >= ETH + 40 && f[12..14] == [0x86, 0xdd] {
             let a: [u8; 16] = f[ETH + 8..ETH + 24].try_into().ok()?;
@@ -369,7 +350,7 @@ impl PipeDevice {
         let flags = *f.get(tcp + 13)?;
         (flags & 0x12 == 0x02).then(|| {
             let port = |at: usize| u16::from_be_bytes([f[at], f[at + 1]]);
-            (port(tcp + 2), src, port(tcp))
+            (port(tcp + 2), src)
         })
     }
 
@@ -377,21 +358,12 @@ impl PipeDevice {
     /// sockets; with none free it is held until the next poll refills the pool, or dropped and
     /// counted when the backlog is full or its source holds its share of a pressed backlog.
     fn admit(&mut self, n: usize) -> Admit {
-        let Some((port, src, sport)) = Self::syn_key(&self.rx_buf[..n]) else {
+        let Some((port, src)) = Self::syn_of(&self.rx_buf[..n]) else {
             return Admit::Pass;
         };
         let Some(room) = self.syn_room.iter_mut().find(|(p, _)| *p == port) else {
             return Admit::Pass; // nobody listens: smoltcp answers with a reset
         };
-        if !self.time_wait.is_empty() {
-            if let Some(h) = self.time_wait.remove(&(port, src, sport)) {
-                // the peer reuses the port of a connection we hold in TIME-WAIT: that
-                // connection goes before the next poll, and the SYN then finds a listener
-                self.reopen.push(h);
-                self.stats.time_wait_reused += 1;
-                return Admit::Hold;
-            }
-        }
         if self.syn_heavy.contains(&(port, src)) {
             self.stats.syn_dropped += 1;
             self.stats.syn_limited += 1;
