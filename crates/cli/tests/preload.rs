@@ -169,6 +169,38 @@ fn must(o: &Output, what: &str) -> String {
     text(o)
 }
 
+/// Runs `server` in a container and then the client `client_args(server address)` in another,
+/// through the daemon and over a fast channel, and checks that both print what they printed
+/// on kernel sockets (`kernel`: the client's output, then the server's) and that the library
+/// wrote nothing on stderr. `binds`: directories both containers are shown.
+fn same_outcomes_as_the_kernels(
+    what: &str,
+    binds: &[&Path],
+    server: &[&str],
+    client_args: &dyn Fn(&str) -> Vec<String>,
+    kernel: (&str, &str),
+) {
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        let srv = Server::spawn(run_args(&lab, &s, binds, &[], server), Stdio::piped());
+        let args = client_args(&ip);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = client(&lab, &c, binds, &[], &args, Duration::from_secs(60));
+        let dc = must(&o, "the client");
+        let so = srv.finish(Duration::from_secs(30));
+        let (ds, err) = (text(&so), String::from_utf8_lossy(&so.stderr).into_owned());
+        assert_eq!(
+            (dc.as_str(), ds.as_str()),
+            kernel,
+            "{what}, fast channel {fc}: outcomes differ from the kernel's; server stderr:\n{err}"
+        );
+        assert!(
+            !err.contains("docknet-preload"),
+            "{what}, fast channel {fc}: {err}"
+        );
+    }
+}
+
 /// Compiles the test program `tests/preload/NAME.c` into `dir`; the binary's path.
 fn compile_c(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
     let bin = dir.path().join(name);
@@ -505,36 +537,20 @@ fn a_connection_passed_to_another_process_is_served_there_as_on_kernel_sockets()
         ],
         "kernel: {kc}"
     );
-    for fc in [false, true] {
-        let (lab, s, c, ip) = lab(fc);
-        let srv = Server::spawn(
-            run_args(
-                &lab,
-                &s,
-                &[dir.path()],
-                &[],
-                &["/usr/bin/python3", sp, "7460"],
-            ),
-            Stdio::piped(),
-        );
-        let o = client(
-            &lab,
-            &c,
-            &[dir.path()],
-            &[],
-            &["/usr/bin/python3", cp, &ip, "7460"],
-            Duration::from_secs(60),
-        );
-        let dc = must(&o, "the client");
-        let so = srv.finish(Duration::from_secs(30));
-        let (ds, err) = (text(&so), String::from_utf8_lossy(&so.stderr).into_owned());
-        assert_eq!(
-            (dc.as_str(), ds.as_str()),
-            (kc.as_str(), ks.as_str()),
-            "fast channel {fc}: outcomes differ from the kernel's; server stderr:\n{err}"
-        );
-        assert!(!err.contains("docknet-preload"), "fast channel {fc}: {err}");
-    }
+    same_outcomes_as_the_kernels(
+        "a passed connection",
+        &[dir.path()],
+        &["/usr/bin/python3", sp, "7460"],
+        &|ip| {
+            vec![
+                "/usr/bin/python3".into(),
+                cp.into(),
+                ip.into(),
+                "7460".into(),
+            ]
+        },
+        (&kc, &ks),
+    );
 }
 
 /// A forked child cannot take the pipe's stack while its parent uses it: the parent looks at
@@ -648,25 +664,13 @@ fn a_connection_handed_to_a_forked_child_is_served_by_it_as_on_kernel_sockets() 
         let kargs: Vec<&str> = kargs.iter().map(String::as_str).collect();
         let (ks, kc) = kernel_pair(&server_args, &kargs, true);
         assert!(kc.contains(want), "kernel {srv:?}: {kc}");
-        for fc in [false, true] {
-            let (lab, s, c, ip) = lab(fc);
-            let server = Server::start_captured(&lab, &s, &server_args);
-            let dargs = client_args(&ip);
-            let dargs: Vec<&str> = dargs.iter().map(String::as_str).collect();
-            let o = client(&lab, &c, &[], &[], &dargs, Duration::from_secs(60));
-            let dc = must(&o, "the client");
-            let so = server.finish(Duration::from_secs(30));
-            let (ds, err) = (text(&so), String::from_utf8_lossy(&so.stderr).into_owned());
-            assert_eq!(
-                (dc.as_str(), ds.as_str()),
-                (kc.as_str(), ks.as_str()),
-                "{srv:?}, fast channel {fc}: outcomes differ from the kernel's; server stderr:\n{err}"
-            );
-            assert!(
-                !err.contains("docknet-preload"),
-                "{srv:?}, fast channel {fc}: {err}"
-            );
-        }
+        same_outcomes_as_the_kernels(
+            &format!("{srv:?}"),
+            &[dir.path()],
+            &server_args,
+            &client_args,
+            (&kc, &ks),
+        );
     }
 }
 
@@ -760,33 +764,18 @@ fn servers_that_fork_after_they_listen_or_daemonize_answer_as_on_kernel_sockets(
         );
         assert!(kc.contains("client.answered: 5"), "kernel {m:?}: {kc}");
         assert!(ks.contains("served: 5"), "kernel {m:?}: {ks}");
-        for fc in [false, true] {
-            let (lab, s, c, ip) = lab(fc);
-            let server = Server::spawn(
-                run_args(&lab, &s, &[dir.path()], &[], &["sh", "-c", &server_cmd(m)]),
-                Stdio::piped(),
-            );
-            let o = client(
-                &lab,
-                &c,
-                &[],
-                &[],
-                &[b, "client", &ip, port, "5"],
-                Duration::from_secs(60),
-            );
-            let dc = must(&o, "the client");
-            let so = server.finish(Duration::from_secs(30));
-            let (ds, err) = (text(&so), String::from_utf8_lossy(&so.stderr).into_owned());
-            assert_eq!(
-                (dc.as_str(), ds.as_str()),
-                (kc.as_str(), ks.as_str()),
-                "{m:?}, fast channel {fc}: outcomes differ from the kernel's; server stderr:\n{err}"
-            );
-            assert!(
-                !err.contains("docknet-preload"),
-                "{m:?}, fast channel {fc}: {err}"
-            );
-        }
+        same_outcomes_as_the_kernels(
+            &format!("{m:?}"),
+            &[dir.path()],
+            &["sh", "-c", &server_cmd(m)],
+            &|ip| {
+                [b, "client", ip, port, "5"]
+                    .into_iter()
+                    .map(String::from)
+                    .collect()
+            },
+            (&kc, &ks),
+        );
     }
 }
 

@@ -149,8 +149,7 @@ impl Stack {
         wakers: &[(&Waker, u32)],
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
-        let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
-        self.wait_inner(watches, timeout, &words, None, out)
+        self.wait_woken(watches, timeout, wakers, None, out)
     }
 
     /// [`Stack::wait_wakeable`] that sleeps as soon as nothing is ready, whatever the stack's
@@ -164,8 +163,19 @@ impl Stack {
         wakers: &[(&Waker, u32)],
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
+        self.wait_woken(watches, timeout, wakers, Some(IdlePolicy::Block), out)
+    }
+
+    fn wait_woken(
+        &self,
+        watches: &[Watch<'_>],
+        timeout: Option<Duration>,
+        wakers: &[(&Waker, u32)],
+        policy: Option<IdlePolicy>,
+        out: &mut Vec<(usize, Ready)>,
+    ) -> io::Result<Waited> {
         let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
-        self.wait_inner(watches, timeout, &words, Some(IdlePolicy::Block), out)
+        self.wait_inner(watches, timeout, &words, policy, out)
     }
 
     /// What `watches` are ready for now, from the sockets' state alone, into `out` (cleared

@@ -458,14 +458,23 @@ impl Relay {
 
     fn finish_up(&self) {
         UP_LIVE.fetch_sub(1, Ordering::AcqRel);
+        self.side_done(true);
+        crate::event::kick_notifier();
+    }
+
+    /// One side (`up`, else down) finished: the relay ends when the other has too.
+    fn side_done(&self, up: bool) {
         let mut g = self.state();
-        g.up_done = true;
-        let last = g.down_done;
+        if up {
+            g.up_done = true;
+        } else {
+            g.down_done = true;
+        }
+        let last = g.up_done && g.down_done;
         drop(g);
         if last {
             self.end();
         }
-        crate::event::kick_notifier();
     }
 
     /// Moves what the peer sent down to the child, without waiting; whether the down side is
@@ -525,13 +534,7 @@ impl Relay {
 
     /// The down side finished: ends the relay if the up side did too.
     fn finish_down(&self) {
-        let mut g = self.state();
-        g.down_done = true;
-        let last = g.up_done;
-        drop(g);
-        if last {
-            self.end();
-        }
+        self.side_done(false);
     }
 
     /// Both sides finished (or the relay could not start): the Unix socket closes and the

@@ -54,6 +54,19 @@ static const char *err(int r) {
   return b;
 }
 
+/* A listening TCP socket on `port` (any address), or the program ends. */
+static int listen_on(int port) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
+    perror("listen");
+    exit(1);
+  }
+  return l;
+}
+
 /* In a child: each call on `fd` (a listener when `listening`), printed with `tag`. With
  * `parent_first` the parent makes a call on it after the fork and before the child's. */
 static void try_in_child(int fd, const char *tag, int listening, int parent_first) {
@@ -158,14 +171,7 @@ static int serve_handed(int c) {
 }
 
 static int handoff(int port, int n) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
-    perror("listen");
-    return 1;
-  }
+  int l = listen_on(port);
   for (int i = 0; i < n; i++) {
     int c = accept(l, NULL, NULL);
     if (c < 0) {
@@ -251,14 +257,7 @@ static int handoff_client(const char *ip, int port, int n) {
 }
 
 static int inetd(int port, int n) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
-    perror("listen");
-    return 1;
-  }
+  int l = listen_on(port);
   int ok = 0;
   for (int i = 0; i < n; i++) {
     int c = accept(l, NULL, NULL);
@@ -285,14 +284,7 @@ static int inetd(int port, int n) {
 }
 
 static int leave(int port) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  if (bind(l, (void *)&a, sizeof a) || listen(l, 8)) {
-    perror("listen");
-    return 1;
-  }
+  int l = listen_on(port);
   int c = accept(l, NULL, NULL);
   char line[64];
   size_t got = 0;
@@ -351,14 +343,7 @@ static int inetd_client(const char *ip, int port, int n) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && !strcmp(argv[1], "server")) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
-    if (bind(l, (void *)&a, sizeof a) || listen(l, 8)) {
-      perror("listen");
-      return 1;
-    }
+    int l = listen_on(atoi(argv[2]));
     try_in_child(l, "listener", 1, 1);
     int c = accept(l, NULL, NULL);
     printf("parent.accept: %d\n", c >= 0);
