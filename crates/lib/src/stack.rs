@@ -800,26 +800,56 @@ impl Stack {
         !self.shared.forks.moved()
     }
 
-    /// Before the process exits: gives what its TCP connections still have to send, and their
-    /// FINs, until `deadline` to be acknowledged. A stack in the process ends with it, where
-    /// the kernel sends on what an exiting process left in its sockets; the caller shuts down
-    /// the connections the program left open first. Whether everything was acknowledged.
-    pub fn linger(&self, deadline: Instant) -> bool {
-        let left = deadline.saturating_duration_since(Instant::now());
-        self.block_on(Some(left), |g| {
-            let pending = g.sockets.iter().any(|(_, s)| match s {
-                smoltcp::socket::Socket::Tcp(t) => {
-                    t.send_queue() > 0
-                        || matches!(
-                            t.state(),
-                            tcp::State::FinWait1 | tcp::State::Closing | tcp::State::LastAck
-                        )
+    /// Before the process exits: closes every TCP connection of the stack (FIN after what it
+    /// holds, as the kernel closes the sockets of an exiting process) and polls until every
+    /// byte and FIN is acknowledged, or `deadline` passes. A stack ends with its process, where
+    /// the kernel sends on what an exiting process left in its sockets. The stack's lock is
+    /// only taken when free, a millisecond apart: an `exit` from a signal handler that
+    /// interrupted a call of this very thread (which holds the lock) gives up at the deadline
+    /// instead of waiting for itself. Whether everything was acknowledged.
+    pub fn close_all_at_exit(&self, deadline: Instant) -> bool {
+        let mut closed = false;
+        loop {
+            let g = match self.shared.inner.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut g) = g {
+                if !std::mem::replace(&mut closed, true) {
+                    for (_, s) in g.sockets.iter_mut() {
+                        if let smoltcp::socket::Socket::Tcp(t) = s {
+                            if matches!(
+                                t.state(),
+                                tcp::State::SynReceived
+                                    | tcp::State::Established
+                                    | tcp::State::CloseWait
+                            ) {
+                                t.close();
+                            }
+                        }
+                    }
                 }
-                _ => false,
-            });
-            (!pending).then_some(Ok(()))
-        })
-        .is_ok()
+                g.poll();
+                let pending = g.sockets.iter().any(|(_, s)| match s {
+                    smoltcp::socket::Socket::Tcp(t) => {
+                        t.send_queue() > 0
+                            || matches!(
+                                t.state(),
+                                tcp::State::FinWait1 | tcp::State::Closing | tcp::State::LastAck
+                            )
+                    }
+                    _ => false,
+                });
+                if !pending {
+                    return true;
+                }
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// How many sockets the stack holds: connections, listeners' pools of listening sockets,

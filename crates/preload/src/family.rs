@@ -5,7 +5,6 @@
 //! design.md, "Sockets across fork".
 
 use crate::ops::{enabled, log_once, lost_stack, stack_if_attached, STACK, TABLE};
-use crate::sock::Conn;
 use crate::sys::{self, Errno};
 use crate::table::Entry;
 use docknet_lib::Stack;
@@ -27,12 +26,13 @@ pub(crate) fn init() {
 const EXIT_LINGER: Duration = Duration::from_secs(1);
 
 /// At `exit`: what the program's connections still hold goes out before the stack ends with
-/// the process, as the kernel sends what an exiting process left in its sockets. Connections
-/// the program left open are shut down (FIN after their bytes), the relays of its forked
-/// children finish what those children sent, and the stack is polled until every byte and
-/// FIN is acknowledged, for at most [`EXIT_LINGER`]. A process that drives no stack (a forked
-/// child that did not take it) has nothing of its own to send, and one that forked and has
-/// not used the stack since leaves it alone (a child may take it: a program that daemonizes).
+/// the process, as the kernel sends what an exiting process left in its sockets. The relays of
+/// its forked children first pass on what those children sent; then every connection is shut
+/// down (FIN after its bytes) and the stack polled until everything is acknowledged, for at
+/// most [`EXIT_LINGER`] in all. A process that drives no stack (a forked child that did not
+/// take it) has nothing of its own to send, and one that forked and has not used the stack
+/// since leaves it alone (a child may take it: a program that daemonizes). Nothing here waits
+/// on a lock that this thread may hold (an `exit` from a signal handler).
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         if !enabled() || forked() {
@@ -46,14 +46,7 @@ extern "C" fn at_exit() {
         }
         let deadline = Instant::now() + EXIT_LINGER;
         crate::relay::finish_at_exit(deadline);
-        for s in TABLE.connections() {
-            if let Some(Conn::Stream(t)) = s.conn.get() {
-                if t.connect_result().is_some_and(|r| r.is_ok()) {
-                    s.shut_write(t);
-                }
-            }
-        }
-        st.linger(deadline);
+        st.close_all_at_exit(deadline);
     });
 }
 

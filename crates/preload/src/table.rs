@@ -277,23 +277,6 @@ impl Table {
         old
     }
 
-    /// The TCP connections on DockNet in the table (each once, however many descriptors
-    /// refer to it).
-    pub fn connections(&self) -> Vec<Arc<Sock>> {
-        let m = self.read();
-        let mut out: Vec<Arc<Sock>> = Vec::new();
-        for e in m.iter().flatten() {
-            if let Entry::Sock(s) = e {
-                if matches!(s.conn.get(), Some(Conn::Stream(_)))
-                    && !out.iter().any(|o| Arc::ptr_eq(o, s))
-                {
-                    out.push(s.clone());
-                }
-            }
-        }
-        out
-    }
-
     /// How many descriptors are in the table.
     pub fn len(&self) -> usize {
         self.read().iter().filter(|e| e.is_some()).count()
