@@ -618,8 +618,9 @@ fn a_child_is_refused_the_stack_its_parent_uses_and_the_parent_carries_on() {
 
 /// A server that accepts and forks a process per connection (PostgreSQL's postmaster): the
 /// parent closes its copy at once and accepts the next; each child reads its request with
-/// epoll, answers what it sees of the connection (its addresses, TCP_NODELAY, SO_TYPE), sends
-/// 256 KiB, shuts down and waits for the client's close. Eight connections open at once give
+/// epoll, answers what it sees of the connection (its addresses, TCP_NODELAY, SO_TYPE), naps
+/// while the client sends it 1 MiB (more than the sockets between hold: the relay holds the
+/// rest back), reads it, sends 256 KiB, shuts down and waits for the client's close. Eight connections open at once give
 /// eight children served together. And inetd's way: the child puts the connection on its
 /// standard input and output and `exec`s a shell that reads a line and answers it. And a
 /// server that answers and exits without closing the connection (the answer and the end of

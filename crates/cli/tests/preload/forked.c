@@ -14,8 +14,9 @@
  *   forked handoff PORT N   accept N connections, each handed to a child forked for it (the
  *                           parent closes its copy at once and accepts the next, as
  *                           PostgreSQL's postmaster does); the child reads a line with epoll,
- *                           answers what it sees of the connection, sends BULK bytes, shuts
- *                           down and waits for the client's close
+ *                           answers what it sees of the connection, naps, reads UP_BULK bytes
+ *                           (its parent holds what it cannot take yet), sends BULK bytes,
+ *                           shuts down and waits for the client's close
  *   forked handoff-client IP PORT N   open N connections, then talk to each
  *   forked inetd PORT N     accept N connections, each handed to a program as inetd does: a
  *                           child puts it on its standard input and output and runs a shell
@@ -112,6 +113,7 @@ static void try_in_child(int fd, const char *tag, int listening, int parent_firs
 }
 
 #define BULK (256 * 1024)
+#define UP_BULK (1024 * 1024)
 
 /* A forked child's side of one handed-off connection. */
 static int serve_handed(int c) {
@@ -153,6 +155,18 @@ static int serve_handed(int c) {
   fcntl(c, F_SETFL, fcntl(c, F_GETFL) & ~O_NONBLOCK);
   if (send(c, ans, k, 0) != k)
     return 17;
+  /* the client sends UP_BULK bytes meanwhile: more than the sockets between hold */
+  usleep(200000);
+  static char in[65536];
+  for (long got = 0; got < UP_BULK;) {
+    ssize_t n = recv(c, in, sizeof in < UP_BULK - got ? sizeof in : UP_BULK - got, 0);
+    if (n <= 0)
+      return 20;
+    for (ssize_t j = 0; j < n; j++)
+      if (in[j] != (char)((got + j) * 5 + 1))
+        return 21;
+    got += n;
+  }
   static char bulk[BULK];
   for (int i = 0; i < BULK; i++)
     bulk[i] = (char)(i * 7 + 3);
@@ -236,6 +250,15 @@ static int handoff_client(const char *ip, int port, int n) {
     char want[200];
     snprintf(want, sizeof want, "hello %d port=%d peer_port=%d nodelay=1 stream=1\n", i, port,
              ntohs(me.sin_port));
+    static char up[UP_BULK];
+    for (long j = 0; j < UP_BULK; j++)
+      up[j] = (char)(j * 5 + 1);
+    for (long off = 0; off < UP_BULK;) {
+      ssize_t r = send(s[i], up + off, UP_BULK - off, 0);
+      if (r <= 0)
+        break;
+      off += r;
+    }
     long bytes = 0, bad = 0;
     char buf[65536];
     for (;;) {
