@@ -211,6 +211,13 @@ fn serve(link: i32, mut conns: Inherited) {
                     REFUSED.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
+                // (what came with the claim must be a Unix stream socket: anything else, a
+                // file or a pipe, is dropped unanswered)
+                if !sys::is_unix_stream(data) {
+                    REFUSED.fetch_add(1, Ordering::Relaxed);
+                    let _ = sys::close(data);
+                    continue;
+                }
                 match parse_claim(&buf[..n])
                     .and_then(|(fd, id)| conns.0.iter().position(|(f, s)| *f == fd && s.id == id))
                 {
@@ -706,7 +713,8 @@ mod tests {
     }
 
     /// What a child sends on its link is refused unless it names a connection it inherited:
-    /// a claim without its socket, a short or foreign message, an unknown descriptor or id.
+    /// a claim without its socket or with something else (a pipe), a short or foreign
+    /// message, an unknown descriptor or id.
     /// Each refusal is counted, answered on the claim's own socket where it came with one, and
     /// the link's end (every child gone) ends the parent's side.
     #[test]
@@ -732,10 +740,22 @@ mod tests {
         assert_eq!(claim(&m), libc::EOPNOTSUPP, "no such connection");
         assert_eq!(claim(&m[..7]), libc::EOPNOTSUPP, "short");
         assert_eq!(claim(&[0xffu8; CLAIM_LEN]), libc::EOPNOTSUPP, "not a claim");
+        // a pipe instead of a socket: dropped unanswered (its reader sees the end of it)
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let (mut r, w) = std::io::pipe().unwrap();
+        sys::send_with_fd(child_end, &m, w.as_raw_fd()).unwrap();
+        drop(w);
+        let mut b = Vec::new();
+        assert_eq!(
+            r.read_to_end(&mut b).unwrap(),
+            0,
+            "the parent let go of the pipe"
+        );
         // no socket with it: nothing to answer on, counted all the same
         assert_eq!(sys::send_nosignal(child_end, &m), Ok(CLAIM_LEN));
         sys::close(child_end).unwrap();
         t.join().unwrap();
-        assert!(REFUSED.load(Ordering::Relaxed) >= before + 4);
+        assert!(REFUSED.load(Ordering::Relaxed) >= before + 5);
     }
 }

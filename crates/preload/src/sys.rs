@@ -252,6 +252,26 @@ pub fn shutdown(fd: c_int, how: c_int) -> R<()> {
     check(unsafe { f!(shutdown)(fd, how) }).map(|_| ())
 }
 
+/// Whether `fd` is a Unix stream socket (`SO_DOMAIN` AF_UNIX, `SO_TYPE` SOCK_STREAM).
+pub fn is_unix_stream(fd: c_int) -> bool {
+    let get = |opt: c_int| -> Option<c_int> {
+        let mut v: c_int = 0;
+        let mut len = std::mem::size_of::<c_int>() as socklen_t;
+        // SAFETY: writes at most `len` bytes into the live int `v`.
+        let r = unsafe {
+            f!(getsockopt)(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &mut v as *mut c_int as *mut c_void,
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v)
+    };
+    get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+}
+
 /// Sets a socket's receive timeout (`SO_RCVTIMEO`; zero: none).
 pub fn set_recv_timeout(fd: c_int, t: std::time::Duration) -> R<()> {
     let tv = libc::timeval {
