@@ -405,8 +405,8 @@ struct State {
 /// the Unix socket the child uses. Bytes from the child go up in a thread of the connection's
 /// own, which sleeps in a blocking read of the Unix socket (the kernel wakes it when the child
 /// writes, on the child's core if it can); bytes from the peer go down in one thread for all
-/// relayed connections of the process (the notifier's, [`down_round`]), which sleeps on the stack as a blocked
-/// DockNet call does. One wake-up each way, besides the child's own.
+/// relayed connections of the process (the notifier's, [`down_round`]), which sleeps on the
+/// stack as a blocked DockNet call does. One wake-up each way, besides the child's own.
 struct Relay {
     s: Arc<Sock>,
     data: i32,
