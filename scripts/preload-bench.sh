@@ -35,7 +35,9 @@ cleanup() {
     # the daemon's fd holder outlives a killed daemon on purpose: end it by its pid
     [ -f "$RUN/holder.pid" ] && kill -9 "$(cat "$RUN/holder.pid")" 2>/dev/null || true
     for ns in h s c b; do ip netns del $TAG$ns 2>/dev/null || true; done
-    rm -rf "$WORK" "$RUN" /tmp/$TAG-pg /tmp/$TAG-pgs
+    # (and what the kernel modes' servers left in the host's /tmp: pid files, temporary
+    # directories, PostgreSQL's cluster, all named after the run)
+    rm -rf "$WORK" "$RUN" /tmp/$TAG-*
 }
 trap cleanup EXIT INT TERM
 
