@@ -53,14 +53,15 @@ http { access_log off; sendfile on; keepalive_requests 1000000;
   server { listen 80; root $WORK/www; } }
 EOF
 NGINX=(nginx -c "$WORK/nginx.conf")
-# PostgreSQL made afresh in the server's /tmp (a container's own), trusting the test network
+# PostgreSQL made afresh in the server's /tmp (a container's own), trusting the test network;
+# its shared memory in files of the cluster (not /dev/shm), so a killed server leaves nothing
 cat > "$WORK/pg.sh" <<EOF
 set -e
 rm -rf /tmp/$TAG-pg /tmp/$TAG-pgs; mkdir /tmp/$TAG-pgs
 $PGBIN/initdb -D /tmp/$TAG-pg -A trust -U postgres >/dev/null
 echo "host all all 0.0.0.0/0 trust" >> /tmp/$TAG-pg/pg_hba.conf
 exec $PGBIN/postgres -D /tmp/$TAG-pg -k /tmp/$TAG-pgs -c listen_addresses='*' -c fsync=off \\
-    -c synchronous_commit=off -c max_connections=50
+    -c synchronous_commit=off -c max_connections=50 -c dynamic_shared_memory_type=mmap
 EOF
 PG=(runuser -u postgres bash "$WORK/pg.sh")
 pgb() { # the client's commands against HOST
