@@ -63,7 +63,8 @@ echo "host all all 0.0.0.0/0 trust" >> /tmp/$TAG-pg/pg_hba.conf
 exec $PGBIN/postgres -D /tmp/$TAG-pg -k /tmp/$TAG-pgs -c listen_addresses='*' -c fsync=off \\
     -c synchronous_commit=off -c max_connections=50 -c dynamic_shared_memory_type=mmap
 EOF
-PG=(runuser -u postgres bash "$WORK/pg.sh")
+# (setpriv execs, where runuser forks: the server is the process the run ends by its pid)
+PG=(setpriv --reuid=postgres --regid=postgres --init-groups bash "$WORK/pg.sh")
 pgb() { # the client's commands against HOST
     echo "pgbench -q -i -h $1 -U postgres postgres >/dev/null 2>&1 && \
         pgbench -n -S -c 8 -j 2 -T $SECS -h $1 -U postgres postgres && \
@@ -140,7 +141,7 @@ docknet() { # docknet NAME SERVER... -- CLIENT...
     local pin=(--cpu 1) pinc=(--cpu 0) user=()
     [ -n "${UNPINNED:-}" ] && pin=() pinc=()
     # (PostgreSQL's programs look their user up by name: the host's postgres user)
-    if [ "${srv[0]}" = runuser ]; then user=(--user postgres); srv=("${srv[@]:3}"); fi
+    if [ "${srv[0]}" = setpriv ]; then user=(--user postgres); srv=("${srv[@]:4}"); fi
     "${D[@]}" run --pipe ${TAG}s "${pin[@]}" "${user[@]}" --preload --bind "$WORK" -- "${srv[@]}" >/dev/null 2>&1 & PIDS+=($!)
     sleep ${SETTLE:-1}
     echo "== $name over docknet-fc-preload${UNPINNED:+, unpinned}"
