@@ -556,9 +556,9 @@ fn a_connection_passed_to_another_process_is_served_there_as_on_kernel_sockets()
 /// A forked child cannot take the pipe's stack while its parent uses it: the parent looks at
 /// its listener after the fork, before the child tries it. The child's listener is then one no
 /// connection reaches (never ready; `epoll_ctl` takes it, as watching nothing), as a worker's
-/// whose sibling serves. Its copy of a connection works as on kernel sockets (the parent serves it for the
-/// child: nothing to read yet, `poll` and `epoll` take it), and the parent's connection
-/// carries on undisturbed after the child closed its copy.
+/// whose sibling serves. Its copy of a connection works as on kernel sockets (the parent
+/// serves it for the child: nothing to read yet, `poll` and `epoll` take it), and the parent's
+/// connection carries on undisturbed after the child closed its copy.
 #[test]
 fn a_child_is_refused_the_stack_its_parent_uses_and_the_parent_carries_on() {
     if !ready("preload fork", &[("cc", "gcc")]) {
@@ -620,8 +620,8 @@ fn a_child_is_refused_the_stack_its_parent_uses_and_the_parent_carries_on() {
 /// parent closes its copy at once and accepts the next; each child reads its request with
 /// epoll, answers what it sees of the connection (its addresses, TCP_NODELAY, SO_TYPE), naps
 /// while the client sends it 1 MiB (more than the sockets between hold: the relay holds the
-/// rest back), reads it, sends 256 KiB, shuts down and waits for the client's close. Eight connections open at once give
-/// eight children served together. And inetd's way: the child puts the connection on its
+/// rest back), reads it, sends 256 KiB, shuts down and waits for the client's close. Eight
+/// connections open at once give eight children served together. And inetd's way: the child puts the connection on its
 /// standard input and output and `exec`s a shell that reads a line and answers it. And a
 /// server that answers and exits without closing the connection (the answer and the end of
 /// stream still reach the client, as the kernel sends them for an exiting process). The

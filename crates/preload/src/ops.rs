@@ -484,7 +484,7 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
 /// An address as an AF_INET socket can report it. A wildcard listener on a dual-stack pipe
 /// takes IPv6 clients too; their addresses (unless IPv4-mapped) have no AF_INET form and are
 /// reported as `0.0.0.0` with their port.
-fn as_v4(a: std::net::SocketAddr) -> SocketAddrV4 {
+pub(crate) fn as_v4(a: std::net::SocketAddr) -> SocketAddrV4 {
     match a {
         std::net::SocketAddr::V4(v) => v,
         std::net::SocketAddr::V6(v) => SocketAddrV4::new(

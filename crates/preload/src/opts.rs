@@ -3,7 +3,7 @@
 
 use crate::ops::*;
 use crate::relay::Relayed;
-use crate::sock::{Conn, Proto, Sock};
+use crate::sock::{Conn, Opts, Proto, Sock};
 use crate::sys::{self, R};
 use docknet_lib::StackConfig;
 use std::sync::atomic::Ordering;
@@ -101,9 +101,7 @@ fn record_opt(
             | libc::TCP_FASTOPEN
             | libc::TCP_NOTSENT_LOWAT,
         ) => {
-            let v = int()?;
-            o.other.retain(|(k, _)| *k != (level, name));
-            o.other.push(((level, name), v));
+            record_other(&mut o, level, name, int()?);
         }
         (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => {}
         _ => {
@@ -161,36 +159,44 @@ pub fn getsockopt(fd: i32, level: i32, name: i32) -> Option<R<OptVal>> {
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) if s.proto == Proto::Tcp => {
             OptVal::Int(o.nodelay as i32)
         }
-        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) if s.proto == Proto::Tcp => OptVal::Int(
-            o.other
-                .iter()
-                .find(|(k, _)| *k == (level, name))
-                .map_or(1460, |(_, v)| *v),
-        ),
         (libc::IPPROTO_TCP, libc::TCP_CONGESTION) if s.proto == Proto::Tcp => {
-            OptVal::Bytes(b"cubic\0".to_vec())
+            OptVal::Bytes(CONGESTION.to_vec())
         }
-        (libc::IPPROTO_TCP, libc::TCP_INFO) if s.proto == Proto::Tcp => OptVal::Bytes(tcp_info(&s)),
-        // what was set, else what Linux has for a socket that never set it
-        _ => match o
-            .other
-            .iter()
-            .find(|(k, _)| *k == (level, name))
-            .map(|(_, v)| *v)
-            .or_else(|| {
-                linux_default(level, name)
-                    .filter(|_| level != libc::IPPROTO_TCP || s.proto == Proto::Tcp)
-            }) {
-            Some(v) => OptVal::Int(v),
-            None => {
-                let _ = st;
-                return Some(Err(unsupported(
-                    &format!("getsockopt(level {level}, option {name})"),
-                    libc::ENOPROTOOPT,
-                )));
-            }
-        },
+        (libc::IPPROTO_TCP, libc::TCP_INFO) if s.proto == Proto::Tcp => {
+            OptVal::Bytes(tcp_info(tcp_state(&s)))
+        }
+        _ => {
+            let _ = st;
+            return Some(recorded_or_default(&o, level, name, s.proto == Proto::Tcp));
+        }
     }))
+}
+
+/// The congestion control `TCP_CONGESTION` reads back (Linux's default).
+const CONGESTION: &[u8] = b"cubic\0";
+
+/// Records option `(level, name)` as set to `v`, for `getsockopt` to read back.
+fn record_other(o: &mut Opts, level: i32, name: i32, v: i32) {
+    o.other.retain(|(k, _)| *k != (level, name));
+    o.other.push(((level, name), v));
+}
+
+/// `getsockopt` of an option that is only recorded: what was set, else what Linux has for a
+/// socket that never set it (TCP's options on a TCP socket only, `tcp`), else `ENOPROTOOPT`
+/// with one line.
+fn recorded_or_default(o: &Opts, level: i32, name: i32, tcp: bool) -> R<OptVal> {
+    o.other
+        .iter()
+        .find(|(k, _)| *k == (level, name))
+        .map(|(_, v)| *v)
+        .or_else(|| linux_default(level, name).filter(|_| level != libc::IPPROTO_TCP || tcp))
+        .map(OptVal::Int)
+        .ok_or_else(|| {
+            unsupported(
+                &format!("getsockopt(level {level}, option {name})"),
+                libc::ENOPROTOOPT,
+            )
+        })
 }
 
 /// `setsockopt` on a connection the parent serves for this forked child (the descriptor is a
@@ -207,8 +213,7 @@ fn set_relayed(r: &Relayed, level: i32, name: i32, val: Option<i32>) -> Option<R
     if (level, name) == (libc::IPPROTO_TCP, libc::TCP_NODELAY) {
         o.nodelay = v != 0;
     } else {
-        o.other.retain(|(k, _)| *k != (level, name));
-        o.other.push(((level, name), v));
+        record_other(&mut o, level, name, v);
     }
     Some(Ok(()))
 }
@@ -225,30 +230,9 @@ fn get_relayed(r: &Relayed, level: i32, name: i32) -> Option<R<OptVal>> {
         (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => OptVal::Int(0),
         (libc::SOL_SOCKET, _) => return None,
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => OptVal::Int(o.nodelay as i32),
-        (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => OptVal::Bytes(b"cubic\0".to_vec()),
-        (libc::IPPROTO_TCP, libc::TCP_INFO) => {
-            let mut v = vec![0u8; 232];
-            v[0] = 1; // TCP_ESTABLISHED
-            v[16..20].copy_from_slice(&1460u32.to_ne_bytes());
-            v[20..24].copy_from_slice(&1460u32.to_ne_bytes());
-            OptVal::Bytes(v)
-        }
-        _ => match o
-            .other
-            .iter()
-            .find(|(k, _)| *k == (level, name))
-            .map(|(_, v)| *v)
-            .or_else(|| linux_default(level, name))
-            .or(((level, name) == (libc::IPPROTO_TCP, libc::TCP_MAXSEG)).then_some(1460))
-        {
-            Some(v) => OptVal::Int(v),
-            None => {
-                return Some(Err(unsupported(
-                    &format!("getsockopt(level {level}, option {name})"),
-                    libc::ENOPROTOOPT,
-                )))
-            }
-        },
+        (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => OptVal::Bytes(CONGESTION.to_vec()),
+        (libc::IPPROTO_TCP, libc::TCP_INFO) => OptVal::Bytes(tcp_info(TCP_ESTABLISHED)),
+        _ => return Some(recorded_or_default(&o, level, name, true)),
     }))
 }
 
@@ -265,6 +249,7 @@ fn linux_default(level: i32, name: i32) -> Option<i32> {
         (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => 7200,
         (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => 75,
         (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => 9,
+        (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => 1460,
         (
             libc::IPPROTO_TCP,
             libc::TCP_CORK
@@ -298,24 +283,31 @@ fn so_error(s: &Sock) -> i32 {
     }
 }
 
-/// A `struct tcp_info` with the fields DockNet knows (state, MSS, unacknowledged bytes);
-/// the rest zero.
-fn tcp_info(s: &Sock) -> Vec<u8> {
+/// A `struct tcp_info` with the fields DockNet knows (the state given, the MSS); the rest
+/// zero.
+fn tcp_info(state: u8) -> Vec<u8> {
     let mut v = vec![0u8; 232];
-    let state: u8 = match s.conn.get() {
-        Some(Conn::Listener(..)) => 10, // TCP_LISTEN
-        Some(Conn::Stream(t)) => match t.connect_result() {
-            None => 2, // SYN_SENT
-            Some(Ok(())) => 1,
-            Some(Err(_)) => 7,
-        },
-        _ => 7,
-    };
     v[0] = state;
     // tcpi_snd_mss at offset 16, tcpi_rcv_mss at 20
     v[16..20].copy_from_slice(&1460u32.to_ne_bytes());
     v[20..24].copy_from_slice(&1460u32.to_ne_bytes());
     v
+}
+
+/// Linux's `tcpi_state` for `TCP_ESTABLISHED`.
+const TCP_ESTABLISHED: u8 = 1;
+
+/// The TCP state of `s`, as `tcp_info` reports it.
+fn tcp_state(s: &Sock) -> u8 {
+    match s.conn.get() {
+        Some(Conn::Listener(..)) => 10, // TCP_LISTEN
+        Some(Conn::Stream(t)) => match t.connect_result() {
+            None => 2, // SYN_SENT
+            Some(Ok(())) => TCP_ESTABLISHED,
+            Some(Err(_)) => 7, // TCP_CLOSE
+        },
+        _ => 7,
+    }
 }
 
 /// `fcntl(2)` commands that concern a socket's status flags.

@@ -227,7 +227,7 @@ fn serve(link: i32, mut conns: Inherited) {
                     }
                     _ => {
                         REFUSED.fetch_add(1, Ordering::Relaxed);
-                        let _ = sys::send_nosignal(data, &reply(libc::EOPNOTSUPP, None));
+                        let _ = sys::send_nosignal(data, &reply(libc::EOPNOTSUPP, None), true);
                         let _ = sys::close(data);
                     }
                 }
@@ -286,22 +286,17 @@ fn let_go(s: Arc<Sock>) {
     drop(s);
 }
 
-fn v4(a: Option<SocketAddr>) -> SocketAddrV4 {
-    match a {
-        Some(SocketAddr::V4(a)) => a,
-        _ => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
-    }
-}
-
 fn start_relay(s: Arc<Sock>, data: i32) {
     let Some(Conn::Stream(t)) = s.conn.get() else {
-        let _ = sys::send_nosignal(data, &reply(libc::EOPNOTSUPP, None));
+        let _ = sys::send_nosignal(data, &reply(libc::EOPNOTSUPP, None), true);
         let _ = sys::close(data);
         let_go(s);
         return;
     };
+    let v4 =
+        |a: Option<SocketAddr>| a.map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), ops::as_v4);
     let addrs = (v4(t.local_addr()), v4(t.peer_addr()));
-    if sys::send_nosignal(data, &reply(0, Some(addrs))) != Ok(REPLY_LEN) {
+    if sys::send_nosignal(data, &reply(0, Some(addrs)), true) != Ok(REPLY_LEN) {
         let _ = sys::close(data);
         let_go(s);
         return;
@@ -495,7 +490,7 @@ impl Relay {
                 return true;
             }
             if !g.down.is_empty() {
-                match sys::send_nosignal_dontwait(self.data, g.down.rest()) {
+                match sys::send_nosignal(self.data, g.down.rest(), false) {
                     Ok(n) => g.down.advance(n),
                     Err(libc::EAGAIN) | Err(libc::EINTR) => return false,
                     Err(_) => {
@@ -753,7 +748,7 @@ mod tests {
             "the parent let go of the pipe"
         );
         // no socket with it: nothing to answer on, counted all the same
-        assert_eq!(sys::send_nosignal(child_end, &m), Ok(CLAIM_LEN));
+        assert_eq!(sys::send_nosignal(child_end, &m, true), Ok(CLAIM_LEN));
         sys::close(child_end).unwrap();
         t.join().unwrap();
         assert!(REFUSED.load(Ordering::Relaxed) >= before + 5);

@@ -220,30 +220,12 @@ pub fn socketpair(ty: c_int) -> R<(c_int, c_int)> {
     Ok((fds[0], fds[1]))
 }
 
-/// `write(2)` in the kernel (`MSG_NOSIGNAL` for sockets: a peer gone is `EPIPE`, no signal).
-pub fn send_nosignal(fd: c_int, buf: &[u8]) -> R<usize> {
+/// `send(2)` in the kernel with `MSG_NOSIGNAL` (a peer gone is `EPIPE`, no signal); without
+/// `wait`, also `MSG_DONTWAIT` (`EAGAIN` when the socket's buffer is full).
+pub fn send_nosignal(fd: c_int, buf: &[u8], wait: bool) -> R<usize> {
+    let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
     // SAFETY: `buf` is a live slice of the length passed.
-    checkl(unsafe {
-        f!(send)(
-            fd,
-            buf.as_ptr() as *const c_void,
-            buf.len(),
-            libc::MSG_NOSIGNAL,
-        )
-    })
-}
-
-/// [`send_nosignal`] that never waits (`EAGAIN` when the socket's buffer is full).
-pub fn send_nosignal_dontwait(fd: c_int, buf: &[u8]) -> R<usize> {
-    // SAFETY: `buf` is a live slice of the length passed.
-    checkl(unsafe {
-        f!(send)(
-            fd,
-            buf.as_ptr() as *const c_void,
-            buf.len(),
-            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-        )
-    })
+    checkl(unsafe { f!(send)(fd, buf.as_ptr() as *const c_void, buf.len(), flags) })
 }
 
 /// `shutdown(2)` in the kernel.

@@ -68,6 +68,21 @@ static int listen_on(int port) {
   return l;
 }
 
+/* A connection to `ip`:`port`, tried every 100 ms for 5 s (the server may still be starting);
+ * -1 when none came. */
+static int connect_to(const char *ip, int port) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+  inet_pton(AF_INET, ip, &a.sin_addr);
+  for (int tries = 0; tries < 50; tries++) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(s, (void *)&a, sizeof a) == 0)
+      return s;
+    close(s);
+    usleep(100000);
+  }
+  return -1;
+}
+
 /* In a child: each call on `fd` (a listener when `listening`), printed with `tag`. With
  * `parent_first` the parent makes a call on it after the fork and before the child's. */
 static void try_in_child(int fd, const char *tag, int listening, int parent_first) {
@@ -212,23 +227,14 @@ static int handoff(int port, int n) {
 }
 
 static int handoff_client(const char *ip, int port, int n) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  inet_pton(AF_INET, ip, &a.sin_addr);
   int s[64];
   if (n > 64)
     return 2;
   for (int i = 0; i < n; i++) {
-    int tries = 0;
-    for (;;) {
-      s[i] = socket(AF_INET, SOCK_STREAM, 0);
-      if (connect(s[i], (void *)&a, sizeof a) == 0)
-        break;
-      close(s[i]);
-      if (++tries == 50) {
-        printf("client.connect: failed\n");
-        return 1;
-      }
-      usleep(100000);
+    s[i] = connect_to(ip, port);
+    if (s[i] < 0) {
+      printf("client.connect: failed\n");
+      return 1;
     }
   }
   int good = 0;
@@ -325,19 +331,9 @@ static int leave(int port) {
 }
 
 static int inetd_client(const char *ip, int port, int n) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  inet_pton(AF_INET, ip, &a.sin_addr);
   int good = 0;
   for (int i = 0; i < n; i++) {
-    int s = -1;
-    for (int tries = 0; tries < 50; tries++) {
-      s = socket(AF_INET, SOCK_STREAM, 0);
-      if (connect(s, (void *)&a, sizeof a) == 0)
-        break;
-      close(s);
-      s = -1;
-      usleep(100000);
-    }
+    int s = connect_to(ip, port);
     if (s < 0) {
       printf("client.connect: failed\n");
       return 1;
@@ -380,24 +376,18 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc == 4 && !strcmp(argv[1], "client")) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[3]))};
-    inet_pton(AF_INET, argv[2], &a.sin_addr);
-    for (int i = 0; i < 50; i++) {
-      int s = socket(AF_INET, SOCK_STREAM, 0);
-      if (connect(s, (void *)&a, sizeof a) == 0) {
-        char r, buf[8] = {0};
-        int n = recv(s, &r, 1, 0);
-        printf("client.ready: %d %c\n", n, n == 1 ? r : '-');
-        send(s, "ping", 4, 0);
-        n = recv(s, buf, 4, MSG_WAITALL);
-        printf("client.echo: %d %s\n", n, buf);
-        return 0;
-      }
-      close(s);
-      usleep(100000);
+    int s = connect_to(argv[2], atoi(argv[3]));
+    if (s < 0) {
+      printf("client.connect: failed\n");
+      return 1;
     }
-    printf("client.connect: failed\n");
-    return 1;
+    char r, buf[8] = {0};
+    int n = recv(s, &r, 1, 0);
+    printf("client.ready: %d %c\n", n, n == 1 ? r : '-');
+    send(s, "ping", 4, 0);
+    n = recv(s, buf, 4, MSG_WAITALL);
+    printf("client.echo: %d %s\n", n, buf);
+    return 0;
   }
   if (argc == 4 && !strcmp(argv[1], "handoff"))
     return handoff(atoi(argv[2]), atoi(argv[3]));
