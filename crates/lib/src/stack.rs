@@ -348,12 +348,18 @@ impl Inner {
         }
     }
 
-    /// Sends every acknowledgement the ACK delay holds back (a poll, only when one is held).
+    /// Sends the acknowledgements the ACK delay holds back (a poll, only when one is held)
+    /// before a thread sleeps, so that a peer does not wait for an ACK while this side waits
+    /// for the peer; but not those of connections with data nobody has read yet. A thread
+    /// woken by the same frame reads it and answers, and the answer carries the ACK: a
+    /// server's accept thread, woken with the thread that answers, used to send a bare ACK
+    /// ahead of a third of the answers. If the reader goes to sleep instead, it sends the ACK
+    /// then; the ACK delay's timer bounds the rest.
     fn release_delayed_acks(&mut self) {
         let mut held = false;
         for (_, s) in self.sockets.iter_mut() {
             if let smoltcp::socket::Socket::Tcp(t) = s {
-                if t.ack_delayed() {
+                if t.ack_delayed() && t.recv_queue() == 0 {
                     t.expire_ack_delay();
                     held = true;
                 }

@@ -908,10 +908,27 @@ fn a_stack_pings_another_and_an_absent_address_times_out() {
 
 #[test]
 fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back() {
+    ping_pong_frames(IdlePolicy::ADAPTIVE, false);
+    ping_pong_frames(IdlePolicy::Block, false);
+}
+
+#[test]
+fn a_server_thread_asleep_in_accept_does_not_send_acks_ahead_of_the_replies() {
+    // The thread in `accept` wakes for every frame too; going back to sleep, it used to send the
+    // ACK the reply was about to carry (a bare ACK before every other answer).
+    ping_pong_frames(IdlePolicy::ADAPTIVE, true);
+    ping_pong_frames(IdlePolicy::Block, true);
+}
+
+/// A 64 B ping-pong between a client and a server thread (beside a second server thread blocked
+/// in `accept` on the same stack with `accept_thread`), with waits at `idle`: one frame per
+/// message each way, and an ACK held back leaves when the server goes to sleep.
+fn ping_pong_frames(idle: IdlePolicy, accept_thread: bool) {
     // An ACK delay far longer than the test: only a reply or the release before a sleep can
     // acknowledge anything in time.
     let cfg = StackConfig {
         ack_delay: Some(Duration::from_secs(60)),
+        idle,
         ..StackConfig::default()
     };
     let n = net_with(true, 1500, cfg);
@@ -919,6 +936,13 @@ fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back(
     let mut l = TcpListener::bind(&n.b, 7010).unwrap();
     let srv = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
+        let waiter = accept_thread.then(|| {
+            thread::spawn(move || {
+                // nobody else connects: this accept ends when the client's last connection
+                // comes, after the rounds
+                let _ = l.accept();
+            })
+        });
         let mut m = [0u8; 64];
         for _ in 0..ROUNDS {
             s.read_exact(&mut m).unwrap();
@@ -927,12 +951,14 @@ fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back(
         // one way: take a message, then sleep in the next read until the client closes
         s.read_exact(&mut m).unwrap();
         assert_eq!(s.read(&mut m).unwrap(), 0);
+        waiter
     });
     let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7010)).unwrap();
     let mut m = [0u8; 64];
-    // a first round settles the handshake's frames
+    // a first round settles the handshake's frames (and lets the accept thread start)
     c.write_all(&m).unwrap();
     c.read_exact(&mut m).unwrap();
+    thread::sleep(Duration::from_millis(20));
     let before = (n.a.device_stats().tx, n.b.device_stats().tx);
     for i in 1..ROUNDS {
         c.write_all(&[i as u8; 64]).unwrap();
@@ -947,7 +973,7 @@ fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back(
     let most = (ROUNDS - 1) * 11 / 10;
     assert!(
         sent.0 <= most && sent.1 <= most,
-        "frames sent for {} rounds: client {}, server {}",
+        "frames sent for {} rounds ({idle}, accept thread {accept_thread}): client {}, server {}",
         ROUNDS - 1,
         sent.0,
         sent.1
@@ -958,7 +984,11 @@ fn replies_carry_the_acks_and_a_receiver_going_to_sleep_sends_what_it_held_back(
     c.flush_acked(Duration::from_millis(800))
         .expect("the server acknowledges before it sleeps, not after the 60 s delay");
     drop(c);
-    srv.join().unwrap();
+    let waiter = srv.join().unwrap();
+    if let Some(w) = waiter {
+        let _last = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7010)).unwrap();
+        w.join().unwrap();
+    }
 }
 
 /// The blocked-signal mask (`SigBlk`) of a `/proc/.../status` text.
