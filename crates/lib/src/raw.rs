@@ -226,12 +226,17 @@ pub struct Endpoint {
 /// alive, so a thread can wait on it without holding the endpoint (e.g. outside a lock).
 #[derive(Debug)]
 pub struct SleepSet {
-    words: Vec<(Arc<Region>, usize, u32)>,
+    words: SleepWords,
 }
 
+/// A sleep's words: (region, offset, expected value). On the stack for the usual few rings: a
+/// sleep allocates nothing.
+type SleepWords = smallvec::SmallVec<[(Arc<Region>, usize, u32); 4]>;
+
 impl SleepSet {
-    /// Sleeps until a producer kicks one of the rings, the fast channels change, any of `extra`
-    /// (word, expected value) changes, or `timeout` passes.
+    /// Sleeps until a producer kicks one of the rings (the daemon kicks the receive ring when
+    /// the fast channels change), any of `extra` (word, expected value) changes, or `timeout`
+    /// passes.
     pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) {
         // (on the stack for the usual few rings: a sleep allocates nothing)
         let mut words: smallvec::SmallVec<[(&AtomicU32, u32); 8]> = self
@@ -838,6 +843,10 @@ impl Endpoint {
         for l in &mut self.fcs {
             pending |= l.rx.arm(&l.region);
         }
+        // A change of the channels since the last look: the daemon bumps the generation and
+        // then kicks the receive ring if armed, so it is seen here (after the ring's arming
+        // and its fence) or wakes the sleep (see `layout::bump_generation`).
+        pending |= layout::generation(&self.region) != self.generation;
         // a full tx ring (e.g. held back by a rate limit): the daemon kicks when it frees room
         let full = self.tx.space(&self.region) == 0;
         if full {
@@ -851,7 +860,7 @@ impl Endpoint {
             return None;
         }
         self.sleepers += 1;
-        let mut words = Vec::with_capacity(3 + self.fcs.len());
+        let mut words = SleepWords::new();
         words.push((self.region.clone(), self.info.rings[1].sleep_off(), 1));
         if full {
             words.push((self.region.clone(), self.info.rings[0].space_off(), 1));
@@ -859,7 +868,6 @@ impl Endpoint {
         for l in &self.fcs {
             words.push((l.region.clone(), l.rx.layout().sleep_off(), 1));
         }
-        words.push((self.region.clone(), layout::GENERATION_OFF, self.generation));
         Some(SleepSet { words })
     }
 

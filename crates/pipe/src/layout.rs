@@ -521,13 +521,24 @@ pub fn generation(region: &Region) -> u32 {
     ld32(region, H_GEN)
 }
 
-/// Bumps the fast-channel generation (daemon side).
-pub fn bump_generation(region: &Region) {
+/// Bumps the fast-channel generation (daemon side), and kicks the pipe's endpoint if it sleeps
+/// on its receive ring (`rx`: the ring the daemon produces into), as a frame would: a new fast
+/// channel's ring is not among the words it armed, so its partner's kicks would not reach it.
+/// An endpoint checks the generation after arming its receive ring, so one of the two sides
+/// sees the other's change (a fence on each side), and it sleeps on one word less.
+pub fn bump_generation(region: &Region, rx: &RingLayout) {
     if let Some(a) = region.u32_at(H_GEN) {
-        a.fetch_add(1, Ordering::AcqRel);
-        // threads asleep on the word learn of the change now: a new fast channel's ring is
-        // not among the words they armed, so its partner's kicks would not reach them
+        a.fetch_add(1, Ordering::SeqCst);
+        // (threads asleep on the generation word itself are woken too)
         crate::wake::wake(a);
+    }
+    // SYNC: SeqCst fence between the store of the generation and the load of the sleep word;
+    // pairs with the fence in `Consumer::arm` before the endpoint's load of the generation.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if let Some(sleep) = region.u32_at(rx.sleep_off()) {
+        if sleep.load(Ordering::Relaxed) != 0 && sleep.swap(0, Ordering::Relaxed) != 0 {
+            crate::wake::wake(sleep);
+        }
     }
 }
 
@@ -577,7 +588,7 @@ mod tests {
         }
     }
 
-    fn pipe_region(mtu: u32) -> (Region, RegionInfo) {
+    pub(super) fn pipe_region(mtu: u32) -> (Region, RegionInfo) {
         let p = RingParams::for_mtu(mtu, None).unwrap();
         let (rings, size) = plan([p, p]).unwrap();
         let r = Region::anonymous(size).unwrap();
@@ -712,8 +723,10 @@ mod generation_tests {
     use std::time::{Duration, Instant};
 
     #[test]
-    fn a_bump_wakes_a_thread_asleep_on_the_generation() {
-        let r = std::sync::Arc::new(Region::anonymous(HEADER_SIZE).unwrap());
+    fn a_bump_wakes_a_thread_asleep_on_the_generation_or_on_the_receive_ring() {
+        let (r, info) = super::tests::pipe_region(1500);
+        let r = std::sync::Arc::new(r);
+        // one asleep on the generation word
         let before = generation(&r);
         let r2 = r.clone();
         let sleeper = std::thread::spawn(move || {
@@ -723,9 +736,26 @@ mod generation_tests {
             t.elapsed()
         });
         std::thread::sleep(Duration::from_millis(100));
-        bump_generation(&r);
+        bump_generation(&r, &info.rings[1]);
         let slept = sleeper.join().unwrap();
         assert_eq!(generation(&r), before.wrapping_add(1));
+        assert!(slept < Duration::from_secs(2), "slept {slept:?}: not woken");
+        // one asleep on its receive ring alone, as DockLib's endpoints sleep
+        let before = generation(&r);
+        let (r2, rx) = (r.clone(), info.rings[1]);
+        let sleeper = std::thread::spawn(move || {
+            let mut c = crate::ring::Consumer::adopt(&r2, rx);
+            assert!(!c.arm(&r2), "nothing was queued");
+            let t = Instant::now();
+            if generation(&r2) == before {
+                let w = c.sleep_word(&r2).unwrap();
+                let _ = crate::wake::wait_any(&[(w, 1)], Some(Duration::from_secs(5)));
+            }
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        bump_generation(&r, &info.rings[1]);
+        let slept = sleeper.join().unwrap();
         assert!(slept < Duration::from_secs(2), "slept {slept:?}: not woken");
     }
 }

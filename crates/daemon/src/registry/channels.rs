@@ -119,8 +119,8 @@ impl Registry {
         for p in [a, b] {
             self.announce(p, &fc_key(a, b));
         }
-        layout::bump_generation(&pa.region);
-        layout::bump_generation(&pb.region);
+        layout::bump_generation(&pa.region, &pa.info.rings[1]);
+        layout::bump_generation(&pb.region, &pb.info.rings[1]);
         Ok(FcInfo {
             a: a.into(),
             b: b.into(),
@@ -159,7 +159,7 @@ impl Registry {
         for p in [&c.rec.a, &c.rec.b] {
             self.send_all(p, &msg, None);
             if let Some(pipe) = self.pipes.get(p) {
-                layout::bump_generation(&pipe.region);
+                layout::bump_generation(&pipe.region, &pipe.info.rings[1]);
             }
         }
         self.unhold(&fc_holder_key(c.rec.id));

@@ -234,7 +234,7 @@ impl Registry {
         for name in names {
             self.send_all(&name, &msg, Some(&fd));
             if let Some(p) = self.pipes.get(&name) {
-                layout::bump_generation(&p.region);
+                layout::bump_generation(&p.region, &p.info.rings[1]);
             }
         }
         self.services.table = Some((fd, len));

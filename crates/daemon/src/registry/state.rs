@@ -171,7 +171,7 @@ impl Registry {
         reg.save()?;
         // endpoints that were connected to the last daemon reconnect on this
         for p in reg.pipes.values() {
-            layout::bump_generation(&p.region);
+            layout::bump_generation(&p.region, &p.info.rings[1]);
         }
         Ok((reg, warnings))
     }
