@@ -54,8 +54,9 @@ pub struct BenchArgs {
     /// up to 64].
     #[arg(long, value_delimiter = ',')]
     pub pairs: Option<Vec<usize>>,
-    /// Pairs: the idle policy of DockNet's peers (spin, adaptive, adaptive:0, block), one sweep
-    /// per policy side by side; `spin` is the paper's busy polling [default: block].
+    /// Pairs: the idle policy of DockNet's peers (spin, adaptive, adaptive:0, block, or any
+    /// `adaptive:SPIN_US:YIELD_US`), one sweep per policy side by side; `spin` is the paper's
+    /// busy polling [default: block].
     #[arg(long, value_delimiter = ',', value_name = "POLICY")]
     pub peer_idle: Option<Vec<String>>,
     /// Pairs: pin the pairs' containers to these cores, pair i on the i-th (round robin); the
@@ -123,13 +124,13 @@ impl BenchArgs {
             None => vec![PEER_IDLE[3]],
             Some(v) => v
                 .iter()
-                .map(|p| {
-                    PEER_IDLE.into_iter().find(|k| k == p).ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "--peer-idle: unknown policy {p:?} (one of {})",
-                            PEER_IDLE.join(", ")
-                        )
-                    })
+                .map(|p| match PEER_IDLE.into_iter().find(|k| k == p) {
+                    Some(k) => Ok(k),
+                    // any other policy the programs take (`adaptive:SPIN_US:YIELD_US`), kept
+                    // for the run's life like the named ones
+                    None => docknet_pipe::IdlePolicy::parse(p)
+                        .map(|_| &*Box::leak(p.clone().into_boxed_str()))
+                        .map_err(|e| anyhow::anyhow!("--peer-idle: {e}")),
                 })
                 .collect::<Result<_>>()?,
         };
