@@ -484,8 +484,8 @@ impl phy::TxToken for PipeTxToken<'_> {
             self.buf.resize(len, 0);
         }
         let r = f(&mut self.buf[..len]);
-        let (route, max) = self.ep.path_limit(&self.buf[..len]);
-        if len <= max {
+        let (route, max, syn) = self.ep.path_limit(&self.buf[..len]);
+        if syn && len <= max {
             crate::segment::clamp_mss(&mut self.buf[..len], max, self.checksums);
         }
         let frame = &self.buf[..len];
@@ -565,6 +565,8 @@ impl phy::Device for PipeDevice {
             let n = loop {
                 let n = match self.held_syn.take() {
                     Some(n) => n,
+                    // (a look at the rings' words first: most looks find nothing)
+                    None if self.faults.is_none() && self.ep.is_empty() => return None,
                     None => self.next_frame()?,
                 };
                 match self.admit(n) {

@@ -367,10 +367,12 @@ impl Endpoint {
     /// its destination, unless the frame is too large for the channel and not for the pipe
     /// (then the pipe, to the daemon). A frame longer than the limit goes nowhere as it is;
     /// what fits goes with [`Endpoint::send_parts_on`].
-    pub fn path_limit(&self, frame: &[u8]) -> (Route, usize) {
-        let tcp = crate::segment::is_tcp(frame);
+    /// Also says whether `frame` is a TCP SYN (whose MSS the sender clamps to the limit).
+    pub fn path_limit(&self, frame: &[u8]) -> (Route, usize, bool) {
+        let syn = crate::segment::tcp_syn(frame);
+        let tcp = syn.is_some();
         let daemon = self.pipe_limit(tcp);
-        match self.channel_to(frame) {
+        let (route, max) = match self.channel_to(frame) {
             Some(i) => {
                 let l = &self.fcs[i];
                 let fc = l.limit(tcp);
@@ -381,7 +383,8 @@ impl Endpoint {
                 }
             }
             None => (Route::Daemon, daemon),
-        }
+        };
+        (route, max, syn == Some(true))
     }
     /// The largest frame the path back to `frame`'s sender carries (by its source address), for
     /// frames like `frame` (TCP or not).
@@ -753,6 +756,21 @@ impl Endpoint {
         let n = take(&self.region, &mut self.rx, &mut self.rx_unreleased, buf)?;
         self.stats.rx_daemon += 1;
         Some((n, Via::Daemon))
+    }
+
+    /// Whether [`Endpoint::recv`] would find nothing, by a look at each ring's words alone (no
+    /// frame taken or copied): a poll asks before every take, and most looks find nothing (the
+    /// last one of every poll). Not empty while the channels changed or one of them is new,
+    /// held or closing: `recv` tends to those.
+    pub fn is_empty(&mut self) -> bool {
+        if self.inert {
+            return true;
+        }
+        layout::generation(&self.region) == self.generation
+            && self.rx.is_empty(&self.region)
+            && self.fcs.iter_mut().all(|l| {
+                !l.fresh && l.hold.is_none() && l.closing.is_none() && l.rx.is_empty(&l.region)
+            })
     }
 
     /// Discards every frame queued for this endpoint and returns how many there were. A server

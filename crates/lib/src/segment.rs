@@ -140,7 +140,13 @@ pub fn segment(
 
 /// Whether `frame` is a TCP SYN (or SYN-ACK) this module can read.
 pub fn is_syn(frame: &[u8]) -> bool {
-    parse(frame).is_some_and(|t| frame[t.tcp + 13] & 0x02 != 0)
+    tcp_syn(frame) == Some(true)
+}
+
+/// Whether `frame` is a TCP segment this module can cut ([`is_tcp`]), and if so whether it is a
+/// SYN ([`is_syn`]): one parse for both.
+pub fn tcp_syn(frame: &[u8]) -> Option<bool> {
+    parse(frame).map(|t| frame[t.tcp + 13] & SYN != 0)
 }
 
 /// Offsets of the values of a SYN's MSS options (a peer may send several; stacks take the last),

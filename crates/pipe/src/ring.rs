@@ -193,8 +193,16 @@ impl Consumer {
         self.refresh(region)
     }
 
-    /// True when the descriptor at the consumer's index carries its sequence number, i.e. the
-    /// next `pop` will return a frame without consulting the producer's index.
+    /// Whether no frame waits: none committed at the next slot, and none announced by the
+    /// producer's index (read again when the cached one has nothing). What [`Consumer::pop`]
+    /// looks at before it finds nothing, without taking: a descriptor the producer announced
+    /// but did not commit is not empty, so the next `pop` takes, counts and skips it.
+    pub fn is_empty(&mut self, region: &Region) -> bool {
+        !self.ready(region)
+            && self.cached_prod.wrapping_sub(self.cons) == 0
+            && self.refresh(region) == 0
+    }
+
     pub fn ready(&self, region: &Region) -> bool {
         // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
         region.load_u32(self.ring.desc_off(self.cons) + DESC_SEQ, Ordering::Acquire)
