@@ -45,6 +45,11 @@ impl Daemon {
         Daemon::launch(exe, s.idle, s.master_core, s.master_nice, None, true)
     }
 
+    /// One host, the master's idle policy `idle`, nothing pinned, automatic fast channels on.
+    pub fn start_auto_idle(exe: &Path, idle: &str) -> Result<Daemon> {
+        Daemon::launch(exe, idle, None, 0, None, true)
+    }
+
     fn launch(
         exe: &Path,
         idle: &str,

@@ -8,7 +8,10 @@
 //! one-way latency of each request is the latency of the first packet after an idle second,
 //! with the daemon's master and both peers asleep when it is sent. The same exchange over the
 //! kernel's loopback in a namespace of its own is the machine's reference: a sleeping thread's
-//! wake-up costs what it costs here.
+//! wake-up costs what it costs here. The pair is measured three ways: through the daemon (its
+//! fast channels made by hand only), over a fast channel made by hand, and with the daemon at
+//! its defaults (automatic fast channels: the pair's first exchange, in the warm-up, goes
+//! through the master, which joins the two pipes; the measured ones take the channel).
 
 use crate::mode::Mode;
 use crate::proc::{CpuMeter, Proc, Stop};
@@ -78,6 +81,13 @@ pub struct IdleResult {
     pub fc_wake_p50_us: f64,
     /// See `fc_wake_p50_us`.
     pub fc_wake_p99_us: f64,
+    /// The same exchange with the daemon at its defaults (automatic fast channels; what a user
+    /// gets): median and 99th percentile, microseconds.
+    pub auto_wake_p50_us: f64,
+    /// See `auto_wake_p50_us`.
+    pub auto_wake_p99_us: f64,
+    /// Fast channels that daemon made for the pair (1 when it joined them).
+    pub auto_channels_made: u64,
     /// The same exchange over the kernel's loopback in a namespace of its own (one wake-up per
     /// message: the receiver's), measured in the same run as the reference for this machine.
     pub kernel_wake_p50_us: f64,
@@ -113,6 +123,11 @@ impl IdleResult {
                 ..row(Mode::Docknet, self.wake_p50_us, self.wake_p99_us)
             },
             row(Mode::DocknetFc, self.fc_wake_p50_us, self.fc_wake_p99_us),
+            row(
+                Mode::DocknetAuto,
+                self.auto_wake_p50_us,
+                self.auto_wake_p99_us,
+            ),
             row(
                 Mode::Loopback,
                 self.kernel_wake_p50_us,
@@ -218,6 +233,35 @@ fn wake_client(args: &IdleArgs, stack: &str, server: Ipv4Addr) -> Vec<String> {
 
 fn wake_timeout(args: &IdleArgs) -> Duration {
     Duration::from_secs_f64(args.pause_ms / 1000.0 * args.wakes as f64 + 30.0)
+}
+
+/// The wake-up exchange with a daemon of its own at its defaults (automatic fast channels, the
+/// master's policy `--idle`), and the channels that daemon made.
+fn auto_wake(
+    args: &IdleArgs,
+    exe: &Path,
+    dnperf: &Path,
+    stop: &Stop,
+) -> Result<(docknet_perf::stats::Summary, u64)> {
+    let d = Daemon::start_auto_idle(exe, &args.idle)?;
+    let mut c = d.client()?;
+    let s = Ipv4Addr::new(10, 91, 253, 2);
+    c.pipe_create("awake-s", &format!("{s}/16"), None, None)?;
+    c.pipe_create("awake-c", "10.91.253.1/16", None, None)?;
+    let server = run_in(&d, exe, dnperf, "awake-s", &server_args(&args.idle, s))?;
+    wait_attached(&d, &["awake-s".to_string()], stop)?;
+    std::thread::sleep(Duration::from_millis(200));
+    let report: ClientReport =
+        run_in(&d, exe, dnperf, "awake-c", &wake_client(args, "docknet", s))?
+            .result(wake_timeout(args), stop)
+            .context("the wake-up client at the daemon's defaults")?;
+    server.finish(stop);
+    let made = c.status()?.auto_channels_made;
+    let ow = report
+        .result
+        .request_ns
+        .context("the wake-up client at the daemon's defaults reported no latency")?;
+    Ok((ow, made))
 }
 
 /// The wake-up exchange over the loopback of a new namespace (kernel TCP).
@@ -341,6 +385,8 @@ pub fn measure(args: &IdleArgs, stop: &Stop) -> Result<IdleResult> {
         .context("the fast-channel wake-up client reported no latency")?;
     drop(servers);
     drop(d);
+    eprintln!("idle: the same with the daemon at its defaults (automatic fast channels)");
+    let (auto, auto_made) = auto_wake(args, &exe, &dnperf, stop)?;
     eprintln!("idle: the same over the kernel's loopback");
     let kernel = kernel_wake(args, &dnperf, stop)?;
     let cpu = CpuMeter::delta(&ns0, &ns1) as f64 / 1e9 / secs * 100.0;
@@ -358,6 +404,9 @@ pub fn measure(args: &IdleArgs, stop: &Stop) -> Result<IdleResult> {
         wake_samples: ow.count,
         fc_wake_p50_us: fc.p50 as f64 / 1000.0,
         fc_wake_p99_us: fc.p99 as f64 / 1000.0,
+        auto_wake_p50_us: auto.p50 as f64 / 1000.0,
+        auto_wake_p99_us: auto.p99 as f64 / 1000.0,
+        auto_channels_made: auto_made,
         kernel_wake_p50_us: kernel.p50 as f64 / 1000.0,
         kernel_wake_p99_us: kernel.p99 as f64 / 1000.0,
         pause_ms: args.pause_ms,
@@ -373,7 +422,7 @@ pub fn run(args: IdleArgs) -> Result<()> {
     let stop = Stop::on_signals()?;
     let r = measure(&args, &stop)?;
     println!(
-        "{:<10} {:>10} {:>8} {:>11} {:>13} {:>13} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "{:<10} {:>10} {:>8} {:>11} {:>13} {:>13} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
         "IDLE",
         "CONTAINERS",
         "SECONDS",
@@ -384,11 +433,13 @@ pub fn run(args: IdleArgs) -> Result<()> {
         "WAKE-p99",
         "FC-p50",
         "FC-p99",
+        "AUTO-p50",
+        "AUTO-p99",
         "KERNEL-p50",
         "KERNEL-p99"
     );
     println!(
-        "{:<10} {:>10} {:>8.1} {:>11.3} {:>13.4} {:>13.1} {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us {:>10.1}us {:>10.1}us",
+        "{:<10} {:>10} {:>8.1} {:>11.3} {:>13.4} {:>13.1} {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us {:>8.1}us {:>10.1}us {:>10.1}us",
         r.idle,
         r.containers,
         r.seconds,
@@ -399,6 +450,8 @@ pub fn run(args: IdleArgs) -> Result<()> {
         r.wake_p99_us,
         r.fc_wake_p50_us,
         r.fc_wake_p99_us,
+        r.auto_wake_p50_us,
+        r.auto_wake_p99_us,
         r.kernel_wake_p50_us,
         r.kernel_wake_p99_us
     );
