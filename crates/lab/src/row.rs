@@ -241,6 +241,23 @@ pub struct Row {
         skip_serializing_if = "Option::is_none"
     )]
     pub mem_kib_per_pair: Option<f64>,
+    /// How evenly the pairs shared the machine in the ping-pong (pairs): Jain's index of their
+    /// transactions per second, `(sum x)^2 / (n * sum x^2)`, 1 when every pair did as many, 1/n
+    /// when one did them all. The latency percentiles are of all messages merged, so pairs that
+    /// ran faster weigh more in them.
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pair_fairness: Option<f64>,
+    /// The slowest pair's transactions per second over the mean pair's (pairs).
+    #[serde(
+        default,
+        deserialize_with = "figure",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub slowest_pair: Option<f64>,
     /// Who built the topology: `cni`, `ip`, `ovs-vsctl`, `docknet`.
     #[serde(
         default,
@@ -522,6 +539,8 @@ impl Row {
             path_ok: true,
             pairs: None,
             mem_kib_per_pair: None,
+            pair_fairness: None,
+            slowest_pair: None,
             builder: None,
             server: None,
             req_per_s: None,

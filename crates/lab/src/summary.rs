@@ -62,6 +62,8 @@ pub fn summarize(rows: &[Row]) -> Vec<Row> {
                     })
                     .flatten(),
                 mem_kib_per_pair: med(|r| r.mem_kib_per_pair),
+                pair_fairness: med(|r| r.pair_fairness),
+                slowest_pair: med(|r| r.slowest_pair),
                 lost: lost[lost.len() / 2],
                 path_ok: g.iter().all(|r| r.path_ok),
                 one_way_hist: None,

@@ -345,10 +345,13 @@ impl Runner {
         }
         let what = match (row.pairs, row.p50_us, row.gbps) {
             (Some(n), p, g) => format!(
-                "{n} pairs: {:.2} Gbps total, p50 {:.2} us, {:.0} KiB/pair",
+                "{n} pairs: {:.2} Gbps total, p50 {:.2} us, {:.0} KiB/pair, fairness {:.3} \
+                 (slowest pair {:.2} of the mean)",
                 g.unwrap_or(0.0),
                 p.unwrap_or(0.0),
-                row.mem_kib_per_pair.unwrap_or(0.0)
+                row.mem_kib_per_pair.unwrap_or(0.0),
+                row.pair_fairness.unwrap_or(0.0),
+                row.slowest_pair.unwrap_or(0.0)
             ),
             (None, Some(p), _) => format!("p50 {p:.2} us"),
             (None, None, g) => format!("{:.2} Gbps", g.unwrap_or(0.0)),

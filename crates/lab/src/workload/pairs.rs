@@ -77,8 +77,24 @@ pub fn pairs_row(
         cpu_s_per_kreq: machine
             .and_then(|c| crate::cpustat::demand(&c.times, tps * c.seconds / 1000.0)),
         one_way_hist: Some(buckets(&h)),
+        pair_fairness: fairness(rr),
+        slowest_pair: slowest(rr),
         ..Row::new(crate::mode::Mode::Bridge, Tool::Dnperf, Workload::Pairs, 0)
     }
+}
+
+/// Jain's index of the clients' transactions per second (see [`Row::pair_fairness`]).
+fn fairness(rr: &[ClientReport]) -> Option<f64> {
+    let x: Vec<f64> = rr.iter().map(|r| r.result.tps).collect();
+    let (sum, sq) = (x.iter().sum::<f64>(), x.iter().map(|v| v * v).sum::<f64>());
+    (sq > 0.0).then(|| sum * sum / (x.len() as f64 * sq))
+}
+
+/// The slowest client's transactions per second over the mean client's.
+fn slowest(rr: &[ClientReport]) -> Option<f64> {
+    let x: Vec<f64> = rr.iter().map(|r| r.result.tps).collect();
+    let mean = x.iter().sum::<f64>() / x.len().max(1) as f64;
+    (mean > 0.0).then(|| x.iter().copied().fold(f64::INFINITY, f64::min) / mean)
 }
 
 impl Runner {
