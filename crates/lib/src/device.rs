@@ -565,8 +565,6 @@ impl phy::Device for PipeDevice {
             let n = loop {
                 let n = match self.held_syn.take() {
                     Some(n) => n,
-                    // (a look at the rings' words first: most looks find nothing)
-                    None if self.faults.is_none() && self.ep.is_empty() => return None,
                     None => self.next_frame()?,
                 };
                 match self.admit(n) {

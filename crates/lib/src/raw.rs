@@ -758,21 +758,6 @@ impl Endpoint {
         Some((n, Via::Daemon))
     }
 
-    /// Whether [`Endpoint::recv`] would find nothing, by a look at each ring's words alone (no
-    /// frame taken or copied): a poll asks before every take, and most looks find nothing (the
-    /// last one of every poll). Not empty while the channels changed or one of them is new,
-    /// held or closing: `recv` tends to those.
-    pub fn is_empty(&mut self) -> bool {
-        if self.inert {
-            return true;
-        }
-        layout::generation(&self.region) == self.generation
-            && self.rx.is_empty(&self.region)
-            && self.fcs.iter_mut().all(|l| {
-                !l.fresh && l.hold.is_none() && l.closing.is_none() && l.rx.is_empty(&l.region)
-            })
-    }
-
     /// Discards every frame queued for this endpoint and returns how many there were. A server
     /// calls it once on start so that frames left by an earlier run are not taken as new. At
     /// most one ring's worth per ring: a producer that keeps refilling cannot hold it here.

@@ -193,16 +193,6 @@ impl Consumer {
         self.refresh(region)
     }
 
-    /// Whether no frame waits: none committed at the next slot, and none announced by the
-    /// producer's index (read again when the cached one has nothing). What [`Consumer::pop`]
-    /// looks at before it finds nothing, without taking: a descriptor the producer announced
-    /// but did not commit is not empty, so the next `pop` takes, counts and skips it.
-    pub fn is_empty(&mut self, region: &Region) -> bool {
-        !self.ready(region)
-            && self.cached_prod.wrapping_sub(self.cons) == 0
-            && self.refresh(region) == 0
-    }
-
     pub fn ready(&self, region: &Region) -> bool {
         // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
         region.load_u32(self.ring.desc_off(self.cons) + DESC_SEQ, Ordering::Acquire)
