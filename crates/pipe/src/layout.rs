@@ -536,9 +536,7 @@ pub fn bump_generation(region: &Region, rx: &RingLayout) {
     // pairs with the fence in `Consumer::arm` before the endpoint's load of the generation.
     std::sync::atomic::fence(Ordering::SeqCst);
     if let Some(sleep) = region.u32_at(rx.sleep_off()) {
-        if sleep.load(Ordering::Relaxed) != 0 && sleep.swap(0, Ordering::Relaxed) != 0 {
-            crate::wake::wake(sleep);
-        }
+        crate::wake::kick_if_armed(sleep);
     }
 }
 

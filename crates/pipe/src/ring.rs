@@ -193,6 +193,8 @@ impl Consumer {
         self.refresh(region)
     }
 
+    /// True when the descriptor at the consumer's index carries its sequence number, i.e. the
+    /// next `pop` will return a frame without consulting the producer's index.
     pub fn ready(&self, region: &Region) -> bool {
         // SYNC: Acquire pairs with the Release store of the sequence number in `commit`.
         region.load_u32(self.ring.desc_off(self.cons) + DESC_SEQ, Ordering::Acquire)
@@ -281,14 +283,9 @@ impl Consumer {
         // SYNC: SeqCst fence between our store of `cons` and our load of `space`; pairs with
         // the fence in `Producer::arm_space`.
         fence(Ordering::SeqCst);
-        let Some(w) = region.u32_at(self.ring.space_off()) else {
-            return false;
-        };
-        if w.load(Ordering::Relaxed) != 0 && w.swap(0, Ordering::Relaxed) != 0 {
-            wake::wake(w);
-            return true;
-        }
-        false
+        region
+            .u32_at(self.ring.space_off())
+            .is_some_and(wake::kick_if_armed)
     }
 
     /// Declares this consumer about to sleep: sets the ring's sleep word, then (after a full
@@ -627,15 +624,11 @@ impl Producer {
         // SYNC: SeqCst fence between our store of `prod` and our load of `sleep`; pairs with
         // the fence in `Consumer::arm`.
         fence(Ordering::SeqCst);
-        let Some(sleep) = region.u32_at(self.ring.sleep_off()) else {
-            return false;
-        };
-        if sleep.load(Ordering::Relaxed) != 0 && sleep.swap(0, Ordering::Relaxed) != 0 {
-            wake::wake(sleep);
-            self.stats.kicks += 1;
-            return true;
-        }
-        false
+        let kicked = region
+            .u32_at(self.ring.sleep_off())
+            .is_some_and(wake::kick_if_armed);
+        self.stats.kicks += u64::from(kicked);
+        kicked
     }
 }
 

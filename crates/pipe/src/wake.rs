@@ -64,6 +64,17 @@ pub fn wake(word: &AtomicU32) {
     }
 }
 
+/// The producer's side of arm, check, sleep: wakes whoever sleeps on `word` if a sleeper armed
+/// it (non-zero), and clears it. Call after a SeqCst fence that follows the store the sleeper
+/// checks after arming (an index, a generation). True when it woke (a system call).
+pub fn kick_if_armed(word: &AtomicU32) -> bool {
+    if word.load(Ordering::Relaxed) != 0 && word.swap(0, Ordering::Relaxed) != 0 {
+        wake(word);
+        return true;
+    }
+    false
+}
+
 /// Why [`wait_any`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Woke {

@@ -42,6 +42,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "listen.h"
+
 static const char *err(int r) {
   static char b[64];
   if (r >= 0) {
@@ -55,21 +57,6 @@ static const char *err(int r) {
   return b;
 }
 
-/* A listening TCP socket on `port` (any address), or the program ends. */
-static int listen_on(int port) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
-    perror("listen");
-    exit(1);
-  }
-  return l;
-}
-
-/* A connection to `ip`:`port`, tried every 100 ms for 5 s (the server may still be starting);
- * -1 when none came. */
 static int connect_to(const char *ip, int port) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
   inet_pton(AF_INET, ip, &a.sin_addr);
@@ -200,7 +187,7 @@ static int serve_handed(int c) {
 }
 
 static int handoff(int port, int n) {
-  int l = listen_on(port);
+  int l = listen_tcp(port, 0);
   for (int i = 0; i < n; i++) {
     int c = accept(l, NULL, NULL);
     if (c < 0) {
@@ -286,7 +273,7 @@ static int handoff_client(const char *ip, int port, int n) {
 }
 
 static int inetd(int port, int n) {
-  int l = listen_on(port);
+  int l = listen_tcp(port, 0);
   int ok = 0;
   for (int i = 0; i < n; i++) {
     int c = accept(l, NULL, NULL);
@@ -313,7 +300,7 @@ static int inetd(int port, int n) {
 }
 
 static int leave(int port) {
-  int l = listen_on(port);
+  int l = listen_tcp(port, 0);
   int c = accept(l, NULL, NULL);
   char line[64];
   size_t got = 0;
@@ -362,7 +349,7 @@ static int inetd_client(const char *ip, int port, int n) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && !strcmp(argv[1], "server")) {
-    int l = listen_on(atoi(argv[2]));
+    int l = listen_tcp(atoi(argv[2]), 0);
     try_in_child(l, "listener", 1, 1);
     int c = accept(l, NULL, NULL);
     printf("parent.accept: %d\n", c >= 0);

@@ -30,22 +30,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "listen.h"
+
 static volatile sig_atomic_t stop;
 static void on_term(int s) {
   (void)s;
   stop = 1;
-}
-
-static int listener(int port, int nonblock) {
-  int l = socket(AF_INET, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0);
-  int one = 1;
-  setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-  if (bind(l, (void *)&a, sizeof a) || listen(l, 64)) {
-    perror("listen");
-    exit(1);
-  }
-  return l;
 }
 
 /* One connection: 1 for a "ping" answered, 0 for anything else; a "quit" is told on `quit`. */
@@ -163,11 +153,11 @@ int main(int argc, char **argv) {
     int n = atoi(argv[3]);
     if (n < 1 || n > 16)
       return 2;
-    return run_workers(listener(atoi(argv[2]), !blocking), n, blocking);
+    return run_workers(listen_tcp(atoi(argv[2]), !blocking), n, blocking);
   }
   if (argc == 3 && (!strcmp(argv[1], "daemon") || !strcmp(argv[1], "daemon-late"))) {
     int late = !strcmp(argv[1], "daemon-late");
-    int l = late ? listener(atoi(argv[2]), 0) : -1;
+    int l = late ? listen_tcp(atoi(argv[2]), 0) : -1;
     pid_t p = fork();
     if (p < 0) {
       perror("fork");
@@ -176,7 +166,7 @@ int main(int argc, char **argv) {
     if (p > 0)
       return 0; /* the parent goes at once */
     setsid();
-    return daemon_child(late ? l : listener(atoi(argv[2]), 0));
+    return daemon_child(late ? l : listen_tcp(atoi(argv[2]), 0));
   }
   if (argc == 5 && !strcmp(argv[1], "client")) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[3]))};
