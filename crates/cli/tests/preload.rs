@@ -93,6 +93,20 @@ impl Server {
         Server(Some(c))
     }
 
+    /// The next line of the server's output (read a byte at a time: the rest stays for
+    /// [`Server::finish`]).
+    fn line(&mut self) -> String {
+        use std::io::Read;
+        let out = self.0.as_mut().and_then(|c| c.stdout.as_mut());
+        let out = out.expect("a server started with its output captured");
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while out.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        String::from_utf8_lossy(&line).into_owned()
+    }
+
     /// Waits for the server to end on its own (at most `limit`); its output.
     fn finish(mut self, limit: Duration) -> Output {
         let mut c = self.0.take().expect("a running server");
@@ -778,6 +792,49 @@ fn servers_that_fork_after_they_listen_or_daemonize_answer_as_on_kernel_sockets(
             (&kc, &ks),
         );
     }
+}
+
+/// A fast channel made after a server forked its worker and before the worker took the pipe's
+/// stack: the parent's engine, asleep since before the fork, is woken by the daemon's kick, and
+/// must leave the channel's message on the family's connection to the daemon for the worker
+/// that takes the stack (read by the parent, the channel was lost to the worker, which then
+/// never read what the client sent on it: every connection hung).
+#[test]
+fn a_channel_made_while_a_forked_worker_has_not_taken_the_stack_is_the_workers() {
+    if !ready("preload prefork channel", &[("cc", "gcc")]) {
+        return;
+    }
+    let dir = workdir("prefork-fc");
+    let bin = compile_c(&dir, "prefork");
+    let b = bin.to_str().unwrap();
+    let (lab, s, c, ip) = lab(false);
+    let mut srv = Server::spawn(
+        run_args(
+            &lab,
+            &s,
+            &[dir.path()],
+            &[],
+            &[b, "workers", "7504", "1", "1000"],
+        ),
+        Stdio::piped(),
+    );
+    let line = srv.line();
+    assert!(line.starts_with("workers: 1"), "{line}");
+    // the worker waits a second before it uses the listener, the parent's engine sleeps
+    lab.ok(&["fc", "connect", &s, &c]);
+    let o = client(
+        &lab,
+        &c,
+        &[dir.path()],
+        &[],
+        &[b, "client", &ip, "7504", "3"],
+        Duration::from_secs(30),
+    );
+    assert!(must(&o, "the client").contains("client.answered: 3"));
+    let so = srv.finish(Duration::from_secs(30));
+    assert!(text(&so).contains("served: 3"), "{}", text(&so));
+    let err = String::from_utf8_lossy(&so.stderr);
+    assert!(!err.contains("docknet-preload"), "{err}");
 }
 
 /// nginx with its default process model (a master that listens and forks `worker_processes

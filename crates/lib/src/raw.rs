@@ -887,6 +887,12 @@ impl Endpoint {
         self.refresh();
     }
 
+    /// Ends one sleep armed by [`Endpoint::arm_sleep`] without touching the words or the
+    /// daemon's connection: this process may no longer drive the pipe (a fork not settled).
+    pub(crate) fn leave_sleep(&mut self) {
+        self.sleepers = self.sleepers.saturating_sub(1);
+    }
+
     /// Makes this endpoint inert: another process drives the pipe now (see the `fork` module).
     /// Nothing it does afterwards touches the rings, their words or the daemon's connection.
     pub(crate) fn set_inert(&mut self) {

@@ -527,9 +527,15 @@ impl Shared {
     /// Arms the rings' sleep words under the lock. The sleep may last until the stack's next
     /// timer (a TCP timer, or a frame held back by fault injection), `max`, or `deadline`,
     /// whichever is first, and at least 50 us. `None` when work arrived meanwhile (the words
-    /// are disarmed again). Wait outside the lock ([`Armed::wait`]), then [`Shared::disarm`].
+    /// are disarmed again), or while a fork is not settled. Wait outside the lock ([`Armed::wait`]), then [`Shared::disarm`].
     pub(crate) fn arm(&self, max: Duration, deadline: Option<Instant>) -> Option<Armed> {
         let mut g = self.lock();
+        if self.forks.pending() {
+            // A fork this process has not settled (the parent's engine between the fork and
+            // its claim window's end): a child may be taking the stack over, so the daemon's
+            // connection and the rings' words are not this copy's to touch.
+            return None;
+        }
         // nothing waits for a reply to ride on while this side sleeps
         g.release_delayed_acks();
         // with the tx ring full, smoltcp's "send now" is not a reason to wake: the daemon
@@ -551,7 +557,16 @@ impl Shared {
 
     /// Ends a sleep armed by [`Shared::arm`] (call once per `Some`).
     pub(crate) fn disarm(&self) {
-        self.lock().dev.ep.disarm_sleep();
+        let mut g = self.lock();
+        if self.forks.pending() {
+            // Asleep across a fork not settled yet (a parent's engine woken by a kick meant for
+            // the child): the daemon's connection is the family's, one file description, and a
+            // message read here is lost to a child that takes the stack (a new fast channel it
+            // would never read); the words may be the child's, armed for its own sleep.
+            g.dev.ep.leave_sleep();
+        } else {
+            g.dev.ep.disarm_sleep();
+        }
     }
 
     /// One sleep on the rings (and on `extra` words): arm, wait, disarm.

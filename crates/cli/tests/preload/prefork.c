@@ -6,6 +6,9 @@
  *                               the listener, accept, and answer "ping" with "pong"; the parent
  *                               only waits, as nginx's master does
  *   prefork blocking PORT N     the same with workers blocked in accept (Apache's prefork)
+ *   prefork workers PORT N MS   the same, but the parent waits 50 ms after it listens before it
+ *                               forks, and the workers MS before they use the listener (a
+ *                               worker that first loads its application, as gunicorn's does)
  *   prefork daemon PORT         fork at once and let the parent exit; the child listens (a
  *                               program that daemonizes before it opens its sockets)
  *   prefork daemon-late PORT    listen, then fork; the parent exits, the child serves
@@ -55,7 +58,8 @@ static int serve_one(int c, int quit) {
   return r;
 }
 
-static int worker_epoll(int l, int quit) {
+static int worker_epoll(int l, int quit, int wait_ms) {
+  usleep(wait_ms * 1000);
   int ep = epoll_create1(0);
   struct epoll_event ev = {.events = EPOLLIN, .data.fd = l};
   if (epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev)) {
@@ -90,7 +94,9 @@ static int worker_blocking(int l, int quit) {
 }
 
 /* Forks `n` workers on `l`, waits for a "quit", ends them and prints what they served. */
-static int run_workers(int l, int n, int blocking) {
+static int run_workers(int l, int n, int blocking, int wait_ms) {
+  if (wait_ms > 0)
+    usleep(50000);
   int q[2];
   if (pipe(q)) {
     perror("pipe");
@@ -101,7 +107,7 @@ static int run_workers(int l, int n, int blocking) {
     pids[i] = fork();
     if (pids[i] == 0) {
       close(q[0]);
-      _exit(blocking ? worker_blocking(l, q[1]) : worker_epoll(l, q[1]));
+      _exit(blocking ? worker_blocking(l, q[1]) : worker_epoll(l, q[1], wait_ms));
     }
   }
   printf("workers: %d\n", n);
@@ -148,12 +154,13 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: accept ends with EINTR */
   sigaction(SIGTERM, &sa, NULL);
-  if (argc == 4 && (!strcmp(argv[1], "workers") || !strcmp(argv[1], "blocking"))) {
+  if ((argc == 4 && (!strcmp(argv[1], "workers") || !strcmp(argv[1], "blocking"))) ||
+      (argc == 5 && !strcmp(argv[1], "workers"))) {
     int blocking = !strcmp(argv[1], "blocking");
-    int n = atoi(argv[3]);
-    if (n < 1 || n > 16)
+    int n = atoi(argv[3]), wait_ms = argc == 5 ? atoi(argv[4]) : 0;
+    if (n < 1 || n > 16 || wait_ms < 0 || wait_ms > 10000)
       return 2;
-    return run_workers(listen_tcp(atoi(argv[2]), !blocking), n, blocking);
+    return run_workers(listen_tcp(atoi(argv[2]), !blocking), n, blocking, wait_ms);
   }
   if (argc == 3 && (!strcmp(argv[1], "daemon") || !strcmp(argv[1], "daemon-late"))) {
     int late = !strcmp(argv[1], "daemon-late");
@@ -195,7 +202,8 @@ int main(int argc, char **argv) {
     printf("client.answered: %d\n", answered);
     return 0;
   }
-  fprintf(stderr, "usage: prefork workers|blocking PORT N | prefork daemon|daemon-late PORT | "
+  fprintf(stderr, "usage: prefork workers|blocking PORT N | prefork workers PORT N MS | "
+                  "prefork daemon|daemon-late PORT | "
                   "prefork client IP PORT K\n");
   return 2;
 }
