@@ -321,6 +321,11 @@ impl Endpoint {
         }
         fdpass::set_nonblocking(conn.as_fd(), true).map_err(|e| hs(e.to_string()))?;
         ep.conn = Some(conn);
+        // A channel made since the daemon sent `Synced` came after it on the connection, and
+        // its bump of the generation may be in the value read above already: then no change of
+        // the generation would ever make this endpoint read it (its partner's frames would wait
+        // in a channel it does not know). What came after `Synced` is read now.
+        ep.sync();
         Ok(ep)
     }
 
@@ -470,7 +475,9 @@ impl Endpoint {
             return;
         }
         let g = layout::generation(&self.region);
-        if g != self.generation {
+        if g != self.generation || self.resync.is_some() {
+            // (after a reconnect, until the daemon's hand-over has been read whole: the daemon
+            // bumps nothing for it)
             self.generation = g;
             self.sync();
         }

@@ -152,6 +152,24 @@ fn channels_appear_and_disappear_while_attached() {
     assert_eq!(a.send(&f), Ok(Via::Daemon));
 }
 
+/// A channel made while an endpoint attaches, after the daemon handed the pipe over and
+/// before the endpoint first looked at the generation: its message follows the hand-over's end,
+/// and its bump is already in the first look. The endpoint knows the channel all the same
+/// (it did not, and a server that had just attached never read what its client sent on it).
+#[test]
+fn a_channel_made_while_the_pipe_is_handed_over_is_known_at_once() {
+    let (_d, mut r) = setup();
+    let conn = r.connect_local("a").unwrap();
+    r.connect_fc("a", "b", None).unwrap();
+    let mut a = Endpoint::from_connection(conn, IdlePolicy::Spin, None).unwrap();
+    let b = attach(&mut r, "b", IdlePolicy::Spin);
+    assert_eq!(a.fc_peers().len(), 1, "the channel is known");
+    a.refresh();
+    std::thread::sleep(Duration::from_millis(10));
+    a.refresh();
+    assert_eq!(a.send(&frame(&a, B, b.mac(), 64, 1)), Ok(Via::FastChannel));
+}
+
 #[test]
 fn frames_on_a_removed_channel_are_still_read_and_later_ones_take_the_daemon() {
     let (_d, mut r) = setup();
