@@ -232,7 +232,8 @@ pub(super) fn pump(
                 forwarded += u64::from(ok);
                 if ok && cross.shared.auto_channels.load(Ordering::Relaxed) {
                     let to = snap.pipes[d].id;
-                    if local[i].talk.note(to, now_ns) {
+                    let opens = super::talk::opens_connection(hdr);
+                    if local[i].talk.note(to, now_ns, opens) {
                         cross.shared.talked(sp.id, to);
                     }
                 }

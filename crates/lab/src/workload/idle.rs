@@ -10,9 +10,8 @@
 //! kernel's loopback in a namespace of its own is the machine's reference: a sleeping thread's
 //! wake-up costs what it costs here. The pair is measured three ways: through the daemon (its
 //! fast channels made by hand only), over a fast channel made by hand, and with the daemon at
-//! its defaults (automatic fast channels: the master joins the two pipes once one has sent
-//! the other a run of frames, so the first messages go through it and the later ones take the
-//! channel).
+//! its defaults (automatic fast channels: the pair's first exchange, in the warm-up, goes
+//! through the master, which joins the two pipes; the measured ones take the channel).
 
 use crate::mode::Mode;
 use crate::proc::{CpuMeter, Proc, Stop};
