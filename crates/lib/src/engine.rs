@@ -63,9 +63,9 @@ pub(crate) fn engine(shared: Weak<Shared>) {
                 }
             }
             if let Some(armed) = s.arm(IDLE_SLEEP, None) {
-                armed.wait(&[]);
+                let timed_out = armed.wait(&[]);
                 // ends this sleep only: a call asleep on the same words keeps them armed
-                s.disarm();
+                s.disarm(timed_out);
             }
             let active =
                 s.callers.load(Ordering::Acquire) > 0 || s.calls.load(Ordering::Relaxed) != calls;

@@ -43,6 +43,12 @@ const RELEASE_EVERY: u32 = 32;
 const HANDSHAKE: Duration = Duration::from_secs(5);
 /// Least time between two reconnection attempts.
 const RECONNECT_EVERY: Duration = Duration::from_millis(100);
+/// Least time between two looks at the daemon's connection after sleeps that ended by their
+/// timeout ([`Endpoint::after_timeout`]).
+const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How long a message found by such a look may wait for the generation's bump that goes with
+/// it (the daemon sends, then bumps) before it counts as one no bump announced.
+const BUMP_WAIT: Duration = Duration::from_millis(5);
 
 /// Why attaching failed.
 #[derive(Debug, thiserror::Error)]
@@ -187,6 +193,11 @@ pub struct EndpointStats {
     pub sleeps: u64,
     /// Connections to the daemon made again (after it restarted).
     pub reconnects: u64,
+    /// Messages of the daemon that no change of the generation announced, found on the
+    /// connection after a sleep that ended by its timeout ([`Endpoint::after_timeout`]): each
+    /// is a lost notification, which without that look would have stayed unread (a channel
+    /// never used, its partner's frames never read). Zero unless something is wrong.
+    pub unannounced: u64,
 }
 
 /// A container's attachment to its DockPipe.
@@ -195,6 +206,10 @@ pub struct Endpoint {
     conn: Option<OwnedFd>,
     socket: Option<String>,
     last_try: Option<Instant>,
+    /// The last look at the connection after a sleep's timeout.
+    last_look: Option<Instant>,
+    /// Messages of the daemon taken in so far.
+    handled: u64,
     /// After a reconnect: the channels announced so far, and whether a services table came,
     /// until `Synced`.
     resync: Option<(Vec<u64>, bool)>,
@@ -236,8 +251,8 @@ type SleepWords = smallvec::SmallVec<[(Arc<Region>, usize, u32); 4]>;
 impl SleepSet {
     /// Sleeps until a producer kicks one of the rings (the daemon kicks the receive ring when
     /// the fast channels change), any of `extra` (word, expected value) changes, or `timeout`
-    /// passes.
-    pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) {
+    /// passes. True when the timeout ended it (or a signal did).
+    pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) -> bool {
         // (on the stack for the usual few rings: a sleep allocates nothing)
         let mut words: smallvec::SmallVec<[(&AtomicU32, u32); 8]> = self
             .words
@@ -245,8 +260,12 @@ impl SleepSet {
             .filter_map(|(r, off, v)| r.u32_at(*off).map(|w| (w, *v)))
             .collect();
         words.extend_from_slice(extra);
-        if wake::wait_any(&words, Some(timeout)).is_err() {
-            std::thread::sleep(Duration::from_micros(100));
+        match wake::wait_any(&words, Some(timeout)) {
+            Ok(w) => w == wake::Woke::TimedOut,
+            Err(_) => {
+                std::thread::sleep(Duration::from_micros(100));
+                false
+            }
         }
     }
 }
@@ -297,6 +316,8 @@ impl Endpoint {
             conn: None,
             socket,
             last_try: None,
+            last_look: None,
+            handled: 0,
             resync: None,
             name: p.name.clone(),
             ip6: p.ip6,
@@ -546,6 +567,7 @@ impl Endpoint {
 
     /// Acts on one message from the daemon.
     fn handle(&mut self, m: Msg, fd: Option<OwnedFd>) {
+        self.handled += 1;
         match m {
             Msg::Channel(c) => {
                 if let Some((r, _)) = self.resync.as_mut() {
@@ -831,8 +853,45 @@ impl Endpoint {
     fn sleep(&mut self, max_sleep: Duration) {
         if let Some(set) = self.arm_sleep() {
             self.stats.sleeps += 1;
-            set.wait(&[], max_sleep);
+            let timed_out = set.wait(&[], max_sleep);
             self.disarm_sleep();
+            if timed_out {
+                self.after_timeout();
+            }
+        }
+    }
+
+    /// After a sleep that ended by its timeout: reads the daemon's connection (at most every
+    /// [`LOOK_EVERY`], one system call) for a message that no change of the generation
+    /// announced, and counts each such one ([`EndpointStats::unannounced`]). Messages are read
+    /// when the generation changes; one whose bump this endpoint never sees (as when a channel
+    /// was made while the pipe was handed over, or read off a connection shared with a forked
+    /// process) would otherwise stay unread for good, with a partner's frames waiting in a
+    /// channel this end does not know. The look bounds any such loss by the sleep's timeout.
+    pub fn after_timeout(&mut self) {
+        if self.inert || self.conn.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last_look
+            .is_some_and(|t| now.duration_since(t) < LOOK_EVERY)
+        {
+            return;
+        }
+        self.last_look = Some(now);
+        let (seen, before) = (self.generation, self.handled);
+        self.sync();
+        if self.handled == before {
+            return;
+        }
+        // The daemon sends a message, then bumps: one read in between is announced a moment
+        // later and is not lost.
+        while layout::generation(&self.region) == seen && now.elapsed() < BUMP_WAIT {
+            std::thread::yield_now();
+        }
+        if layout::generation(&self.region) == seen {
+            self.stats.unannounced += 1;
         }
     }
 

@@ -470,9 +470,9 @@ pub(crate) struct Armed {
 
 impl Armed {
     /// Sleeps until a producer kicks a ring, the fast channels change, any of `extra` (word,
-    /// expected value) changes, or the timeout passes.
-    pub(crate) fn wait(self, extra: &[(&AtomicU32, u32)]) {
-        self.set.wait(extra, self.timeout);
+    /// expected value) changes, or the timeout passes. True when the timeout ended it.
+    pub(crate) fn wait(self, extra: &[(&AtomicU32, u32)]) -> bool {
+        self.set.wait(extra, self.timeout)
     }
 }
 
@@ -555,8 +555,10 @@ impl Shared {
         })
     }
 
-    /// Ends a sleep armed by [`Shared::arm`] (call once per `Some`).
-    pub(crate) fn disarm(&self) {
+    /// Ends a sleep armed by [`Shared::arm`] (call once per `Some`); `timed_out`: its timeout
+    /// ended it (then the daemon's connection is looked at,
+    /// [`crate::raw::Endpoint::after_timeout`]).
+    pub(crate) fn disarm(&self, timed_out: bool) {
         let mut g = self.lock();
         if self.forks.pending() {
             // Asleep across a fork not settled yet (a parent's engine woken by a kick meant for
@@ -566,6 +568,9 @@ impl Shared {
             g.dev.ep.leave_sleep();
         } else {
             g.dev.ep.disarm_sleep();
+            if timed_out {
+                g.dev.ep.after_timeout();
+            }
         }
     }
 
@@ -583,8 +588,8 @@ impl Shared {
             return;
         }
         if let Some(armed) = self.arm(max, deadline) {
-            armed.wait(extra);
-            self.disarm();
+            let timed_out = armed.wait(extra);
+            self.disarm(timed_out);
         }
     }
 }
@@ -955,6 +960,16 @@ impl Stack {
     /// Device counters.
     pub fn device_stats(&self) -> DeviceStats {
         self.lock().dev.stats
+    }
+
+    /// The endpoint's counters (frames by path, refused descriptors, lost notifications);
+    /// `None` when the stack is busy right now (it waits for no lock: callable at exit).
+    pub fn endpoint_stats(&self) -> Option<crate::raw::EndpointStats> {
+        match self.shared.inner.try_lock() {
+            Ok(g) => Some(g.dev.ep.stats()),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner().dev.ep.stats()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
