@@ -170,8 +170,29 @@ impl Inner {
     /// step said it changed nothing to send.
     fn poll_after_step(&mut self) {
         if !std::mem::take(&mut self.nothing_to_send) {
-            self.poll();
+            self.poll_out();
         }
+    }
+
+    /// The poll after a step: sends what the step queued (and anything else due), without
+    /// looking for frames to receive. The step has just run on what the last poll took in; a
+    /// frame that came since is taken by the caller's next poll, and one that comes while it
+    /// sleeps shows in the ring it arms. Skips an empty look at every ring this endpoint reads
+    /// per write. True when anything moved.
+    pub(crate) fn poll_out(&mut self) -> bool {
+        let now = self.now();
+        let before = self.dev.stats;
+        self.dev.flush_backlog();
+        let mut changed = false;
+        while self
+            .iface
+            .poll_egress(now, &mut self.dev, &mut self.sockets)
+            == PollResult::SocketStateChanged
+        {
+            changed = true;
+        }
+        self.dev.ep.flush();
+        self.finish_poll(changed, before)
     }
 
     /// Polls the interface; true when anything moved.
@@ -192,6 +213,12 @@ impl Inner {
             }
         }
         self.dev.ep.flush();
+        self.finish_poll(changed, before)
+    }
+
+    /// What every poll ends with: connections closed by the application and done with are
+    /// dropped, and other threads learn that something moved. True when anything did.
+    fn finish_poll(&mut self, changed: bool, before: DeviceStats) -> bool {
         if !self.closing.is_empty() {
             let sockets = &mut self.sockets;
             // A closed connection goes once it is closed, or as soon as it is in TIME-WAIT
@@ -989,14 +1016,14 @@ impl Stack {
         let mut g = self.lock();
         if let Some(r) = f(&mut g) {
             if transmit {
-                g.poll();
+                g.poll_out();
             }
             return r;
         }
         g.poll();
         if let Some(r) = f(&mut g) {
             if transmit {
-                g.poll();
+                g.poll_out();
             } else {
                 g.clean = false; // the step may have queued something for the next poll
             }
