@@ -862,7 +862,7 @@ impl Endpoint {
     }
 
     /// After a sleep that ended by its timeout: reads the daemon's connection (at most every
-    /// [`LOOK_EVERY`], one system call) for a message that no change of the generation
+    /// 100 ms, one system call) for a message that no change of the generation
     /// announced, and counts each such one ([`EndpointStats::unannounced`]). Messages are read
     /// when the generation changes; one whose bump this endpoint never sees (as when a channel
     /// was made while the pipe was handed over, or read off a connection shared with a forked
