@@ -685,8 +685,13 @@ fn the_daemon_s_control_plane_runs_ahead_of_containers_and_nothing_else_of_it_do
     }
     let pid = d.0.id();
     assert_eq!(thread_sched(pid, pid).1, FIFO, "the control plane's thread");
-    let masters = threads_named(pid, "docknet-master");
-    assert!(!masters.is_empty());
+    // (the masters may start just after the control socket answers)
+    let mut masters = threads_named(pid, "docknet-master");
+    while masters.is_empty() && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        masters = threads_named(pid, "docknet-master");
+    }
+    assert!(!masters.is_empty(), "no master thread");
     for tid in masters.iter().chain(&threads_named(pid, "docknet-attach")) {
         assert_eq!(
             thread_sched(pid, *tid),

@@ -891,7 +891,7 @@ impl Endpoint {
             std::thread::yield_now();
         }
         if layout::generation(&self.region) == seen {
-            self.stats.unannounced += 1;
+            self.stats.unannounced += self.handled - before;
         }
     }
 
