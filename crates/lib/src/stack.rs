@@ -554,7 +554,8 @@ impl Shared {
     /// Arms the rings' sleep words under the lock. The sleep may last until the stack's next
     /// timer (a TCP timer, or a frame held back by fault injection), `max`, or `deadline`,
     /// whichever is first, and at least 50 us. `None` when work arrived meanwhile (the words
-    /// are disarmed again), or while a fork is not settled. Wait outside the lock ([`Armed::wait`]), then [`Shared::disarm`].
+    /// are disarmed again), or while a fork is not settled. Wait outside the lock
+    /// ([`Armed::wait`]), then [`Shared::disarm`].
     pub(crate) fn arm(&self, max: Duration, deadline: Option<Instant>) -> Option<Armed> {
         let mut g = self.lock();
         if self.forks.pending() {
