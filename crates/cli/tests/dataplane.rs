@@ -1077,6 +1077,26 @@ fn the_daemon_joins_containers_that_talk_by_a_channel_and_bounds_what_one_can_cl
         status["auto_channels_skipped"].as_u64() >= Some(2),
         "{status}"
     );
+    // the same with one SYN to each: a frame that opens a connection asks at once, within the
+    // same bounds
+    lab.ok(&["pipe", "create", "syngrab", "--ip", "10.52.1.101/16"]);
+    let (cpu0, t0) = (control(&lab), std::time::Instant::now());
+    let o = lab.in_container(
+        "syngrab",
+        &[
+            ATTACK,
+            "channel-grab",
+            "--syn",
+            "--frames",
+            "1",
+            "--to",
+            &victims.join(","),
+        ],
+    );
+    let share = (control(&lab) - cpu0) / t0.elapsed().as_secs_f64();
+    assert!(share < 0.2, "the control thread took {share:.2} of a core");
+    let v = peer_json(&o);
+    assert_eq!(v["channels"], 8, "one SYN each: its share and no more: {v}");
     for s in sinks {
         let _ = lab.wait(s, Duration::from_secs(20));
     }

@@ -85,6 +85,9 @@ enum Cmd {
         /// Frames to each.
         #[arg(long, default_value_t = 200)]
         frames: u32,
+        /// Send TCP SYNs (a frame that opens a connection asks for a channel at once).
+        #[arg(long)]
+        syn: bool,
     },
     /// Toggle the daemon's sleep word on our tx ring and FUTEX_WAKE it, continuously.
     WakeStorm {
@@ -306,7 +309,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             }
             json!({"attack": "flood", "sent": sent})
         }
-        Cmd::ChannelGrab { to, frames } => {
+        Cmd::ChannelGrab { to, frames, syn } => {
             let mut ep = docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?;
             let mut sent = 0u64;
             for ip in &to {
@@ -314,15 +317,29 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
                     .resolve(*ip, Duration::from_secs(2))
                     .with_context(|| format!("no answer for {ip}"))?;
                 let mut f = vec![0u8; 60];
+                let proto = if syn {
+                    6
+                } else {
+                    docknet_lib::frame::PROTO_EXPERIMENT
+                };
                 docknet_lib::frame::write_ipv4_headers(
                     &mut f,
                     ep.mac(),
                     mac,
                     ep.ip(),
                     *ip,
-                    docknet_lib::frame::PROTO_EXPERIMENT,
-                    60,
+                    proto,
+                    if syn { 54 } else { 60 },
                 );
+                if syn {
+                    // ports 40000 -> 9, data offset 5 words, SYN (no checksum: the daemon
+                    // looks at the flags, the victim's stack drops the segment)
+                    f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+                    f[36..38].copy_from_slice(&9u16.to_be_bytes());
+                    f[46] = 5 << 4;
+                    f[47] = 0x02;
+                    f[48..50].copy_from_slice(&1024u16.to_be_bytes());
+                }
                 for _ in 0..frames {
                     if ep
                         .send_blocking(&f, Instant::now() + Duration::from_secs(1))
