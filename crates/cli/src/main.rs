@@ -145,6 +145,15 @@ enum Cmd {
         /// AF_XDP sockets to bind, for queues 0..N [default: every receive queue of the link].
         #[arg(long, value_name = "N", requires = "nic", value_parser = clap::value_parser!(u32).range(1..=64))]
         nic_queues: Option<u32>,
+        /// Make a link to this host's own kernel and drive it instead of --nic: a veth pair,
+        /// NAME on the host's side with 169.254.1.1/32 and a /32 route to every pipe, NAME-d on
+        /// the daemon's. The host then reaches the pipes (kubelet's probes, NodePort rules,
+        /// port-forward) and the pipes reach whatever the host routes to (other nodes, and
+        /// addresses beyond with the host's own NAT), their gateway being the host's end. For
+        /// pods whose only network is DockNet. Removed when the daemon stops (docs/kubernetes.md,
+        /// "The node and beyond").
+        #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "docknet0", conflicts_with = "nic")]
+        host_link: Option<String>,
         /// Rate limits: the fine timer, which adds a quantum of tokens each interval (10us to
         /// 10ms).
         #[arg(long, default_value = "100us", value_parser = parse_interval)]
@@ -534,6 +543,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
             nic,
             nic_mode,
             nic_queues,
+            host_link,
             rate_fine,
             rate_coarse,
             metrics,
@@ -570,6 +580,7 @@ fn main_inner(cli: Cli) -> Result<ExitCode> {
                     mode: nic_mode,
                     queues: nic_queues,
                 }),
+                host_link,
                 rate_timers: docknet_daemon::rate::Timers {
                     fine: rate_fine,
                     coarse: rate_coarse,

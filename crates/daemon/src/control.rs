@@ -43,6 +43,19 @@ pub struct Ctx {
     pub ops: crate::metrics::OpStats,
     /// Captures running.
     pub captures: Mutex<Vec<Arc<Tap>>>,
+    /// The link to the node's kernel, when the daemon made one: its routes follow the pipes.
+    pub host_link: Mutex<Option<crate::nic::host::HostLink>>,
+}
+
+impl Ctx {
+    /// Routes the node's kernel to every pipe through the host link, when there is one.
+    pub fn route_pipes(&self, reg: &Registry) {
+        if let Ok(mut h) = self.host_link.lock() {
+            if let Some(h) = h.as_mut() {
+                h.route_pipes(reg.pipes().map(|p| p.ip));
+            }
+        }
+    }
 }
 
 fn to_json(v: impl serde::Serialize) -> Result<serde_json::Value, ApiError> {
@@ -255,6 +268,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
     };
     if changed && out.is_ok() {
         ctx.master.publish(reg.snapshot());
+        ctx.route_pipes(&reg);
     }
     out
 }

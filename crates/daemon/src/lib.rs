@@ -168,6 +168,9 @@ pub struct Config {
     /// A link to drive: frames for addresses no pipe owns leave through it, frames arriving on
     /// it for a pipe are delivered.
     pub nic: Option<nic::NicConfig>,
+    /// Make a link to the node's own kernel of this name and drive it ([`nic::host`]); not
+    /// with `nic`.
+    pub host_link: Option<String>,
     /// The rate limiters' fine and coarse timers.
     pub rate_timers: rate::Timers,
     /// Serve Prometheus metrics at `http://ADDR/metrics` (`None`: no metrics server).
@@ -221,10 +224,31 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         None => None,
     };
     // the link first: a daemon asked to drive one that it cannot starts not at all
-    let edge = match &cfg.nic {
+    let host_link = match (&cfg.host_link, &cfg.nic) {
+        (Some(_), Some(_)) => {
+            return Err(Error::Config(
+                "a daemon drives one link: --host-link or --nic, not both".into(),
+            ))
+        }
+        (Some(name), None) => Some(nic::host::HostLink::create(name)?),
+        (None, _) => None,
+    };
+    let nic_cfg = match &host_link {
+        // a veth: AF_PACKET, whose segment offload moves the node's 64 KiB segments whole
+        Some(h) => Some(nic::NicConfig {
+            iface: h.daemon_end.clone(),
+            mode: nic::NicMode::Packet,
+            queues: None,
+        }),
+        None => cfg.nic.clone(),
+    };
+    let edge = match &nic_cfg {
         Some(n) => {
             let (link, port) = nic::open(n)?;
-            Some(nic::Edge::new(link, port))
+            let mut e = nic::Edge::new(link, port);
+            // the node routes what is not a pipe's (egress, other nodes)
+            e.set_default_via(host_link.as_ref().map(|_| nic::host::GATEWAY));
+            Some(e)
         }
         None => None,
     };
@@ -377,7 +401,12 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         attach: std::sync::OnceLock::new(),
         ops: metrics::OpStats::default(),
         captures: Mutex::new(Vec::new()),
+        host_link: Mutex::new(host_link),
     });
+    if let Ok(reg) = ctx.registry.lock() {
+        // the pipes adopted from a previous daemon
+        ctx.route_pipes(&reg);
+    }
     let waker = attach::start(ctx.clone()).map_err(io("starting the accept thread"))?;
     let _ = ctx.attach.set(waker);
     tracing::info!(
@@ -442,6 +471,10 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         }
         // the spare regions' thread ends and lets go of them
         reg.set_pool(None);
+    }
+    // the host link goes, and the node's routes through it with it
+    if let Ok(mut h) = ctx.host_link.lock() {
+        drop(h.take());
     }
     let _ = fs::remove_file(&cfg.socket);
     Ok(())

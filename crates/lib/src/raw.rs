@@ -227,6 +227,8 @@ pub struct Endpoint {
     stats: EndpointStats,
     /// The services the daemon announced (connects to their addresses go to a backend).
     services: Arc<Table>,
+    /// Where frames beyond the pipe's network go, when the daemon drives a link.
+    gateway: Option<Ipv4Addr>,
     /// Threads of this process sleeping on the rings' words right now (armed with
     /// [`Endpoint::arm_sleep`], not yet [`Endpoint::disarm_sleep`]ed). The words are cleared only
     /// when the last one leaves: a thread that woke and cleared them under another thread still
@@ -331,6 +333,7 @@ impl Endpoint {
             idler: Idler::new(policy),
             stats: EndpointStats::default(),
             services: Arc::default(),
+            gateway: None,
             sleepers: 0,
             inert: false,
         };
@@ -364,6 +367,11 @@ impl Endpoint {
     /// The pipe's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// Where frames for addresses beyond the pipe's network go: the gateway the daemon gave
+    /// (it drives a link), or `None` (the pipe reaches its own network only).
+    pub fn gateway(&self) -> Option<Ipv4Addr> {
+        self.gateway
     }
     /// This pipe's address.
     pub fn ip(&self) -> Ipv4Addr {
@@ -607,8 +615,10 @@ impl Endpoint {
                 Some(Ok(t)) => self.services = Arc::new(t),
                 _ => self.stats.bad_services += 1,
             },
-            // the pipe again, after a reconnect: the region we have is the one
-            Msg::Hello(_) => {}
+            Msg::Gateway { ip } => self.gateway = Some(ip),
+            // the pipe again, after a reconnect: the region we have is the one; the new daemon
+            // says again whether it drives a link
+            Msg::Hello(_) => self.gateway = None,
         }
     }
 

@@ -770,6 +770,7 @@ impl Stack {
         let prefix = ep.prefix().min(32) as u8;
         let ip6 = ep.ip6();
         let mac = ep.mac();
+        let gateway = ep.gateway();
         let mut dev = PipeDevice::new(ep, cfg.checksums);
         if let Some(f) = cfg.faults {
             dev.set_faults(f);
@@ -795,6 +796,11 @@ impl Stack {
                 let _ = a.push(IpCidr::new(to_ip(ll), 64));
             }
         });
+        if let Some(gw) = gateway {
+            // the daemon drives a link: addresses beyond the pipe's network are reached
+            // through it (the daemon answers ARP for the gateway with the link's MAC)
+            let _ = iface.routes_mut().add_default_ipv4_route(gw);
+        }
         let events = Arc::new(AtomicU32::new(0));
         let shared = Arc::new_cyclic(|me| Shared {
             events: events.clone(),
@@ -949,7 +955,13 @@ impl Stack {
         self.shared.prefix
     }
 
-    /// Whether `a` lies in the pipe's network (the addresses this stack can reach).
+    /// The gateway the daemon gave the pipe when it drives a link: addresses beyond the pipe's
+    /// network are reached through it. `None`: the pipe reaches its own network only.
+    pub fn gateway(&self) -> Option<Ipv4Addr> {
+        self.lock().dev.ep.gateway()
+    }
+
+    /// Whether `a` lies in the pipe's network.
     pub fn on_link(&self, a: Ipv4Addr) -> bool {
         let mask = u32::MAX
             .checked_shl(32 - u32::from(self.shared.prefix))

@@ -157,6 +157,18 @@ fn channels_appear_and_disappear_while_attached() {
 /// and its bump is already in the first look. The endpoint knows the channel all the same
 /// (it did not, and a server that had just attached never read what its client sent on it).
 #[test]
+fn an_endpoint_knows_its_gateway_only_from_a_daemon_that_drives_a_link() {
+    let (_d, mut r) = setup();
+    assert_eq!(attach(&mut r, "a", IdlePolicy::Spin).gateway(), None);
+    r.set_gateway(Some([2, 0, 0, 0, 0, 1]));
+    let ep = attach(&mut r, "a", IdlePolicy::Spin);
+    assert_eq!(ep.gateway(), Some(docknet_pipe::delivery::GATEWAY));
+    // and its stack routes beyond the pipe's network through it
+    let st = docknet_lib::Stack::new(ep, docknet_lib::StackConfig::default());
+    assert_eq!(st.gateway(), Some(docknet_pipe::delivery::GATEWAY));
+}
+
+#[test]
 fn a_channel_made_while_the_pipe_is_handed_over_is_known_at_once() {
     let (_d, mut r) = setup();
     let conn = r.connect_local("a").unwrap();

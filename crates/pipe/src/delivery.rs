@@ -3,12 +3,18 @@
 //!
 //! ```text
 //!  Hello   {pipe: name, ip, prefix, mac, mtu, depth [, ip6, prefix6]}  + the pipe's memfd
+//!  Gateway {ip}                  (only when the daemon drives a link: the way beyond the pipe's network)
 //!  Channel {id, side A|B, mtu, depth, peer name/ip/mac [, peer ip6]}  + the channel's memfd (0..n)
 //!  Synced                                               (the list of channels is complete)
 //!  ... later, whenever channels change:
 //!  Channel {...} + memfd   |   Closed {id}
 //!  Services {len}                 + a sealed memfd: the services table (crate::services)
 //! ```
+//!
+//! `Gateway` follows `Hello` when the daemon drives a link (`--nic`): frames for addresses beyond
+//! the pipe's network then have somewhere to go, and DockLib routes them to `ip`, an address the
+//! daemon answers ARP for with the link's MAC ([`GATEWAY`]). Without it, the pipe reaches its own
+//! network only.
 //!
 //! `Services` comes before `Synced` when the daemon has services, and again whenever they
 //! change (the daemon bumps the generation word so that a container reads it).
@@ -40,6 +46,13 @@ const T_CHANNEL: u8 = 2;
 const T_CLOSED: u8 = 3;
 const T_SYNCED: u8 = 4;
 const T_SERVICES: u8 = 5;
+const T_GATEWAY: u8 = 6;
+
+/// The gateway address the daemon gives its pipes when it drives a link: link-local, so it is
+/// no pipe's and no pod network's, and the same on every node. The daemon answers ARP for it
+/// with the link's MAC; the host's end of a link made for the node's own kernel
+/// (docs/kubernetes.md, "The node and beyond") carries it too, so frames to it reach the node.
+pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
 /// A pipe as the daemon describes it to its container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +136,12 @@ pub enum Msg {
     },
     /// Every current channel has been sent.
     Synced,
+    /// Addresses beyond the pipe's network are reached through `ip` (the daemon drives a
+    /// link).
+    Gateway {
+        /// The next hop to give them.
+        ip: Ipv4Addr,
+    },
     /// The services table (with its sealed memfd of `len` bytes).
     Services {
         /// Its length in bytes.
@@ -249,6 +268,10 @@ impl Msg {
                 o.extend(((*id >> 32) as u32).to_le_bytes());
             }
             Msg::Synced => o.extend([T_SYNCED, VERSION]),
+            Msg::Gateway { ip } => {
+                o.extend([T_GATEWAY, VERSION]);
+                o.extend(u32::from(*ip).to_le_bytes());
+            }
             Msg::Services { len } => {
                 o.extend([T_SERVICES, VERSION]);
                 o.extend(len.to_le_bytes());
@@ -323,6 +346,18 @@ impl Msg {
             }
             T_CLOSED => Msg::Closed { id: r.u64()? },
             T_SYNCED => Msg::Synced,
+            T_GATEWAY => {
+                let ip = Ipv4Addr::from(r.u32()?);
+                if ip.is_unspecified()
+                    || ip.is_broadcast()
+                    || ip.is_multicast()
+                    || ip.is_loopback()
+                    || ip.octets()[0] == 0
+                {
+                    return Err(DecodeError::Field("gateway"));
+                }
+                Msg::Gateway { ip }
+            }
             T_SERVICES => {
                 let len = r.u32()?;
                 if !(16..=crate::services::MAX_TABLE as u32).contains(&len) {
@@ -386,7 +421,28 @@ mod tests {
                 peer_ip6: Some("fd00:dc::4".parse().unwrap()),
             }),
             Msg::Services { len: 4096 },
+            Msg::Gateway { ip: GATEWAY },
         ]
+    }
+
+    #[test]
+    fn a_gateway_must_be_a_unicast_address() {
+        for bad in [
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "127.0.0.1",
+            "0.1.2.3",
+        ] {
+            let m = Msg::Gateway {
+                ip: bad.parse().unwrap(),
+            };
+            assert_eq!(
+                Msg::decode(&m.encode()),
+                Err(DecodeError::Field("gateway")),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

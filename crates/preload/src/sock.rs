@@ -43,13 +43,49 @@ pub fn route_to(a: Ipv4Addr, ip: Ipv4Addr, prefix: u8) -> Route {
 }
 
 /// Where traffic to `a` goes: DockNet for the pipe's network and for the services the daemon
-/// announced (their addresses lie outside it, as a ClusterIP lies outside the pod network),
+/// announced (their addresses lie outside it, as a ClusterIP lies outside the pod network);
+/// every other unicast address too when the pipe has a way out (the daemon drives a link) and
+/// the container's kernel has no network of its own (a pod whose only network is DockNet);
 /// else the kernel.
 pub fn route_for(st: &docknet_lib::Stack, a: Ipv4Addr) -> Route {
     match route_to(a, st.ip(), st.prefix()) {
         Route::Kernel if st.is_service(a) => Route::DockNet,
+        Route::Kernel if beyond(a) && st.gateway().is_some() && !kernel_has_network() => {
+            Route::DockNet
+        }
         r => r,
     }
+}
+
+/// Whether `a` is an address a gateway can take: unicast, not loopback.
+fn beyond(a: Ipv4Addr) -> bool {
+    !(a.is_loopback()
+        || a.is_unspecified()
+        || a.is_broadcast()
+        || a.is_multicast()
+        || a.octets()[0] == 0)
+}
+
+/// Whether the container's network namespace routes anything through an interface of its own
+/// (a kernel network beside the pipe, as a chained pod's `eth0`): its main routing table
+/// (`/proc/net/route`) lists a route through an interface other than `lo`. Read once.
+fn kernel_has_network() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::fs::read_to_string("/proc/net/route")
+            .map(|t| routes_beyond_lo(&t))
+            // unreadable: assume the kernel has a network, as before a gateway existed
+            .unwrap_or(true)
+    })
+}
+
+/// Whether a `/proc/net/route` text lists a route through an interface other than `lo`.
+fn routes_beyond_lo(table: &str) -> bool {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .any(|iface| iface != "lo")
 }
 
 /// Where a `bind` to `a` goes: the wildcard and the pipe's own address are DockNet's (the
@@ -332,6 +368,22 @@ mod tests {
         assert_eq!(route_bind(ip, ip), Route::DockNet);
         assert_eq!(route_bind(Ipv4Addr::LOCALHOST, ip), Route::Kernel);
         assert_eq!(route_bind(Ipv4Addr::new(10, 0, 0, 9), ip), Route::Kernel);
+    }
+
+    #[test]
+    fn a_kernel_network_is_a_route_through_an_interface_of_its_own() {
+        let head =
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+        assert!(!routes_beyond_lo(head));
+        assert!(!routes_beyond_lo(""));
+        let lo = format!("{head}lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n");
+        assert!(!routes_beyond_lo(&lo));
+        let eth = format!("{lo}eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n");
+        assert!(routes_beyond_lo(&eth));
+        assert!(beyond(Ipv4Addr::new(8, 8, 8, 8)));
+        assert!(!beyond(Ipv4Addr::LOCALHOST));
+        assert!(!beyond(Ipv4Addr::new(224, 0, 0, 1)));
+        assert!(!beyond(Ipv4Addr::BROADCAST));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! - [`wire`]: what a frame goes through at the edge (checksums, MSS, addresses, ARP), pure;
 //! - [`neigh`]: the neighbours on the wire;
 //! - [`vxlan`]: tunnels to nodes that share no link, pure;
-//! - [`offload`]: large TCP segments to and from a port that offloads, pure.
+//! - [`offload`]: large TCP segments to and from a port that offloads, pure;
+//! - [`host`]: a link to the node's own kernel, made by the daemon.
 //!
 //! [`Edge`] is what the master holds: the port, the link, the neighbours and the counters.
 //! Frames from a pipe to an address no pipe owns leave through it ([`Edge::send`]); frames
@@ -14,6 +15,7 @@
 //! its pipes on the wire with the link's MAC and resolves neighbours itself: a frame's
 //! destination, or the next hop of the route covering it ([`crate::route`]).
 
+pub mod host;
 pub mod link;
 pub mod neigh;
 pub mod offload;
@@ -297,6 +299,9 @@ pub struct Edge {
     port_read: Instant,
     /// The routes (the tunnels among them: which far ends may send what).
     routes: std::sync::Arc<crate::route::Routes>,
+    /// The next hop of destinations no route covers (the node's end of a host link), instead
+    /// of the destination itself.
+    default_via: Option<Ipv4Addr>,
 }
 
 /// What became of a frame a pipe sent to the wire.
@@ -333,7 +338,14 @@ impl Edge {
             sent_since_flush: false,
             port_read: Instant::now(),
             routes: Default::default(),
+            default_via: None,
         }
+    }
+
+    /// Sends what no route covers to `via` instead of looking for the destination on the link
+    /// (a host link: the node's kernel routes it on).
+    pub fn set_default_via(&mut self, via: Option<Ipv4Addr>) {
+        self.default_via = via;
     }
 
     /// The link's MAC (the pipes' next hop to the wire).
@@ -417,6 +429,14 @@ impl Edge {
         now: Instant,
     ) -> Sent {
         self.dirty = true;
+        // a destination no route covers is its own next hop, unless the link has a default
+        let hop = match self.default_via {
+            Some(via) if hop.vxlan.is_none() && Some(hop.link) == wire::ipv4_dst(hdr) => Hop {
+                link: via,
+                vxlan: None,
+            },
+            _ => hop,
+        };
         let copy = |buf: &mut [u8]| -> bool {
             buf.len() >= len && region.read(off, &mut buf[..len]) && {
                 buf[..hdr.len().min(len)].copy_from_slice(&hdr[..hdr.len().min(len)]);

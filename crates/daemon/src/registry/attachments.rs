@@ -171,7 +171,8 @@ impl Registry {
             .is_some_and(|a| Arc::ptr_eq(&a.listener, listener))
     }
 
-    /// Hands pipe `name` to a new connection: its region, its channels, then `Synced`; the
+    /// Hands pipe `name` to a new connection: its region, the gateway when the daemon drives a
+    /// link, its channels, then `Synced`; the
     /// connection then gets every change of its channels. Refused (and counted) beyond
     /// [`MAX_CONNS`] live connections.
     pub fn add_conn(&mut self, name: &str, conn: OwnedFd) -> Result<(), ApiError> {
@@ -195,6 +196,13 @@ impl Registry {
             ip6: pipe.ip6,
         });
         let mut msgs: Vec<(Vec<u8>, Option<&OwnedFd>)> = vec![(hello.encode(), Some(&pipe.memfd))];
+        if self.gateway.is_some() {
+            // frames beyond the pipe's network have a way out: the link
+            let gw = Msg::Gateway {
+                ip: docknet_pipe::delivery::GATEWAY,
+            };
+            msgs.push((gw.encode(), None));
+        }
         for c in self
             .fcs
             .values()

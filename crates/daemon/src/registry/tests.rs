@@ -99,7 +99,7 @@ fn ipv6_addresses_are_parsed_checked_recorded_and_handed_out() {
             Msg::Hello(p) => assert_eq!(p.ip6, None),
             Msg::Channel(c) => peer6 = c.peer_ip6,
             Msg::Synced => break,
-            Msg::Closed { .. } | Msg::Services { .. } => {}
+            Msg::Closed { .. } | Msg::Services { .. } | Msg::Gateway { .. } => {}
         }
     }
     assert_eq!(peer6, Some("fd00:9::1".parse().unwrap()));
@@ -336,6 +336,34 @@ fn a_connection_gets_its_pipe_and_channels_and_every_change() {
     assert_eq!(
         r.pipe_info("a", true).unwrap().counters.unwrap()["attach_refused"],
         1
+    );
+}
+
+#[test]
+fn a_daemon_with_a_link_gives_each_connection_the_gateway_after_its_pipe() {
+    let d = tempfile::tempdir().unwrap();
+    let (mut r, _) = Registry::open(d.path(), None).unwrap();
+    r.create_pipe("a", "10.9.0.1/24", None, None).unwrap();
+    let first_two = |r: &mut Registry| {
+        let c = r.connect_local("a").unwrap();
+        let mut buf = [0u8; delivery::MAX_MSG];
+        let mut next = || {
+            let (n, _) = fdpass::recv(c.as_fd(), &mut buf).unwrap().unwrap();
+            Msg::decode(&buf[..n]).unwrap()
+        };
+        (next(), next())
+    };
+    let (hello, then) = first_two(&mut r);
+    assert!(matches!(hello, Msg::Hello(_)));
+    assert_eq!(then, Msg::Synced, "no link, no gateway");
+    r.set_gateway(Some([2, 0, 0, 0, 0, 1]));
+    let (hello, then) = first_two(&mut r);
+    assert!(matches!(hello, Msg::Hello(_)));
+    assert_eq!(
+        then,
+        Msg::Gateway {
+            ip: delivery::GATEWAY
+        }
     );
 }
 

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The link mode [`Daemon::launch`] reads as `--host-link` (the link's name in its place).
+const HOST_LINK: &str = "host-link";
+
 /// A running daemon.
 #[derive(Debug)]
 pub struct Daemon {
@@ -36,6 +39,12 @@ impl Daemon {
         host: Option<(&str, &str, &str)>,
     ) -> Result<Daemon> {
         Daemon::launch(exe, idle, master_core, master_nice, host, false)
+    }
+
+    /// A daemon in network namespace `ns` that makes a link to that namespace's kernel named
+    /// `name` and drives it (`--host-link`), automatic fast channels on.
+    pub fn start_host_link(exe: &Path, ns: &str, name: &str) -> Result<Daemon> {
+        Daemon::launch(exe, "adaptive", None, 0, Some((ns, name, HOST_LINK)), true)
     }
 
     /// [`Daemon::start`], with the daemon's automatic fast channels on (`docknet-auto`: the
@@ -88,9 +97,11 @@ impl Daemon {
             cmd.args(["--master-core", &c.to_string()]);
         }
         cmd.args(["--master-nice", &master_nice.to_string()]);
-        if let Some((_, link, mode)) = host {
-            cmd.args(["--nic", link, "--nic-mode", mode]);
-        }
+        match host {
+            Some((_, name, HOST_LINK)) => cmd.args(["--host-link", name]),
+            Some((_, link, mode)) => cmd.args(["--nic", link, "--nic-mode", mode]),
+            None => &mut cmd,
+        };
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -167,6 +167,23 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         count: u32,
     },
+    /// UDP datagrams to `--to`:`--port` claiming each `--src` in turn as their source (another
+    /// pod's address, the node's, anyone's): what a pod would send to pass itself off as
+    /// someone else beyond its pipe. Reports how many were sent from each.
+    Spoof {
+        /// Where to.
+        #[arg(long)]
+        to: std::net::Ipv4Addr,
+        /// Its UDP port.
+        #[arg(long, default_value_t = 9999)]
+        port: u16,
+        /// The sources to claim (repeat the option).
+        #[arg(long = "src", required = true)]
+        srcs: Vec<std::net::Ipv4Addr>,
+        /// Datagrams from each source.
+        #[arg(long, default_value_t = 50)]
+        count: u32,
+    },
     /// Fork children that wait, until `--max` or the first refusal; print how many (a first
     /// line, "holding": true), hold them `--hold` seconds, end them and print it again.
     ForkBomb {
@@ -421,6 +438,12 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             inner_dst,
             count,
         } => vxlan_inject(&name, to, vni, inner_src, inner_dst, count)?,
+        Cmd::Spoof {
+            to,
+            port,
+            srcs,
+            count,
+        } => spoof(&name, to, port, &srcs, count)?,
         Cmd::Inspect => {
             let conn = fdpass::connect_abstract(&name)
                 .with_context(|| format!("connecting to @{name}"))?;
@@ -432,7 +455,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
                     Msg::Hello(p) => pipe = Some(p.name),
                     Msg::Channel(c) => channels.push(c.peer),
                     Msg::Synced => break,
-                    Msg::Closed { .. } => {}
+                    Msg::Closed { .. } | Msg::Gateway { .. } => {}
                     Msg::Services { len } => {
                         let fd = fd.context("a services table without its memfd")?;
                         let table = docknet_pipe::services::read_sealed(&fd, len as usize)?;
@@ -529,6 +552,43 @@ fn vxlan_inject(
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(json!({"attack": "vxlan-inject", "sent": sent}))
+}
+
+/// Sends `count` UDP datagrams to `to:port` from each of `srcs` ([`Cmd::Spoof`]), through the
+/// daemon (the gateway's MAC: whatever the daemon answers ARP with).
+fn spoof(
+    name: &str,
+    to: std::net::Ipv4Addr,
+    port: u16,
+    srcs: &[std::net::Ipv4Addr],
+    count: u32,
+) -> Result<serde_json::Value> {
+    use docknet_lib::frame::write_ipv4_headers;
+    const ETH: usize = 14;
+    let mut ep = docknet_lib::Endpoint::connect(name, docknet_pipe::IdlePolicy::Spin)?;
+    let payload = b"dnattack spoof";
+    let total = ETH + 20 + 8 + payload.len();
+    let mut sent = serde_json::Map::new();
+    for &src in srcs {
+        let mut f = vec![0u8; total];
+        write_ipv4_headers(&mut f, ep.mac(), [2, 0, 0, 0, 0, 3], src, to, 17, total);
+        let udp = &mut f[ETH + 20..ETH + 28];
+        udp[0..2].copy_from_slice(&40000u16.to_be_bytes());
+        udp[2..4].copy_from_slice(&port.to_be_bytes());
+        udp[4..6].copy_from_slice(&((total - ETH - 20) as u16).to_be_bytes());
+        // UDP checksum 0: none, which IPv4 allows
+        f[ETH + 28..].copy_from_slice(payload);
+        for _ in 0..count {
+            while ep.send(&f).is_err() {
+                ep.flush();
+                ep.idle(Duration::from_micros(50));
+            }
+            ep.flush();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        sent.insert(src.to_string(), json!(count));
+    }
+    Ok(json!({"attack": "spoof", "sent": sent}))
 }
 
 /// Sends `count` TCP segments of up to 60 KiB from this pipe to `to`, most of them lying in a

@@ -285,7 +285,11 @@ impl InterfaceInner {
                     return None;
                 }
 
-                if !self.in_same_network(&IpAddress::Ipv4(source_protocol_addr)) {
+                // DockNet patch: a router our routes name (a gateway outside every network of
+                // ours, as DockLib's link-local one) is learnt from its ARP reply too
+                if !self.in_same_network(&IpAddress::Ipv4(source_protocol_addr))
+                    && !self.routes.is_router(&IpAddress::Ipv4(source_protocol_addr))
+                {
                     net_debug!("arp: source IP address not in same network as us");
                     return None;
                 }

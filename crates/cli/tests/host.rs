@@ -1,0 +1,310 @@
+//! The node and beyond: a daemon with `--host-link` on host A of the lab's wire (the node), its
+//! pods' only network DockNet. Checked: the node's kernel reaches a pod (a readiness probe), a
+//! NodePort rule of the node's brings a client from host B to it, pods reach host B through the
+//! node's NAT (a DockLib program and an unmodified one under the preload library), a pod that
+//! forges its source is stopped at the daemon, and the link and its routes go with the daemon,
+//! also after kill -9.
+
+mod common;
+use common::*;
+use docknet_lab::topology::daemon::Daemon;
+use docknet_lab::topology::wire::{Shape, Wire, HOST_B, WIRE_DEV};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const WEB: &str = "10.244.1.5";
+const CLI: &str = "10.244.1.6";
+const LINK: &str = "docknet0";
+
+fn dnperf() -> &'static str {
+    env!("CARGO_BIN_EXE_dnperf")
+}
+
+fn ok(d: &Daemon, args: &[&str]) -> String {
+    let o = d.cmd(Path::new(EXE)).args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "docknet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `ip netns exec NS ARGS...`.
+fn in_ns(ns: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).args(args);
+    c
+}
+
+fn run_ok(mut c: Command, what: &str) -> Output {
+    let o = c.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// The HTTP status `curl` got from `url` in namespace `ns` (or under `docknet run` when
+/// `pod` names a pipe of `d`).
+fn http_status(ns: &str, pod: Option<(&Daemon, &str)>, url: &str) -> String {
+    let curl = [
+        "curl",
+        "-s",
+        "-m",
+        "5",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        url,
+    ];
+    let o = match pod {
+        Some((d, pipe)) => d
+            .cmd(Path::new(EXE))
+            .args(["run", "--pipe", pipe, "--preload", "--"])
+            .args(curl)
+            .output()
+            .unwrap(),
+        None => in_ns(ns, &curl).output().unwrap(),
+    };
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The node's routes through the host link.
+fn routes_through_link(ns: &str) -> String {
+    let o = Command::new("ip")
+        .args(["-n", ns, "route", "show", "dev", LINK])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn link_exists(ns: &str) -> bool {
+    Command::new("ip")
+        .args(["-n", ns, "link", "show", LINK])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A dnperf client's checked transfer: every byte arrived, none wrong.
+fn checked(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = peer_json(o);
+    assert_eq!(r["result"]["bytes"], 64u64 << 20, "{what}: {r}");
+    assert_eq!(r["result"]["corrupt_bytes"], 0, "{what}: {r}");
+}
+
+/// Host A as a node: forwarding on, pods' traffic beyond masqueraded behind its address on the
+/// wire, and kube-proxy's NodePort rule for port 30080 to the web pod (as its nftables mode
+/// writes it, reduced to the one endpoint).
+fn make_node(wire: &Wire) {
+    let ns = &wire.host_a;
+    wire.sysctl(ns, "net.ipv4.ip_forward=1").unwrap();
+    let nft = |rule: &str| {
+        run_ok(in_ns(ns, &["nft", rule]), rule);
+    };
+    nft("add table ip node");
+    nft("add chain ip node post { type nat hook postrouting priority srcnat; }");
+    nft(&format!(
+        "add rule ip node post ip saddr 10.244.0.0/16 oifname {WIRE_DEV} masquerade"
+    ));
+    nft("add chain ip node pre { type nat hook prerouting priority dstnat; }");
+    nft(&format!(
+        "add rule ip node pre tcp dport 30080 dnat to {WEB}:8080"
+    ));
+}
+
+#[test]
+fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
+    if !root_or_skip("host link") {
+        return;
+    }
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    make_node(&wire);
+    let node = &wire.host_a;
+    let d = Daemon::start_host_link(Path::new(EXE), node, LINK).unwrap();
+    ok(&d, &["pipe", "create", "web", "--ip", &format!("{WEB}/24")]);
+    ok(&d, &["pipe", "create", "cli", "--ip", &format!("{CLI}/24")]);
+    // a /32 route to each pipe, on the node's end, which carries the pods' gateway
+    let routes = routes_through_link(node);
+    assert!(
+        routes.contains(&format!("{WEB} ")) && routes.contains(&format!("{CLI} ")),
+        "{routes}"
+    );
+    let addr = Command::new("ip")
+        .args(["-n", node, "-4", "addr", "show", LINK])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&addr.stdout).contains("169.254.1.1/32"));
+
+    let _web = Reaped(
+        d.cmd(Path::new(EXE))
+            .args(["run", "--pipe", "web", "--", HTTPD])
+            .args(["--stack", "docknet", "--bind", &format!("{WEB}:8080")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // the readiness probe: the node's kernel (kubelet) to the pod
+    preload_library();
+    let url = format!("http://{WEB}:8080/");
+    let t = Instant::now();
+    let mut probe = http_status(node, None, &url);
+    while probe != "200" && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+        probe = http_status(node, None, &url);
+    }
+    assert_eq!(probe, "200", "probe from the node");
+    // a NodePort: a client beyond the node, to the node's address, translated by the node
+    let nodeport = http_status(&wire.host_b, None, "http://192.168.77.1:30080/");
+    assert_eq!(nodeport, "200", "NodePort from host B");
+
+    // egress: a DockLib program to a kernel server beyond the node (through the node's NAT),
+    // and back: host B to a pod, routed by the node (as another node reaches this one's pods)
+    wire.ip_in(
+        &wire.host_b,
+        &["route", "add", "10.244.0.0/16", "via", "192.168.77.1"],
+    )
+    .unwrap();
+    let bytes = (64u64 << 20).to_string();
+    let mut kernel_server = Reaped(
+        in_ns(&wire.host_b, &[dnperf(), "server", "--stack", "kernel"])
+            .args(["--bind", &format!("{HOST_B}:7000"), "--conns", "1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let o = d
+        .cmd(Path::new(EXE))
+        .args(["run", "--pipe", "cli", "--", dnperf(), "client"])
+        .args(["--stack", "docknet", "--connect", &format!("{HOST_B}:7000")])
+        .args([
+            "--workload",
+            "check",
+            "--bytes",
+            &bytes,
+            "--size",
+            "65536",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let _ = kernel_server.0.wait();
+    checked(&o, "pod to host B");
+    let mut pod_server = Reaped(
+        d.cmd(Path::new(EXE))
+            .args(["run", "--pipe", "cli", "--", dnperf(), "server"])
+            .args(["--stack", "docknet", "--bind", &format!("{CLI}:7000")])
+            .args(["--conns", "1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let o = in_ns(&wire.host_b, &[dnperf(), "client", "--stack", "kernel"])
+        .args(["--connect", &format!("{CLI}:7000"), "--workload", "check"])
+        .args(["--bytes", &bytes, "--size", "65536", "--json"])
+        .output()
+        .unwrap();
+    let _ = pod_server.0.wait();
+    checked(&o, "host B to the pod");
+    // and an unmodified program under the preload library (its container's kernel has no
+    // network, so every address goes to DockNet)
+    let mut py = Reaped(
+        in_ns(&wire.host_b, &["python3", "-m", "http.server"])
+            .args(["--bind", HOST_B, "9000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let beyond = http_status("", Some((&d, "cli")), &format!("http://{HOST_B}:9000/"));
+    let _ = py.0.kill();
+    assert_eq!(beyond, "200", "curl under the preload library to host B");
+
+    // a pod that forges its source: another pod's address, the node's, host B's. Only its
+    // own address reaches the node; the rest is dropped and counted at the daemon.
+    // (it ends by itself, 4 s at most after it last heard something)
+    let listener = in_ns(node, &["python3", "-c", LISTEN])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let forged = [WEB, "169.254.1.1", HOST_B, "10.244.9.9"];
+    let mut attack = d.cmd(Path::new(EXE));
+    attack.args(["run", "--pipe", "cli", "--", DNATTACK, "spoof"]);
+    attack.args(["--to", "169.254.1.1", "--port", "9999", "--count", "40"]);
+    for s in forged.iter().chain([&CLI]) {
+        attack.args(["--src", s]);
+    }
+    let o = run_ok(attack, "dnattack spoof");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"spoof\""));
+    let heard = listener.wait_with_output().unwrap();
+    let heard: serde_json::Value = serde_json::from_slice(&heard.stdout).unwrap();
+    let mut want = serde_json::Map::new();
+    want.insert(CLI.into(), 40.into());
+    assert_eq!(
+        heard,
+        serde_json::Value::Object(want),
+        "what the node heard"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&ok(&d, &["pipe", "show", "cli", "--json"])).unwrap();
+    assert!(
+        st["counters"]["drop_spoofed"].as_u64().unwrap() >= 4 * 40,
+        "{st}"
+    );
+
+    // the link and its routes go with the daemon; after kill -9 the next daemon replaces it
+    drop(d);
+    assert!(!link_exists(node), "host link left after a stop");
+    let mut d = Daemon::start_host_link(Path::new(EXE), node, LINK).unwrap();
+    ok(&d, &["pipe", "create", "web", "--ip", &format!("{WEB}/24")]);
+    if let Some(pid) = d.pid() {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    d.stop();
+    assert!(link_exists(node), "the kernel keeps a killed daemon's link");
+    let d = Daemon::start_host_link(Path::new(EXE), node, LINK).unwrap();
+    assert_eq!(
+        routes_through_link(node).trim(),
+        "",
+        "routes of the killed daemon"
+    );
+    drop(d);
+    assert!(!link_exists(node));
+}
+
+/// Counts UDP datagrams on port 9999 by source until 1.5 s pass without one; prints a JSON
+/// object of source -> count.
+const LISTEN: &str = r#"
+import json, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 9999))
+s.settimeout(4.0)
+heard = {}
+try:
+    while True:
+        _, (src, _) = s.recvfrom(2048)
+        heard[src] = heard.get(src, 0) + 1
+        s.settimeout(1.5)
+except socket.timeout:
+    pass
+print(json.dumps(heard))
+"#;

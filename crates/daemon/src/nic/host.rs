@@ -1,0 +1,162 @@
+//! The host link: a veth pair between the daemon and the node's own kernel, for a node whose
+//! pods have no network but DockNet (`docknet daemon --host-link`).
+//!
+//! The node's end (`NAME`, in the daemon's network namespace) carries [`GATEWAY`] and a /32
+//! route to every pipe's address; the daemon drives the other end (`NAME-d`) as its link
+//! (AF_PACKET with segment offload). So the node's kernel reaches the pods as it reaches any
+//! neighbour (kubelet's probes, `kubectl port-forward`, kube-proxy's NodePort and
+//! externalIPs rules), and the pods reach the node and, through its routing and NAT, whatever
+//! the node reaches (egress, other nodes): the pods' gateway is the node's end itself.
+//!
+//! The daemon's end has IPv4 forwarding and IPv6 off. A packet socket is a tap: the node's
+//! kernel receives its own copy of every frame the node sent to a pipe, on the daemon's end,
+//! and with forwarding on there (as on any node) it would route it back out of the node's end
+//! to the daemon again, once per hop of its TTL.
+//!
+//! Everything is made with `ip`, as an operator would, and removed with the link when the
+//! daemon stops (deleting one end of a veth deletes both, and the routes through it). A link
+//! of that name left by a daemon that was killed is replaced at start.
+
+use super::NicError;
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+pub use docknet_pipe::delivery::GATEWAY;
+
+/// The longest interface name Linux takes (`IFNAMSIZ` - 1), less the `-d` of the daemon's end.
+pub const MAX_NAME: usize = 13;
+
+/// The host link, removed when dropped.
+#[derive(Debug)]
+pub struct HostLink {
+    /// The node's end.
+    pub name: String,
+    /// The daemon's end (the link it drives).
+    pub daemon_end: String,
+    /// Pipe addresses routed through it now.
+    routed: BTreeSet<Ipv4Addr>,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("ip").args(args).output().map_err(|e| {
+        format!(
+            "running ip {}: {e} (apt-get install iproute2)",
+            args.join(" ")
+        )
+    })?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+fn sysctl(path: &str, value: &str) -> Result<(), String> {
+    std::fs::write(path, value).map_err(|e| format!("writing {value} to {path}: {e}"))
+}
+
+/// Whether `name` can name the node's end (and `name-d` the daemon's).
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "host link name {name:?}: 1 to {MAX_NAME} letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+impl HostLink {
+    /// Makes the pair (replacing one of the same name a killed daemon left).
+    pub fn create(name: &str) -> Result<HostLink, NicError> {
+        check_name(name).map_err(NicError::Setup)?;
+        let daemon_end = format!("{name}-d");
+        let setup = || -> Result<(), String> {
+            // a pair a killed daemon left (deleting either end removes both)
+            let _ = ip(&["link", "del", name]);
+            ip(&[
+                "link",
+                "add",
+                name,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &daemon_end,
+            ])?;
+            let conf = |dev: &str, what: &str| format!("/proc/sys/net/{what}/conf/{dev}");
+            sysctl(&format!("{}/forwarding", conf(&daemon_end, "ipv4")), "0")?;
+            sysctl(&format!("{}/disable_ipv6", conf(&daemon_end, "ipv6")), "1")?;
+            ip(&["addr", "add", &format!("{GATEWAY}/32"), "dev", name])?;
+            ip(&["link", "set", &daemon_end, "up"])?;
+            ip(&["link", "set", name, "up"])?;
+            Ok(())
+        };
+        match setup() {
+            Ok(()) => Ok(HostLink {
+                name: name.into(),
+                daemon_end,
+                routed: BTreeSet::new(),
+            }),
+            Err(e) => {
+                let _ = ip(&["link", "del", name]);
+                Err(NicError::Setup(format!("making the host link {name}: {e}")))
+            }
+        }
+    }
+
+    /// Keeps the node's routes through the link equal to the pipes' addresses: one /32 each.
+    /// A route that fails is logged and tried again at the next change.
+    pub fn route_pipes(&mut self, ips: impl IntoIterator<Item = Ipv4Addr>) {
+        let want: BTreeSet<Ipv4Addr> = ips.into_iter().collect();
+        for a in self.routed.difference(&want).copied().collect::<Vec<_>>() {
+            if let Err(e) = ip(&["route", "del", &format!("{a}/32"), "dev", &self.name]) {
+                tracing::warn!("host link: {e}");
+            }
+            self.routed.remove(&a);
+        }
+        for a in want.difference(&self.routed).copied().collect::<Vec<_>>() {
+            match ip(&["route", "replace", &format!("{a}/32"), "dev", &self.name]) {
+                Ok(()) => {
+                    self.routed.insert(a);
+                }
+                Err(e) => tracing::warn!("host link: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for HostLink {
+    fn drop(&mut self) {
+        if let Err(e) = ip(&["link", "del", &self.name]) {
+            tracing::warn!("removing the host link: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_the_kernels_limit_with_the_daemons_suffix() {
+        assert!(check_name("docknet0").is_ok());
+        assert!(check_name("a234567890123").is_ok());
+        assert!(check_name("a2345678901234").is_err());
+        for bad in ["", ".", "..", "a b", "a/b", "x;y"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}
