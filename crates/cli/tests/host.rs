@@ -75,6 +75,10 @@ fn http_status(ns: &str, pod: Option<(&Daemon, &str)>, url: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+fn status(d: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
+}
+
 /// The node's routes through the host link.
 fn routes_through_link(ns: &str) -> String {
     let o = Command::new("ip")
@@ -84,13 +88,16 @@ fn routes_through_link(ns: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Whether the host link, or the nftables table that guards its daemon's end, is in `ns`.
 fn link_exists(ns: &str) -> bool {
-    Command::new("ip")
+    let link = Command::new("ip")
         .args(["-n", ns, "link", "show", LINK])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success())
+        .is_ok_and(|s| s.success());
+    let tables = in_ns(ns, &["nft", "list", "tables"]).output().unwrap();
+    link || String::from_utf8_lossy(&tables.stdout).contains("docknet_host")
 }
 
 /// A dnperf client's checked transfer: every byte arrived, none wrong.
@@ -110,7 +117,6 @@ fn checked(o: &Output, what: &str) {
 /// writes it, reduced to the one endpoint).
 fn make_node(wire: &Wire) {
     let ns = &wire.host_a;
-    wire.sysctl(ns, "net.ipv4.ip_forward=1").unwrap();
     let nft = |rule: &str| {
         run_ok(in_ns(ns, &["nft", rule]), rule);
     };
@@ -133,7 +139,10 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     let wire = Wire::build(1500, &Shape::default()).unwrap();
     make_node(&wire);
     let node = &wire.host_a;
-    let d = Daemon::start_host_link(Path::new(EXE), node, LINK).unwrap();
+    let d = Daemon::start_host_link(Path::new(EXE), "adaptive", None, 0, node, LINK).unwrap();
+    // forwarding turned on after the daemon made its link, as a node's other software may at
+    // any time: it turns it on on every device, the daemon's end of the link too
+    wire.sysctl(node, "net.ipv4.ip_forward=1").unwrap();
     ok(&d, &["pipe", "create", "web", "--ip", &format!("{WEB}/24")]);
     ok(&d, &["pipe", "create", "cli", "--ip", &format!("{CLI}/24")]);
     // a /32 route to each pipe, on the node's end, which carries the pods' gateway
@@ -166,9 +175,15 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
         probe = http_status(node, None, &url);
     }
     assert_eq!(probe, "200", "probe from the node");
-    // a NodePort: a client beyond the node, to the node's address, translated by the node
+    // a NodePort: a client beyond the node, to the node's address, translated by the node.
+    // Its frames reach the pod once each: none comes round again through the node's kernel
+    // (which, forwarding, would route its own copy of each back to the link)
+    let delivered = || status(&d)["nic"]["counters"]["delivered"].as_u64().unwrap();
+    let before = delivered();
     let nodeport = http_status(&wire.host_b, None, "http://192.168.77.1:30080/");
     assert_eq!(nodeport, "200", "NodePort from host B");
+    let frames = delivered() - before;
+    assert!(frames <= 12, "{frames} frames delivered for one request");
 
     // egress: a DockLib program to a kernel server beyond the node (through the node's NAT),
     // and back: host B to a pod, routed by the node (as another node reaches this one's pods)
@@ -271,7 +286,7 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     // the link and its routes go with the daemon; after kill -9 the next daemon replaces it
     drop(d);
     assert!(!link_exists(node), "host link left after a stop");
-    let mut d = Daemon::start_host_link(Path::new(EXE), node, LINK).unwrap();
+    let mut d = Daemon::start_host_link(Path::new(EXE), "adaptive", None, 0, node, LINK).unwrap();
     ok(&d, &["pipe", "create", "web", "--ip", &format!("{WEB}/24")]);
     if let Some(pid) = d.pid() {
         let _ = nix::sys::signal::kill(
@@ -281,7 +296,7 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     }
     d.stop();
     assert!(link_exists(node), "the kernel keeps a killed daemon's link");
-    let d = Daemon::start_host_link(Path::new(EXE), node, LINK).unwrap();
+    let d = Daemon::start_host_link(Path::new(EXE), "adaptive", None, 0, node, LINK).unwrap();
     assert_eq!(
         routes_through_link(node).trim(),
         "",

@@ -31,7 +31,8 @@ pub struct BenchArgs {
     /// sockets and the cross-check tools unmodified under the preload library); sriov is probed and reported as not available where it cannot run.
     /// Two hosts, kernel: host, routed, nat, macvlan, vxlan; DockNet: docknet (daemons on the
     /// wire with AF_XDP), docknet-packet (AF_PACKET), docknet-vxlan (AF_XDP, the hosts' pipes
-    /// routed through the daemons' VXLAN tunnels) [default: one host
+    /// routed through the daemons' VXLAN tunnels), docknet-host (each daemon on a link to its
+    /// host's kernel, which routes between the hosts as in routed) [default: one host
     /// bridge,docknet,docknet-fc; two hosts host,routed,nat,vxlan,docknet,docknet-packet].
     #[arg(long, value_delimiter = ',')]
     pub modes: Option<Vec<String>>,

@@ -59,6 +59,10 @@ pub enum Mode {
     /// DockLib at the daemon's defaults: through the daemon until the pair has talked, then
     /// over the fast channel the daemon builds for it by itself (no `fc connect`).
     DocknetAuto,
+    /// Two hosts: DockLib pods behind daemons with a link to their host's own kernel
+    /// (`--host-link`), the hosts' kernels routing each other's pods over the wire as `routed`
+    /// routes kernel pods (flannel's host-gw, Calico's routes).
+    DocknetHost,
 }
 
 /// How many hosts a topology spans.
@@ -184,7 +188,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 21] = [
+    pub const ALL: [Mode; 22] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -206,6 +210,7 @@ impl Mode {
         Mode::VxlanOpenvpn,
         Mode::DocknetVxlan,
         Mode::DocknetAuto,
+        Mode::DocknetHost,
     ];
 
     /// The name used on the command line and in results.
@@ -232,6 +237,7 @@ impl Mode {
             Mode::VxlanOpenvpn => "vxlan-openvpn",
             Mode::DocknetVxlan => "docknet-vxlan",
             Mode::DocknetAuto => "docknet-auto",
+            Mode::DocknetHost => "docknet-host",
         }
     }
 
@@ -259,6 +265,7 @@ impl Mode {
             Mode::VxlanOpenvpn => "VXLAN overlay through an OpenVPN tunnel (encrypted)",
             Mode::DocknetVxlan => "DockNet daemons on the wire (AF_XDP), VXLAN between hosts",
             Mode::DocknetAuto => "DockNet at its defaults: the daemon builds the fast channel",
+            Mode::DocknetHost => "DockNet pods on host links, the hosts' kernels route between",
         }
     }
 
@@ -272,7 +279,8 @@ impl Mode {
             | Mode::Vxlan
             | Mode::VxlanOpenvpn
             | Mode::DocknetPacket
-            | Mode::DocknetVxlan => &[Topology::TwoHost],
+            | Mode::DocknetVxlan
+            | Mode::DocknetHost => &[Topology::TwoHost],
             _ => &[Topology::OneHost],
         }
     }
@@ -286,6 +294,7 @@ impl Mode {
                 | Mode::DocknetAuto
                 | Mode::DocknetPacket
                 | Mode::DocknetVxlan
+                | Mode::DocknetHost
                 | Mode::DocknetPreload
                 | Mode::DocknetFcPreload
         )
@@ -313,7 +322,12 @@ impl Mode {
             Mode::Sriov => Link::Vf,
             Mode::Docknet | Mode::DocknetPreload => Link::Pipe,
             Mode::DocknetFc | Mode::DocknetFcPreload | Mode::DocknetAuto => Link::FastChannel,
-            Mode::Host | Mode::Routed | Mode::Nat | Mode::Vxlan | Mode::VxlanOpenvpn => Link::Wire,
+            Mode::Host
+            | Mode::Routed
+            | Mode::Nat
+            | Mode::Vxlan
+            | Mode::VxlanOpenvpn
+            | Mode::DocknetHost => Link::Wire,
             Mode::DocknetPacket | Mode::DocknetVxlan => Link::Nic,
         }
     }
@@ -342,6 +356,7 @@ impl Mode {
             | Mode::DocknetAuto
             | Mode::DocknetPacket
             | Mode::DocknetVxlan
+            | Mode::DocknetHost
             | Mode::DocknetPreload
             | Mode::DocknetFcPreload => Builder::Docknet,
         }
@@ -432,6 +447,7 @@ mod tests {
             Mode::Docknet,
             Mode::DocknetPacket,
             Mode::DocknetVxlan,
+            Mode::DocknetHost,
         ] {
             assert!(two.contains(&m), "{m}");
         }

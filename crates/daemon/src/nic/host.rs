@@ -8,14 +8,19 @@
 //! externalIPs rules), and the pods reach the node and, through its routing and NAT, whatever
 //! the node reaches (egress, other nodes): the pods' gateway is the node's end itself.
 //!
-//! The daemon's end has IPv4 forwarding and IPv6 off. A packet socket is a tap: the node's
-//! kernel receives its own copy of every frame the node sent to a pipe, on the daemon's end,
-//! and with forwarding on there (as on any node) it would route it back out of the node's end
-//! to the daemon again, once per hop of its TTL.
+//! The node's kernel takes nothing in on the daemon's end: an nftables chain on its ingress
+//! hook drops every frame there (table `netdev docknet_host_NAME`). A packet socket is a tap,
+//! not a diversion, and taps see a frame before the ingress hook, so the daemon still gets
+//! everything; but without the drop the node's kernel received its own copy of every frame the
+//! node sent to a pipe, and with forwarding on (as on any node) routed it back out of the
+//! node's end, to the daemon and to itself again, once per hop of its TTL. Turning forwarding
+//! off on that device is not enough: writing `net.ipv4.ip_forward`, as a node's other
+//! software does at any time, turns it on again on every device. IPv6 is off there too, so
+//! the kernel sends nothing out of it.
 //!
-//! Everything is made with `ip`, as an operator would, and removed with the link when the
-//! daemon stops (deleting one end of a veth deletes both, and the routes through it). A link
-//! of that name left by a daemon that was killed is replaced at start.
+//! Everything is made with `ip` and `nft`, as an operator would, and removed when the daemon
+//! stops (deleting one end of a veth deletes both, and the routes through it). A link of that
+//! name left by a daemon that was killed is replaced at start.
 
 use super::NicError;
 use std::collections::BTreeSet;
@@ -60,6 +65,31 @@ fn sysctl(path: &str, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("writing {value} to {path}: {e}"))
 }
 
+fn nft(args: &[&str]) -> Result<(), String> {
+    let o = Command::new("nft")
+        .args(args)
+        .output()
+        .map_err(|e| format!("running nft: {e} (apt-get install nftables)"))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+/// The nftables table that keeps the daemon's end of link `name` the daemon's alone.
+fn table(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("docknet_host_{safe}")
+}
+
 /// Whether `name` can name the node's end (and `name-d` the daemon's).
 pub fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
@@ -83,8 +113,10 @@ impl HostLink {
     pub fn create(name: &str) -> Result<HostLink, NicError> {
         check_name(name).map_err(NicError::Setup)?;
         let daemon_end = format!("{name}-d");
+        let table = table(name);
         let setup = || -> Result<(), String> {
-            // a pair a killed daemon left (deleting either end removes both)
+            // a pair a killed daemon left (deleting either end removes both), and its table
+            let _ = nft(&["delete", "table", "netdev", &table]);
             let _ = ip(&["link", "del", name]);
             ip(&[
                 "link",
@@ -96,9 +128,15 @@ impl HostLink {
                 "name",
                 &daemon_end,
             ])?;
-            let conf = |dev: &str, what: &str| format!("/proc/sys/net/{what}/conf/{dev}");
-            sysctl(&format!("{}/forwarding", conf(&daemon_end, "ipv4")), "0")?;
-            sysctl(&format!("{}/disable_ipv6", conf(&daemon_end, "ipv6")), "1")?;
+            sysctl(
+                &format!("/proc/sys/net/ipv6/conf/{daemon_end}/disable_ipv6"),
+                "1",
+            )?;
+            nft(&["add", "table", "netdev", &table])?;
+            let chain = format!(
+                "{{ type filter hook ingress device \"{daemon_end}\" priority 0; policy drop; }}"
+            );
+            nft(&["add", "chain", "netdev", &table, "in", &chain])?;
             ip(&["addr", "add", &format!("{GATEWAY}/32"), "dev", name])?;
             ip(&["link", "set", &daemon_end, "up"])?;
             ip(&["link", "set", name, "up"])?;
@@ -111,6 +149,7 @@ impl HostLink {
                 routed: BTreeSet::new(),
             }),
             Err(e) => {
+                let _ = nft(&["delete", "table", "netdev", &table]);
                 let _ = ip(&["link", "del", name]);
                 Err(NicError::Setup(format!("making the host link {name}: {e}")))
             }
@@ -140,6 +179,9 @@ impl HostLink {
 
 impl Drop for HostLink {
     fn drop(&mut self) {
+        if let Err(e) = nft(&["delete", "table", "netdev", &table(&self.name)]) {
+            tracing::warn!("removing the host link's table: {e}");
+        }
         if let Err(e) = ip(&["link", "del", &self.name]) {
             tracing::warn!("removing the host link: {e}");
         }
@@ -158,5 +200,6 @@ mod tests {
         for bad in ["", ".", "..", "a b", "a/b", "x;y"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(table("dn-0.x"), "docknet_host_dn_0_x");
     }
 }

@@ -42,9 +42,18 @@ impl Daemon {
     }
 
     /// A daemon in network namespace `ns` that makes a link to that namespace's kernel named
-    /// `name` and drives it (`--host-link`), automatic fast channels on.
-    pub fn start_host_link(exe: &Path, ns: &str, name: &str) -> Result<Daemon> {
-        Daemon::launch(exe, "adaptive", None, 0, Some((ns, name, HOST_LINK)), true)
+    /// `name` and drives it (`--host-link`), automatic fast channels on; its master's idle
+    /// policy, core and nice value as for [`Daemon::start_on`].
+    pub fn start_host_link(
+        exe: &Path,
+        idle: &str,
+        master_core: Option<usize>,
+        master_nice: i32,
+        ns: &str,
+        name: &str,
+    ) -> Result<Daemon> {
+        let host = Some((ns, name, HOST_LINK));
+        Daemon::launch(exe, idle, master_core, master_nice, host, true)
     }
 
     /// [`Daemon::start`], with the daemon's automatic fast channels on (`docknet-auto`: the

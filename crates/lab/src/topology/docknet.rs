@@ -2,7 +2,8 @@
 //! channels in the fast-channel mode (by the daemon itself, once they talk, in `docknet-auto`). On two hosts, a daemon on each host drives its end of
 //! the wire (AF_XDP for `docknet`, AF_PACKET for `docknet-packet`): client pipes on host A's,
 //! server pipes on host B's, all in one subnet (each daemon answers ARP on the wire for its
-//! own pipes).
+//! own pipes). In `docknet-host` each daemon drives a link to its host's kernel instead, and
+//! the hosts' kernels route between them.
 
 use super::daemon::Daemon;
 use super::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
@@ -12,6 +13,9 @@ use anyhow::{Context, Result};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::process::Command;
+
+/// The host link's name on each host in `docknet-host` (`docknet daemon --host-link NAME`).
+const HOST_LINK: &str = "docknet0";
 
 /// `pairs` client/server pipe pairs: pair `i` is pipes `c<i>` (10.78.1.i+1) and `s<i>`
 /// (10.78.2.i+1) on one /16.
@@ -95,9 +99,10 @@ impl DocknetLab {
     }
 
     /// Two hosts over a wire of `mtu` (shaped as `shape` says), a daemon on each driving its
-    /// end of the wire (`docknet`: AF_XDP, `docknet-packet`: AF_PACKET), `pairs` client pipes
-    /// on host A and server pipes on host B, each host's pipes routed through the other host's
-    /// address (`docknet route`).
+    /// end of the wire (`docknet`: AF_XDP, `docknet-packet`: AF_PACKET) or a link to its host's
+    /// kernel (`docknet-host`), `pairs` client pipes on host A and server pipes on host B, each
+    /// host's pipes routed through the other host's address (`docknet route`, or the hosts'
+    /// kernel routes for `docknet-host`).
     pub fn build_two_host(
         exe: &Path,
         mode: Mode,
@@ -109,18 +114,23 @@ impl DocknetLab {
         let nic = match mode {
             Mode::Docknet | Mode::DocknetVxlan => "xdp",
             Mode::DocknetPacket => "packet",
+            Mode::DocknetHost => "host-link",
             _ => anyhow::bail!("{mode} is not a two-host DockNet mode"),
         };
         let wire = Wire::build(mtu, shape)?;
         let start = |ns: &str, core| {
-            Daemon::start_on(
-                exe,
-                setup.idle,
-                core,
-                setup.master_nice,
-                Some((ns, WIRE_DEV, nic)),
-            )
-            .with_context(|| format!("starting the daemon of {ns} ({nic} on {WIRE_DEV})"))
+            if mode == Mode::DocknetHost {
+                Daemon::start_host_link(exe, setup.idle, core, setup.master_nice, ns, HOST_LINK)
+            } else {
+                Daemon::start_on(
+                    exe,
+                    setup.idle,
+                    core,
+                    setup.master_nice,
+                    Some((ns, WIRE_DEV, nic)),
+                )
+            }
+            .with_context(|| format!("starting the daemon of {ns} ({nic})"))
         };
         let daemon = start(&wire.host_a, setup.master_core)?;
         let daemon_b = start(&wire.host_b, setup.master_core_b)?;
@@ -134,14 +144,31 @@ impl DocknetLab {
         }
         // each host's pipes form its pod network (a /24 per 250 pairs, clients' on host A,
         // servers' on host B), reached through the other host's address, as the node agent
-        // routes a cluster's nodes (in VXLAN tunnels to it in docknet-vxlan)
+        // routes a cluster's nodes (in VXLAN tunnels to it in docknet-vxlan); with host links
+        // the hosts' kernels route them, as the routed mode's hosts do
         let vni = (mode == Mode::DocknetVxlan).then_some(1);
+        if mode == Mode::DocknetHost {
+            for host in [&wire.host_a, &wire.host_b] {
+                wire.sysctl(host, "net.ipv4.ip_forward=1")?;
+            }
+        }
         for k in 0..pairs.div_ceil(250) {
             let (clients, servers) = (Self::client_ip(k * 250), Self::server_ip(k * 250));
             let net = |ip: Ipv4Addr| {
                 let o = ip.octets();
                 format!("{}.{}.{}.0/24", o[0], o[1], o[2])
             };
+            if mode == Mode::DocknetHost {
+                wire.ip_in(
+                    &wire.host_a,
+                    &["route", "add", &net(servers), "via", HOST_B],
+                )?;
+                wire.ip_in(
+                    &wire.host_b,
+                    &["route", "add", &net(clients), "via", HOST_A],
+                )?;
+                continue;
+            }
             ca.route_add(&net(servers), HOST_B, vni)
                 .with_context(|| format!("routing {} through host B", net(servers)))?;
             cb.route_add(&net(clients), HOST_A, vni)

@@ -71,7 +71,8 @@ pub fn unavailable(mode: Mode) -> Option<String> {
         | Mode::DocknetAuto
         | Mode::Host
         | Mode::DocknetPacket
-        | Mode::DocknetVxlan => None,
+        | Mode::DocknetVxlan
+        | Mode::DocknetHost => None,
     }
 }
 

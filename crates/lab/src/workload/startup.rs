@@ -542,7 +542,10 @@ pub fn modes(args: &StartupArgs) -> Result<Vec<Mode>> {
             || m.is_preload()
             || **m == Mode::Sriov
             || (args.topology == Topology::OneHost
-                && matches!(**m, Mode::DocknetPacket | Mode::DocknetVxlan))
+                && matches!(
+                    **m,
+                    Mode::DocknetPacket | Mode::DocknetVxlan | Mode::DocknetHost
+                ))
     }) {
         bail!(
             "{m}: bench startup measures {} ({default})",
