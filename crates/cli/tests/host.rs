@@ -2,8 +2,8 @@
 //! pods' only network DockNet. Checked: the node's kernel reaches a pod (a readiness probe), a
 //! NodePort rule of the node's brings a client from host B to it, pods reach host B through the
 //! node's NAT (a DockLib program and an unmodified one under the preload library), a pod that
-//! forges its source is stopped at the daemon, and the link and its routes go with the daemon,
-//! also after kill -9.
+//! forges its source is stopped at the daemon, a second daemon cannot take the link, and the
+//! link and its routes go with the daemon, also after kill -9.
 
 mod common;
 use common::*;
@@ -282,6 +282,15 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
         st["counters"]["drop_spoofed"].as_u64().unwrap() >= 4 * 40,
         "{st}"
     );
+
+    // a second daemon is refused the link the first drives
+    let second = Daemon::start_host_link(Path::new(EXE), "adaptive", None, 0, node, LINK);
+    let refused = format!(
+        "{:#}",
+        second.err().expect("a second daemon on the same link")
+    );
+    assert!(refused.contains("another daemon"), "{refused}");
+    assert_eq!(http_status(node, None, &url), "200", "after the refusal");
 
     // the link and its routes go with the daemon; after kill -9 the next daemon replaces it
     drop(d);

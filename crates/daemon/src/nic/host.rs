@@ -20,7 +20,8 @@
 //!
 //! Everything is made with `ip` and `nft`, as an operator would, and removed when the daemon
 //! stops (deleting one end of a veth deletes both, and the routes through it). A link of that
-//! name left by a daemon that was killed is replaced at start.
+//! name left by a daemon that was killed is replaced at start; one that a running daemon
+//! drives is not ([`claim`]).
 
 use super::NicError;
 use std::collections::BTreeSet;
@@ -41,44 +42,55 @@ pub struct HostLink {
     pub daemon_end: String,
     /// Pipe addresses routed through it now.
     routed: BTreeSet<Ipv4Addr>,
+    /// Held while the link is this daemon's ([`claim`]).
+    _claim: std::os::unix::net::UnixListener,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip").args(args).output().map_err(|e| {
-        format!(
-            "running ip {}: {e} (apt-get install iproute2)",
-            args.join(" ")
-        )
-    })?;
+/// Claims link `name` for this daemon: an abstract Unix socket bound under the link's name.
+/// Abstract names live in the network namespace, as link names do, and go with the process
+/// that bound them, so a link a killed daemon left can be replaced and one a running daemon
+/// drives cannot be taken from it.
+fn claim(name: &str) -> Result<std::os::unix::net::UnixListener, String> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(format!("docknet/host-link/{name}"))
+            .map_err(|e| e.to_string())?;
+    std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "another daemon in this network namespace drives host link {name}: give this one \
+             another name (--host-link NAME)"
+        ),
+        _ => format!("claiming host link {name}: {e}"),
+    })
+}
+
+/// Runs `prog args...` (from the Debian package `package`); its error output on failure.
+fn run(prog: &str, package: &str, args: &[&str]) -> Result<(), String> {
+    let line = format!("{prog} {}", args.join(" "));
+    let o = Command::new(prog)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running {line}: {e} (apt-get install {package})"))?;
     if o.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "ip {}: {}",
-            args.join(" "),
+            "{line}: {}",
             String::from_utf8_lossy(&o.stderr).trim()
         ))
     }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    run("ip", "iproute2", args)
+}
+
+fn nft(args: &[&str]) -> Result<(), String> {
+    run("nft", "nftables", args)
 }
 
 fn sysctl(path: &str, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("writing {value} to {path}: {e}"))
-}
-
-fn nft(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("nft")
-        .args(args)
-        .output()
-        .map_err(|e| format!("running nft: {e} (apt-get install nftables)"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
 }
 
 /// The nftables table that keeps the daemon's end of link `name` the daemon's alone.
@@ -112,6 +124,7 @@ impl HostLink {
     /// Makes the pair (replacing one of the same name a killed daemon left).
     pub fn create(name: &str) -> Result<HostLink, NicError> {
         check_name(name).map_err(NicError::Setup)?;
+        let held = claim(name).map_err(NicError::Setup)?;
         let daemon_end = format!("{name}-d");
         let table = table(name);
         let setup = || -> Result<(), String> {
@@ -147,6 +160,7 @@ impl HostLink {
                 name: name.into(),
                 daemon_end,
                 routed: BTreeSet::new(),
+                _claim: held,
             }),
             Err(e) => {
                 let _ = nft(&["delete", "table", "netdev", &table]);
@@ -201,5 +215,15 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         assert_eq!(table("dn-0.x"), "docknet_host_dn_0_x");
+    }
+
+    #[test]
+    fn a_link_name_is_claimed_by_one_daemon_at_a_time() {
+        let name = format!("t{}", std::process::id());
+        let first = claim(&name).unwrap();
+        let again = claim(&name).unwrap_err();
+        assert!(again.contains("another daemon"), "{again}");
+        drop(first);
+        claim(&name).unwrap();
     }
 }
