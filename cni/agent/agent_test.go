@@ -325,6 +325,32 @@ func TestAnUnavailableDaemonIsAskedAgainUntilItAnswers(t *testing.T) {
 	waitFor(t, d, map[string]string{"10.244.1.0/24": "192.168.1.11"}, "after the daemon came back")
 }
 
+func TestWithoutRoutesAPassOnlyFollowsThisNode(t *testing.T) {
+	d := newFake(map[string]string{"10.244.9.0/24": "192.168.1.19"})
+	src := staticNodes{
+		{Name: "self", Address: "192.168.1.10", PodCIDRs: []string{"10.244.0.0/24"}},
+		{Name: "n1", Address: "192.168.1.11", PodCIDRs: []string{"10.244.1.0/24"}},
+	}
+	var self []string
+	cfg := Config{Self: "self", Cluster: cluster, NoRoutes: true, OnSelf: func(n Node) error {
+		self = append(self, n.PodCIDRs...)
+		return nil
+	}}
+	pass, err := Sync(cfg, src, d)
+	if err != nil || len(pass.Changes) != 0 {
+		t.Fatalf("pass %+v, err %v", pass, err)
+	}
+	if !reflect.DeepEqual(self, []string{"10.244.0.0/24"}) {
+		t.Fatalf("this node's pod network: %v", self)
+	}
+	if got := d.snapshot(); !reflect.DeepEqual(got, map[string]string{"10.244.9.0/24": "192.168.1.19"}) {
+		t.Fatalf("routes touched: %v", got)
+	}
+	if d.calls != 0 {
+		t.Fatalf("the daemon was asked for its routes %d times", d.calls)
+	}
+}
+
 func TestTheNodesFileIsReadAgainWhenItChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "nodes.json")
 	write := func(s string) {

@@ -35,6 +35,9 @@ type Config struct {
 	// Vxlan, when set, routes the other nodes' pod networks through VXLAN tunnels to their
 	// addresses with this network identifier (nodes that share no link), not on the link.
 	Vxlan *uint32
+	// NoRoutes leaves the daemon's routes alone (a daemon on a link to the node's own kernel
+	// keeps none: the node routes): a pass does only OnSelf.
+	NoRoutes bool
 }
 
 // Pass is what one pass found and did.
@@ -58,6 +61,9 @@ func Sync(cfg Config, src Source, d Daemon) (Pass, error) {
 	var errs []error
 	if err := cfg.self(nodes); err != nil {
 		errs = append(errs, err)
+	}
+	if cfg.NoRoutes {
+		return Pass{}, errors.Join(errs...)
 	}
 	want, skipped := Desired(cfg.Self, nodes, cfg.Cluster)
 	changes, refused, err := Reconcile(d, want, cfg.Cluster, cfg.Vxlan)

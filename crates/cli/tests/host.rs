@@ -285,10 +285,10 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
 
     // a second daemon is refused the link the first drives
     let second = Daemon::start_host_link(Path::new(EXE), "adaptive", None, 0, node, LINK);
-    let refused = format!(
-        "{:#}",
-        second.err().expect("a second daemon on the same link")
-    );
+    let refused = match second {
+        Ok(_) => panic!("a second daemon took the link the first drives"),
+        Err(e) => format!("{e:#}"),
+    };
     assert!(refused.contains("another daemon"), "{refused}");
     assert_eq!(http_status(node, None, &url), "200", "after the refusal");
 

@@ -255,6 +255,14 @@ pub fn run(cfg: Config) -> Result<(), Error> {
     let (mut registry, warnings) =
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     registry.set_gateway(edge.as_ref().map(|e| e.mac()));
+    registry.set_host_link(host_link.is_some());
+    if host_link.is_some() && !registry.routes().is_empty() {
+        tracing::warn!(
+            routes = registry.routes().len(),
+            "routes kept from an earlier daemon are not used over a host link: the host's own \
+             routes carry what leaves the pipes (docknet route rm them)"
+        );
+    }
     registry.set_link_addr(edge.as_ref().and_then(|e| e.link_addr()));
     if edge.as_ref().is_some_and(|e| e.link_addr().is_none()) {
         for r in registry.routes().iter().filter(|r| r.vxlan.is_some()) {

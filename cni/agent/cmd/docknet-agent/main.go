@@ -68,6 +68,7 @@ func run(args []string) int {
 	cniVersion := fs.String("cni-version", "1.0.0", "with --cni-conf: the conflist's cniVersion")
 	mtu := fs.Uint("mtu", 1500, "with --cni-conf: the pipes' MTU")
 	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
+	routes := fs.Bool("routes", true, "keep the daemon's routes to the other nodes' pod networks; false where the daemon runs with --host-link (the node's own routes carry that traffic, and the daemon keeps none)")
 	services := fs.Bool("services", true, "with the Kubernetes API: keep the daemon's services equal to the cluster's ClusterIP Services and their ready endpoints")
 	once := fs.Bool("once", false, "reconcile once, print the changes and exit")
 	jsonOut := fs.Bool("json", false, "with --once: print the changes as JSON")
@@ -135,7 +136,7 @@ func run(args []string) int {
 	logf := func(s string) {
 		fmt.Fprintf(os.Stderr, "%s docknet-agent: %s\n", time.Now().UTC().Format(time.RFC3339), s)
 	}
-	c := agent.Config{Self: *nodeName, Cluster: cluster, Resync: *resync, Log: logf}
+	c := agent.Config{Self: *nodeName, Cluster: cluster, Resync: *resync, Log: logf, NoRoutes: !*routes}
 	if *vxlan >= 0 {
 		v := uint32(*vxlan)
 		c.Vxlan = &v

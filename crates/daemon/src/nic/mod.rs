@@ -299,8 +299,8 @@ pub struct Edge {
     port_read: Instant,
     /// The routes (the tunnels among them: which far ends may send what).
     routes: std::sync::Arc<crate::route::Routes>,
-    /// The next hop of destinations no route covers (the node's end of a host link), instead
-    /// of the destination itself.
+    /// The next hop of every destination (the node's end of a host link), whatever the routes
+    /// say.
     default_via: Option<Ipv4Addr>,
 }
 
@@ -342,8 +342,8 @@ impl Edge {
         }
     }
 
-    /// Sends what no route covers to `via` instead of looking for the destination on the link
-    /// (a host link: the node's kernel routes it on).
+    /// Sends everything to `via` instead of looking for the destination (or a route's next
+    /// hop) on the link: a host link, whose node's kernel routes it on.
     pub fn set_default_via(&mut self, via: Option<Ipv4Addr>) {
         self.default_via = via;
     }
@@ -429,13 +429,14 @@ impl Edge {
         now: Instant,
     ) -> Sent {
         self.dirty = true;
-        // a destination no route covers is its own next hop, unless the link has a default
+        // over a host link everything goes to the node, which routes it (no route of the
+        // daemon's is used there: the registry refuses them)
         let hop = match self.default_via {
-            Some(via) if hop.vxlan.is_none() && Some(hop.link) == wire::ipv4_dst(hdr) => Hop {
+            Some(via) => Hop {
                 link: via,
                 vxlan: None,
             },
-            _ => hop,
+            None => hop,
         };
         let copy = |buf: &mut [u8]| -> bool {
             buf.len() >= len && region.read(off, &mut buf[..len]) && {

@@ -232,6 +232,8 @@ pub struct Registry {
     gateway: Option<[u8; 6]>,
     /// The link's IPv4 address (where VXLAN datagrams leave from), if it has one.
     link_addr: Option<std::net::Ipv4Addr>,
+    /// The link is the node's own kernel (`--host-link`): its routing carries what leaves.
+    host_link: bool,
     /// Rate limits of the pipes that have any.
     limits: BTreeMap<String, Limits>,
     /// Labels of the pipes that have any.
@@ -543,6 +545,12 @@ impl Registry {
     /// Sets the MAC of the daemon's link to the wire (addresses no pipe owns go through it).
     pub fn set_gateway(&mut self, mac: Option<[u8; 6]>) {
         self.gateway = mac;
+    }
+
+    /// Tells the registry its link is the node's own kernel (`--host-link`): routes are then
+    /// the node's to keep, and `route add` is refused.
+    pub fn set_host_link(&mut self, yes: bool) {
+        self.host_link = yes;
     }
 
     /// Tells the registry the link's IPv4 address (VXLAN routes need one).

@@ -33,6 +33,13 @@ impl Registry {
                 "this daemon drives no link: routes need one (docknet daemon --nic IFACE)",
             ));
         }
+        if self.host_link {
+            return Err(err(
+                ErrorCode::BadParams,
+                "this daemon's link is the host's own kernel (--host-link): the host's routes \
+                 carry what leaves the pipes (ip route add NET via NODE on the host)",
+            ));
+        }
         let via: Ipv4Addr = via.parse().map_err(|_| {
             err(
                 ErrorCode::BadIp,

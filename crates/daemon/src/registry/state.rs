@@ -114,6 +114,7 @@ impl Registry {
             next_channel: 1,
             gateway: None,
             link_addr: None,
+            host_link: false,
             limits: BTreeMap::new(),
             labels: BTreeMap::new(),
             timers: Timers::default(),

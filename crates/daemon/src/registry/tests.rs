@@ -365,6 +365,11 @@ fn a_daemon_with_a_link_gives_each_connection_the_gateway_after_its_pipe() {
             ip: delivery::GATEWAY
         }
     );
+    // over a host link the node routes: the daemon keeps no routes of its own
+    r.set_host_link(true);
+    let e = r.add_route("10.9.2.0/24", "192.168.1.2", None).unwrap_err();
+    assert!(e.message.contains("--host-link"), "{e:?}");
+    assert!(r.routes().is_empty());
 }
 
 #[test]
