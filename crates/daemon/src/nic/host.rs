@@ -21,7 +21,7 @@
 //! Everything is made with `ip` and `nft`, as an operator would, and removed when the daemon
 //! stops (deleting one end of a veth deletes both, and the routes through it). A link of that
 //! name left by a daemon that was killed is replaced at start; one that a running daemon
-//! drives is not ([`claim`]).
+//! drives is not (`claim`).
 
 use super::NicError;
 use std::collections::BTreeSet;

@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A node whose pods' only network is DockNet, its daemon on a link to the node's own kernel
+// (--host-link), its agent writing the conflist without routes (--routes=false); a namespace
+// beyond the node stands for the world outside the cluster, reached through the node's NAT.
+// Through the CRI as kubelet runs them: the node reaches a pod as kubelet's TCP probe and
+// traffic does, and a pod reaches the outside through the node.
+func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root (namespaces, containerd)")
+	}
+	const (
+		cluster  = "10.75.0.0/16"
+		nodeAddr = "192.168.81.1"
+		outside  = "192.168.81.2"
+	)
+	ns, out := fmt.Sprintf("dnhostnode-%d", os.Getpid()), fmt.Sprintf("dnhostout-%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if o, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, o)
+		}
+	}
+	in := func(name string, args ...string) *exec.Cmd {
+		return exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + name, "--"}, args...)...)
+	}
+	for _, n := range []string{ns, out} {
+		ip("netns", "add", n)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n).Run() })
+		ip("-n", n, "link", "set", "lo", "up")
+	}
+	ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", "eth0", "netns", out)
+	ip("-n", ns, "addr", "add", nodeAddr+"/24", "dev", "eth0")
+	ip("-n", out, "addr", "add", outside+"/24", "dev", "eth0")
+	ip("-n", ns, "link", "set", "eth0", "up")
+	ip("-n", out, "link", "set", "eth0", "up")
+	// the node forwards and masquerades its pods' traffic to the outside, as a cluster's
+	// egress rule does
+	for _, c := range [][]string{
+		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"nft", "add", "table", "ip", "egress"},
+		{"nft", "add", "chain", "ip", "egress", "post", "{ type nat hook postrouting priority srcnat; }"},
+		{"nft", "add", "rule", "ip", "egress", "post", "ip", "saddr", cluster, "oifname", "eth0", "masquerade"},
+	} {
+		if o, err := in(ns, c...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, o)
+		}
+	}
+
+	nodes := filepath.Join(t.TempDir(), "nodes.json")
+	b, _ := json.Marshal([]map[string]any{{"name": "node-h", "address": nodeAddr, "podCIDRs": []string{"10.75.1.0/24"}}})
+	if err := os.WriteFile(nodes, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := setupNode(t, nodeOpts{
+		name:   "node-h",
+		netns:  ns,
+		daemon: []string{"--host-link"},
+		agent:  []string{"--cluster-cidr", cluster, "--nodes", nodes, "--routes=false"},
+	})
+	if r := strings.TrimSpace(e.run(e.docknet, "--socket", e.sock, "route", "ls", "--json")); r != "[]" {
+		t.Fatalf("routes over a host link: %s", r)
+	}
+
+	// the node to the pod: a kernel client in the node's namespace, as kubelet's TCP probe
+	// and port-forward connect
+	server := e.runPod("server", nil)
+	if !strings.HasPrefix(server.ip, "10.75.1.") {
+		t.Fatalf("pod address %s, want one of the node's pod network", server.ip)
+	}
+	e.start(server, "server", []string{"/dnperf", "server", "--stack", "docknet", "--bind", server.ip + ":5000"})
+	var got clientReport
+	err := waitFor("the node's client answered by the pod", 30*time.Second, func() bool {
+		o, err := in(ns, e.dnperf, "client", "--stack", "kernel", "--connect", server.ip+":5000",
+			"--workload", "rr", "--size", "64", "--duration", "1", "--warmup", "0.2", "--json").Output()
+		if err != nil {
+			return false
+		}
+		lines := strings.Split(strings.TrimSpace(string(o)), "\n")
+		got = lastJSON(t, lines)
+		return got.Result.Transactions > 1000
+	})
+	if err != nil {
+		t.Fatalf("%v (%d transactions)", err, got.Result.Transactions)
+	}
+	t.Logf("the node to its pod, 64 B ping-pong: one-way p50 %.2f us, %d transactions",
+		float64(got.Result.OneWayNs.P50)/1e3, got.Result.Transactions)
+
+	// the pod to the outside, through the node's NAT
+	srv := in(out, e.dnperf, "server", "--stack", "kernel", "--bind", outside+":6000")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	time.Sleep(300 * time.Millisecond)
+	client := e.runPod("client", nil)
+	id := e.start(client, "egress", []string{"/dnperf", "client", "--stack", "docknet", "--connect", outside + ":6000",
+		"--workload", "rr", "--size", "64", "--duration", "1", "--warmup", "0.2", "--json"})
+	egress := lastJSON(t, e.output(client, id, "egress", 60*time.Second))
+	if egress.Result.Transactions < 1000 {
+		t.Fatalf("only %d transactions from the pod to the outside", egress.Result.Transactions)
+	}
+	t.Logf("a pod to the outside through its node's NAT, 64 B ping-pong: one-way p50 %.2f us, %d transactions",
+		float64(egress.Result.OneWayNs.P50)/1e3, egress.Result.Transactions)
+}
