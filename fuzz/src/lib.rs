@@ -382,6 +382,8 @@ fn ctx_of(reg: Registry) -> Ctx {
         attach: std::sync::OnceLock::new(),
         ops: Default::default(),
         captures: Mutex::new(Vec::new()),
+        host_link: Mutex::new(None),
+        link_guard: Mutex::new(None),
     }
 }
 

@@ -19,6 +19,22 @@ fn dnperf() -> &'static str {
     env!("CARGO_BIN_EXE_dnperf")
 }
 
+/// Datagrams the kernel of namespace `ns` forwarded (`Ip: ForwDatagrams`).
+fn forwarded(ns: &str) -> u64 {
+    let o = Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&o.stdout);
+    let mut ip = t.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (ip.next().unwrap(), ip.next().unwrap());
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "ForwDatagrams")
+        .unwrap();
+    values.split_whitespace().nth(at).unwrap().parse().unwrap()
+}
+
 /// `docknet --socket S ARGS...` on daemon `d`.
 fn ctl(d: &Daemon, args: &[&str]) -> Output {
     d.cmd(Path::new(EXE)).args(args).output().unwrap()
@@ -220,6 +236,12 @@ fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways
     assert!(off.success(), "ethtool -K (apt-get install ethtool)");
     let a = host_daemon(&wire, &wire.host_a, "packet");
     ok(&a, &["pipe", "create", "c0", "--ip", "10.78.1.1/16"]);
+    // host A forwards, with a default route back to host B, as a node routes to its gateway:
+    // its kernel's copy of a frame for the pipe (the packet socket is a tap) must not be
+    // routed on (the daemon's guard drops it at the link's ingress)
+    wire.sysctl(&wire.host_a, "net.ipv4.ip_forward=1").unwrap();
+    wire.ip_in(&wire.host_a, &["route", "add", "default", "via", HOST_B])
+        .unwrap();
     let far = "10.78.2.9";
     let added = Command::new("ip")
         .args(["-n", &wire.host_b, "addr", "add", &format!("{far}/16")])
@@ -272,6 +294,11 @@ fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways
         "kernel to pipe",
     );
     let _ = srv.0.wait();
+    assert_eq!(
+        forwarded(&wire.host_a),
+        0,
+        "host A's kernel routed frames for the pipe on"
+    );
     let st = status(&a);
     let nic = &st["nic"];
     assert_eq!(nic["offload"], true, "{st}");

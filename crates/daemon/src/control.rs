@@ -45,14 +45,22 @@ pub struct Ctx {
     pub captures: Mutex<Vec<Arc<Tap>>>,
     /// The link to the node's kernel, when the daemon made one: its routes follow the pipes.
     pub host_link: Mutex<Option<crate::nic::host::HostLink>>,
+    /// The guard of a `--nic` link driven through a packet socket: its set follows the pipes.
+    pub link_guard: Mutex<Option<crate::nic::guard::Guard>>,
 }
 
 impl Ctx {
-    /// Routes the node's kernel to every pipe through the host link, when there is one.
-    pub fn route_pipes(&self, reg: &Registry) {
+    /// Keeps the host's view of the pipes equal to the registry's: the host link's routes to
+    /// them, the link guard's set of their addresses.
+    pub fn follow_pipes(&self, reg: &Registry) {
         if let Ok(mut h) = self.host_link.lock() {
             if let Some(h) = h.as_mut() {
                 h.route_pipes(reg.pipes().map(|p| p.ip));
+            }
+        }
+        if let Ok(mut g) = self.link_guard.lock() {
+            if let Some(g) = g.as_mut() {
+                g.set_pipes(reg.pipes().map(|p| p.ip));
             }
         }
     }
@@ -268,7 +276,7 @@ pub fn handle(ctx: &Ctx, req: Request) -> Result<serde_json::Value, ApiError> {
     };
     if changed && out.is_ok() {
         ctx.master.publish(reg.snapshot());
-        ctx.route_pipes(&reg);
+        ctx.follow_pipes(&reg);
     }
     out
 }

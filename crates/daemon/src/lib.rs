@@ -252,6 +252,23 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         }
         None => None,
     };
+    // a --nic link taken through a packet socket: the host's kernel must not take the pipes'
+    // frames in too (nic::guard); the host link has its own
+    let link_guard = match &edge {
+        Some(e) if host_link.is_none() && e.shared.port.mode == "packet" => {
+            match nic::guard::Guard::pipes(&e.shared.link.name) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    tracing::warn!(
+                        "no guard on the link ({e}): with forwarding on, this host's kernel \
+                         routes its own copy of every frame for a pipe on"
+                    );
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let (mut registry, warnings) =
         registry::Registry::open(&cfg.run_dir, holder).map_err(io("opening the run directory"))?;
     registry.set_gateway(edge.as_ref().map(|e| e.mac()));
@@ -410,10 +427,11 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         ops: metrics::OpStats::default(),
         captures: Mutex::new(Vec::new()),
         host_link: Mutex::new(host_link),
+        link_guard: Mutex::new(link_guard),
     });
     if let Ok(reg) = ctx.registry.lock() {
         // the pipes adopted from a previous daemon
-        ctx.route_pipes(&reg);
+        ctx.follow_pipes(&reg);
     }
     let waker = attach::start(ctx.clone()).map_err(io("starting the accept thread"))?;
     let _ = ctx.attach.set(waker);
@@ -480,9 +498,12 @@ pub fn run(cfg: Config) -> Result<(), Error> {
         // the spare regions' thread ends and lets go of them
         reg.set_pool(None);
     }
-    // the host link goes, and the node's routes through it with it
+    // the host link goes, and the node's routes through it with it; the link's guard too
     if let Ok(mut h) = ctx.host_link.lock() {
         drop(h.take());
+    }
+    if let Ok(mut g) = ctx.link_guard.lock() {
+        drop(g.take());
     }
     let _ = fs::remove_file(&cfg.socket);
     Ok(())

@@ -8,25 +8,20 @@
 //! externalIPs rules), and the pods reach the node and, through its routing and NAT, whatever
 //! the node reaches (egress, other nodes): the pods' gateway is the node's end itself.
 //!
-//! The node's kernel takes nothing in on the daemon's end: an nftables chain on its ingress
-//! hook drops every frame there (table `netdev docknet_host_NAME`). A packet socket is a tap,
-//! not a diversion, and taps see a frame before the ingress hook, so the daemon still gets
-//! everything; but without the drop the node's kernel received its own copy of every frame the
-//! node sent to a pipe, and with forwarding on (as on any node) routed it back out of the
-//! node's end, to the daemon and to itself again, once per hop of its TTL. Turning forwarding
-//! off on that device is not enough: writing `net.ipv4.ip_forward`, as a node's other
-//! software does at any time, turns it on again on every device. IPv6 is off there too, so
-//! the kernel sends nothing out of it.
+//! The node's kernel takes nothing in on the daemon's end ([`Guard::all`]): a packet socket is
+//! a tap, and with forwarding on (as on any node) the node routed its own copy of every frame
+//! it sent to a pipe back out of its end, to the daemon and to itself again, once per hop of
+//! its TTL. IPv6 is off there too, so the kernel sends nothing out of it.
 //!
 //! Everything is made with `ip` and `nft`, as an operator would, and removed when the daemon
 //! stops (deleting one end of a veth deletes both, and the routes through it). A link of that
 //! name left by a daemon that was killed is replaced at start; one that a running daemon
 //! drives is not (`claim`).
 
+use super::guard::{run, Guard};
 use super::NicError;
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::process::Command;
 
 pub use docknet_pipe::delivery::GATEWAY;
 
@@ -44,6 +39,8 @@ pub struct HostLink {
     routed: BTreeSet<Ipv4Addr>,
     /// Held while the link is this daemon's ([`claim`]).
     _claim: std::os::unix::net::UnixListener,
+    /// Drops everything the node's kernel would take in on the daemon's end.
+    _guard: Guard,
 }
 
 /// Claims link `name` for this daemon: an abstract Unix socket bound under the link's name.
@@ -64,42 +61,12 @@ fn claim(name: &str) -> Result<std::os::unix::net::UnixListener, String> {
     })
 }
 
-/// Runs `prog args...` (from the Debian package `package`); its error output on failure.
-fn run(prog: &str, package: &str, args: &[&str]) -> Result<(), String> {
-    let line = format!("{prog} {}", args.join(" "));
-    let o = Command::new(prog)
-        .args(args)
-        .output()
-        .map_err(|e| format!("running {line}: {e} (apt-get install {package})"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{line}: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
 fn ip(args: &[&str]) -> Result<(), String> {
     run("ip", "iproute2", args)
 }
 
-fn nft(args: &[&str]) -> Result<(), String> {
-    run("nft", "nftables", args)
-}
-
 fn sysctl(path: &str, value: &str) -> Result<(), String> {
     std::fs::write(path, value).map_err(|e| format!("writing {value} to {path}: {e}"))
-}
-
-/// The nftables table that keeps the daemon's end of link `name` the daemon's alone.
-fn table(name: &str) -> String {
-    let safe: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    format!("docknet_host_{safe}")
 }
 
 /// Whether `name` can name the node's end (and `name-d` the daemon's).
@@ -126,10 +93,8 @@ impl HostLink {
         check_name(name).map_err(NicError::Setup)?;
         let held = claim(name).map_err(NicError::Setup)?;
         let daemon_end = format!("{name}-d");
-        let table = table(name);
-        let setup = || -> Result<(), String> {
-            // a pair a killed daemon left (deleting either end removes both), and its table
-            let _ = nft(&["delete", "table", "netdev", &table]);
+        let setup = || -> Result<Guard, String> {
+            // a pair a killed daemon left (deleting either end removes both)
             let _ = ip(&["link", "del", name]);
             ip(&[
                 "link",
@@ -145,25 +110,21 @@ impl HostLink {
                 &format!("/proc/sys/net/ipv6/conf/{daemon_end}/disable_ipv6"),
                 "1",
             )?;
-            nft(&["add", "table", "netdev", &table])?;
-            let chain = format!(
-                "{{ type filter hook ingress device \"{daemon_end}\" priority 0; policy drop; }}"
-            );
-            nft(&["add", "chain", "netdev", &table, "in", &chain])?;
+            let guard = Guard::all(&daemon_end)?;
             ip(&["addr", "add", &format!("{GATEWAY}/32"), "dev", name])?;
             ip(&["link", "set", &daemon_end, "up"])?;
             ip(&["link", "set", name, "up"])?;
-            Ok(())
+            Ok(guard)
         };
         match setup() {
-            Ok(()) => Ok(HostLink {
+            Ok(guard) => Ok(HostLink {
                 name: name.into(),
                 daemon_end,
                 routed: BTreeSet::new(),
                 _claim: held,
+                _guard: guard,
             }),
             Err(e) => {
-                let _ = nft(&["delete", "table", "netdev", &table]);
                 let _ = ip(&["link", "del", name]);
                 Err(NicError::Setup(format!("making the host link {name}: {e}")))
             }
@@ -193,9 +154,6 @@ impl HostLink {
 
 impl Drop for HostLink {
     fn drop(&mut self) {
-        if let Err(e) = nft(&["delete", "table", "netdev", &table(&self.name)]) {
-            tracing::warn!("removing the host link's table: {e}");
-        }
         if let Err(e) = ip(&["link", "del", &self.name]) {
             tracing::warn!("removing the host link: {e}");
         }
@@ -214,7 +172,6 @@ mod tests {
         for bad in ["", ".", "..", "a b", "a/b", "x;y"] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(table("dn-0.x"), "docknet_host_dn_0_x");
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - [`neigh`]: the neighbours on the wire;
 //! - [`vxlan`]: tunnels to nodes that share no link, pure;
 //! - [`offload`]: large TCP segments to and from a port that offloads, pure;
-//! - [`host`]: a link to the node's own kernel, made by the daemon.
+//! - [`host`]: a link to the node's own kernel, made by the daemon;
+//! - [`guard`]: keeps the host's kernel from taking in the daemon's frames on a packet socket's link.
 //!
 //! [`Edge`] is what the master holds: the port, the link, the neighbours and the counters.
 //! Frames from a pipe to an address no pipe owns leave through it ([`Edge::send`]); frames
@@ -15,6 +16,7 @@
 //! its pipes on the wire with the link's MAC and resolves neighbours itself: a frame's
 //! destination, or the next hop of the route covering it ([`crate::route`]).
 
+pub mod guard;
 pub mod host;
 pub mod link;
 pub mod neigh;

@@ -8,8 +8,10 @@
 //!
 //! A packet socket sees every frame on the link, also the host's own traffic (it is a tap, not
 //! a diversion): frames for the pipes are taken, the rest ignored here, and the host's kernel
-//! still receives its copy of everything (it drops what is addressed to the pipes, which are not
-//! its addresses). Transmission goes through the link's queueing discipline like any socket's.
+//! still receives its copy of everything. Its copy of a frame addressed to a pipe is dropped at
+//! the link's ingress hook by the daemon's guard ([`super::guard`]); without it a host with
+//! forwarding on routed that copy on. Transmission goes through the link's queueing discipline
+//! like any socket's.
 //!
 //! Segment offload: the socket asks for `PACKET_VNET_HDR`, so every frame it sends starts with a
 //! virtio-net header ([`super::offload`]) and a TCP segment of up to 64 KiB leaves whole, cut by
