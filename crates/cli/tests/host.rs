@@ -97,7 +97,7 @@ fn link_exists(ns: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     let tables = in_ns(ns, &["nft", "list", "tables"]).output().unwrap();
-    link || String::from_utf8_lossy(&tables.stdout).contains("docknet_host")
+    link || String::from_utf8_lossy(&tables.stdout).contains("docknet_guard")
 }
 
 /// A dnperf client's checked transfer: every byte arrived, none wrong.
