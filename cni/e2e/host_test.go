@@ -26,25 +26,10 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 		outside  = "192.168.81.2"
 	)
 	ns, out := fmt.Sprintf("dnhostnode-%d", os.Getpid()), fmt.Sprintf("dnhostout-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if o, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, o)
-		}
-	}
+	joined(t, ns, nodeAddr, out, outside)
 	in := func(name string, args ...string) *exec.Cmd {
 		return exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + name, "--"}, args...)...)
 	}
-	for _, n := range []string{ns, out} {
-		ip("netns", "add", n)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n).Run() })
-		ip("-n", n, "link", "set", "lo", "up")
-	}
-	ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", "eth0", "netns", out)
-	ip("-n", ns, "addr", "add", nodeAddr+"/24", "dev", "eth0")
-	ip("-n", out, "addr", "add", outside+"/24", "dev", "eth0")
-	ip("-n", ns, "link", "set", "eth0", "up")
-	ip("-n", out, "link", "set", "eth0", "up")
 	// the node forwards and masquerades its pods' traffic to the outside, as a cluster's
 	// egress rule does
 	for _, c := range [][]string{

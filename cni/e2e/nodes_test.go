@@ -15,6 +15,28 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// joined makes namespaces a and b (removed when the test ends), each with lo up, and joins them
+// by a veth that is eth0 in each, with addresses addrA and addrB on a /24.
+func joined(t *testing.T, a, addrA, b, addrB string) {
+	t.Helper()
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, ns := range []string{a, b} {
+		ip("netns", "add", ns)
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		ip("-n", ns, "link", "set", "lo", "up")
+	}
+	ip("link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b)
+	for _, x := range [][2]string{{a, addrA}, {b, addrB}} {
+		ip("-n", x[0], "addr", "add", x[1]+"/24", "dev", "eth0")
+		ip("-n", x[0], "link", "set", "eth0", "up")
+	}
+}
+
 // Two nodes on one machine: each its own network namespace with its end of a wire, its own
 // DockNet daemon driving that end (AF_XDP), its own node agent and its own containerd. The
 // agents read the nodes from a file (the agent's test in cni/agent drives it through a real
@@ -31,22 +53,7 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 		addrB   = "192.168.79.2"
 	)
 	nsA, nsB := fmt.Sprintf("dnnode-a-%d", os.Getpid()), fmt.Sprintf("dnnode-b-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-	}
-	for _, ns := range []string{nsA, nsB} {
-		ip("netns", "add", ns)
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-		ip("-n", ns, "link", "set", "lo", "up")
-	}
-	ip("link", "add", "eth0", "netns", nsA, "type", "veth", "peer", "name", "eth0", "netns", nsB)
-	ip("-n", nsA, "addr", "add", addrA+"/24", "dev", "eth0")
-	ip("-n", nsB, "addr", "add", addrB+"/24", "dev", "eth0")
-	ip("-n", nsA, "link", "set", "eth0", "up")
-	ip("-n", nsB, "link", "set", "eth0", "up")
+	joined(t, nsA, addrA, nsB, addrB)
 
 	nodes := filepath.Join(t.TempDir(), "nodes.json")
 	b, _ := json.Marshal([]map[string]any{
