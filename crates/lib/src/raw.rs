@@ -198,6 +198,8 @@ pub struct EndpointStats {
     /// is a lost notification, which without that look would have stayed unread (a channel
     /// never used, its partner's frames never read). Zero unless something is wrong.
     pub unannounced: u64,
+    /// Messages of a type this DockLib does not know (a newer daemon's), skipped.
+    pub unknown_msgs: u64,
 }
 
 /// A container's attachment to its DockPipe.
@@ -307,7 +309,9 @@ impl Endpoint {
             &nix::sys::time::TimeVal::new(HANDSHAKE.as_secs() as i64, 0),
         )
         .map_err(|e| hs(e.to_string()))?;
-        let (first, fd) = recv_msg(&conn).map_err(|e| hs(e.to_string()))?;
+        let Some((first, fd)) = recv_msg(&conn).map_err(|e| hs(e.to_string()))? else {
+            return Err(hs("the first message is not the pipe".into()));
+        };
         let (Msg::Hello(p), Some(fd)) = (first, fd) else {
             return Err(hs("the first message is not the pipe".into()));
         };
@@ -339,8 +343,9 @@ impl Endpoint {
         };
         loop {
             match recv_msg(&conn).map_err(|e| hs(e.to_string()))? {
-                (Msg::Synced, _) => break,
-                (m, fd) => ep.handle(m, fd),
+                Some((Msg::Synced, _)) => break,
+                Some((m, fd)) => ep.handle(m, fd),
+                None => ep.stats.unknown_msgs += 1,
             }
         }
         fdpass::set_nonblocking(conn.as_fd(), true).map_err(|e| hs(e.to_string()))?;
@@ -544,7 +549,8 @@ impl Endpoint {
             for _ in 0..4096 {
                 let Some(conn) = &self.conn else { break };
                 match recv_msg(conn) {
-                    Ok((m, fd)) => self.handle(m, fd),
+                    Ok(Some((m, fd))) => self.handle(m, fd),
+                    Ok(None) => self.stats.unknown_msgs += 1,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                     Err(_) => self.conn = None,
                 }
@@ -1031,12 +1037,16 @@ fn from_partner(f: &[u8], ip: Ipv4Addr, mac: [u8; 6], ip6: Option<(Ipv6Addr, Ipv
 }
 
 /// One message from the daemon (with its fd, if one came).
-fn recv_msg(conn: &OwnedFd) -> io::Result<(Msg, Option<OwnedFd>)> {
+/// One message from the daemon; `None`: one of a type this DockLib does not know (a newer
+/// daemon's), skipped with its descriptor.
+fn recv_msg(conn: &OwnedFd) -> io::Result<Option<(Msg, Option<OwnedFd>)>> {
     let mut buf = [0u8; delivery::MAX_MSG];
     match fdpass::recv(conn.as_fd(), &mut buf)? {
-        Some((n, fd)) => Msg::decode(&buf[..n])
-            .map(|m| (m, fd))
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        Some((n, fd)) => match Msg::decode(&buf[..n]) {
+            Ok(m) => Ok(Some((m, fd))),
+            Err(delivery::DecodeError::Unknown(_)) => Ok(None),
+            Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+        },
         None => Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             "the daemon hung up",
@@ -1110,4 +1120,25 @@ fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8])
         // a refused descriptor (counted by the ring): try the next one
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_of_a_newer_daemon_is_skipped_and_a_broken_one_is_an_error() {
+        let (daemon, container) = fdpass::pair().unwrap();
+        let send = |b: &[u8]| fdpass::send(daemon.as_fd(), b, None).unwrap();
+        send(&[99, delivery::VERSION, 1, 2, 3]);
+        send(&Msg::Synced.encode());
+        send(&[4, delivery::VERSION + 1]);
+        assert!(recv_msg(&container).unwrap().is_none(), "an unknown type");
+        assert!(matches!(
+            recv_msg(&container).unwrap(),
+            Some((Msg::Synced, None))
+        ));
+        let e = recv_msg(&container).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "another version");
+    }
 }

@@ -23,7 +23,10 @@
 //! region's shared header: the ring layout is computed from (mtu, depth) by
 //! [`crate::layout::plan`] on both sides, and a fast channel's partner is who the daemon says.
 //! A header a partner can write is therefore never trusted. The encoding is fixed-size and
-//! little-endian; [`Msg::decode`] checks every field.
+//! little-endian; [`Msg::decode`] checks every field. A message of this version whose type the
+//! reader does not know ([`DecodeError::Unknown`]: a newer daemon's) is skipped by DockLib and
+//! counted, so a daemon can add messages without cutting off older containers; a message of
+//! another version ends the connection.
 //!
 //! **IPv6.** A pipe with an IPv6 address (and a channel whose partner has one) carries it after
 //! the name: 16 address bytes, and for a pipe its prefix length. The trailer is there only when
@@ -155,9 +158,13 @@ pub enum DecodeError {
     /// Shorter than its type requires, or longer than [`MAX_MSG`].
     #[error("message of {0} bytes has the wrong length")]
     Length(usize),
-    /// Unknown type or version.
+    /// Unknown version.
     #[error("unknown message type {0} or version")]
     Type(u8),
+    /// A message of this version whose type this side does not know (a newer daemon's): a
+    /// reader may skip it.
+    #[error("unknown message type {0}")]
+    Unknown(u8),
     /// A field out of range.
     #[error("message field out of range: {0}")]
     Field(&'static str),
@@ -365,7 +372,7 @@ impl Msg {
                 }
                 Msg::Services { len }
             }
-            t => return Err(DecodeError::Type(t)),
+            t => return Err(DecodeError::Unknown(t)),
         };
         if !r.0.is_empty() {
             return Err(DecodeError::Length(b.len()));
@@ -501,6 +508,11 @@ mod tests {
         let mut h = msgs()[0].encode();
         h[1] = 9;
         assert_eq!(Msg::decode(&h), Err(DecodeError::Type(9)));
+        // a type of a newer daemon, of this version: known to be unknown, so it can be skipped
+        assert_eq!(
+            Msg::decode(&[99, VERSION, 1, 2]),
+            Err(DecodeError::Unknown(99))
+        );
         let mut h = msgs()[0].encode();
         h[6] = 0; // prefix 0
         assert_eq!(Msg::decode(&h), Err(DecodeError::Field("prefix")));
