@@ -355,12 +355,7 @@ impl Msg {
             T_SYNCED => Msg::Synced,
             T_GATEWAY => {
                 let ip = Ipv4Addr::from(r.u32()?);
-                if ip.is_unspecified()
-                    || ip.is_broadcast()
-                    || ip.is_multicast()
-                    || ip.is_loopback()
-                    || ip.octets()[0] == 0
-                {
+                if !crate::services::usable(ip) {
                     return Err(DecodeError::Field("gateway"));
                 }
                 Msg::Gateway { ip }

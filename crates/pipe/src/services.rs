@@ -109,8 +109,9 @@ pub enum TableError {
     Duplicate(String),
 }
 
-/// Whether `a` may be a service's or a backend's address: a unicast address outside
-/// `0.0.0.0/8` and loopback, and not the limited broadcast.
+/// Whether `a` may be a service's or a backend's address (or a gateway's, or where a gateway
+/// takes frames): a unicast address outside `0.0.0.0/8` and loopback, and not the limited
+/// broadcast.
 pub fn usable(a: Ipv4Addr) -> bool {
     !(a.octets()[0] == 0 || a.is_loopback() || a.is_multicast() || a.is_broadcast())
 }
@@ -332,6 +333,17 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usable_addresses_are_unicast_outside_0_8_and_loopback() {
+        assert!(usable(Ipv4Addr::new(8, 8, 8, 8)));
+        assert!(usable(Ipv4Addr::new(169, 254, 1, 1)));
+        assert!(!usable(Ipv4Addr::LOCALHOST));
+        assert!(!usable(Ipv4Addr::UNSPECIFIED));
+        assert!(!usable(Ipv4Addr::new(0, 1, 2, 3)));
+        assert!(!usable(Ipv4Addr::new(224, 0, 0, 1)));
+        assert!(!usable(Ipv4Addr::BROADCAST));
+    }
 
     fn svc(vip: [u8; 4], port: u16, proto: Proto, n: u8) -> Service {
         Service {

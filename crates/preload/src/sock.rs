@@ -50,20 +50,15 @@ pub fn route_to(a: Ipv4Addr, ip: Ipv4Addr, prefix: u8) -> Route {
 pub fn route_for(st: &docknet_lib::Stack, a: Ipv4Addr) -> Route {
     match route_to(a, st.ip(), st.prefix()) {
         Route::Kernel if st.is_service(a) => Route::DockNet,
-        Route::Kernel if beyond(a) && st.gateway().is_some() && !kernel_has_network() => {
+        Route::Kernel
+            if docknet_pipe::services::usable(a)
+                && st.gateway().is_some()
+                && !kernel_has_network() =>
+        {
             Route::DockNet
         }
         r => r,
     }
-}
-
-/// Whether `a` is an address a gateway can take: unicast, not loopback.
-fn beyond(a: Ipv4Addr) -> bool {
-    !(a.is_loopback()
-        || a.is_unspecified()
-        || a.is_broadcast()
-        || a.is_multicast()
-        || a.octets()[0] == 0)
 }
 
 /// Whether the container's network namespace routes anything through an interface of its own
@@ -380,10 +375,6 @@ mod tests {
         assert!(!routes_beyond_lo(&lo));
         let eth = format!("{lo}eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n");
         assert!(routes_beyond_lo(&eth));
-        assert!(beyond(Ipv4Addr::new(8, 8, 8, 8)));
-        assert!(!beyond(Ipv4Addr::LOCALHOST));
-        assert!(!beyond(Ipv4Addr::new(224, 0, 0, 1)));
-        assert!(!beyond(Ipv4Addr::BROADCAST));
     }
 
     #[test]
