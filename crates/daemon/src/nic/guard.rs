@@ -26,40 +26,38 @@ use std::process::{Command, Stdio};
 
 /// Runs `prog args...` (from the Debian package `package`); its error output on failure.
 pub(super) fn run(prog: &str, package: &str, args: &[&str]) -> Result<(), String> {
+    run_with(prog, package, args, None)
+}
+
+/// Runs an nftables script (`nft -f -`): applied whole or not at all.
+fn nft_script(script: &str) -> Result<(), String> {
+    run_with("nft", "nftables", &["-f", "-"], Some(script))
+}
+
+/// [`run`], with `input` on its standard input.
+fn run_with(prog: &str, package: &str, args: &[&str], input: Option<&str>) -> Result<(), String> {
     let line = format!("{prog} {}", args.join(" "));
-    let o = Command::new(prog)
+    let mut c = Command::new(prog)
         .args(args)
-        .output()
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("running {line}: {e} (apt-get install {package})"))?;
+    if let (Some(text), Some(mut i)) = (input, c.stdin.take()) {
+        i.write_all(text.as_bytes())
+            .map_err(|e| format!("writing to {prog}: {e}"))?;
+    }
+    let o = c.wait_with_output().map_err(|e| format!("{line}: {e}"))?;
     if o.status.success() {
         Ok(())
     } else {
         Err(format!(
             "{line}: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
-/// Runs an nftables script (`nft -f -`): applied whole or not at all.
-fn nft_script(script: &str) -> Result<(), String> {
-    let mut c = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("running nft: {e} (apt-get install nftables)"))?;
-    if let Some(mut i) = c.stdin.take() {
-        i.write_all(script.as_bytes())
-            .map_err(|e| format!("writing to nft: {e}"))?;
-    }
-    let o = c.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft: {}",
             String::from_utf8_lossy(&o.stderr).trim()
         ))
     }
