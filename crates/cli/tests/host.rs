@@ -17,20 +17,6 @@ const WEB: &str = "10.244.1.5";
 const CLI: &str = "10.244.1.6";
 const LINK: &str = "docknet0";
 
-fn dnperf() -> &'static str {
-    env!("CARGO_BIN_EXE_dnperf")
-}
-
-fn ok(d: &Daemon, args: &[&str]) -> String {
-    let o = d.cmd(Path::new(EXE)).args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "docknet {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// `ip netns exec NS ARGS...`.
 fn in_ns(ns: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
@@ -75,10 +61,6 @@ fn http_status(ns: &str, pod: Option<(&Daemon, &str)>, url: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn status(d: &Daemon) -> serde_json::Value {
-    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
-}
-
 /// The node's routes through the host link.
 fn routes_through_link(ns: &str) -> String {
     let o = Command::new("ip")
@@ -98,18 +80,6 @@ fn link_exists(ns: &str) -> bool {
         .is_ok_and(|s| s.success());
     let tables = in_ns(ns, &["nft", "list", "tables"]).output().unwrap();
     link || String::from_utf8_lossy(&tables.stdout).contains("docknet_guard")
-}
-
-/// A dnperf client's checked transfer: every byte arrived, none wrong.
-fn checked(o: &Output, what: &str) {
-    assert!(
-        o.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r = peer_json(o);
-    assert_eq!(r["result"]["bytes"], 64u64 << 20, "{what}: {r}");
-    assert_eq!(r["result"]["corrupt_bytes"], 0, "{what}: {r}");
 }
 
 /// Host A as a node: forwarding on, pods' traffic beyond masqueraded behind its address on the
@@ -217,7 +187,7 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
         .output()
         .unwrap();
     let _ = kernel_server.0.wait();
-    checked(&o, "pod to host B");
+    checked(o, 64 << 20, "pod to host B");
     let mut pod_server = Reaped(
         d.cmd(Path::new(EXE))
             .args(["run", "--pipe", "cli", "--", dnperf(), "server"])
@@ -234,7 +204,7 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
         .output()
         .unwrap();
     let _ = pod_server.0.wait();
-    checked(&o, "host B to the pod");
+    checked(o, 64 << 20, "host B to the pod");
     // and an unmodified program under the preload library (its container's kernel has no
     // network, so every address goes to DockNet)
     let mut py = Reaped(

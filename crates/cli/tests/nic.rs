@@ -15,10 +15,6 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-fn dnperf() -> &'static str {
-    env!("CARGO_BIN_EXE_dnperf")
-}
-
 /// Datagrams the kernel of namespace `ns` forwarded (`Ip: ForwDatagrams`).
 fn forwarded(ns: &str) -> u64 {
     let o = Command::new("ip")
@@ -33,21 +29,6 @@ fn forwarded(ns: &str) -> u64 {
         .position(|n| n == "ForwDatagrams")
         .unwrap();
     values.split_whitespace().nth(at).unwrap().parse().unwrap()
-}
-
-/// `docknet --socket S ARGS...` on daemon `d`.
-fn ctl(d: &Daemon, args: &[&str]) -> Output {
-    d.cmd(Path::new(EXE)).args(args).output().unwrap()
-}
-
-fn ok(d: &Daemon, args: &[&str]) -> String {
-    let o = ctl(d, args);
-    assert!(
-        o.status.success(),
-        "docknet {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// Whether `host`'s end of the wire has an XDP program attached.
@@ -119,22 +100,6 @@ fn transfer_between(
     let o = client(from.0, from.1, to.2, bytes).output().unwrap();
     let _ = srv.wait();
     result_of(o, "transfer failed")
-}
-
-/// The JSON line a dnperf client printed last, after checking it succeeded (`what` names it in
-/// the failure).
-fn result_of(o: Output, what: &str) -> serde_json::Value {
-    assert!(
-        o.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let line = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(line.lines().last().unwrap_or("")).unwrap()
-}
-
-fn status(d: &Daemon) -> serde_json::Value {
-    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
 }
 
 fn pipe_show(d: &Daemon, pipe: &str) -> serde_json::Value {
@@ -268,11 +233,6 @@ fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways
         }
         c
     };
-    let checked = |o: Output, what: &str| {
-        let r = result_of(o, what);
-        assert_eq!(r["result"]["bytes"], 256u64 << 20, "{what}: {r}");
-        assert_eq!(r["result"]["corrupt_bytes"], 0, "{what}: {r}");
-    };
     // the pipe sends to the far kernel
     let mut srv = Reaped(
         kernel("server", &format!("{far}:7000"))
@@ -283,6 +243,7 @@ fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways
     std::thread::sleep(Duration::from_millis(300));
     checked(
         client(&a, "c0", far, 256 << 20).output().unwrap(),
+        256 << 20,
         "pipe to kernel",
     );
     let _ = srv.0.wait();
@@ -291,6 +252,7 @@ fn a_pipe_and_a_kernel_socket_on_the_far_host_exchange_checked_streams_both_ways
     std::thread::sleep(Duration::from_millis(300));
     checked(
         kernel("client", "10.78.1.1:7000").output().unwrap(),
+        256 << 20,
         "kernel to pipe",
     );
     let _ = srv.0.wait();

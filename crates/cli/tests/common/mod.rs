@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use docknet_lab::topology::daemon::Daemon;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -389,4 +390,50 @@ impl Drop for Reaped {
         }
         let _ = self.0.wait();
     }
+}
+
+/// dnperf, built beside docknet.
+pub fn dnperf() -> &'static str {
+    env!("CARGO_BIN_EXE_dnperf")
+}
+
+/// `docknet --socket S ARGS...` on daemon `d`.
+pub fn ctl(d: &Daemon, args: &[&str]) -> Output {
+    d.cmd(Path::new(EXE)).args(args).output().unwrap()
+}
+
+/// [`ctl`], which must succeed: its standard output.
+pub fn ok(d: &Daemon, args: &[&str]) -> String {
+    let o = ctl(d, args);
+    assert!(
+        o.status.success(),
+        "docknet {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `docknet status --json` of daemon `d`.
+pub fn status(d: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&ok(d, &["status", "--json"])).unwrap()
+}
+
+/// The JSON line a dnperf client printed last, after checking it succeeded (`what` names it in
+/// the failure).
+pub fn result_of(o: Output, what: &str) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let line = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(line.lines().last().unwrap_or("")).unwrap()
+}
+
+/// A dnperf client's checked transfer (`--workload check`): it succeeded, and all `bytes`
+/// arrived, none wrong.
+pub fn checked(o: Output, bytes: u64, what: &str) {
+    let r = result_of(o, what);
+    assert_eq!(r["result"]["bytes"], bytes, "{what}: {r}");
+    assert_eq!(r["result"]["corrupt_bytes"], 0, "{what}: {r}");
 }
