@@ -689,6 +689,48 @@ fn a_connection_handed_to_a_forked_child_is_served_by_it_as_on_kernel_sockets() 
     }
 }
 
+/// A server that forks from its signal handlers, as PostgreSQL 15's postmaster starts its
+/// workers: its signals are blocked but while it waits in `select`, and one arrives every
+/// 200 us (a handler that forks a child that exits at once; another that reaps), while the
+/// connections it handed to children carry a megabyte each way through it. The handlers run
+/// where the kernel would run them (the library's wait asleep, or its return), never inside
+/// the library's work: there, a fork waited forever for a lock the interrupted call held (5
+/// runs of 5 hung so). The outcomes are the kernel's, through the daemon and over a fast
+/// channel.
+#[test]
+fn a_server_whose_signal_handlers_fork_while_it_waits_in_select_serves_every_connection() {
+    if !ready("preload postmaster", &[("cc", "gcc")]) {
+        return;
+    }
+    let dir = workdir("postmaster");
+    let bin = compile_c(&dir, "forked");
+    let b = bin.to_str().unwrap();
+    let server = [b, "postmaster", "7453", "8"];
+    let client_args = |ip: &str| -> Vec<String> {
+        [b, "handoff-client", ip, "7453", "8"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    };
+    let (ks, kc) = kernel_pair(
+        &server,
+        &[b, "handoff-client", "127.0.0.1", "7453", "8"],
+        true,
+    );
+    assert!(kc.contains("client.handed: 8 of 8"), "kernel: {kc}");
+    assert!(
+        ks.contains("postmaster.served: 8 of 8, aux forks 1"),
+        "kernel: {ks}"
+    );
+    same_outcomes_as_the_kernels(
+        "postmaster",
+        &[dir.path()],
+        &server,
+        &client_args,
+        (&kc, &ks),
+    );
+}
+
 /// PostgreSQL as Debian ships it: the postmaster accepts each connection and forks a backend
 /// that serves it, closing its own copy at once. pgbench initialises its tables and runs the
 /// select-only and the default TPC-B-like transactions with 4 clients for 2 s each, every one

@@ -612,7 +612,7 @@ impl Shared {
         if self.forks.moved() {
             // nothing can arrive here any more: sleep instead of spinning on a dead stack
             let t = deadline.map_or(max, |d| d.saturating_duration_since(Instant::now()));
-            std::thread::sleep(t.min(max));
+            let _ = docknet_pipe::wake::wait_any(&[], Some(t.min(max)));
             return;
         }
         if let Some(armed) = self.arm(max, deadline) {

@@ -86,6 +86,17 @@ pub enum Woke {
     TimedOut,
 }
 
+/// Run around every sleep of [`wait_any`], with `true` before and `false` after (see
+/// [`set_sleep_hook`]).
+static SLEEP_HOOK: std::sync::OnceLock<fn(bool)> = std::sync::OnceLock::new();
+
+/// Sets the hook run around every sleep of [`wait_any`] (once per process; later calls are
+/// ignored). The preload library runs the program's signal handlers that waited while the
+/// library worked there: a sleep is the one place inside a call where it holds nothing.
+pub fn set_sleep_hook(hook: fn(bool)) {
+    let _ = SLEEP_HOOK.set(hook);
+}
+
 /// Sleeps until any of `words` (each with the value it is expected to hold) is woken or no
 /// longer holds its value, or `timeout` passes. Returns at once if any word already differs.
 /// Takes at most [`MAX_WAITERS`] words; with more, it sleeps on the first ones only, so callers
@@ -93,6 +104,19 @@ pub enum Woke {
 /// sleeps on one word for at most a millisecond at a time, looking at the others around it
 /// (see `wait_first`), and says so once on stderr.
 pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
+    let hook = SLEEP_HOOK.get().copied();
+    if let Some(h) = hook {
+        h(true);
+    }
+    let r = sleep_on(words, timeout);
+    if let Some(h) = hook {
+        h(false);
+    }
+    r
+}
+
+/// [`wait_any`] without its hook.
+fn sleep_on(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
     let n = words.len().min(MAX_WAITERS);
     if n == 0 {
         std::thread::sleep(timeout.unwrap_or(Duration::from_millis(100)));

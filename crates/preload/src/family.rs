@@ -127,6 +127,7 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
+    crate::sig::forget_pending();
     release_held(true);
     FORKED.store(true, Ordering::Release);
 }

@@ -691,6 +691,8 @@ fn blocking<T>(
             if !restart || timed {
                 return Err(io::Error::from(ErrorKind::Interrupted));
             }
+            // the handler runs before the call waits again, as the kernel runs it
+            sig::safe_point();
         }
         let left = match deadline {
             Some(d) => {

@@ -185,17 +185,30 @@ pub fn eventfd_drain(fd: c_int) {
 }
 
 /// `poll(2)` in the kernel.
+/// A wait of `timeout_ms` is a sleep where the program's signal handlers run (`sig::asleep`).
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> R<usize> {
     // SAFETY: `fds` is a live slice of pollfd of the length passed.
-    check(unsafe { f!(poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) })
-        .map(|n| n as usize)
+    let mut call = || unsafe { f!(poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    let r = if timeout_ms == 0 {
+        call()
+    } else {
+        crate::sig::asleep(call)
+    };
+    check(r).map(|n| n as usize)
 }
 
 /// `epoll_wait(2)` in the kernel.
+/// A wait of `timeout_ms` is a sleep where the program's signal handlers run (`sig::asleep`).
 pub fn epoll_wait(epfd: c_int, out: &mut [libc::epoll_event], timeout_ms: c_int) -> R<usize> {
     // SAFETY: `out` is a live slice of epoll_event of the length passed.
-    check(unsafe { f!(epoll_wait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout_ms) })
-        .map(|n| n as usize)
+    let mut call =
+        || unsafe { f!(epoll_wait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout_ms) };
+    let r = if timeout_ms == 0 {
+        call()
+    } else {
+        crate::sig::asleep(call)
+    };
+    check(r).map(|n| n as usize)
 }
 
 /// `epoll_ctl(2)` in the kernel.
@@ -404,8 +417,65 @@ pub fn at_exit(f: extern "C" fn()) {
 /// complete, ended only by a signal, as Linux's would be).
 pub fn pause_for_signal() -> Errno {
     // SAFETY: pause takes no arguments; it returns after a handler ran.
-    unsafe { libc::pause() };
+    crate::sig::asleep(|| unsafe { libc::pause() });
     libc::EINTR
+}
+
+/// Calls the program's handler `h` (installed with `flags`: its address, as `sigaction`
+/// stored it in `sig::HANDLERS`) for `sig`.
+pub fn call_handler(
+    sig: usize,
+    h: usize,
+    flags: c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut c_void,
+) {
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: `h` is the program's SA_SIGINFO handler, stored by our `sigaction`.
+        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig as c_int, info, ctx);
+    } else {
+        // SAFETY: `h` is the program's one-argument handler, stored by our `sigaction`.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
+        f(sig as c_int);
+    }
+}
+
+/// Runs the program's handler `h` for `sig` later than the signal came (`sig::within`): with
+/// the `siginfo` kept then, and a context of zeroes (the interrupted instruction's is gone).
+pub fn call_handler_later(sig: usize, h: usize, flags: c_int, mut info: libc::siginfo_t) {
+    // SAFETY: an all-zero ucontext_t is a valid value to point to.
+    let mut ctx: libc::ucontext_t = unsafe { std::mem::zeroed() };
+    call_handler(
+        sig,
+        h,
+        flags,
+        &mut info,
+        &mut ctx as *mut libc::ucontext_t as *mut c_void,
+    );
+}
+
+/// A `siginfo_t` of zeroes (for a handler run later, whose own was not kept).
+// SAFETY: siginfo_t is plain integers and padding: all zeroes is a valid value.
+pub const NO_SIGINFO: libc::siginfo_t = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+
+/// Blocks in this thread what the kernel blocks while a handler of `sig` runs: the handler's
+/// `sa_mask`, and `sig` itself when `itself`. The old mask, for [`sigmask_set`].
+pub fn block_for_handler(sig: c_int, itself: bool) -> Option<libc::sigset_t> {
+    // SAFETY: an all-zero sigaction is valid; the kernel fills it with the action now (the
+    // program's mask and flags, with our wrapper as the handler).
+    let mut a: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query into a live struct.
+    unsafe { f!(sigaction)(sig, std::ptr::null(), &mut a) };
+    if itself {
+        // SAFETY: a live sigset_t.
+        unsafe { libc::sigaddset(&mut a.sa_mask, sig) };
+    }
+    // SAFETY: an all-zero sigset_t is a valid (empty) set.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live sigset_t values.
+    (unsafe { f!(pthread_sigmask)(libc::SIG_BLOCK, &a.sa_mask, &mut old) } == 0).then_some(old)
 }
 
 /// Blocks every signal in this thread (so threads it spawns never take the program's

@@ -22,6 +22,12 @@
  *                           child puts it on its standard input and output and runs a shell
  *                           that reads a line and answers it
  *   forked inetd-client IP PORT N     one connection after another: a line, then the answer
+ *   forked postmaster PORT N   handoff as PostgreSQL 15's postmaster does it: signals are
+ *                           blocked but in its select() on the listener, and its handlers fork
+ *                           (SIGUSR1, sent every 200 us by a thread of its own, forks a child
+ *                           that exits at once, as an autovacuum worker's start does; SIGCHLD
+ *                           reaps); each connection is handed to a child as handoff does, and
+ *                           it ends when the N children have exited
  *   forked leave PORT       accept one connection, answer its line as inetd's shell does and
  *                           exit at once without closing it (the answer and the end of stream
  *                           must reach the client all the same)
@@ -34,6 +40,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +280,91 @@ static int handoff_client(const char *ip, int port, int n) {
   return 0;
 }
 
+static volatile sig_atomic_t aux_forks, served_ok, served_bad, kicking = 1;
+static pid_t served[64];
+
+static void on_usr1(int sig) {
+  (void)sig;
+  int e = errno;
+  pid_t p = fork();
+  if (p == 0)
+    _exit(0);
+  if (p > 0)
+    aux_forks++;
+  errno = e;
+}
+
+static void on_chld(int sig) {
+  (void)sig;
+  int e = errno, st;
+  pid_t p;
+  while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+    for (int i = 0; i < 64; i++)
+      if (served[i] == p) {
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+          served_ok++;
+        else
+          served_bad++;
+      }
+  errno = e;
+}
+
+static void *kicker(void *arg) {
+  (void)arg;
+  while (kicking) {
+    kill(getpid(), SIGUSR1);
+    usleep(200);
+  }
+  return NULL;
+}
+
+static int postmaster(int port, int n) {
+  if (n > 64)
+    return 2;
+  int l = listen_tcp(port, 0);
+  sigset_t block, none;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  sigaddset(&block, SIGCHLD);
+  sigemptyset(&none);
+  sigprocmask(SIG_BLOCK, &block, NULL);
+  struct sigaction a = {.sa_handler = on_usr1};
+  sigfillset(&a.sa_mask);
+  sigaction(SIGUSR1, &a, NULL);
+  a.sa_handler = on_chld;
+  sigaction(SIGCHLD, &a, NULL);
+  pthread_t t;
+  /* (the kicker inherits the blocked mask: the signals land on the main thread, in select) */
+  pthread_create(&t, NULL, kicker, NULL);
+  int accepted = 0;
+  while (served_ok + served_bad < n) {
+    fd_set r;
+    FD_ZERO(&r);
+    FD_SET(l, &r);
+    struct timeval tv = {1, 0};
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int k = select(l + 1, &r, NULL, NULL, &tv);
+    sigprocmask(SIG_SETMASK, &block, NULL);
+    if (k <= 0 || accepted == n || !FD_ISSET(l, &r))
+      continue;
+    int c = accept(l, NULL, NULL);
+    if (c < 0)
+      continue;
+    pid_t p = fork();
+    if (p == 0) {
+      close(l);
+      sigprocmask(SIG_SETMASK, &none, NULL);
+      _exit(serve_handed(c));
+    }
+    served[accepted++] = p;
+    close(c);
+  }
+  kicking = 0;
+  pthread_join(t, NULL);
+  printf("postmaster.served: %d of %d, aux forks %d\n", served_ok, n, aux_forks > 0);
+  return 0;
+}
+
 static int inetd(int port, int n) {
   int l = listen_tcp(port, 0);
   int ok = 0;
@@ -380,6 +473,8 @@ int main(int argc, char **argv) {
     return handoff(atoi(argv[2]), atoi(argv[3]));
   if (argc == 5 && !strcmp(argv[1], "handoff-client"))
     return handoff_client(argv[2], atoi(argv[3]), atoi(argv[4]));
+  if (argc == 4 && !strcmp(argv[1], "postmaster"))
+    return postmaster(atoi(argv[2]), atoi(argv[3]));
   if (argc == 4 && !strcmp(argv[1], "inetd"))
     return inetd(atoi(argv[2]), atoi(argv[3]));
   if (argc == 3 && !strcmp(argv[1], "leave"))
@@ -387,6 +482,6 @@ int main(int argc, char **argv) {
   if (argc == 5 && !strcmp(argv[1], "inetd-client"))
     return inetd_client(argv[2], atoi(argv[3]), atoi(argv[4]));
   fprintf(stderr, "usage: forked server PORT | forked client IP PORT | forked handoff PORT N | "
-                  "forked handoff-client IP PORT N | forked inetd PORT N | forked inetd-client IP PORT N | forked leave PORT\n");
+                  "forked handoff-client IP PORT N | forked postmaster PORT N | forked inetd PORT N | forked inetd-client IP PORT N | forked leave PORT\n");
   return 2;
 }

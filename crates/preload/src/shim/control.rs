@@ -111,12 +111,12 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
         }
     }
     if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && TABLE.maybe(fd) {
-        let _ = catch_unwind(|| ops::before_dup(fd));
+        let _ = shelter(|| ops::before_dup(fd));
     }
     // SAFETY: libc's fcntl with the caller's arguments (the third as the word it was).
     let r = unsafe { real!(fcntl)(fd, cmd, arg) };
     if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && TABLE.maybe(fd) {
-        let _ = catch_unwind(|| ops::duplicated(fd, r));
+        let _ = shelter(|| ops::duplicated(fd, r));
     }
     r
 }
@@ -156,12 +156,12 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: *mut c_void) -> c_i
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
     if TABLE.maybe(fd) {
-        let _ = catch_unwind(|| ops::before_dup(fd));
+        let _ = shelter(|| ops::before_dup(fd));
     }
     // SAFETY: libc's dup with the caller's argument.
     let r = unsafe { real!(dup)(fd) };
     if r >= 0 && TABLE.maybe(fd) {
-        let _ = catch_unwind(|| ops::duplicated(fd, r));
+        let _ = shelter(|| ops::duplicated(fd, r));
     }
     r
 }
@@ -169,12 +169,12 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if TABLE.maybe(old) {
-        let _ = catch_unwind(|| ops::before_dup(old));
+        let _ = shelter(|| ops::before_dup(old));
     }
     // SAFETY: libc's dup2 with the caller's arguments.
     let r = unsafe { real!(dup2)(old, new) };
     if r >= 0 && (TABLE.maybe(old) || TABLE.maybe(new)) {
-        let _ = catch_unwind(|| ops::duplicated(old, new));
+        let _ = shelter(|| ops::duplicated(old, new));
     }
     r
 }
@@ -182,12 +182,12 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if TABLE.maybe(old) {
-        let _ = catch_unwind(|| ops::before_dup(old));
+        let _ = shelter(|| ops::before_dup(old));
     }
     // SAFETY: libc's dup3 with the caller's arguments.
     let r = unsafe { real!(dup3)(old, new, flags) };
     if r >= 0 && (TABLE.maybe(old) || TABLE.maybe(new)) {
-        let _ = catch_unwind(|| ops::duplicated(old, new));
+        let _ = shelter(|| ops::duplicated(old, new));
     }
     r
 }

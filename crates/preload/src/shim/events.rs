@@ -198,7 +198,7 @@ pub unsafe extern "C" fn pselect(
 pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
     // SAFETY: libc's epoll_create with the caller's argument.
     let fd = unsafe { real!(epoll_create)(size) };
-    let _ = catch_unwind(|| ops::epoll_created(fd));
+    let _ = shelter(|| ops::epoll_created(fd));
     fd
 }
 
@@ -206,7 +206,7 @@ pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
 pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: libc's epoll_create1 with the caller's argument.
     let fd = unsafe { real!(epoll_create1)(flags) };
-    let _ = catch_unwind(|| ops::epoll_created(fd));
+    let _ = shelter(|| ops::epoll_created(fd));
     fd
 }
 

@@ -24,12 +24,19 @@ extern "C" fn init() {
     let _ = catch_unwind(|| {
         sys::real();
         ops::init();
+        docknet_pipe::wake::set_sleep_hook(crate::sig::sleep_hook);
     });
 }
 
-/// Runs `f`; a panic becomes EIO.
+/// Runs `f`, a call of the program into the library (the program's signal handlers wait for
+/// its sleeps or its end: `sig::within`); a panic becomes EIO.
 fn guard<T>(f: impl FnOnce() -> Option<R<T>>) -> Option<R<T>> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(Some(Err(libc::EIO)))
+    crate::sig::within(|| catch_unwind(AssertUnwindSafe(f)).unwrap_or(Some(Err(libc::EIO))))
+}
+
+/// Runs `f`, a call of the program into the library, as [`guard`] does; a panic is caught.
+fn shelter<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    crate::sig::within(|| catch_unwind(AssertUnwindSafe(f)))
 }
 
 fn ret(r: R<c_int>) -> c_int {
@@ -152,7 +159,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
     let fd = unsafe { real!(socket)(domain, ty, proto) };
     if fd >= 0 && domain == libc::AF_INET {
         let e = sys::errno();
-        let _ = catch_unwind(|| ops::socket_created(fd, domain, ty, proto));
+        let _ = shelter(|| ops::socket_created(fd, domain, ty, proto));
         sys::set_errno(e);
     }
     fd
@@ -280,7 +287,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if TABLE.maybe(fd) {
-        let _ = catch_unwind(|| ops::closing(fd));
+        let _ = shelter(|| ops::closing(fd));
     }
     // SAFETY: libc's close with the caller's argument.
     unsafe { real!(close)(fd) }
@@ -729,10 +736,8 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     // SAFETY: the caller's msghdr, as sendmsg takes it.
     if ops::enabled() && unsafe { passes_docknet_socket(msg) } {
         // SAFETY: as above (non-null: it passes a descriptor).
-        return catch_unwind(AssertUnwindSafe(|| unsafe {
-            sendmsg_passing(fd, msg, flags)
-        }))
-        .unwrap_or_else(|_| retl(Err(libc::EIO)));
+        return shelter(|| unsafe { sendmsg_passing(fd, msg, flags) })
+            .unwrap_or_else(|_| retl(Err(libc::EIO)));
     }
     if TABLE.maybe(fd) {
         if msg.is_null() {

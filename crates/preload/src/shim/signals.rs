@@ -19,16 +19,12 @@ extern "C" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_voi
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         return;
     }
-    if flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: `h` is the program's SA_SIGINFO handler, stored by our `sigaction`.
-        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(h) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: `h` is the program's one-argument handler, stored by our `sigaction`.
-        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
-        f(sig);
+    // SAFETY: the kernel's siginfo for this delivery, live during the handler.
+    let kept = || unsafe { info.as_ref() }.copied().unwrap_or(sys::NO_SIGINFO);
+    if crate::sig::defer(n, kept) {
+        return;
     }
+    sys::call_handler(n, h, flags, info, ctx);
 }
 
 #[no_mangle]
