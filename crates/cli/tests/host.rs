@@ -3,7 +3,8 @@
 //! NodePort rule of the node's brings a client from host B to it, pods reach host B through the
 //! node's NAT (a DockLib program and an unmodified one under the preload library), a pod that
 //! forges its source is stopped at the daemon, a second daemon cannot take the link, and the
-//! link and its routes go with the daemon, also after kill -9.
+//! link and its routes go with the daemon, also after kill -9. A running pod's stack takes the
+//! gateway of a daemon that adopts its pipe.
 
 mod common;
 use common::*;
@@ -284,6 +285,128 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     drop(d);
     assert!(!link_exists(node));
 }
+
+/// A pod's stack follows its daemon: started while the node's daemon drives no link (nothing
+/// beyond the pipe's network reachable), the same process reaches host B through the node once
+/// a daemon with the host link takes its pipe over, without a restart of its own (the new
+/// daemon's gateway becomes its stack's default route).
+#[test]
+fn a_running_pod_reaches_beyond_the_node_once_a_daemon_with_the_host_link_adopts_its_pipe() {
+    if !root_or_skip("host link adoption") {
+        return;
+    }
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    make_node(&wire);
+    let node = wire.host_a.clone();
+    wire.sysctl(&node, "net.ipv4.ip_forward=1").unwrap();
+    wire.ip_in(
+        &wire.host_b,
+        &["route", "add", "10.244.0.0/16", "via", "192.168.77.1"],
+    )
+    .unwrap();
+    let run = tempfile::Builder::new()
+        .prefix("docknet-adopt")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let socket = run.path().join("ctl.sock");
+    let (run_dir, sock) = (
+        run.path().to_str().unwrap().to_string(),
+        socket.to_str().unwrap().to_string(),
+    );
+    // a daemon on the node that keeps its pipes for the next one (not ephemeral)
+    let daemon = |link: bool| -> Reaped {
+        let _ = std::fs::remove_file(&socket);
+        let mut c = in_ns(
+            &node,
+            &[EXE, "--log", "warn", "daemon", "--run-dir", &run_dir],
+        );
+        c.args(["--socket", &sock, "--holder-grace", "2s"]);
+        if link {
+            c.args(["--host-link", LINK]);
+        }
+        let d = Reaped(
+            c.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(10), "daemon start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    };
+    let docknet = |args: &[&str]| -> Command {
+        let mut c = Command::new(EXE);
+        c.args(["--socket", &sock]).args(args);
+        c
+    };
+    let first = daemon(false);
+    run_ok(
+        docknet(&["pipe", "create", "cli", "--ip", &format!("{CLI}/24")]),
+        "pipe create",
+    );
+    let _web = Reaped(
+        in_ns(&wire.host_b, &["python3", "-m", "http.server"])
+            .args(["--bind", HOST_B, "9000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pod = docknet(&["run", "--pipe", "cli", "--preload", "--", PY, "-c", TRY])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // it tries while nothing beyond its network is reachable
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut first = first;
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = first.0.wait();
+    let _second = daemon(true);
+    let o = pod.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let failures: u32 = out
+        .trim()
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(failures > 0, "it reached host B before the link: {out}");
+}
+
+/// The system's Python (a container sees the system's directories, not a user's shims).
+const PY: &str = "/usr/bin/python3";
+
+/// Connects to host B's web server every 200 ms for 20 s, one process (one stack) throughout;
+/// prints how many tries failed before the first answer.
+const TRY: &str = r#"
+import socket, sys, time
+t, fails = time.time(), 0
+while time.time() - t < 20:
+    try:
+        s = socket.create_connection(("192.168.77.2", 9000), timeout=1)
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        if s.recv(8).startswith(b"HTTP/1"):
+            print("reached after failures", fails)
+            sys.exit(0)
+    except OSError as e:
+        fails += 1
+        err = e
+    time.sleep(0.2)
+print("never reached:", fails, err)
+sys.exit(1)
+"#;
 
 /// Counts UDP datagrams on port 9999 by source until 1.5 s pass without one; prints a JSON
 /// object of source -> count.

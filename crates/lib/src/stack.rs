@@ -117,6 +117,9 @@ pub(crate) struct Inner {
     /// do: a blocking call whose first try finds nothing then skips its first poll (it would
     /// find nothing either) and goes on to wait; the sleep is armed only if no frame came.
     was_clean: bool,
+    /// The gateway the interface's default route goes through: the daemon's, as last seen
+    /// ([`Inner::follow_gateway`]).
+    gateway: Option<Ipv4Addr>,
 }
 
 /// A socket closed by the application, until it reaches Closed.
@@ -197,6 +200,7 @@ impl Inner {
 
     /// Polls the interface; true when anything moved.
     pub(crate) fn poll(&mut self) -> bool {
+        self.follow_gateway();
         let now = self.now();
         let before = self.dev.stats;
         self.dev.rx_left = crate::device::RX_BUDGET;
@@ -214,6 +218,16 @@ impl Inner {
         }
         self.dev.ep.flush();
         self.finish_poll(changed, before)
+    }
+
+    /// Keeps the default route on the daemon's gateway: a daemon that took the pipe over after
+    /// a restart may drive a link where the last one drove none, or none where it did.
+    fn follow_gateway(&mut self) {
+        let gw = self.dev.ep.gateway();
+        if gw != self.gateway {
+            self.gateway = gw;
+            set_gateway(&mut self.iface, gw);
+        }
     }
 
     /// What every poll ends with: connections closed by the application and done with are
@@ -741,6 +755,21 @@ impl std::fmt::Debug for ForkHold {
     }
 }
 
+/// The interface's default route: through `gw` when the daemon drives a link (addresses beyond
+/// the pipe's network are reached through it; the daemon answers ARP for the gateway with the
+/// link's MAC), none otherwise.
+fn set_gateway(iface: &mut Interface, gw: Option<Ipv4Addr>) {
+    let routes = iface.routes_mut();
+    match gw {
+        Some(gw) => {
+            let _ = routes.add_default_ipv4_route(gw);
+        }
+        None => {
+            routes.remove_default_ipv4_route();
+        }
+    }
+}
+
 /// Starts a stack's engine thread. The engine must take none of the program's signals: a
 /// process-directed signal may go to any thread that does not block it, and a handler run on
 /// the engine would not interrupt the thread that waits for it (nginx, told to stop, slept on
@@ -796,11 +825,7 @@ impl Stack {
                 let _ = a.push(IpCidr::new(to_ip(ll), 64));
             }
         });
-        if let Some(gw) = gateway {
-            // the daemon drives a link: addresses beyond the pipe's network are reached
-            // through it (the daemon answers ARP for the gateway with the link's MAC)
-            let _ = iface.routes_mut().add_default_ipv4_route(gw);
-        }
+        set_gateway(&mut iface, gateway);
         let events = Arc::new(AtomicU32::new(0));
         let shared = Arc::new_cyclic(|me| Shared {
             events: events.clone(),
@@ -818,6 +843,7 @@ impl Stack {
                 nothing_to_send: false,
                 clean: false,
                 was_clean: false,
+                gateway,
             }),
             callers: AtomicU32::new(0),
             idle_budget: AtomicU32::new(docknet_pipe::wake::MAX_CONTENDED_YIELDS),

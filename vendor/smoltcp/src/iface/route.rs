@@ -123,13 +123,13 @@ impl Routes {
         Ok(old)
     }
 
-    /// Returns the ipv4 default route if there is one in the route table.
-    #[cfg(feature = "proto-ipv4")]
     /// Whether `addr` is the router of one of the routes (DockNet patch).
     pub(crate) fn is_router(&self, addr: &IpAddress) -> bool {
         self.storage.iter().any(|r| r.via_router == *addr)
     }
 
+    /// Returns the ipv4 default route if there is one in the route table.
+    #[cfg(feature = "proto-ipv4")]
     pub fn get_default_ipv4_route(&self) -> Option<Route> {
         self.storage.iter().find(|r| r.is_ipv4_gateway()).copied()
     }
