@@ -97,6 +97,13 @@ pub fn serve_tcp(
             // received bytes, pending replies, closes
             for (i, slot) in conns.iter_mut().enumerate() {
                 let Some(c) = slot else { continue };
+                // (a look first: a connection with nothing to do is not touched, so the poll
+                // does not send for it)
+                let s = g.tcp_ref(c.h);
+                let work = (!c.out.is_empty() && s.can_send()) || s.can_recv() || !s.may_recv();
+                if !work {
+                    continue;
+                }
                 let s = g.tcp(c.h);
                 if !c.out.is_empty() && s.can_send() {
                     let n = s.send_slice(&c.out).unwrap_or(0);
@@ -141,9 +148,9 @@ pub fn serve_tcp(
         }
         // send replies at once (run to completion)
         stack.with_inner(|g: &mut Inner| {
-            for c in conns.iter_mut().flatten() {
+            for c in conns.iter_mut().flatten().filter(|c| !c.out.is_empty()) {
                 let s = g.tcp(c.h);
-                if !c.out.is_empty() && s.can_send() {
+                if s.can_send() {
                     let n = s.send_slice(&c.out).unwrap_or(0);
                     c.out.drain(..n);
                 }

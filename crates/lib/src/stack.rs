@@ -67,6 +67,12 @@ pub struct StackConfig {
     pub faults: Option<Faults>,
 }
 
+/// How often a poll sends for every socket, for their timers: the others only send for the
+/// sockets the application or a frame touched since (smoltcp's egress otherwise visits every
+/// socket on every poll: a third of an nginx worker's time at 64 connections). A poll when the
+/// stack's next timer is due visits them all too.
+const SWEEP: Duration = Duration::from_millis(1);
+
 /// The default [`StackConfig::ack_delay`]: the longest an acknowledgement waits while the
 /// application is busy without calling (a stream's every other full segment is acknowledged at
 /// once, as RFC 9293 asks, and nothing waits while the application sleeps).
@@ -290,7 +296,8 @@ impl Inner {
             let mut i = 0;
             sources.clear();
             l.pool.retain(|h| {
-                let s = sockets.get_mut::<tcp::Socket>(*h);
+                // (looked at, not touched: see `Inner::tcp_ref`)
+                let s = sockets.get::<tcp::Socket>(*h);
                 let state = s.state();
                 if state != tcp::State::SynReceived && !since.is_empty() {
                     since.remove(h);
@@ -316,7 +323,10 @@ impl Inner {
                         }
                     }
                     // past the handshake: no deadline any more (only half-open ones have it)
-                    _ => s.set_timeout(None),
+                    _ if s.timeout().is_some() => {
+                        sockets.get_mut::<tcp::Socket>(*h).set_timeout(None);
+                    }
+                    _ => {}
                 }
                 i += 1;
                 true
@@ -379,10 +389,12 @@ impl Inner {
     /// held back by fault injection.
     fn delay(&mut self) -> Option<Duration> {
         let now = self.now();
-        let timer = self
-            .iface
-            .poll_delay(now, &self.sockets)
-            .map(|d| Duration::from_micros(d.total_micros()));
+        let due = self.iface.poll_delay(now, &self.sockets);
+        if let Some(d) = due {
+            // the poll when it is due visits every socket, the one whose timer it is too
+            self.sockets.sweep_by(now + d);
+        }
+        let timer = due.map(|d| Duration::from_micros(d.total_micros()));
         match (timer, self.dev.next_due()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -397,14 +409,19 @@ impl Inner {
     /// ahead of a third of the answers. If the reader goes to sleep instead, it sends the ACK
     /// then; the ACK delay's timer bounds the rest.
     fn release_delayed_acks(&mut self) {
+        // (looked at without touching: only the sockets whose ACK leaves are sent for; one
+        // at a time, as an ACK released is no longer held)
         let mut held = false;
-        for (_, s) in self.sockets.iter_mut() {
-            if let smoltcp::socket::Socket::Tcp(t) = s {
-                if t.ack_delayed() && t.recv_queue() == 0 {
-                    t.expire_ack_delay();
-                    held = true;
+        loop {
+            let next = self.sockets.iter().find_map(|(h, s)| match s {
+                smoltcp::socket::Socket::Tcp(t) if t.ack_delayed() && t.recv_queue() == 0 => {
+                    Some(h)
                 }
-            }
+                _ => None,
+            });
+            let Some(h) = next else { break };
+            self.sockets.get_mut::<tcp::Socket>(h).expire_ack_delay();
+            held = true;
         }
         if held {
             self.poll();
@@ -413,6 +430,12 @@ impl Inner {
 
     pub(crate) fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
         self.sockets.get_mut::<tcp::Socket>(h)
+    }
+
+    /// The TCP socket `h`, to look at: unlike [`Inner::tcp`] it does not mark the socket as
+    /// one the next poll sends for (`SocketSet::set_egress_scope`).
+    pub(crate) fn tcp_ref(&self, h: SocketHandle) -> &tcp::Socket<'static> {
+        self.sockets.get::<tcp::Socket>(h)
     }
 
     /// A new TCP socket with the stack's settings.
@@ -831,7 +854,13 @@ impl Stack {
             events: events.clone(),
             inner: Mutex::new(Inner {
                 iface,
-                sockets: SocketSet::new(Vec::new()),
+                sockets: {
+                    let mut s = SocketSet::new(Vec::new());
+                    s.set_egress_scope(Some(smoltcp::time::Duration::from_micros(
+                        SWEEP.as_micros() as u64,
+                    )));
+                    s
+                },
                 dev,
                 epoch,
                 port_seed: seed >> 40,

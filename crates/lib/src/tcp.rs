@@ -114,7 +114,7 @@ impl TcpListener {
 /// A pooled socket that has a connection.
 fn established(g: &mut Inner, h: SocketHandle) -> bool {
     !matches!(
-        g.tcp(h).state(),
+        g.tcp_ref(h).state(),
         tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
     )
 }
@@ -276,18 +276,27 @@ impl TcpStream {
 
     /// The TCP state of the connection (`ESTABLISHED`, `FIN-WAIT-1`, ...), for diagnostics.
     pub fn tcp_state(&self) -> String {
-        self.stack.lock().tcp(self.h).state().to_string()
+        self.stack.lock().tcp_ref(self.h).state().to_string()
     }
 
     /// Remote address (for a connection made to a service's address: that address).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        let remote = self.stack.lock().tcp(self.h).remote_endpoint().map(from_ep);
+        let remote = self
+            .stack
+            .lock()
+            .tcp_ref(self.h)
+            .remote_endpoint()
+            .map(from_ep);
         remote.and(self.service).or(remote)
     }
 
     /// Local address (the stack's address and this connection's port).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.stack.lock().tcp(self.h).local_endpoint().map(from_ep)
+        self.stack
+            .lock()
+            .tcp_ref(self.h)
+            .local_endpoint()
+            .map(from_ep)
     }
 
     /// Disables (true) or enables (false) Nagle's algorithm, like `std`'s `set_nodelay`. The
@@ -299,7 +308,7 @@ impl TcpStream {
 
     /// Whether Nagle's algorithm is off.
     pub fn nodelay(&self) -> bool {
-        !self.stack.lock().tcp(self.h).nagle_enabled()
+        !self.stack.lock().tcp_ref(self.h).nagle_enabled()
     }
 
     /// Sends keep-alive probes after `interval` of silence (`None`: none, the default).
@@ -310,7 +319,7 @@ impl TcpStream {
 
     /// Bytes written and not yet acknowledged by the peer.
     pub fn bytes_unacked(&self) -> usize {
-        self.stack.lock().tcp(self.h).send_queue()
+        self.stack.lock().tcp_ref(self.h).send_queue()
     }
 
     /// Sets the read timeout (`None`: wait forever).
@@ -432,12 +441,12 @@ impl TcpStream {
 
     /// Bytes that can be read now without waiting.
     pub fn bytes_readable(&self) -> usize {
-        self.stack.lock().tcp(self.h).recv_queue()
+        self.stack.lock().tcp_ref(self.h).recv_queue()
     }
 
     /// What this stream is ready for (`g`: the stack, locked).
     pub(crate) fn readiness(&self, g: &mut Inner) -> crate::poll::Ready {
-        let s = g.tcp(self.h);
+        let s = g.tcp_ref(self.h);
         let state = s.state();
         let connecting = matches!(state, tcp::State::SynSent | tcp::State::SynReceived);
         let closed = state == tcp::State::Closed;
@@ -458,7 +467,7 @@ impl TcpStream {
 
 /// A connect's outcome so far (see [`TcpStream::connect_result`]).
 fn connect_step(g: &mut Inner, h: SocketHandle, addr: SocketAddr) -> Option<io::Result<()>> {
-    match g.tcp(h).state() {
+    match g.tcp_ref(h).state() {
         tcp::State::Established | tcp::State::CloseWait => Some(Ok(())),
         tcp::State::Closed => Some(Err(io::Error::new(
             io::ErrorKind::ConnectionRefused,
@@ -484,7 +493,7 @@ fn read_step(
             .recv_slice(buf)
             .map_err(|e| io::Error::other(e.to_string()));
         // a read only needs a poll after it when it opened the window enough to announce
-        g.nothing_to_send = !g.tcp(h).window_update_due();
+        g.nothing_to_send = !g.tcp_ref(h).window_update_due();
         return Some(r);
     }
     if s.may_recv() {

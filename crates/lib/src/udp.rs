@@ -197,7 +197,7 @@ impl UdpSocket {
 
     /// What this socket is ready for (`g`: the stack, locked).
     pub(crate) fn readiness(&self, g: &mut Inner) -> crate::poll::Ready {
-        let s = g.sockets.get_mut::<udp::Socket>(self.h);
+        let s = g.sockets.get::<udp::Socket>(self.h);
         crate::poll::Ready {
             read: s.can_recv(),
             write: s.can_send(),

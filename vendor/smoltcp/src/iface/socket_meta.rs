@@ -36,6 +36,10 @@ pub(crate) struct Meta {
     pub(crate) handle: SocketHandle,
     /// See [NeighborState](struct.NeighborState.html).
     neighbor_state: NeighborState,
+    /// DockNet patch: the socket may have something to send (touched by the application or
+    /// by a segment it took in since an egress last visited it). See
+    /// `SocketSet::set_egress_scope`.
+    pub(crate) touched: bool,
 }
 
 impl Meta {
@@ -123,6 +127,7 @@ mod tests {
         Meta {
             handle: SocketHandle::default(),
             neighbor_state: NeighborState::Active,
+            touched: false,
         }
     }
 

@@ -722,13 +722,20 @@ impl Interface {
         }
 
         let mut result = PollResult::None;
+        // DockNet patch: only the sockets that may have something to send, but every one
+        // now and then (SocketSet::set_egress_scope)
+        let sweep = sockets.sweep_due(self.inner.now);
         for item in sockets.items_mut() {
+            if !sweep && !item.meta.touched {
+                continue;
+            }
             if !item
                 .meta
                 .egress_permitted(self.inner.now, |ip_addr| self.inner.has_neighbor(&ip_addr))
             {
                 continue;
             }
+            item.meta.touched = false;
 
             let mut neighbor_addr = None;
             let mut respond = |inner: &mut InterfaceInner, meta: PacketMeta, response: Packet| {
@@ -808,8 +815,14 @@ impl Interface {
             };
 
             match result {
-                Err(EgressError::Exhausted) => break, // Device buffer full.
+                Err(EgressError::Exhausted) => {
+                    // Device buffer full. (DockNet patch: what it had waits for the next egress)
+                    item.meta.touched = true;
+                    break;
+                }
                 Err(EgressError::Dispatch) => {
+                    // DockNet patch: looked at again by every egress until its neighbor is known
+                    item.meta.touched = true;
                     // `NeighborCache` already takes care of rate limiting the neighbor discovery
                     // requests from the socket. However, without an additional rate limiting
                     // mechanism, we would spin on every socket that has yet to discover its
@@ -819,6 +832,8 @@ impl Interface {
                         neighbor_addr.expect("non-IP response packet"),
                     );
                 }
+                // DockNet patch: a socket that sent may have more (one segment per visit)
+                Ok(()) if neighbor_addr.is_some() => item.meta.touched = true,
                 Ok(()) => {}
             }
         }

@@ -29,11 +29,13 @@ impl InterfaceInner {
             &self.caps.checksum
         ));
 
-        for tcp_socket in sockets
-            .items_mut()
-            .filter_map(|i| Socket::downcast_mut(&mut i.socket))
-        {
+        for item in sockets.items_mut() {
+            let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) else {
+                continue;
+            };
             if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
+                // DockNet patch: what it took in may call for a segment (SocketSet::set_egress_scope)
+                item.meta.touched = true;
                 return tcp_socket
                     .process(self, &ip_repr, &tcp_repr)
                     .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
