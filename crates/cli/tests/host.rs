@@ -83,8 +83,8 @@ fn link_exists(ns: &str) -> bool {
     link || String::from_utf8_lossy(&tables.stdout).contains("docknet_guard")
 }
 
-/// Host A as a node: forwarding on, pods' traffic beyond masqueraded behind its address on the
-/// wire, and kube-proxy's NodePort rule for port 30080 to the web pod (as its nftables mode
+/// Host A as a node: pods' traffic beyond masqueraded behind its address on the wire, a route
+/// on host B to the pods through it, and kube-proxy's NodePort rule for port 30080 to the web pod (as its nftables mode
 /// writes it, reduced to the one endpoint).
 fn make_node(wire: &Wire) {
     let ns = &wire.host_a;
@@ -100,6 +100,24 @@ fn make_node(wire: &Wire) {
     nft(&format!(
         "add rule ip node pre tcp dport 30080 dnat to {WEB}:8080"
     ));
+    // host B reaches the pods through the node, as another node reaches this one's pods
+    wire.ip_in(
+        &wire.host_b,
+        &["route", "add", "10.244.0.0/16", "via", "192.168.77.1"],
+    )
+    .unwrap();
+}
+
+/// A web server on host B, port 9000 (the kernel's: Python's `http.server`).
+fn web_on_b(wire: &Wire) -> Reaped {
+    Reaped(
+        in_ns(&wire.host_b, &["python3", "-m", "http.server"])
+            .args(["--bind", HOST_B, "9000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 #[test]
@@ -157,12 +175,7 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     assert!(frames <= 12, "{frames} frames delivered for one request");
 
     // egress: a DockLib program to a kernel server beyond the node (through the node's NAT),
-    // and back: host B to a pod, routed by the node (as another node reaches this one's pods)
-    wire.ip_in(
-        &wire.host_b,
-        &["route", "add", "10.244.0.0/16", "via", "192.168.77.1"],
-    )
-    .unwrap();
+    // and back: host B to a pod, routed by the node
     let bytes = (64u64 << 20).to_string();
     let mut kernel_server = Reaped(
         in_ns(&wire.host_b, &[dnperf(), "server", "--stack", "kernel"])
@@ -208,14 +221,7 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     checked(o, 64 << 20, "host B to the pod");
     // and an unmodified program under the preload library (its container's kernel has no
     // network, so every address goes to DockNet)
-    let mut py = Reaped(
-        in_ns(&wire.host_b, &["python3", "-m", "http.server"])
-            .args(["--bind", HOST_B, "9000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut py = web_on_b(&wire);
     std::thread::sleep(Duration::from_millis(700));
     let beyond = http_status("", Some((&d, "cli")), &format!("http://{HOST_B}:9000/"));
     let _ = py.0.kill();
@@ -299,11 +305,6 @@ fn a_running_pod_reaches_beyond_the_node_once_a_daemon_with_the_host_link_adopts
     make_node(&wire);
     let node = wire.host_a.clone();
     wire.sysctl(&node, "net.ipv4.ip_forward=1").unwrap();
-    wire.ip_in(
-        &wire.host_b,
-        &["route", "add", "10.244.0.0/16", "via", "192.168.77.1"],
-    )
-    .unwrap();
     let run = tempfile::Builder::new()
         .prefix("docknet-adopt")
         .tempdir_in("/dev/shm")
@@ -347,14 +348,7 @@ fn a_running_pod_reaches_beyond_the_node_once_a_daemon_with_the_host_link_adopts
         docknet(&["pipe", "create", "cli", "--ip", &format!("{CLI}/24")]),
         "pipe create",
     );
-    let _web = Reaped(
-        in_ns(&wire.host_b, &["python3", "-m", "http.server"])
-            .args(["--bind", HOST_B, "9000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _web = web_on_b(&wire);
     let pod = docknet(&["run", "--pipe", "cli", "--preload", "--", PY, "-c", TRY])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
