@@ -4,7 +4,9 @@
 # hosts' own addresses, no daemon on the wire: the kernel's best case, no pod network),
 # `xdp` and `auto` (a DockNet daemon on each host driving its end with `--nic-mode xdp`, or
 # the default `auto`, which takes AF_PACKET with segment offload on a veth; dnperf in a
-# container of each, `docknet run` without `--cpu`). Workloads: 64 B and 64 KiB ping-pong,
+# container of each, `docknet run` without `--cpu`), and `host` (a daemon on each host with
+# `--host-link`: the pods' only network is DockNet, and the hosts' kernels route between the
+# two pod networks, as nodes of a cluster do). Workloads: 64 B and 64 KiB ping-pong,
 # 64 KiB stream. The paths take turns within each repetition, each on a wire of its own.
 # (The lab's two-host topology places its processes by hand; this is the unpinned case.)
 #
@@ -76,19 +78,30 @@ kernel() {
     wait
 }
 
-# daemons MODE: a daemon on each host driving its end in MODE, a pipe on each
+# daemons MODE: a daemon on each host driving its end in MODE (`host`: a link to its host's
+# kernel instead, which routes), a pipe on each
 daemons() {
+    local link=(--nic eth0 --nic-mode "$1") prefix=16
+    if [ "$1" = host ]; then
+        link=(--host-link)
+        prefix=24
+    fi
     for x in a b; do
         mkdir -p "$RUN/$x"
         ip netns exec "$TAG$x" "$B/docknet" --socket "$RUN/$x/ctl.sock" daemon --ephemeral \
-            --run-dir "$RUN/$x/run" --nic eth0 --nic-mode "$1" >"$RUN/$x/log" 2>&1 &
+            --run-dir "$RUN/$x/run" "${link[@]}" >"$RUN/$x/log" 2>&1 &
         echo $! >"$RUN/$x/pid"
     done
     for x in a b; do
         for _ in $(seq 100); do [ -S "$RUN/$x/ctl.sock" ] && break; sleep 0.05; done
     done
-    "$B/docknet" --socket "$RUN/a/ctl.sock" pipe create c0 --ip 10.79.1.1/16 >/dev/null
-    "$B/docknet" --socket "$RUN/b/ctl.sock" pipe create s0 --ip 10.79.2.1/16 >/dev/null
+    if [ "$1" = host ]; then
+        for x in a b; do ip netns exec "$TAG$x" sysctl -qw net.ipv4.ip_forward=1; done
+        ip -n "${TAG}a" route add 10.79.2.0/24 via 192.168.79.2
+        ip -n "${TAG}b" route add 10.79.1.0/24 via 192.168.79.1
+    fi
+    "$B/docknet" --socket "$RUN/a/ctl.sock" pipe create c0 --ip "10.79.1.1/$prefix" >/dev/null
+    "$B/docknet" --socket "$RUN/b/ctl.sock" pipe create s0 --ip "10.79.2.1/$prefix" >/dev/null
 }
 
 daemons_down() {
@@ -113,7 +126,7 @@ docknet() {
 TSV=$OUT/wire-unpinned.tsv
 printf 'rep\tpath\tworkload\tsize\tp50_us\tp99_us\tgbps\n' >"$TSV"
 for rep in $(seq "$REPEAT"); do
-    for path in kernel xdp auto; do
+    for path in kernel xdp auto host; do
         wire_up
         [ "$path" = kernel ] || daemons "$path"
         for load in "${LOADS[@]}"; do
