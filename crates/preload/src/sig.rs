@@ -71,11 +71,17 @@ pub fn asleep<T>(f: impl FnOnce() -> T) -> T {
 /// The hook DockLib runs around its sleeps (`docknet_pipe::wake::set_sleep_hook`).
 pub fn sleep_hook(enter: bool) {
     if enter {
-        ASLEEP.with(|a| a.set(a.get() + 1));
-        run_pending();
+        sleep_enter();
     } else {
         ASLEEP.with(|a| a.set(a.get().saturating_sub(1)));
     }
+}
+
+/// A sleep begins (end it with `sleep_hook(false)`): the handlers that waited run now.
+/// Whether any did.
+pub fn sleep_enter() -> bool {
+    ASLEEP.with(|a| a.set(a.get() + 1));
+    run_pending()
 }
 
 /// A point inside a call where the library holds nothing (a blocked call about to wait
@@ -118,12 +124,14 @@ pub fn defer(sig: usize, info: impl FnOnce() -> libc::siginfo_t) -> bool {
 
 /// Runs the handlers that waited, as the kernel runs a handler: its signal (unless
 /// `SA_NODEFER`) and its `sa_mask` blocked meanwhile, and `errno` kept.
-fn run_pending() {
+fn run_pending() -> bool {
+    let mut ran = false;
     loop {
         let p = PENDING.with(Cell::get);
         if p == 0 {
-            return;
+            return ran;
         }
+        ran = true;
         let sig = p.trailing_zeros() as usize;
         PENDING.with(|c| c.set(p & !(1u128 << sig)));
         let info = INFO.with(|s| s[sig].get());
@@ -214,6 +222,22 @@ mod tests {
             assert_eq!(RAN.load(Ordering::SeqCst), 1, "a nested call's end");
         });
         assert_eq!(RAN.load(Ordering::SeqCst), 2, "ran at the call's return");
+        // a call that waits only for a signal (`accept` on a listener another process took)
+        // ends for one that came while it worked in the library: its handler runs as the wait
+        // begins, and the wait does not begin
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let e = within(|| {
+                assert!(defer(sig, info));
+                crate::sys::pause_for_signal()
+            });
+            let _ = tx.send(e);
+        });
+        let e = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the wait began after the handler ran");
+        assert_eq!(e, libc::EINTR);
+        assert_eq!(RAN.load(Ordering::SeqCst), 3);
         HANDLERS[sig].store(0, Ordering::Release);
     }
 

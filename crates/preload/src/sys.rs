@@ -416,8 +416,12 @@ pub fn at_exit(f: extern "C" fn()) {
 /// Waits until a signal handler runs; returns `EINTR` (a blocking call that can never
 /// complete, ended only by a signal, as Linux's would be).
 pub fn pause_for_signal() -> Errno {
-    // SAFETY: pause takes no arguments; it returns after a handler ran.
-    crate::sig::asleep(|| unsafe { libc::pause() });
+    // (a handler that waited for this sleep ran as it began: the call ends for it)
+    if !crate::sig::sleep_enter() {
+        // SAFETY: pause takes no arguments; it returns after a handler ran.
+        unsafe { libc::pause() };
+    }
+    crate::sig::sleep_hook(false);
     libc::EINTR
 }
 
