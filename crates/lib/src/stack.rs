@@ -856,9 +856,7 @@ impl Stack {
                 iface,
                 sockets: {
                     let mut s = SocketSet::new(Vec::new());
-                    s.set_egress_scope(Some(smoltcp::time::Duration::from_micros(
-                        SWEEP.as_micros() as u64,
-                    )));
+                    s.set_egress_scope(Some(smol(SWEEP)));
                     s
                 },
                 dev,

@@ -60,28 +60,24 @@ pub fn within<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Runs `f`, a sleep inside a call (the library holds nothing there): handlers that waited
-/// run first, and those of signals that come meanwhile run at once.
-pub fn asleep<T>(f: impl FnOnce() -> T) -> T {
-    sleep_hook(true);
-    let r = f();
-    sleep_hook(false);
+/// run first (`f` is told whether any did), and those of signals that come meanwhile run at
+/// once.
+pub fn asleep<T>(f: impl FnOnce(bool) -> T) -> T {
+    ASLEEP.with(|a| a.set(a.get() + 1));
+    let r = f(run_pending());
+    ASLEEP.with(|a| a.set(a.get().saturating_sub(1)));
     r
 }
 
-/// The hook DockLib runs around its sleeps (`docknet_pipe::wake::set_sleep_hook`).
+/// The hook DockLib runs around its sleeps (`docknet_pipe::wake::set_sleep_hook`): as
+/// [`asleep`], in two halves.
 pub fn sleep_hook(enter: bool) {
     if enter {
-        sleep_enter();
+        ASLEEP.with(|a| a.set(a.get() + 1));
+        run_pending();
     } else {
         ASLEEP.with(|a| a.set(a.get().saturating_sub(1)));
     }
-}
-
-/// A sleep begins (end it with `sleep_hook(false)`): the handlers that waited run now.
-/// Whether any did.
-pub fn sleep_enter() -> bool {
-    ASLEEP.with(|a| a.set(a.get() + 1));
-    run_pending()
 }
 
 /// A point inside a call where the library holds nothing (a blocked call about to wait
@@ -212,7 +208,8 @@ mod tests {
             assert!(defer(sig, info), "inside a call");
             assert!(!defer(libc::SIGSEGV as usize, info), "a fault");
             assert_eq!(RAN.load(Ordering::SeqCst), 0);
-            asleep(|| {
+            asleep(|ran| {
+                assert!(ran);
                 assert_eq!(RAN.load(Ordering::SeqCst), 1, "ran as the call sleeps");
                 assert!(!defer(sig, info), "asleep");
             });

@@ -184,31 +184,31 @@ pub fn eventfd_drain(fd: c_int) {
     let _ = unsafe { f!(read)(fd, &mut v as *mut u64 as *mut c_void, 8) };
 }
 
-/// `poll(2)` in the kernel.
-/// A wait of `timeout_ms` is a sleep where the program's signal handlers run (`sig::asleep`).
-pub fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> R<usize> {
-    // SAFETY: `fds` is a live slice of pollfd of the length passed.
-    let mut call = || unsafe { f!(poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+/// A kernel wait of `timeout_ms` (0: a look, which is no sleep), as a sleep where the
+/// program's signal handlers run (`sig::asleep`); its result checked.
+fn kernel_wait(timeout_ms: c_int, call: impl FnOnce() -> c_int) -> R<usize> {
     let r = if timeout_ms == 0 {
         call()
     } else {
-        crate::sig::asleep(call)
+        crate::sig::asleep(|_| call())
     };
     check(r).map(|n| n as usize)
 }
 
-/// `epoll_wait(2)` in the kernel.
-/// A wait of `timeout_ms` is a sleep where the program's signal handlers run (`sig::asleep`).
+/// `poll(2)` in the kernel (see [`kernel_wait`]).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> R<usize> {
+    // SAFETY: `fds` is a live slice of pollfd of the length passed.
+    kernel_wait(timeout_ms, || unsafe {
+        f!(poll)(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms)
+    })
+}
+
+/// `epoll_wait(2)` in the kernel (see [`kernel_wait`]).
 pub fn epoll_wait(epfd: c_int, out: &mut [libc::epoll_event], timeout_ms: c_int) -> R<usize> {
     // SAFETY: `out` is a live slice of epoll_event of the length passed.
-    let mut call =
-        || unsafe { f!(epoll_wait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout_ms) };
-    let r = if timeout_ms == 0 {
-        call()
-    } else {
-        crate::sig::asleep(call)
-    };
-    check(r).map(|n| n as usize)
+    kernel_wait(timeout_ms, || unsafe {
+        f!(epoll_wait)(epfd, out.as_mut_ptr(), out.len() as c_int, timeout_ms)
+    })
 }
 
 /// `epoll_ctl(2)` in the kernel.
@@ -416,12 +416,13 @@ pub fn at_exit(f: extern "C" fn()) {
 /// Waits until a signal handler runs; returns `EINTR` (a blocking call that can never
 /// complete, ended only by a signal, as Linux's would be).
 pub fn pause_for_signal() -> Errno {
-    // (a handler that waited for this sleep ran as it began: the call ends for it)
-    if !crate::sig::sleep_enter() {
-        // SAFETY: pause takes no arguments; it returns after a handler ran.
-        unsafe { libc::pause() };
-    }
-    crate::sig::sleep_hook(false);
+    crate::sig::asleep(|ran| {
+        // (a handler that waited for this sleep ran as it began: the call ends for it)
+        if !ran {
+            // SAFETY: pause takes no arguments; it returns after a handler ran.
+            unsafe { libc::pause() };
+        }
+    });
     libc::EINTR
 }
 

@@ -45,9 +45,9 @@ impl fmt::Display for SocketHandle {
 pub struct SocketSet<'a> {
     sockets: ManagedSlice<'a, SocketStorage<'a>>,
     /// DockNet patch: see [`SocketSet::set_egress_scope`].
-    pub(crate) sweep_every: Option<Duration>,
+    sweep_every: Option<Duration>,
     /// DockNet patch: when the next egress visits every socket.
-    pub(crate) next_sweep: Instant,
+    next_sweep: Instant,
 }
 
 impl<'a> SocketSet<'a> {
