@@ -108,6 +108,17 @@ fn make_node(wire: &Wire) {
     .unwrap();
 }
 
+/// The lab's two hosts with host A made a node ([`make_node`]); `None` (the test skipped,
+/// `what` said why) without root.
+fn node_wire(what: &str) -> Option<Wire> {
+    if !root_or_skip(what) {
+        return None;
+    }
+    let wire = Wire::build(1500, &Shape::default()).unwrap();
+    make_node(&wire);
+    Some(wire)
+}
+
 /// A web server on host B, port 9000 (the kernel's: Python's `http.server`).
 fn web_on_b(wire: &Wire) -> Reaped {
     Reaped(
@@ -122,11 +133,9 @@ fn web_on_b(wire: &Wire) -> Reaped {
 
 #[test]
 fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
-    if !root_or_skip("host link") {
+    let Some(wire) = node_wire("host link") else {
         return;
-    }
-    let wire = Wire::build(1500, &Shape::default()).unwrap();
-    make_node(&wire);
+    };
     let node = &wire.host_a;
     let d = Daemon::start_host_link(Path::new(EXE), "adaptive", None, 0, node, LINK).unwrap();
     // forwarding turned on after the daemon made its link, as a node's other software may at
@@ -298,11 +307,9 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
 /// daemon's gateway becomes its stack's default route).
 #[test]
 fn a_running_pod_reaches_beyond_the_node_once_a_daemon_with_the_host_link_adopts_its_pipe() {
-    if !root_or_skip("host link adoption") {
+    let Some(wire) = node_wire("host link adoption") else {
         return;
-    }
-    let wire = Wire::build(1500, &Shape::default()).unwrap();
-    make_node(&wire);
+    };
     let node = wire.host_a.clone();
     wire.sysctl(&node, "net.ipv4.ip_forward=1").unwrap();
     let run = tempfile::Builder::new()
