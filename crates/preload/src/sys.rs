@@ -195,7 +195,8 @@ fn kernel_wait(timeout_ms: c_int, call: impl FnOnce() -> c_int) -> R<usize> {
     check(r).map(|n| n as usize)
 }
 
-/// `poll(2)` in the kernel (see [`kernel_wait`]).
+/// `poll(2)` in the kernel; a wait (a timeout other than 0) is a sleep where the program's
+/// signal handlers run (`sig::asleep`).
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> R<usize> {
     // SAFETY: `fds` is a live slice of pollfd of the length passed.
     kernel_wait(timeout_ms, || unsafe {
@@ -203,7 +204,8 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: c_int) -> R<usize> {
     })
 }
 
-/// `epoll_wait(2)` in the kernel (see [`kernel_wait`]).
+/// `epoll_wait(2)` in the kernel; a wait (a timeout other than 0) is a sleep where the
+/// program's signal handlers run (`sig::asleep`).
 pub fn epoll_wait(epfd: c_int, out: &mut [libc::epoll_event], timeout_ms: c_int) -> R<usize> {
     // SAFETY: `out` is a live slice of epoll_event of the length passed.
     kernel_wait(timeout_ms, || unsafe {
