@@ -109,11 +109,13 @@ fn make_node(wire: &Wire) {
 }
 
 /// The lab's two hosts with host A made a node ([`make_node`]); `None` (the test skipped,
-/// `what` said why) without root.
+/// `what` said why) without root. Both tests run pods under the preload library, which is
+/// put beside the binary first.
 fn node_wire(what: &str) -> Option<Wire> {
     if !root_or_skip(what) {
         return None;
     }
+    preload_library();
     let wire = Wire::build(1500, &Shape::default()).unwrap();
     make_node(&wire);
     Some(wire)
@@ -164,7 +166,6 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
             .unwrap(),
     );
     // the readiness probe: the node's kernel (kubelet) to the pod
-    preload_library();
     let url = format!("http://{WEB}:8080/");
     let t = Instant::now();
     let mut probe = http_status(node, None, &url);
