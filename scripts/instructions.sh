@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Instructions per round trip of a TCP ping-pong over a fast channel, counted by callgrind in the
-# client (deterministic where timings on this VM are not: an A/B of a change to DockLib's hot
-# path shows in this count even when its latency is lost in the noise).
+# Instructions per round trip of a TCP ping-pong over a fast channel (or through the daemon with
+# `--path daemon`), counted by callgrind in the client (deterministic where timings on this VM
+# are not: an A/B of a change to DockLib's hot path shows in this count even when its latency is
+# lost in the noise).
 #
-#   scripts/instructions.sh [--size BYTES] [--seconds S] [--idle block|spin|adaptive] [--json]
+#   scripts/instructions.sh [--size BYTES] [--seconds S] [--idle block|spin|adaptive]
+#                           [--path fc|daemon] [--json]
 #
-# A daemon in a run directory of its own, two pipes joined by a fast channel, dnperf's server
+# A daemon in a run directory of its own, two pipes (joined by a fast channel), dnperf's server
 # (native, core 1) and dnperf's client under `valgrind --tool=callgrind` (core 0). Prints the
 # client's instructions per round trip: all of them inside the workload, and those in `write`,
 # in `read` (with its wait) and per poll of the stack. `--idle block` (the default) makes a wait
@@ -15,14 +17,15 @@
 # Builds nothing: run `cargo build --release -p docknet` first (or set DOCKNET_BIN).
 set -euo pipefail
 
-size=64 seconds=3 idle=block json=0
+size=64 seconds=3 idle=block path=fc json=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --idle) idle=$2; shift 2 ;;
+    --path) path=$2; shift 2 ;;
     --json) json=1; shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -49,14 +52,19 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$exe" --log warn daemon --run-dir "$run" --socket "$sock" >/dev/null 2>&1 &
+# channels only by hand, so that `--path daemon` stays on the daemon's path
+"$exe" --log warn daemon --run-dir "$run" --socket "$sock" --fast-channels manual >/dev/null 2>&1 &
 pids+=($!)
 for _ in $(seq 1 200); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "instructions.sh: the daemon did not start" >&2; exit 1; }
 dn() { "$exe" --socket "$sock" "$@"; }
 dn pipe create "${tag}s" --ip 10.97.0.2/24 >/dev/null
 dn pipe create "${tag}c" --ip 10.97.0.3/24 >/dev/null
-dn fc connect "${tag}s" "${tag}c" >/dev/null
+case "$path" in
+  fc) dn fc connect "${tag}s" "${tag}c" >/dev/null ;;
+  daemon) ;;
+  *) echo "instructions.sh: --path is fc or daemon, not $path" >&2; exit 2 ;;
+esac
 "$exe" --socket "$sock" run --cpu 1 --pipe "${tag}s" -- "$dnperf" server --stack docknet \
   --idle "$idle" --bind 10.97.0.2:7000 >/dev/null 2>&1 &
 pids+=($!)
@@ -87,12 +95,13 @@ polls=$(calls 'docknet_lib::stack::Inner::poll')
 [ "${writes:-0}" -gt 0 ] || { echo "instructions.sh: no round trips counted" >&2; KEEP=1; exit 1; }
 per() { echo $(( ${1:-0} / $2 )); }
 if [ "$json" = 1 ]; then
-  printf '{"size":%s,"idle":"%s","round_trips":%s,"per_round_trip":{"all":%s,"write":%s,"read":%s},"polls_per_round_trip":%s,"per_poll":%s}\n' \
-    "$size" "$idle" "$writes" "$(per "$total" "$writes")" "$(per "$write" "$writes")" \
+  printf '{"size":%s,"idle":"%s","path":"%s","round_trips":%s,"per_round_trip":{"all":%s,"write":%s,"read":%s},"polls_per_round_trip":%s,"per_poll":%s}\n' \
+    "$size" "$idle" "$path" "$writes" "$(per "$total" "$writes")" "$(per "$write" "$writes")" \
     "$(per "$read" "$writes")" "$(awk -v p="$polls" -v w="$writes" 'BEGIN{printf "%.2f", p/w}')" \
     "$(per "$poll" "${polls:-1}")"
 else
-  echo "client instructions per round trip, $size B over a fast channel, idle $idle ($writes round trips under callgrind):"
+  via=$([ "$path" = fc ] && echo "over a fast channel" || echo "through the daemon")
+  echo "client instructions per round trip, $size B $via, idle $idle ($writes round trips under callgrind):"
   echo "  all (inside the workload): $(per "$total" "$writes")"
   echo "  write:                     $(per "$write" "$writes")"
   echo "  read (with its wait):      $(per "$read" "$writes")"

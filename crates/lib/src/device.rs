@@ -476,15 +476,74 @@ pub struct PipeTxToken<'a> {
     stats: &'a mut DeviceStats,
     backlog: &'a mut Vec<Backlog>,
     checksums: bool,
+    /// Where the frame goes and whether it carries TCP, when smoltcp said so before building it.
+    dst: Option<(IpAddr, bool)>,
+}
+
+impl PipeTxToken<'_> {
+    /// Builds a frame bound for the daemon (`path`, as [`Endpoint::path_to`] gave it) straight
+    /// into the pipe's ring, saving the copy from a buffer of its own; `Err(f)` when the frame
+    /// takes a fast channel (a partner's ring is written only by copy, see
+    /// [`Endpoint::build_on_pipe`]), must queue behind earlier frames, is larger than the path
+    /// carries (it is cut first), or finds no room.
+    fn in_place<R, F: FnOnce(&mut [u8]) -> R>(
+        &mut self,
+        (route, max): (Route, usize),
+        len: usize,
+        f: F,
+    ) -> Result<R, F> {
+        if route != Route::Daemon || len > max || !self.backlog.is_empty() {
+            return Err(f);
+        }
+        let Ok(room) = self.ep.reserve_on_pipe(len) else {
+            return Err(f);
+        };
+        let checksums = self.checksums;
+        let r = self.ep.build_on_pipe(room, |frame| {
+            let r = f(frame);
+            if crate::segment::tcp_syn(frame) == Some(true) {
+                crate::segment::clamp_mss(frame, max, checksums);
+            }
+            r
+        });
+        self.stats.tx += 1;
+        Ok(r)
+    }
 }
 
 impl phy::TxToken for PipeTxToken<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+    fn set_destination(
+        &mut self,
+        dst: smoltcp::wire::IpAddress,
+        protocol: smoltcp::wire::IpProtocol,
+    ) {
+        self.dst = Some((dst.into(), protocol == smoltcp::wire::IpProtocol::Tcp));
+    }
+
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(mut self, len: usize, f: F) -> R {
+        // the path from the destination smoltcp told, else from the frame once built
+        let path = self
+            .dst
+            .map(|(dst, tcp)| (self.ep.path_to(dst, tcp, len), tcp));
+        let f = match path {
+            Some((path, _)) => match self.in_place(path, len, f) {
+                Ok(r) => return r,
+                Err(f) => f,
+            },
+            None => f,
+        };
         if self.buf.len() < len {
             self.buf.resize(len, 0);
         }
         let r = f(&mut self.buf[..len]);
-        let (route, max, syn) = self.ep.path_limit(&self.buf[..len]);
+        let (route, max, syn) = match path {
+            Some(((route, max), tcp)) => (
+                route,
+                max,
+                tcp && crate::segment::tcp_syn(&self.buf[..len]) == Some(true),
+            ),
+            None => self.ep.path_limit(&self.buf[..len]),
+        };
         if syn && len <= max {
             crate::segment::clamp_mss(&mut self.buf[..len], max, self.checksums);
         }
@@ -595,6 +654,7 @@ impl phy::Device for PipeDevice {
                         stats: &mut self.stats,
                         backlog: &mut self.backlog,
                         checksums: self.checksums,
+                        dst: None,
                     },
                 ));
             }
@@ -610,6 +670,7 @@ impl phy::Device for PipeDevice {
                 stats: &mut self.stats,
                 backlog: &mut self.backlog,
                 checksums: self.checksums,
+                dst: None,
             },
         ))
     }
@@ -621,6 +682,7 @@ impl phy::Device for PipeDevice {
             stats: &mut self.stats,
             backlog: &mut self.backlog,
             checksums: self.checksums,
+            dst: None,
         })
     }
 

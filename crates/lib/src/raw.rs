@@ -28,7 +28,7 @@ use docknet_pipe::services::{self, Table};
 use docknet_pipe::wake;
 use docknet_pipe::{Consumer, IdlePolicy, Idler, Producer, PushError, Region};
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -91,6 +91,14 @@ pub enum Via {
     Daemon,
     /// Through a fast channel.
     FastChannel,
+}
+
+/// Room reserved in the pipe's transmit ring ([`Endpoint::reserve_on_pipe`]).
+#[derive(Debug)]
+#[must_use]
+pub struct PipeRoom {
+    off: usize,
+    len: usize,
 }
 
 /// The ring a frame goes out on ([`Endpoint::path_limit`]).
@@ -409,21 +417,37 @@ impl Endpoint {
     /// Also says whether `frame` is a TCP SYN (whose MSS the sender clamps to the limit).
     pub fn path_limit(&self, frame: &[u8]) -> (Route, usize, bool) {
         let syn = crate::segment::tcp_syn(frame);
-        let tcp = syn.is_some();
+        let (route, max) = self.route_for(self.channel_to(frame), syn.is_some(), frame.len());
+        (route, max, syn == Some(true))
+    }
+
+    /// [`Endpoint::path_limit`] for a frame of `len` bytes to `dst` before it is built (`tcp`:
+    /// it carries a TCP segment).
+    pub fn path_to(&self, dst: IpAddr, tcp: bool, len: usize) -> (Route, usize) {
+        let channel = match dst {
+            IpAddr::V4(ip) => self.channel_of(Some(ip), || None),
+            IpAddr::V6(ip) => self.channel_of(None, || Some(ip)),
+        };
+        self.route_for(channel, tcp, len)
+    }
+
+    /// The path of a frame of `len` bytes towards fast channel `channel` (or none), and the
+    /// largest frame it carries: the channel unless the frame is too large for it and not for
+    /// the pipe.
+    fn route_for(&self, channel: Option<usize>, tcp: bool, len: usize) -> (Route, usize) {
         let daemon = self.pipe_limit(tcp);
-        let (route, max) = match self.channel_to(frame) {
+        match channel {
             Some(i) => {
                 let l = &self.fcs[i];
                 let fc = l.limit(tcp);
-                if frame.len() > fc && frame.len() <= daemon {
+                if len > fc && len <= daemon {
                     (Route::Daemon, daemon)
                 } else {
                     (Route::FastChannel(l.id), fc)
                 }
             }
             None => (Route::Daemon, daemon),
-        };
-        (route, max, syn == Some(true))
+        }
     }
     /// The largest frame the path back to `frame`'s sender carries (by its source address), for
     /// frames like `frame` (TCP or not).
@@ -714,6 +738,40 @@ impl Endpoint {
             }
             Err(PushError::Full) => Err(SendError::Full),
             Err(PushError::BadLength) => Err(SendError::BadLength(len)),
+        }
+    }
+
+    /// Room for a frame of `len` bytes in the pipe's transmit ring (the path to the daemon), to
+    /// build the frame in place with [`Endpoint::build_on_pipe`]. `Err` as
+    /// [`Endpoint::send_parts_on`] would fail for such a frame; nothing is reserved then.
+    pub fn reserve_on_pipe(&mut self, len: usize) -> Result<PipeRoom, SendError> {
+        if len == 0 || len > self.tx.layout().frame_size as usize {
+            return Err(SendError::BadLength(len));
+        }
+        if self.inert || self.is_closed() {
+            return Err(SendError::Closed);
+        }
+        let slot = self
+            .tx
+            .reserve_len(&self.region, len)
+            .ok_or(SendError::Full)?;
+        Ok(PipeRoom { off: slot.off, len })
+    }
+
+    /// Builds the frame in `room` with `f` and queues it (published by the next
+    /// [`Endpoint::flush`]), as [`Endpoint::send_parts_on`] queues a copied one. The frame is
+    /// built in shared memory: the pipe's ring, which only the daemon reads and only this
+    /// container writes ([`docknet_pipe::region::Region::lend_mut`]), never a fast channel's.
+    pub fn build_on_pipe<R>(&mut self, room: PipeRoom, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        match self.region.lend_mut(room.off, room.len, f) {
+            Ok(r) => {
+                if self.tx.commit(&self.region, room.len, 0).is_ok() {
+                    self.stats.tx_daemon += 1;
+                }
+                r
+            }
+            // a room reserve gave is inside the region; were it not, the frame is not sent
+            Err(f) => f(&mut vec![0; room.len]),
         }
     }
 

@@ -782,3 +782,55 @@ fn a_running_container_takes_every_change_of_the_services() {
     assert_eq!(backends(&a), None);
     assert_eq!(a.stats().bad_services, 0);
 }
+
+#[test]
+fn a_frame_built_in_the_pipes_own_ring_reaches_the_peer_as_built_and_an_unbuilt_room_sends_nothing()
+{
+    let (_d, mut r) = setup();
+    let shared = Arc::new(MasterShared::new(r.snapshot()));
+    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
+    let mut a = attach(&mut r, "a", IdlePolicy::Block);
+    let mut b = attach(&mut r, "b", IdlePolicy::Block);
+    let mac_b = a.resolve(B, Duration::from_secs(2)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    assert!(matches!(
+        a.reserve_on_pipe(0),
+        Err(docknet_lib::SendError::BadLength(0))
+    ));
+    assert!(matches!(
+        a.reserve_on_pipe(1 << 20),
+        Err(docknet_lib::SendError::BadLength(_))
+    ));
+    // a room reserved and left unbuilt: the next reservation takes its place, nothing leaves
+    let _abandoned = a.reserve_on_pipe(200).unwrap();
+    let before = a.stats().tx_daemon;
+    for i in 0..50u32 {
+        let want = frame(&a, B, mac_b, 64 + (i as usize * 37) % 1400, i as u8);
+        let room = a.reserve_on_pipe(want.len()).unwrap();
+        let built = a.build_on_pipe(room, |f| {
+            assert_eq!(f.len(), want.len());
+            f.copy_from_slice(&want);
+            i
+        });
+        assert_eq!(built, i);
+        a.flush();
+        let (n, via) = recv_within(&mut b, &mut buf, Duration::from_secs(2)).expect("forwarded");
+        assert_eq!(via, Via::Daemon);
+        assert_eq!(&buf[..n], &want[..], "frame {i}");
+    }
+    assert!(recv_within(&mut b, &mut buf, Duration::from_millis(100)).is_none());
+    assert_eq!(a.stats().tx_daemon - before, 50);
+    // rooms are handed out only while the ring has some: unpublished frames fill it
+    let f = frame(&a, B, mac_b, 1500, 7);
+    let mut built = 0;
+    let full = loop {
+        match a.reserve_on_pipe(f.len()) {
+            Ok(room) => a.build_on_pipe(room, |s| s.copy_from_slice(&f)),
+            Err(e) => break e,
+        }
+        built += 1;
+        assert!(built < 100_000, "the ring never filled");
+    };
+    assert!(matches!(full, docknet_lib::SendError::Full), "{full:?}");
+    stop_master(&shared, master);
+}

@@ -5,9 +5,11 @@
 //! may write any byte at any time, so:
 //!
 //! * words that carry synchronisation are only ever touched as atomics ([`Region::u32_at`]);
-//! * frame bytes are only ever copied in or out ([`Region::read`], [`Region::write`],
-//!   [`copy_between`]); no `&[u8]` into shared memory is ever handed out, because the other
-//!   process could change it under an immutable borrow;
+//! * frame bytes are copied in or out ([`Region::read`], [`Region::write`], [`copy_between`]);
+//!   no `&[u8]` into shared memory is ever handed out, because the other process could change
+//!   it under an immutable borrow. The one exception, [`Region::lend_mut`], lends a producer's
+//!   own reserved room on a ring whose consumer is the daemon, which no process outside the
+//!   producer's container writes;
 //! * every offset is checked against the mapping's length, so a corrupted offset can at worst
 //!   make an accessor return `None`, never touch memory outside the mapping.
 
@@ -210,6 +212,30 @@ impl Region {
         // that cannot overlap a mapping we never lend out as a slice.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, src.len()) };
         true
+    }
+
+    /// Lends the `len` bytes at `off` to `f` as a slice to build a frame in, and returns what
+    /// `f` returns (`Err(f)`, `f` not called, when out of bounds).
+    ///
+    /// Only for bytes no process outside the caller's trust writes while `f` runs: a producer's
+    /// room reserved on a ring and not yet committed, on a ring whose consumer is the daemon
+    /// (the pipe's transmit ring). Never for a ring another container reads: a fast channel's
+    /// partner could change the bytes under the borrow, and code that reads back what it wrote
+    /// (a header length, to slice the payload) could then be led out of its bounds.
+    pub fn lend_mut<R, F: FnOnce(&mut [u8]) -> R>(
+        &self,
+        off: usize,
+        len: usize,
+        f: F,
+    ) -> Result<R, F> {
+        let Some(p) = self.check(off, len, 1) else {
+            return Err(f);
+        };
+        // SAFETY: the range is inside the mapping (checked) and the mapping outlives the borrow.
+        // Exclusive per the caller's contract: the room is reserved by this producer and not yet
+        // committed (no consumer reads it), and only the caller's own container can write it.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        Ok(f(bytes))
     }
 
     /// Fills `len` bytes at `off` with `byte`. False when out of bounds.

@@ -453,4 +453,10 @@ pub trait TxToken {
     /// The Packet ID to be associated with the frame to be transmitted by this [`TxToken`].
     #[allow(unused_variables)]
     fn set_meta(&mut self, meta: PacketMeta) {}
+
+    /// DockNet: the IP destination and protocol of the packet `consume` is about to build,
+    /// told before it is built (a device that picks its queue by destination can then hand
+    /// out that queue's buffer). A hint only: the built packet is what counts.
+    #[allow(unused_variables)]
+    fn set_destination(&mut self, dst: crate::wire::IpAddress, protocol: crate::wire::IpProtocol) {}
 }

@@ -1278,6 +1278,7 @@ impl InterfaceInner {
             }
             _ => (EthernetAddress([0; 6]), tx_token),
         };
+        tx_token.set_destination(ip_repr.dst_addr(), ip_repr.next_header());
 
         // Emit function for the Ethernet header.
         #[cfg(feature = "medium-ethernet")]
