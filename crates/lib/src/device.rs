@@ -13,7 +13,7 @@
 //! path (its channel went away under it) is cut to fit on its way into the ring
 //! ([`crate::segment`]).
 
-use crate::raw::{Endpoint, Route, SendError};
+use crate::raw::{Endpoint, Got, LentFrame, Route, SendError};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
@@ -121,6 +121,10 @@ struct Backlog {
 /// hold a poll (and the stack's lock) forever; the next poll takes the rest.
 pub const RX_BUDGET: u32 = 256;
 
+/// Frames from the daemon longer than this are read in place in the pipe's ring rather than
+/// copied out first ([`Endpoint::recv_lending`]); shorter ones cost less to copy than to lend.
+const LEND_OVER: usize = 512;
+
 /// A smoltcp [`phy::Device`] over a DockPipe endpoint.
 #[derive(Debug)]
 pub struct PipeDevice {
@@ -129,6 +133,8 @@ pub struct PipeDevice {
     /// Frames this poll may still take ([`RX_BUDGET`] at the start of every poll).
     pub rx_left: u32,
     rx_buf: Vec<u8>,
+    /// The frame being received, when it is read in place (`rx_buf` then holds its headers).
+    lent: Option<LentFrame>,
     tx_buf: Vec<u8>,
     checksums: bool,
     faults: Option<Injector>,
@@ -176,6 +182,7 @@ impl PipeDevice {
         PipeDevice {
             rx_left: RX_BUDGET,
             rx_buf: vec![0; frame],
+            lent: None,
             tx_buf: vec![0; 2048],
             ep,
             checksums,
@@ -410,8 +417,15 @@ impl PipeDevice {
 
     /// Next frame into `rx_buf` after fault injection; its length.
     fn next_frame(&mut self) -> Option<usize> {
+        self.lent = None;
         let Some(inj) = self.faults.as_mut() else {
-            return self.ep.recv(&mut self.rx_buf).map(|(n, _)| n);
+            return match self.ep.recv_lending(&mut self.rx_buf, LEND_OVER)?.0 {
+                Got::Copied(n) => Some(n),
+                Got::Lent(frame, head) => {
+                    self.lent = Some(frame);
+                    Some(head)
+                }
+            };
         };
         let now = std::time::Instant::now();
         if let Some(i) = inj.held.iter().position(|(t, _)| *t <= now) {
@@ -458,13 +472,22 @@ enum Admit {
     Drop,
 }
 
-/// A received frame (borrowed from the device's buffer).
+/// A received frame: in the device's buffer, or read in place in the pipe's ring.
 #[derive(Debug)]
-pub struct PipeRxToken<'a>(&'a [u8]);
+pub struct PipeRxToken<'a>(RxFrame<'a>);
+
+#[derive(Debug)]
+enum RxFrame<'a> {
+    Buf(&'a [u8]),
+    Lent(&'a LentFrame),
+}
 
 impl phy::RxToken for PipeRxToken<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(self.0)
+        match self.0 {
+            RxFrame::Buf(b) => f(b),
+            RxFrame::Lent(l) => l.read(f),
+        }
     }
 }
 
@@ -644,10 +667,19 @@ impl phy::Device for PipeDevice {
                 }
             };
             if self.learn(n) {
+                // it waits for a later call, which the frame's place may not outlive: copied
+                let n = match self.lent.take() {
+                    Some(l) => l.read(|f| {
+                        let n = f.len().min(self.rx_buf.len());
+                        self.rx_buf[..n].copy_from_slice(&f[..n]);
+                        n
+                    }),
+                    None => n,
+                };
                 self.after_arp = Some(n);
                 self.stats.rx += 1;
                 return Some((
-                    PipeRxToken(&self.arp_buf[..self.arp_len]),
+                    PipeRxToken(RxFrame::Buf(&self.arp_buf[..self.arp_len])),
                     PipeTxToken {
                         ep: &mut self.ep,
                         buf: &mut self.tx_buf,
@@ -662,8 +694,12 @@ impl phy::Device for PipeDevice {
         };
         self.rx_left -= 1;
         self.stats.rx += 1;
+        let frame = match &self.lent {
+            Some(l) => RxFrame::Lent(l),
+            None => RxFrame::Buf(&self.rx_buf[..n]),
+        };
         Some((
-            PipeRxToken(&self.rx_buf[..n]),
+            PipeRxToken(frame),
             PipeTxToken {
                 ep: &mut self.ep,
                 buf: &mut self.tx_buf,

@@ -231,6 +231,9 @@ pub struct Endpoint {
     tx: Producer,
     rx: Consumer,
     rx_unreleased: u32,
+    /// The last frame taken from `rx` was lent in place ([`Endpoint::recv_lending`]): its slot
+    /// is released when the next frame is asked for or the endpoint flushes.
+    rx_lent: bool,
     fcs: Vec<FcLink>,
     generation: u32,
     idler: Idler,
@@ -341,6 +344,7 @@ impl Endpoint {
             region,
             info,
             rx_unreleased: 0,
+            rx_lent: false,
             fcs: Vec::new(),
             idler: Idler::new(policy),
             stats: EndpointStats::default(),
@@ -780,6 +784,7 @@ impl Endpoint {
         if self.inert {
             return;
         }
+        self.end_lend();
         self.tx.publish(&self.region);
         for l in &mut self.fcs {
             l.tx.publish(&l.region);
@@ -817,9 +822,24 @@ impl Endpoint {
     /// `buf` are truncated to it. A frame from a channel that does not carry the partner's MAC
     /// and IPv4 source is dropped and counted (`fc_spoofed`).
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, Via)> {
+        match self.recv_lending(buf, usize::MAX)? {
+            (Got::Copied(n), via) => Some((n, via)),
+            // nothing is lent above usize::MAX bytes
+            (Got::Lent(..), _) => None,
+        }
+    }
+
+    /// [`Endpoint::recv`], except that a TCP segment longer than `over` bytes from the daemon's
+    /// ring, not a SYN, is left in the ring and lent ([`Got::Lent`]) instead of copied: its
+    /// headers are copied into `buf` and the whole frame is read in place through the
+    /// [`LentFrame`], until the next call or [`Endpoint::flush`] releases it. Only the daemon's
+    /// frames are lent (the daemon writes a slot of the pipe's ring only once the endpoint
+    /// released it); a fast channel's are copied, its partner being another container.
+    pub fn recv_lending(&mut self, buf: &mut [u8], over: usize) -> Option<(Got, Via)> {
         if self.inert {
             return None;
         }
+        self.end_lend();
         self.refresh();
         if self.fcs.iter().any(|l| l.fresh) {
             // A new channel's partner sends on it once the daemon took its earlier frames, and
@@ -835,9 +855,9 @@ impl Endpoint {
                 .fold(0u64, |m, (k, l)| {
                     m | (u64::from(l.rx.ready(&l.region)) << k)
                 });
-            if let Some(n) = take(&self.region, &mut self.rx, &mut self.rx_unreleased, buf) {
+            if let Some(got) = self.take_daemon(buf, over) {
                 self.stats.rx_daemon += 1;
-                return Some((n, Via::Daemon));
+                return Some((got, Via::Daemon));
             }
             for (k, l) in self.fcs.iter_mut().take(64).enumerate() {
                 l.fresh &= seen & (1 << k) == 0;
@@ -851,14 +871,54 @@ impl Endpoint {
                 };
                 if from_partner(&buf[..n], l.peer_ip, l.peer_mac, l.peer_ip6) {
                     self.stats.rx_fc += 1;
-                    return Some((n, Via::FastChannel));
+                    return Some((Got::Copied(n), Via::FastChannel));
                 }
                 self.stats.fc_spoofed += 1;
             }
         }
-        let n = take(&self.region, &mut self.rx, &mut self.rx_unreleased, buf)?;
+        let got = self.take_daemon(buf, over)?;
         self.stats.rx_daemon += 1;
-        Some((n, Via::Daemon))
+        Some((got, Via::Daemon))
+    }
+
+    /// The next frame of the daemon's ring, lent when [`Endpoint::recv_lending`] says so.
+    fn take_daemon(&mut self, buf: &mut [u8], over: usize) -> Option<Got> {
+        let (region, c) = (&self.region, &mut self.rx);
+        let mut lent = None;
+        let n = take_with(
+            c,
+            &mut self.rx_unreleased,
+            |f| {
+                let head = f.len.min(crate::segment::MAX_HEADERS).min(buf.len());
+                if f.len > over && region.read(f.off, &mut buf[..head]) {
+                    if crate::segment::plain_tcp_head(&buf[..head], f.len) {
+                        lent = Some(LentFrame {
+                            region: region.clone(),
+                            off: f.off,
+                            len: f.len,
+                        });
+                        return (head, true);
+                    }
+                }
+                let n = f.len.min(buf.len());
+                region.read(f.off, &mut buf[..n]);
+                (n, false)
+            },
+            region,
+        )?;
+        self.rx_lent = lent.is_some();
+        Some(match lent {
+            Some(l) => Got::Lent(l, n),
+            None => Got::Copied(n),
+        })
+    }
+
+    /// Releases the slot of a frame lent by the last [`Endpoint::recv_lending`].
+    fn end_lend(&mut self) {
+        if std::mem::take(&mut self.rx_lent) {
+            self.rx.release(&self.region);
+            self.rx_unreleased = 0;
+        }
     }
 
     /// Discards every frame queued for this endpoint and returns how many there were. A server
@@ -1160,24 +1220,81 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
 /// The next valid frame of a ring into `buf`: at most a ring's worth of refused descriptors
 /// are skipped per call.
 fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8]) -> Option<usize> {
+    take_with(
+        c,
+        unreleased,
+        |f| {
+            let n = f.len.min(buf.len());
+            region.read(f.off, &mut buf[..n]);
+            (n, false)
+        },
+        region,
+    )
+}
+
+/// Takes the next frame of `c` and hands it to `got`, which says how many bytes it copied and
+/// whether it keeps the frame in place (then its slot, and those after the last release, stay
+/// unreleased: the caller releases them once done with it). Refused descriptors (counted by
+/// the ring) are skipped, a ring's depth of them at most.
+fn take_with(
+    c: &mut Consumer,
+    unreleased: &mut u32,
+    mut got: impl FnMut(docknet_pipe::ring::Frame) -> (usize, bool),
+    region: &Region,
+) -> Option<usize> {
     for _ in 0..=c.layout().depth {
         let r = c.pop(region)?;
         *unreleased += 1;
-        let out = r.ok().map(|f| {
-            let n = f.len.min(buf.len());
-            region.read(f.off, &mut buf[..n]);
-            n
-        });
-        if *unreleased >= RELEASE_EVERY || !c.ready(region) {
+        let out = r.ok().map(&mut got);
+        let kept = out.is_some_and(|(_, kept)| kept);
+        if !kept && (*unreleased >= RELEASE_EVERY || !c.ready(region)) {
             c.release(region);
             *unreleased = 0;
         }
-        if out.is_some() {
-            return out;
+        if let Some((n, _)) = out {
+            return Some(n);
         }
-        // a refused descriptor (counted by the ring): try the next one
     }
     None
+}
+
+/// What [`Endpoint::recv_lending`] took.
+#[derive(Debug)]
+pub enum Got {
+    /// The frame, copied into the caller's buffer: its length there.
+    Copied(usize),
+    /// The frame, left in place, and how many of its first bytes (its headers) were copied
+    /// into the caller's buffer.
+    Lent(LentFrame, usize),
+}
+
+/// A frame left in the pipe's receive ring ([`Got::Lent`]), readable until the endpoint's
+/// next [`Endpoint::recv_lending`] or [`Endpoint::flush`].
+#[derive(Debug)]
+pub struct LentFrame {
+    region: Arc<Region>,
+    off: usize,
+    len: usize,
+}
+
+impl LentFrame {
+    /// The frame's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: an empty frame is refused by the ring.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads the frame in place with `f` (an empty frame, were its place out of the region).
+    pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match self.region.lend(self.off, self.len, f) {
+            Ok(r) => r,
+            Err(f) => f(&[]),
+        }
+    }
 }
 
 #[cfg(test)]

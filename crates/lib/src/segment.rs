@@ -49,6 +49,18 @@ pub fn is_tcp(frame: &[u8]) -> bool {
 /// The layout of `frame` if it is a TCP segment this module can cut: IPv4 (not a fragment) or
 /// IPv6 with TCP as its first next header, lengths consistent with the frame.
 fn parse(frame: &[u8]) -> Option<Tcp> {
+    parse_head(frame, frame.len())
+}
+
+/// Whether `head`, the first bytes of a frame of `len` bytes, holds all the headers of a TCP
+/// segment [`parse`] takes, with lengths consistent with `len`, and the segment is not a SYN:
+/// a frame whose only work before smoltcp is none (no SYN to admit or clamp).
+pub fn plain_tcp_head(head: &[u8], len: usize) -> bool {
+    parse_head(head, len).is_some_and(|t| t.payload <= head.len() && head[t.tcp + 13] & SYN == 0)
+}
+
+/// [`parse`] of a frame of `len` bytes from its first bytes `frame` (all of it, or its headers).
+fn parse_head(frame: &[u8], len: usize) -> Option<Tcp> {
     let be16 = |i: usize| Some(u16::from_be_bytes([*frame.get(i)?, *frame.get(i + 1)?]) as usize);
     let (v4, tcp, end) = match be16(12)? {
         0x0800 => {
@@ -69,7 +81,7 @@ fn parse(frame: &[u8]) -> Option<Tcp> {
     };
     let doff = usize::from(frame.get(tcp + 12)? >> 4) * 4;
     let payload = tcp + doff;
-    if doff < 20 || payload > end || end > frame.len() || payload > MAX_HEADERS {
+    if doff < 20 || payload > end || end > len || payload > MAX_HEADERS {
         return None;
     }
     Some(Tcp {

@@ -7,9 +7,10 @@
 //! * words that carry synchronisation are only ever touched as atomics ([`Region::u32_at`]);
 //! * frame bytes are copied in or out ([`Region::read`], [`Region::write`], [`copy_between`]);
 //!   no `&[u8]` into shared memory is ever handed out, because the other process could change
-//!   it under an immutable borrow. The one exception, [`Region::lend_mut`], lends a producer's
-//!   own reserved room on a ring whose consumer is the daemon, which no process outside the
-//!   producer's container writes;
+//!   it under an immutable borrow. The exceptions, [`Region::lend_mut`] and [`Region::lend`],
+//!   lend bytes of a pipe's own rings that only the daemon and the pipe's own container write
+//!   (a room a producer reserved, a frame the daemon put in the receive ring and the reader has
+//!   not released), never bytes another container can write;
 //! * every offset is checked against the mapping's length, so a corrupted offset can at worst
 //!   make an accessor return `None`, never touch memory outside the mapping.
 
@@ -235,6 +236,25 @@ impl Region {
         // Exclusive per the caller's contract: the room is reserved by this producer and not yet
         // committed (no consumer reads it), and only the caller's own container can write it.
         let bytes = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        Ok(f(bytes))
+    }
+
+    /// Lends the `len` bytes at `off` to `f` to read in place, and returns what `f` returns
+    /// (`Err(f)`, `f` not called, when out of bounds).
+    ///
+    /// Only for bytes no process outside the caller's trust writes while `f` runs: a frame the
+    /// daemon put in a pipe's receive ring, taken by the reader and not yet released (the daemon
+    /// writes a slot only once its consumer released it). Never for a ring another container
+    /// writes: a fast channel's partner could change the bytes between a parser's bounds check
+    /// and its use of them.
+    pub fn lend<R, F: FnOnce(&[u8]) -> R>(&self, off: usize, len: usize, f: F) -> Result<R, F> {
+        let Some(p) = self.check(off, len, 1) else {
+            return Err(f);
+        };
+        // SAFETY: the range is inside the mapping (checked) and the mapping outlives the borrow.
+        // Unchanging per the caller's contract: a taken, unreleased frame of the daemon's, which
+        // no producer writes again until it is released, and no other container can write.
+        let bytes = unsafe { std::slice::from_raw_parts(p, len) };
         Ok(f(bytes))
     }
 
