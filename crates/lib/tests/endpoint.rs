@@ -834,3 +834,85 @@ fn a_frame_built_in_the_pipes_own_ring_reaches_the_peer_as_built_and_an_unbuilt_
     assert!(matches!(full, docknet_lib::SendError::Full), "{full:?}");
     stop_master(&shared, master);
 }
+
+/// A frame of `len` bytes from `src` to `dst` carrying TCP with `flags`, its bytes after the
+/// headers `tag`.
+fn tcp_frame(
+    src: &Endpoint,
+    dst: Ipv4Addr,
+    dst_mac: [u8; 6],
+    len: usize,
+    flags: u8,
+    tag: u8,
+) -> Vec<u8> {
+    let mut f = frame(src, dst, dst_mac, len, tag);
+    f[23] = 6; // TCP
+    write_ipv4_headers(&mut f, src.mac(), dst_mac, src.ip(), dst, 6, len);
+    f[34..54].fill(0);
+    f[46] = 5 << 4; // 20 bytes of header
+    f[47] = flags;
+    f
+}
+
+#[test]
+fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
+    use docknet_lib::raw::Got;
+    let (_d, mut r) = setup();
+    let shared = Arc::new(MasterShared::new(r.snapshot()));
+    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
+    let mut a = attach(&mut r, "a", IdlePolicy::Block);
+    let mut b = attach(&mut r, "b", IdlePolicy::Block);
+    let mac_b = a.resolve(B, Duration::from_secs(2)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut take = |b: &mut Endpoint, buf: &mut [u8]| {
+        let end = Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Some((got, via)) = b.recv_lending(buf, 512) {
+                assert_eq!(via, Via::Daemon);
+                return got;
+            }
+            assert!(Instant::now() < end, "nothing came");
+            b.idle(Duration::from_millis(5));
+        }
+    };
+    // a plain segment is lent (its headers copied); a SYN, a short segment and what is not
+    // TCP are copied
+    let ack = 0x10;
+    let cases = [
+        (tcp_frame(&a, B, mac_b, 2000, ack, 1), true),
+        (tcp_frame(&a, B, mac_b, 2000, 0x02, 2), false),
+        (tcp_frame(&a, B, mac_b, 300, ack, 3), false),
+        (frame(&a, B, mac_b, 2000, 4), false),
+    ];
+    for (f, lent) in &cases {
+        a.send_blocking(f, Instant::now() + Duration::from_secs(1))
+            .unwrap();
+        match take(&mut b, &mut buf) {
+            Got::Lent(l, head) => {
+                assert!(lent, "lent: {:?}", &f[..60]);
+                assert_eq!(&buf[..head], &f[..head]);
+                assert!(head < f.len());
+                assert_eq!(l.read(|got| got.to_vec()), *f);
+            }
+            Got::Copied(n) => {
+                assert!(!lent, "copied: {:?}", &f[..60]);
+                assert_eq!(&buf[..n], &f[..]);
+            }
+        }
+    }
+    // many more frames than the ring holds, each lent and read: each slot is handed back to
+    // the daemon (at the next take, or by a flush when the reader waits)
+    for i in 0..3000u32 {
+        let f = tcp_frame(&a, B, mac_b, 1000 + (i as usize % 7) * 300, ack, i as u8);
+        a.send_blocking(&f, Instant::now() + Duration::from_secs(1))
+            .unwrap();
+        let Got::Lent(l, _) = take(&mut b, &mut buf) else {
+            panic!("frame {i} copied");
+        };
+        assert!(l.read(|got| got == &f[..]), "frame {i}");
+        if i % 3 == 0 {
+            b.flush();
+        }
+    }
+    stop_master(&shared, master);
+}
