@@ -11,7 +11,7 @@
 //! | `channel` | a channel partner's writes and frames | DockLib's receive never panics, never hangs, and delivers only frames from the partner |
 //! | `delivery` | a delivery message, or a services table | decoding never panics; what decodes re-encodes to itself |
 //! | `wire` | frames from the wire (and pipes' frames for it), ARP and VXLAN included | checking, readying, wrapping, unwrapping and parsing never panic; what is accepted keeps its length bounds; what is wrapped unwraps whole; the neighbour table stays bounded |
-//! | `segment` | a received frame (DockLib clamps a SYN's MSS) and a frame to cut to a path's size | neither panics; a clamp changes only a SYN's MSS options and checksum and never raises the MSS; every piece fits, and the pieces' payloads are the frame's |
+//! | `segment` | a received frame (DockLib clamps a SYN's MSS, and reads a plain TCP segment of the daemon's in place on its headers' word) and a frame to cut to a path's size | neither panics; a clamp changes only a SYN's MSS options and checksum and never raises the MSS; a frame whose headers say plain TCP parses as a TCP segment without SYN; every piece fits, and the pieces' payloads are the frame's |
 //! | `dns` | a name server's answer (the server may be a container), and `resolv.conf` text | reading either never panics; an answer taken names addresses and a name; what is read from `resolv.conf` stays within its bounds |
 
 use docknet_daemon::control::{handle, Ctx};
@@ -526,10 +526,22 @@ pub fn delivery(data: &[u8]) {
 /// frame comes from a partner or the daemon) and the cut of a segment too large for its path.
 /// The first two bytes choose the path's size.
 pub fn segment(data: &[u8]) {
-    use docknet_lib::segment::{clamp_mss, is_syn, offered_mss, segment as cut};
+    use docknet_lib::segment::{
+        clamp_mss, is_syn, offered_mss, plain_tcp_head, segment as cut, tcp_syn,
+    };
     let mut i = In(data);
     let max = 64 + usize::from(i.u16()) % 66000;
     let frame = i.0;
+    // a frame DockLib reads in place when its headers alone say it is a plain TCP segment: what
+    // the headers say, the whole frame says (no SYN gets past admission and the clamp)
+    let head = frame.len().min(max % 200);
+    if plain_tcp_head(&frame[..head], frame.len()) {
+        assert_eq!(
+            tcp_syn(frame),
+            Some(false),
+            "lent on its first {head} bytes"
+        );
+    }
     for checksums in [false, true] {
         let mut f = frame.to_vec();
         let syn = is_syn(&f);

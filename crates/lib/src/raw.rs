@@ -890,15 +890,16 @@ impl Endpoint {
             &mut self.rx_unreleased,
             |f| {
                 let head = f.len.min(crate::segment::MAX_HEADERS).min(buf.len());
-                if f.len > over && region.read(f.off, &mut buf[..head]) {
-                    if crate::segment::plain_tcp_head(&buf[..head], f.len) {
-                        lent = Some(LentFrame {
-                            region: region.clone(),
-                            off: f.off,
-                            len: f.len,
-                        });
-                        return (head, true);
-                    }
+                if f.len > over
+                    && region.read(f.off, &mut buf[..head])
+                    && crate::segment::plain_tcp_head(&buf[..head], f.len)
+                {
+                    lent = Some(LentFrame {
+                        region: region.clone(),
+                        off: f.off,
+                        len: f.len,
+                    });
+                    return (head, true);
                 }
                 let n = f.len.min(buf.len());
                 region.read(f.off, &mut buf[..n]);

@@ -53,8 +53,8 @@ fn parse(frame: &[u8]) -> Option<Tcp> {
 }
 
 /// Whether `head`, the first bytes of a frame of `len` bytes, holds all the headers of a TCP
-/// segment [`parse`] takes, with lengths consistent with `len`, and the segment is not a SYN:
-/// a frame whose only work before smoltcp is none (no SYN to admit or clamp).
+/// segment this module can cut ([`is_tcp`]), with lengths consistent with `len`, and the
+/// segment is not a SYN: a frame with no work before smoltcp (no SYN to admit or clamp).
 pub fn plain_tcp_head(head: &[u8], len: usize) -> bool {
     parse_head(head, len).is_some_and(|t| t.payload <= head.len() && head[t.tcp + 13] & SYN == 0)
 }

@@ -864,7 +864,7 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
     let mut b = attach(&mut r, "b", IdlePolicy::Block);
     let mac_b = a.resolve(B, Duration::from_secs(2)).unwrap();
     let mut buf = vec![0u8; 4096];
-    let mut take = |b: &mut Endpoint, buf: &mut [u8]| {
+    let take = |b: &mut Endpoint, buf: &mut [u8]| {
         let end = Instant::now() + Duration::from_secs(2);
         loop {
             if let Some((got, via)) = b.recv_lending(buf, 512) {
