@@ -852,6 +852,25 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// Whether the socket may have another segment to send right after one left (DockNet
+    /// patch, for the egress's mark of sockets to visit again): bytes queued beyond those in
+    /// flight, a fast retransmission pending, or a state whose FIN may still be due. Never
+    /// false where `seq_to_transmit` would be true; may be true where it is not (the window
+    /// and Nagle are not looked at), which costs a visit that sends nothing.
+    pub(crate) fn may_send_more(&self) -> bool {
+        let in_flight = if self.remote_last_seq >= self.local_seq_no {
+            self.remote_last_seq - self.local_seq_no
+        } else {
+            0
+        };
+        self.pending_fast_retransmit
+            || self.tx_buffer.len() > in_flight
+            || matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::FinWait1 | State::Closing | State::LastAck
+            )
+    }
+
     /// Whether reading has opened the receive window enough to announce it now (DockNet patch:
     /// the test the socket's dispatch makes, so a caller can skip a poll that would send
     /// nothing).
@@ -6681,6 +6700,44 @@ mod test {
             payload: &data[..1024],
             ..RECV_TEMPL
         }));
+    }
+
+    #[test]
+    fn test_docknet_may_send_more_until_the_last_segment_left() {
+        let mut s = socket_established();
+        assert!(!s.may_send_more(), "nothing queued");
+        s.remote_mss = 6;
+        s.send_slice(b"abcdef012345").unwrap();
+        assert!(s.may_send_more());
+        recv!(s, time 0, Ok(TcpRepr {
+            control:    TcpControl::None,
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"abcdef"[..],
+            ..RECV_TEMPL
+        }), exact);
+        assert!(s.may_send_more(), "six bytes not sent yet");
+        recv!(s, time 0, Ok(TcpRepr {
+            control:    TcpControl::Psh,
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"012345"[..],
+            ..RECV_TEMPL
+        }), exact);
+        assert!(!s.may_send_more(), "all of it in flight");
+        // a retransmission after the timeout: the first segment again, then the second
+        recv!(s, time 1000, Ok(TcpRepr {
+            control:    TcpControl::None,
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload:    &b"abcdef"[..],
+            ..RECV_TEMPL
+        }), exact);
+        assert!(s.may_send_more(), "the second segment goes again");
+        // a close: its FIN may still be due
+        let mut s = socket_established();
+        s.close();
+        assert!(s.may_send_more());
     }
 
     #[test]

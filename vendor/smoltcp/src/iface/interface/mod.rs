@@ -832,8 +832,16 @@ impl Interface {
                         neighbor_addr.expect("non-IP response packet"),
                     );
                 }
-                // DockNet patch: a socket that sent may have more (one segment per visit)
-                Ok(()) if neighbor_addr.is_some() => item.meta.touched = true,
+                // DockNet patch: a socket that sent may have more (one segment per visit); a
+                // TCP socket says whether it may
+                Ok(()) if neighbor_addr.is_some() => {
+                    item.meta.touched = match &item.socket {
+                        #[cfg(feature = "socket-tcp")]
+                        Socket::Tcp(socket) => socket.may_send_more(),
+                        #[allow(unreachable_patterns)]
+                        _ => true,
+                    }
+                }
                 Ok(()) => {}
             }
         }
