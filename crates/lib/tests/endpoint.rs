@@ -65,6 +65,44 @@ fn setup() -> (tempfile::TempDir, Registry) {
     (d, r)
 }
 
+/// Pipes `a` and `b` of [`setup`] with a master thread (`adaptive`) between them, each attached
+/// at `block`, and `b`'s MAC as the daemon answers `a`'s ARP for it.
+struct DaemonPath {
+    _d: tempfile::TempDir,
+    _r: Registry,
+    shared: Arc<MasterShared>,
+    master: Option<std::thread::JoinHandle<()>>,
+    a: Endpoint,
+    b: Endpoint,
+    mac_b: [u8; 6],
+}
+
+impl DaemonPath {
+    fn new() -> Self {
+        let (d, mut r) = setup();
+        let shared = Arc::new(MasterShared::new(r.snapshot()));
+        let master = Some(start_master(&shared, IdlePolicy::ADAPTIVE));
+        let mut a = attach(&mut r, "a", IdlePolicy::Block);
+        let b = attach(&mut r, "b", IdlePolicy::Block);
+        let mac_b = a
+            .resolve(B, Duration::from_secs(2))
+            .expect("ARP answered by the daemon");
+        DaemonPath {
+            _d: d,
+            _r: r,
+            shared,
+            master,
+            a,
+            b,
+            mac_b,
+        }
+    }
+
+    fn stop(mut self) {
+        stop_master(&self.shared, self.master.take().unwrap());
+    }
+}
+
 #[test]
 fn fast_channel_carries_frames_both_ways_in_order() {
     let (_d, mut r) = setup();
@@ -272,34 +310,28 @@ fn frames_on_a_removed_channel_are_still_read_and_later_ones_take_the_daemon() {
 
 #[test]
 fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
-    let (_d, mut r) = setup();
-    let shared = Arc::new(MasterShared::new(r.snapshot()));
-    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
-    let mut a = attach(&mut r, "a", IdlePolicy::Block);
-    let mut b = attach(&mut r, "b", IdlePolicy::Block);
-    let mac_b = a
-        .resolve(B, Duration::from_secs(2))
-        .expect("ARP answered by the daemon");
+    let mut p = DaemonPath::new();
+    let (a, b, mac_b, shared) = (&mut p.a, &mut p.b, p.mac_b, p.shared.clone());
     assert_eq!(mac_b, b.mac());
     let mut buf = vec![0u8; 2048];
     // let everyone fall asleep, then wake the chain with one frame
     std::thread::sleep(Duration::from_millis(50));
     for i in 0..200u32 {
-        let f = frame(&a, B, mac_b, 64 + (i as usize % 1400), i as u8);
+        let f = frame(a, B, mac_b, 64 + (i as usize % 1400), i as u8);
         a.send_blocking(&f, Instant::now() + Duration::from_secs(1))
             .unwrap();
-        let (n, via) = recv_within(&mut b, &mut buf, Duration::from_secs(2)).expect("forwarded");
+        let (n, via) = recv_within(b, &mut buf, Duration::from_secs(2)).expect("forwarded");
         assert_eq!(via, Via::Daemon);
         assert_eq!(&buf[..n], &f[..]);
     }
     // a frame to nobody and a spoofed frame are dropped and counted, not delivered
-    a.send(&frame(&a, Ipv4Addr::new(10, 3, 0, 99), mac_b, 64, 0))
+    a.send(&frame(a, Ipv4Addr::new(10, 3, 0, 99), mac_b, 64, 0))
         .unwrap();
-    let mut spoof = frame(&a, B, mac_b, 64, 0);
+    let mut spoof = frame(a, B, mac_b, 64, 0);
     spoof[26..30].copy_from_slice(&[10, 3, 0, 50]);
     a.send(&spoof).unwrap();
     a.flush();
-    assert!(recv_within(&mut b, &mut buf, Duration::from_millis(100)).is_none());
+    assert!(recv_within(b, &mut buf, Duration::from_millis(100)).is_none());
     let snap = shared.snap.load_full();
     let pa = snap.pipes.iter().find(|p| p.name == "a").unwrap();
     let t = Instant::now();
@@ -325,7 +357,7 @@ fn daemon_path_with_a_master_thread_and_a_sleeping_receiver() {
         shared.sleeps.load(Ordering::Relaxed) > 0,
         "the adaptive master slept"
     );
-    stop_master(&shared, master);
+    p.stop();
 }
 
 #[test]
@@ -784,14 +816,9 @@ fn a_running_container_takes_every_change_of_the_services() {
 }
 
 #[test]
-fn a_frame_built_in_the_pipes_own_ring_reaches_the_peer_as_built_and_an_unbuilt_room_sends_nothing()
-{
-    let (_d, mut r) = setup();
-    let shared = Arc::new(MasterShared::new(r.snapshot()));
-    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
-    let mut a = attach(&mut r, "a", IdlePolicy::Block);
-    let mut b = attach(&mut r, "b", IdlePolicy::Block);
-    let mac_b = a.resolve(B, Duration::from_secs(2)).unwrap();
+fn a_frame_built_in_the_pipes_ring_arrives_as_built_and_an_unbuilt_room_sends_nothing() {
+    let mut p = DaemonPath::new();
+    let (a, b, mac_b) = (&mut p.a, &mut p.b, p.mac_b);
     let mut buf = vec![0u8; 4096];
     assert!(matches!(
         a.reserve_on_pipe(0),
@@ -805,7 +832,7 @@ fn a_frame_built_in_the_pipes_own_ring_reaches_the_peer_as_built_and_an_unbuilt_
     let _abandoned = a.reserve_on_pipe(200).unwrap();
     let before = a.stats().tx_daemon;
     for i in 0..50u32 {
-        let want = frame(&a, B, mac_b, 64 + (i as usize * 37) % 1400, i as u8);
+        let want = frame(a, B, mac_b, 64 + (i as usize * 37) % 1400, i as u8);
         let room = a.reserve_on_pipe(want.len()).unwrap();
         let built = a.build_on_pipe(room, |f| {
             assert_eq!(f.len(), want.len());
@@ -814,14 +841,14 @@ fn a_frame_built_in_the_pipes_own_ring_reaches_the_peer_as_built_and_an_unbuilt_
         });
         assert_eq!(built, i);
         a.flush();
-        let (n, via) = recv_within(&mut b, &mut buf, Duration::from_secs(2)).expect("forwarded");
+        let (n, via) = recv_within(b, &mut buf, Duration::from_secs(2)).expect("forwarded");
         assert_eq!(via, Via::Daemon);
         assert_eq!(&buf[..n], &want[..], "frame {i}");
     }
-    assert!(recv_within(&mut b, &mut buf, Duration::from_millis(100)).is_none());
+    assert!(recv_within(b, &mut buf, Duration::from_millis(100)).is_none());
     assert_eq!(a.stats().tx_daemon - before, 50);
     // rooms are handed out only while the ring has some: unpublished frames fill it
-    let f = frame(&a, B, mac_b, 1500, 7);
+    let f = frame(a, B, mac_b, 1500, 7);
     let mut built = 0;
     let full = loop {
         match a.reserve_on_pipe(f.len()) {
@@ -832,7 +859,7 @@ fn a_frame_built_in_the_pipes_own_ring_reaches_the_peer_as_built_and_an_unbuilt_
         assert!(built < 100_000, "the ring never filled");
     };
     assert!(matches!(full, docknet_lib::SendError::Full), "{full:?}");
-    stop_master(&shared, master);
+    p.stop();
 }
 
 /// A frame of `len` bytes from `src` to `dst` carrying TCP with `flags`, its bytes after the
@@ -857,12 +884,8 @@ fn tcp_frame(
 #[test]
 fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
     use docknet_lib::raw::Got;
-    let (_d, mut r) = setup();
-    let shared = Arc::new(MasterShared::new(r.snapshot()));
-    let master = start_master(&shared, IdlePolicy::ADAPTIVE);
-    let mut a = attach(&mut r, "a", IdlePolicy::Block);
-    let mut b = attach(&mut r, "b", IdlePolicy::Block);
-    let mac_b = a.resolve(B, Duration::from_secs(2)).unwrap();
+    let mut p = DaemonPath::new();
+    let (a, b, mac_b) = (&mut p.a, &mut p.b, p.mac_b);
     let mut buf = vec![0u8; 4096];
     let take = |b: &mut Endpoint, buf: &mut [u8]| {
         let end = Instant::now() + Duration::from_secs(2);
@@ -879,15 +902,15 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
     // TCP are copied
     let ack = 0x10;
     let cases = [
-        (tcp_frame(&a, B, mac_b, 2000, ack, 1), true),
-        (tcp_frame(&a, B, mac_b, 2000, 0x02, 2), false),
-        (tcp_frame(&a, B, mac_b, 300, ack, 3), false),
-        (frame(&a, B, mac_b, 2000, 4), false),
+        (tcp_frame(a, B, mac_b, 2000, ack, 1), true),
+        (tcp_frame(a, B, mac_b, 2000, 0x02, 2), false),
+        (tcp_frame(a, B, mac_b, 300, ack, 3), false),
+        (frame(a, B, mac_b, 2000, 4), false),
     ];
     for (f, lent) in &cases {
         a.send_blocking(f, Instant::now() + Duration::from_secs(1))
             .unwrap();
-        match take(&mut b, &mut buf) {
+        match take(b, &mut buf) {
             Got::Lent(l, head) => {
                 assert!(lent, "lent: {:?}", &f[..60]);
                 assert_eq!(&buf[..head], &f[..head]);
@@ -903,10 +926,10 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
     // many more frames than the ring holds, each lent and read: each slot is handed back to
     // the daemon (at the next take, or by a flush when the reader waits)
     for i in 0..3000u32 {
-        let f = tcp_frame(&a, B, mac_b, 1000 + (i as usize % 7) * 300, ack, i as u8);
+        let f = tcp_frame(a, B, mac_b, 1000 + (i as usize % 7) * 300, ack, i as u8);
         a.send_blocking(&f, Instant::now() + Duration::from_secs(1))
             .unwrap();
-        let Got::Lent(l, _) = take(&mut b, &mut buf) else {
+        let Got::Lent(l, _) = take(b, &mut buf) else {
             panic!("frame {i} copied");
         };
         assert!(l.read(|got| got == &f[..]), "frame {i}");
@@ -914,5 +937,5 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
             b.flush();
         }
     }
-    stop_master(&shared, master);
+    p.stop();
 }
