@@ -84,8 +84,8 @@ fn link_exists(ns: &str) -> bool {
 }
 
 /// Host A as a node: pods' traffic beyond masqueraded behind its address on the wire, a route
-/// on host B to the pods through it, and kube-proxy's NodePort rule for port 30080 to the web pod (as its nftables mode
-/// writes it, reduced to the one endpoint).
+/// on host B to the pods through it, and kube-proxy's NodePort rule for port 30080 to the web
+/// pod (as its nftables mode writes it, reduced to the one endpoint).
 fn make_node(wire: &Wire) {
     let ns = &wire.host_a;
     let nft = |rule: &str| {

@@ -885,28 +885,23 @@ impl Endpoint {
     fn take_daemon(&mut self, buf: &mut [u8], over: usize) -> Option<Got> {
         let (region, c) = (&self.region, &mut self.rx);
         let mut lent = None;
-        let n = take_with(
-            c,
-            &mut self.rx_unreleased,
-            |f| {
-                let head = f.len.min(crate::segment::MAX_HEADERS).min(buf.len());
-                if f.len > over
-                    && region.read(f.off, &mut buf[..head])
-                    && crate::segment::plain_tcp_head(&buf[..head], f.len)
-                {
-                    lent = Some(LentFrame {
-                        region: region.clone(),
-                        off: f.off,
-                        len: f.len,
-                    });
-                    return (head, true);
-                }
-                let n = f.len.min(buf.len());
-                region.read(f.off, &mut buf[..n]);
-                (n, false)
-            },
-            region,
-        )?;
+        let n = take_with(region, c, &mut self.rx_unreleased, |f| {
+            let head = f.len.min(crate::segment::MAX_HEADERS).min(buf.len());
+            if f.len > over
+                && region.read(f.off, &mut buf[..head])
+                && crate::segment::plain_tcp_head(&buf[..head], f.len)
+            {
+                lent = Some(LentFrame {
+                    region: region.clone(),
+                    off: f.off,
+                    len: f.len,
+                });
+                return (head, true);
+            }
+            let n = f.len.min(buf.len());
+            region.read(f.off, &mut buf[..n]);
+            (n, false)
+        })?;
         self.rx_lent = lent.is_some();
         Some(match lent {
             Some(l) => Got::Lent(l, n),
@@ -1221,16 +1216,11 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
 /// The next valid frame of a ring into `buf`: at most a ring's worth of refused descriptors
 /// are skipped per call.
 fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8]) -> Option<usize> {
-    take_with(
-        c,
-        unreleased,
-        |f| {
-            let n = f.len.min(buf.len());
-            region.read(f.off, &mut buf[..n]);
-            (n, false)
-        },
-        region,
-    )
+    take_with(region, c, unreleased, |f| {
+        let n = f.len.min(buf.len());
+        region.read(f.off, &mut buf[..n]);
+        (n, false)
+    })
 }
 
 /// Takes the next frame of `c` and hands it to `got`, which says how many bytes it copied and
@@ -1238,10 +1228,10 @@ fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8])
 /// unreleased: the caller releases them once done with it). Refused descriptors (counted by
 /// the ring) are skipped, a ring's depth of them at most.
 fn take_with(
+    region: &Region,
     c: &mut Consumer,
     unreleased: &mut u32,
     mut got: impl FnMut(docknet_pipe::ring::Frame) -> (usize, bool),
-    region: &Region,
 ) -> Option<usize> {
     for _ in 0..=c.layout().depth {
         let r = c.pop(region)?;

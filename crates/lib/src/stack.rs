@@ -409,21 +409,22 @@ impl Inner {
     /// ahead of a third of the answers. If the reader goes to sleep instead, it sends the ACK
     /// then; the ACK delay's timer bounds the rest.
     fn release_delayed_acks(&mut self) {
-        // (looked at without touching: only the sockets whose ACK leaves are sent for; one
-        // at a time, as an ACK released is no longer held)
-        let mut held = false;
-        loop {
-            let next = self.sockets.iter().find_map(|(h, s)| match s {
+        // (looked at without touching, in one pass: only the sockets whose ACK leaves are
+        // sent for)
+        let held: smallvec::SmallVec<[SocketHandle; 8]> = self
+            .sockets
+            .iter()
+            .filter_map(|(h, s)| match s {
                 smoltcp::socket::Socket::Tcp(t) if t.ack_delayed() && t.recv_queue() == 0 => {
                     Some(h)
                 }
                 _ => None,
-            });
-            let Some(h) = next else { break };
+            })
+            .collect();
+        for &h in &held {
             self.sockets.get_mut::<tcp::Socket>(h).expire_ack_delay();
-            held = true;
         }
-        if held {
+        if !held.is_empty() {
             self.poll();
         }
     }

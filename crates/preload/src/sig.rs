@@ -63,9 +63,8 @@ pub fn within<T>(f: impl FnOnce() -> T) -> T {
 /// run first (`f` is told whether any did), and those of signals that come meanwhile run at
 /// once.
 pub fn asleep<T>(f: impl FnOnce(bool) -> T) -> T {
-    ASLEEP.with(|a| a.set(a.get() + 1));
-    let r = f(run_pending());
-    ASLEEP.with(|a| a.set(a.get().saturating_sub(1)));
+    let r = f(fall_asleep());
+    wake_up();
     r
 }
 
@@ -73,11 +72,22 @@ pub fn asleep<T>(f: impl FnOnce(bool) -> T) -> T {
 /// [`asleep`], in two halves.
 pub fn sleep_hook(enter: bool) {
     if enter {
-        ASLEEP.with(|a| a.set(a.get() + 1));
-        run_pending();
+        fall_asleep();
     } else {
-        ASLEEP.with(|a| a.set(a.get().saturating_sub(1)));
+        wake_up();
     }
+}
+
+/// The start of a sleep: signals now run their handlers at once, and those that waited run
+/// first; whether any did.
+fn fall_asleep() -> bool {
+    ASLEEP.with(|a| a.set(a.get() + 1));
+    run_pending()
+}
+
+/// The end of a sleep.
+fn wake_up() {
+    ASLEEP.with(|a| a.set(a.get().saturating_sub(1)));
 }
 
 /// A point inside a call where the library holds nothing (a blocked call about to wait
