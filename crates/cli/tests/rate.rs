@@ -12,33 +12,18 @@ fn pipes(lab: &Lab) {
     lab.ok(&["pipe", "create", "b", "--ip", "10.61.0.2/24"]);
 }
 
-#[test]
-fn a_limited_pipe_takes_the_time_its_limit_implies() {
-    if !root_or_skip("rate transfer") {
-        return;
-    }
-    let mut lab = Lab::start("block");
-    pipes(&lab);
-    let set = lab.json(&["rate", "set", "a", "--egress", "400mbit", "--json"]);
-    assert_eq!(set["egress_bps"], 400_000_000, "{set}");
+/// dnperf's server in pipe b and a client in pipe a sending it `total` checked bytes, started.
+fn check_transfer(lab: &mut Lab, port: u16, total: u64) -> (usize, usize) {
+    let bind = format!("10.61.0.2:{port}");
     let srv = lab.spawn_in(
         "b",
         None,
         &[
-            DNPERF,
-            "server",
-            "--stack",
-            "docknet",
-            "--idle",
-            "block",
-            "--bind",
-            "10.61.0.2:7000",
-            "--conns",
+            DNPERF, "server", "--stack", "docknet", "--idle", "block", "--bind", &bind, "--conns",
             "1",
         ],
     );
     std::thread::sleep(Duration::from_millis(300));
-    let total: u64 = 100_000_000;
     let cli = lab.spawn_in(
         "a",
         None,
@@ -50,7 +35,7 @@ fn a_limited_pipe_takes_the_time_its_limit_implies() {
             "--idle",
             "block",
             "--connect",
-            "10.61.0.2:7000",
+            &bind,
             "--workload",
             "check",
             "--bytes",
@@ -60,6 +45,20 @@ fn a_limited_pipe_takes_the_time_its_limit_implies() {
             "--json",
         ],
     );
+    (srv, cli)
+}
+
+#[test]
+fn a_limited_pipe_takes_the_time_its_limit_implies() {
+    if !root_or_skip("rate transfer") {
+        return;
+    }
+    let mut lab = Lab::start("block");
+    pipes(&lab);
+    let set = lab.json(&["rate", "set", "a", "--egress", "400mbit", "--json"]);
+    assert_eq!(set["egress_bps"], 400_000_000, "{set}");
+    let total: u64 = 100_000_000;
+    let (srv, cli) = check_transfer(&mut lab, 7000, total);
     let out = lab.wait(cli, Duration::from_secs(120));
     assert!(
         out.status.success(),
@@ -153,4 +152,50 @@ fn limits_survive_a_daemon_restart() {
     lab.ok(&["rate", "clear", "a"]);
     let show = lab.json(&["rate", "show", "a", "--json"]);
     assert!(show["egress_bps"].is_null(), "{show}");
+}
+
+/// A flow held at its limit moves in runs its tokens release, at times the daemon knows: the
+/// master sleeps between them, at the daemon's default idle policy too (which yields for a
+/// while after work before it sleeps), rather than polling for the tokens. Egress and ingress.
+#[test]
+fn a_master_sleeps_between_the_runs_of_a_paced_flow() {
+    if !root_or_skip("paced master") {
+        return;
+    }
+    let mut lab = Lab::start("adaptive");
+    pipes(&lab);
+    for (k, (pipe, dir)) in [("a", "--egress"), ("b", "--ingress")]
+        .into_iter()
+        .enumerate()
+    {
+        lab.ok(&["rate", "set", pipe, dir, "200mbit"]);
+        // 2.4 s at the limit
+        let total: u64 = 60_000_000;
+        let (srv, cli) = check_transfer(&mut lab, 7100 + k as u16, total);
+        // past the first bucket and the idle policy's first spell
+        std::thread::sleep(Duration::from_millis(600));
+        let top = lab.json(&["top", "--once", "--json", "--interval", "1"]);
+        let out = lab.wait(cli, Duration::from_secs(60));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = peer_json(&out);
+        assert_eq!(v["result"]["corrupt_bytes"], 0, "{v}");
+        let _ = lab.wait(srv, Duration::from_secs(20));
+        let m = &top["masters"][0];
+        let flowing = top["pipes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["rate_waits_per_s"].as_f64().unwrap_or(0.0) > 0.0);
+        assert!(flowing, "the sample saw the flow held at its limit: {top}");
+        let asleep = m["asleep_pct"].as_f64().unwrap();
+        assert!(
+            asleep > 50.0,
+            "{dir}: the master slept {asleep:.1}% of the paced flow's time: {m}"
+        );
+        lab.ok(&["rate", "clear", pipe]);
+    }
 }

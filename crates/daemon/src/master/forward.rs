@@ -179,7 +179,8 @@ pub(super) fn deliver_bytes(
 }
 
 /// Moves up to [`BATCH`] frames from pipe `i`'s tx ring. Returns (frames taken, frames
-/// delivered into rx rings or sent to the wire).
+/// delivered into rx rings or sent to the wire, frames taken of traffic no limit holds: see
+/// [`Local::paced`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pump(
     snap: &Snapshot,
@@ -190,12 +191,13 @@ pub(super) fn pump(
     now: Instant,
     now_ns: u64,
     cross: &mut Cross<'_>,
-) -> (usize, u64) {
+) -> (usize, u64, usize) {
     let mut edge = edge;
     let sp = &snap.pipes[i];
     let stats_before = (local[i].tx.stats, local[i].rx.stats);
     let mut taken = 0;
     let mut forwarded = 0u64;
+    let mut unpaced = 0;
     let mut hdr_buf = [0u8; HEADER_PEEK];
     while taken < BATCH {
         let Some(r) = local[i].tx.pop(&sp.region) else {
@@ -210,9 +212,10 @@ pub(super) fn pump(
             if !b.take(frame.len, now_ns) {
                 // over its egress limit: the frame stays in its ring (the container's TCP
                 // feels the back-pressure) and the ring is not read until the tokens are there
-                let wait = b.wait_for(frame.len, now_ns).max(1);
+                let wait = b.wait_for_run(frame.len, now_ns).max(1);
                 local[i].tx.unpop(&frame);
                 local[i].egress_until = now_ns + wait;
+                local[i].paced_at = now_ns;
                 local[i].count(Counter::RateWaits, 1);
                 taken -= 1;
                 break;
@@ -226,7 +229,13 @@ pub(super) fn pump(
         if let Some(t) = &local[i].tap {
             t.offer_region(&sp.region, frame.off, frame.len, hdr, Dir::Out);
         }
-        match decide(hdr, frame.len, i, &snap.table) {
+        let decision = decide(hdr, frame.len, i, &snap.table);
+        if !local[i].paced(now_ns)
+            && !matches!(decision, Decision::Unicast(d) if local[d].paced(now_ns))
+        {
+            unpaced += 1;
+        }
+        match decision {
             Decision::Unicast(d) => {
                 let ok = deliver(snap, local, i, d, frame, hdr, dirty, false, now_ns, cross);
                 forwarded += u64::from(ok);
@@ -303,5 +312,5 @@ pub(super) fn pump(
         // nothing moved, but something was counted (an impossible index from the container)
         local[i].dirty_counters = true;
     }
-    (taken, forwarded)
+    (taken, forwarded, unpaced)
 }

@@ -1,7 +1,7 @@
 //! Master-private state of each pipe: its rings, counters, flood budget and rate limiters.
 
 use super::talk::Talk;
-use super::{shard_of, FLOOD_BURST, FLOOD_RATE, INGRESS_QUEUE, MUTE_MAX, MUTE_MIN};
+use super::{shard_of, FLOOD_BURST, FLOOD_RATE, INGRESS_QUEUE, MUTE_MAX, MUTE_MIN, PACED_FOR};
 use crate::capture::{Dir, Tap};
 use crate::rate::{Bucket, Limit, Timers};
 use crate::registry::{Counter, Pipe, Snapshot, NCOUNTERS};
@@ -64,6 +64,8 @@ pub(super) struct Local {
     inq_bytes: usize,
     /// Its tx ring is not read before this (ns), waiting for egress tokens.
     pub(super) egress_until: u64,
+    /// When it last waited for its limits' tokens (ns; 0: never), in either direction.
+    pub(super) paced_at: u64,
     /// Cold: its tx ring is not read; watcher `w` sleeps on its armed sleep word.
     pub(super) cold: Option<usize>,
     /// When its tx ring last had frames.
@@ -113,6 +115,7 @@ impl Local {
             inq: VecDeque::new(),
             inq_bytes: 0,
             egress_until: 0,
+            paced_at: 0,
             cold: None,
             last_tx: Instant::now(),
             owned: true,
@@ -153,6 +156,7 @@ impl Local {
             return Admit::Drop;
         }
         self.count(Counter::RateWaits, 1);
+        self.paced_at = now;
         Admit::Queue
     }
 
@@ -188,13 +192,20 @@ impl Local {
     pub(super) fn rate_wait(&self, now: u64) -> Option<u64> {
         let e = (self.egress_until > now).then(|| self.egress_until - now);
         let i = match (self.inq.front(), &self.ingress) {
-            (Some(f), Some(b)) => Some(b.wait_for(f.len(), now)),
+            (Some(f), Some(b)) => Some(b.wait_for_run(f.len(), now)),
             _ => None,
         };
         match (e, i) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// Whether this pipe's traffic is held at one of its limits: it waited for tokens within
+    /// the last [`PACED_FOR`]. Its frames, and the frames sent to it (a paced sender's
+    /// acknowledgements), come when its tokens let them, which the master knows.
+    pub(super) fn paced(&self, now: u64) -> bool {
+        self.paced_at != 0 && now.saturating_sub(self.paced_at) < PACED_FOR
     }
 
     pub(super) fn muted(&self, now: Instant) -> bool {

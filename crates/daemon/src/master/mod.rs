@@ -54,6 +54,8 @@ pub const INGRESS_QUEUE: usize = 1 << 20;
 /// First and longest mute of a pipe whose wake-ups found no work.
 const MUTE_MIN: Duration = Duration::from_millis(1);
 const MUTE_MAX: Duration = Duration::from_millis(128);
+/// How long a pipe counts as held at its limits after it last waited for tokens (ns).
+const PACED_FOR: u64 = 10_000_000;
 /// Pipe words a master sleeps on itself (the rest of its 128: the control word, the link's
 /// bell, the watchers' bell and its shard bell). With more pipes than this, idle ones go cold
 /// ([`crate::watch`]).
@@ -101,6 +103,9 @@ pub struct Master {
     owned: usize,
     /// When the last round began (its clock read, reused for the time split).
     round_ns: u64,
+    /// The last round's frames were all of traffic held at a rate limit (see
+    /// [`Master::round_was_paced`]).
+    paced: bool,
 }
 
 impl Master {
@@ -130,6 +135,7 @@ impl Master {
             gauges: (0, 0),
             owned: 0,
             round_ns: 0,
+            paced: false,
             seen,
             local: rebuild(&snap, Vec::new(), me, masters, &shared.taps.load()),
             ids: snap
@@ -240,15 +246,28 @@ impl Master {
         true
     }
 
+    /// Whether the last [`Master::round`] moved only frames of traffic held at a rate limit:
+    /// those a limit's tokens let go, and the frames sent to a pipe held at its limit (a paced
+    /// sender's acknowledgements). Such work comes at times the master knows (it sleeps until
+    /// the tokens are there), so it is no sign of more work soon, and the master's idle policy
+    /// does not start over for it: a master that yielded between the runs of a paced flow kept
+    /// a core busy doing nothing (its whole wait between runs).
+    pub fn round_was_paced(&self) -> bool {
+        self.paced
+    }
+
     /// One round: up to [`BATCH`] frames from every pipe's tx ring. Returns the frames taken.
     pub fn round(&mut self) -> usize {
         let now = Instant::now();
         let now_ns = wake::monotonic_ns();
         self.round_ns = now_ns;
-        let (mut work, mut delivered) = (0, 0);
+        // `unpaced`: the frames of traffic no rate limit holds
+        let (mut work, mut delivered, mut unpaced) = (0, 0, 0);
         self.take_rung(now);
         if self.masters > 1 {
-            work += self.take_inbox(now_ns);
+            let n = self.take_inbox(now_ns);
+            work += n;
+            unpaced += n;
         }
         let mut cross = Cross {
             shared: &self.shared,
@@ -271,7 +290,7 @@ impl Master {
             if self.local[i].egress_until > now_ns || self.local[i].cold.is_some() {
                 continue;
             }
-            let (t, d) = pump(
+            let (t, d, u) = pump(
                 &self.snap,
                 &mut self.local,
                 i,
@@ -283,6 +302,7 @@ impl Master {
             );
             work += t;
             delivered += d;
+            unpaced += u;
             if t > 0 {
                 // it had work: a wake-up from it was real
                 self.local[i].pause = Duration::ZERO;
@@ -300,12 +320,14 @@ impl Master {
             let (n, d) = link_round(e, &self.snap, &mut self.local, &mut self.dirty, now, now_ns);
             work += n;
             delivered += d;
+            unpaced += n;
             if now.saturating_duration_since(self.last_tick) >= Duration::from_millis(100) {
                 self.last_tick = now;
                 e.tick(now);
             }
             e.flush();
         }
+        self.paced = work > 0 && unpaced == 0;
         if work == 0 {
             // woken for nothing: whoever woke us waits longer next time
             for &i in &self.suspects {
