@@ -1,5 +1,6 @@
 //! Rate limits end to end: a limited pipe's transfer takes the time its limit implies, bad
-//! input changes nothing, limits survive a daemon restart.
+//! input changes nothing, limits survive a daemon restart, and the master sleeps between the
+//! runs of a flow held at its limit.
 
 mod common;
 use common::*;

@@ -384,6 +384,14 @@ impl Idler {
         self.policy
     }
 
+    /// Call after a round whose work says nothing about more work soon (it came when the
+    /// caller knew it would, e.g. when a rate limit's tokens let it): the spell of idleness
+    /// goes on as if the round had found nothing, and the yield handed out before the round
+    /// is not counted as contended (the round, not another thread, kept the poller busy).
+    pub fn aside(&mut self) {
+        self.yielded_at = None;
+    }
+
     /// Call after a round that did work.
     pub fn busy(&mut self) {
         // (a clock read only when the last step was a yield)

@@ -178,9 +178,17 @@ pub(super) fn deliver_bytes(
     }
 }
 
-/// Moves up to [`BATCH`] frames from pipe `i`'s tx ring. Returns (frames taken, frames
-/// delivered into rx rings or sent to the wire, frames taken of traffic no limit holds: see
-/// [`Local::paced`]).
+/// What one [`pump`] moved.
+pub(super) struct Pumped {
+    /// Frames taken from the tx ring.
+    pub taken: usize,
+    /// Frames delivered into rx rings or sent to the wire.
+    pub forwarded: u64,
+    /// Frames taken of traffic no rate limit holds (see [`Local::paced`]).
+    pub unpaced: usize,
+}
+
+/// Moves up to [`BATCH`] frames from pipe `i`'s tx ring.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pump(
     snap: &Snapshot,
@@ -191,13 +199,13 @@ pub(super) fn pump(
     now: Instant,
     now_ns: u64,
     cross: &mut Cross<'_>,
-) -> (usize, u64, usize) {
+) -> Pumped {
     let mut edge = edge;
     let sp = &snap.pipes[i];
     let stats_before = (local[i].tx.stats, local[i].rx.stats);
     let mut taken = 0;
     let mut forwarded = 0u64;
-    let mut unpaced = 0;
+    let mut paced = 0;
     let mut hdr_buf = [0u8; HEADER_PEEK];
     while taken < BATCH {
         let Some(r) = local[i].tx.pop(&sp.region) else {
@@ -215,7 +223,7 @@ pub(super) fn pump(
                 let wait = b.wait_for_run(frame.len, now_ns).max(1);
                 local[i].tx.unpop(&frame);
                 local[i].egress_until = now_ns + wait;
-                local[i].paced_at = now_ns;
+                local[i].paced_at = Some(now_ns);
                 local[i].count(Counter::RateWaits, 1);
                 taken -= 1;
                 break;
@@ -230,10 +238,10 @@ pub(super) fn pump(
             t.offer_region(&sp.region, frame.off, frame.len, hdr, Dir::Out);
         }
         let decision = decide(hdr, frame.len, i, &snap.table);
-        if !local[i].paced(now_ns)
-            && !matches!(decision, Decision::Unicast(d) if local[d].paced(now_ns))
+        if local[i].paced(now_ns)
+            || matches!(decision, Decision::Unicast(d) if local[d].paced(now_ns))
         {
-            unpaced += 1;
+            paced += 1;
         }
         match decision {
             Decision::Unicast(d) => {
@@ -312,5 +320,9 @@ pub(super) fn pump(
         // nothing moved, but something was counted (an impossible index from the container)
         local[i].dirty_counters = true;
     }
-    (taken, forwarded, unpaced)
+    Pumped {
+        taken,
+        forwarded,
+        unpaced: taken - paced,
+    }
 }

@@ -64,8 +64,10 @@ pub(super) struct Local {
     inq_bytes: usize,
     /// Its tx ring is not read before this (ns), waiting for egress tokens.
     pub(super) egress_until: u64,
-    /// When it last waited for its limits' tokens (ns; 0: never), in either direction.
-    pub(super) paced_at: u64,
+    /// Its ingress queue is not drained before this (ns), waiting for a run's tokens.
+    pub(super) ingress_until: u64,
+    /// When it last waited for its limits' tokens (ns), in either direction.
+    pub(super) paced_at: Option<u64>,
     /// Cold: its tx ring is not read; watcher `w` sleeps on its armed sleep word.
     pub(super) cold: Option<usize>,
     /// When its tx ring last had frames.
@@ -115,7 +117,8 @@ impl Local {
             inq: VecDeque::new(),
             inq_bytes: 0,
             egress_until: 0,
-            paced_at: 0,
+            ingress_until: 0,
+            paced_at: None,
             cold: None,
             last_tx: Instant::now(),
             owned: true,
@@ -139,6 +142,12 @@ impl Local {
         if self.egress.is_none() {
             self.egress_until = 0;
         }
+        if self.ingress.is_none() {
+            self.ingress_until = 0;
+        }
+        if self.egress.is_none() && self.ingress.is_none() {
+            self.paced_at = None;
+        }
         self.dirty_counters = true;
     }
 
@@ -156,7 +165,7 @@ impl Local {
             return Admit::Drop;
         }
         self.count(Counter::RateWaits, 1);
-        self.paced_at = now;
+        self.paced_at = Some(now);
         Admit::Queue
     }
 
@@ -166,12 +175,24 @@ impl Local {
     }
 
     /// Moves queued frames into the rx ring as the ingress limit allows. Returns how many.
+    /// Once held at the limit, the queue waits for a run's tokens (see
+    /// [`Bucket::wait_for_run`]) before it moves again.
     pub(super) fn drain(&mut self, p: &Pipe, now: u64) -> usize {
+        if self.ingress_until > now {
+            return 0;
+        }
         let mut n = 0;
         while let Some(f) = self.inq.front() {
             let len = f.len();
-            let fits = self.rx.fits(&p.region, len);
-            if !fits || !self.ingress.as_mut().is_some_and(|b| b.take(len, now)) {
+            if !self.rx.fits(&p.region, len) {
+                break;
+            }
+            let Some(b) = self.ingress.as_mut() else {
+                break;
+            };
+            if !b.take(len, now) {
+                self.ingress_until = now + b.wait_for_run(len, now).max(1);
+                self.paced_at = Some(now);
                 break;
             }
             let f = self.inq.pop_front().unwrap_or_default();
@@ -192,7 +213,8 @@ impl Local {
     pub(super) fn rate_wait(&self, now: u64) -> Option<u64> {
         let e = (self.egress_until > now).then(|| self.egress_until - now);
         let i = match (self.inq.front(), &self.ingress) {
-            (Some(f), Some(b)) => Some(b.wait_for_run(f.len(), now)),
+            (Some(_), Some(_)) if self.ingress_until > now => Some(self.ingress_until - now),
+            (Some(f), Some(b)) => Some(b.wait_for(f.len(), now)),
             _ => None,
         };
         match (e, i) {
@@ -205,7 +227,8 @@ impl Local {
     /// the last [`PACED_FOR`]. Its frames, and the frames sent to it (a paced sender's
     /// acknowledgements), come when its tokens let them, which the master knows.
     pub(super) fn paced(&self, now: u64) -> bool {
-        self.paced_at != 0 && now.saturating_sub(self.paced_at) < PACED_FOR
+        self.paced_at
+            .is_some_and(|t| u128::from(now.saturating_sub(t)) < PACED_FOR.as_nanos())
     }
 
     pub(super) fn muted(&self, now: Instant) -> bool {

@@ -54,8 +54,8 @@ pub const INGRESS_QUEUE: usize = 1 << 20;
 /// First and longest mute of a pipe whose wake-ups found no work.
 const MUTE_MIN: Duration = Duration::from_millis(1);
 const MUTE_MAX: Duration = Duration::from_millis(128);
-/// How long a pipe counts as held at its limits after it last waited for tokens (ns).
-const PACED_FOR: u64 = 10_000_000;
+/// How long a pipe counts as held at its limits after it last waited for tokens.
+const PACED_FOR: Duration = Duration::from_millis(10);
 /// Pipe words a master sleeps on itself (the rest of its 128: the control word, the link's
 /// bell, the watchers' bell and its shard bell). With more pipes than this, idle ones go cold
 /// ([`crate::watch`]).
@@ -165,8 +165,10 @@ impl Master {
     }
     /// Delivers what the other masters queued for this one's pipes (at most [`INBOX`] from
     /// each). Returns the frames taken.
-    fn take_inbox(&mut self, now_ns: u64) -> usize {
-        let mut n = 0;
+    /// Delivers what the other masters left for this one's pipes. Returns (parcels taken,
+    /// those not for a pipe held at its limits).
+    fn take_inbox(&mut self, now_ns: u64) -> (usize, usize) {
+        let (mut n, mut unpaced) = (0, 0);
         let shared = self.shared.clone();
         for q in &shared.shards[self.me].inbox {
             for _ in 0..INBOX {
@@ -179,6 +181,9 @@ impl Master {
                     continue;
                 };
                 let (p, l) = (&self.snap.pipes[d], &mut self.local[d]);
+                if !l.paced(now_ns) {
+                    unpaced += 1;
+                }
                 if parcel.bytes.len() > l.rx.layout().frame_size as usize {
                     l.count(Counter::DropTooBig, 1);
                     continue;
@@ -191,7 +196,7 @@ impl Master {
             self.local[d].rx_dirty = false;
         }
         self.dirty.clear();
-        n
+        (n, unpaced)
     }
     /// Tells the link's flow director the pipes' addresses and the tunnels' identifiers.
     fn sync_edge(&mut self) {
@@ -265,9 +270,9 @@ impl Master {
         let (mut work, mut delivered, mut unpaced) = (0, 0, 0);
         self.take_rung(now);
         if self.masters > 1 {
-            let n = self.take_inbox(now_ns);
+            let (n, u) = self.take_inbox(now_ns);
             work += n;
-            unpaced += n;
+            unpaced += u;
         }
         let mut cross = Cross {
             shared: &self.shared,
@@ -290,7 +295,7 @@ impl Master {
             if self.local[i].egress_until > now_ns || self.local[i].cold.is_some() {
                 continue;
             }
-            let (t, d, u) = pump(
+            let p = pump(
                 &self.snap,
                 &mut self.local,
                 i,
@@ -300,10 +305,10 @@ impl Master {
                 now_ns,
                 &mut cross,
             );
-            work += t;
-            delivered += d;
-            unpaced += u;
-            if t > 0 {
+            work += p.taken;
+            delivered += p.forwarded;
+            unpaced += p.unpaced;
+            if p.taken > 0 {
                 // it had work: a wake-up from it was real
                 self.local[i].pause = Duration::ZERO;
                 self.local[i].muted_until = None;

@@ -67,7 +67,9 @@ pub fn run_shard(shared: Arc<MasterShared>, me: usize, policy: IdlePolicy, edge:
             publish(rounds, frames, busy, idle, asleep, sleeps);
         }
         if n > 0 {
-            if !m.round_was_paced() {
+            if m.round_was_paced() {
+                idler.aside();
+            } else {
                 idler.busy();
             }
             continue;
