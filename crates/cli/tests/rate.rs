@@ -49,6 +49,21 @@ fn check_transfer(lab: &mut Lab, port: u16, total: u64) -> (usize, usize) {
     (srv, cli)
 }
 
+/// Waits for the client of [`check_transfer`] (at most `limit`) and its server: the client's
+/// report, every byte intact.
+fn checked(lab: &mut Lab, srv: usize, cli: usize, limit: Duration) -> serde_json::Value {
+    let out = lab.wait(cli, limit);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = peer_json(&out);
+    assert_eq!(v["result"]["corrupt_bytes"], 0, "{v}");
+    let _ = lab.wait(srv, Duration::from_secs(20));
+    v
+}
+
 #[test]
 fn a_limited_pipe_takes_the_time_its_limit_implies() {
     if !root_or_skip("rate transfer") {
@@ -60,15 +75,7 @@ fn a_limited_pipe_takes_the_time_its_limit_implies() {
     assert_eq!(set["egress_bps"], 400_000_000, "{set}");
     let total: u64 = 100_000_000;
     let (srv, cli) = check_transfer(&mut lab, 7000, total);
-    let out = lab.wait(cli, Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = peer_json(&out);
-    assert_eq!(v["result"]["corrupt_bytes"], 0, "{v}");
-    let _ = lab.wait(srv, Duration::from_secs(20));
+    let v = checked(&mut lab, srv, cli, Duration::from_secs(120));
     // the receiver's time from first to last byte
     let secs = total as f64 * 8.0 / (v["result"]["gbps"].as_f64().unwrap() * 1e9);
     // the limit counts frames with their headers: 1514 bytes per 1460 of payload
@@ -176,15 +183,7 @@ fn a_master_sleeps_between_the_runs_of_a_paced_flow() {
         // past the first bucket and the idle policy's first spell
         std::thread::sleep(Duration::from_millis(600));
         let top = lab.json(&["top", "--once", "--json", "--interval", "1"]);
-        let out = lab.wait(cli, Duration::from_secs(60));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = peer_json(&out);
-        assert_eq!(v["result"]["corrupt_bytes"], 0, "{v}");
-        let _ = lab.wait(srv, Duration::from_secs(20));
+        checked(&mut lab, srv, cli, Duration::from_secs(60));
         let m = &top["masters"][0];
         let flowing = top["pipes"]
             .as_array()
