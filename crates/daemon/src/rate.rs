@@ -261,7 +261,8 @@ impl Bucket {
     /// only the grain of its delivery is coarser, well within the bucket.
     pub fn wait_for_run(&self, bytes: usize, now: u64) -> u64 {
         let run = u128::from(self.limit.rate_bps) * PACE.as_nanos() / (8 * NANO);
-        let run = run.min(u128::from(self.limit.burst_bits / 16)) as usize;
+        let half_bucket = self.limit.burst_bits / 8 / 2;
+        let run = run.min(u128::from(half_bucket)) as usize;
         self.wait_for(bytes.max(run), now)
     }
 

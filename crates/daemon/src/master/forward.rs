@@ -206,6 +206,8 @@ pub(super) fn pump(
     let mut taken = 0;
     let mut forwarded = 0u64;
     let mut paced = 0;
+    // (a pipe that waits for tokens below takes no frame after that)
+    let src_paced = local[i].paced(now_ns);
     let mut hdr_buf = [0u8; HEADER_PEEK];
     while taken < BATCH {
         let Some(r) = local[i].tx.pop(&sp.region) else {
@@ -238,9 +240,7 @@ pub(super) fn pump(
             t.offer_region(&sp.region, frame.off, frame.len, hdr, Dir::Out);
         }
         let decision = decide(hdr, frame.len, i, &snap.table);
-        if local[i].paced(now_ns)
-            || matches!(decision, Decision::Unicast(d) if local[d].paced(now_ns))
-        {
+        if src_paced || matches!(decision, Decision::Unicast(d) if local[d].paced(now_ns)) {
             paced += 1;
         }
         match decision {

@@ -164,9 +164,7 @@ impl Master {
         m
     }
     /// Delivers what the other masters queued for this one's pipes (at most [`INBOX`] from
-    /// each). Returns the frames taken.
-    /// Delivers what the other masters left for this one's pipes. Returns (parcels taken,
-    /// those not for a pipe held at its limits).
+    /// each). Returns (parcels taken, those not for a pipe held at its limits).
     fn take_inbox(&mut self, now_ns: u64) -> (usize, usize) {
         let (mut n, mut unpaced) = (0, 0);
         let shared = self.shared.clone();
