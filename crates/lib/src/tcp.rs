@@ -398,6 +398,35 @@ impl TcpStream {
         })
     }
 
+    /// Hands what has arrived to `take`, which answers how many of those bytes it took: they
+    /// leave the socket, the rest stay for the next read. `take` runs under the stack's lock,
+    /// so another reader of the connection never sees the bytes it looks at, and bytes it
+    /// refuses (an error) are not lost; it must not wait or call into the stack. Fails with
+    /// `WouldBlock` at once when nothing has arrived, or with `take`'s error (`Ok(0)`: end of
+    /// stream). The slice may be part of what arrived (the buffer is a ring): call again.
+    pub fn try_read_with(
+        &self,
+        mut take: impl FnMut(&[u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
+        let fin_seen = &self.fin_seen;
+        self.stack.try_now(false, |g| {
+            let s = g.tcp(h);
+            if !s.can_recv() {
+                return read_step(g, h, &mut [], fin_seen, closed_by_us);
+            }
+            let r = s
+                .recv(|b| match take(b) {
+                    Ok(0) => (0, Err(io::Error::from(io::ErrorKind::WouldBlock))),
+                    Ok(n) => (n.min(b.len()), Ok(n.min(b.len()))),
+                    Err(e) => (0, Err(e)),
+                })
+                .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+            g.nothing_to_send = !g.tcp_ref(h).window_update_due();
+            Some(r)
+        })
+    }
+
     /// Reads, waiting at most `timeout` (`None`: no limit) for something to arrive.
     pub fn read_timeout(&self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<usize> {
         if buf.is_empty() {

@@ -202,6 +202,59 @@ fn peek_leaves_the_data_and_options_read_back() {
 }
 
 #[test]
+fn a_read_with_a_taker_consumes_only_what_it_took() {
+    let n = net(false, 1500);
+    let l = TcpListener::bind(&n.b, 0).unwrap();
+    let c = TcpStream::connect(&n.a, SocketAddrV4::new(B, l.port())).unwrap();
+    let (s, _) = l.accept_timeout(Some(Duration::from_secs(5))).unwrap();
+    let refuse = |_: &[u8]| Err(std::io::Error::from(ErrorKind::BrokenPipe));
+    assert_eq!(
+        s.try_read_with(refuse).unwrap_err().kind(),
+        ErrorKind::WouldBlock,
+        "nothing arrived: the taker is not asked"
+    );
+    c.write_timeout(b"hello world", None).unwrap();
+    let t = Instant::now();
+    while s.bytes_readable() < 11 {
+        let _ = s.try_peek(&mut [0u8; 1]);
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+    // a taker that refuses leaves every byte; one that takes nothing is a wait
+    assert_eq!(
+        s.try_read_with(refuse).unwrap_err().kind(),
+        ErrorKind::BrokenPipe
+    );
+    assert_eq!(
+        s.try_read_with(|_| Ok(0)).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    assert_eq!(s.bytes_readable(), 11);
+    // it sees what arrived and takes part of it; the rest stays for the next read
+    let mut seen = Vec::new();
+    let took = s
+        .try_read_with(|b| {
+            seen.extend_from_slice(b);
+            Ok(6)
+        })
+        .unwrap();
+    assert_eq!((took, &seen[..]), (6, &b"hello world"[..]));
+    // it cannot take more than it was shown
+    assert_eq!(s.try_read_with(|_| Ok(1000)).unwrap(), 5);
+    c.shutdown_write();
+    let t = Instant::now();
+    loop {
+        match s.try_read_with(refuse) {
+            Ok(0) => break,
+            Ok(k) => panic!("took {k} bytes after FIN"),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                assert!(t.elapsed() < Duration::from_secs(5));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
 fn udp_messages_longer_than_the_buffer_are_cut_and_peek_keeps_them() {
     let n = net(false, 1500);
     let rx = UdpSocket::bind(&n.b, 7102).unwrap();

@@ -840,14 +840,13 @@ impl Notifier {
 
     fn run(&self) {
         let mut ready = Vec::new();
-        let mut chunk = Vec::new();
         loop {
             if ops::forked() {
                 return;
             }
             let token = self.waker.token();
             // the relays' bytes for their children first (see `relay`)
-            let (relayed, slow) = crate::relay::down_round(&mut chunk);
+            let (relayed, slow) = crate::relay::down_round();
             let snap: Vec<(u64, Watched)> = self
                 .lock()
                 .iter()

@@ -354,35 +354,12 @@ fn run(s: Arc<Sock>, data: i32) {
     }
 }
 
-/// One direction's bytes in flight.
-#[derive(Default)]
-struct Pending {
-    buf: Vec<u8>,
-    at: usize,
-}
-
-impl Pending {
-    fn is_empty(&self) -> bool {
-        self.at >= self.buf.len()
-    }
-
-    fn rest(&self) -> &[u8] {
-        &self.buf[self.at..]
-    }
-
-    fn advance(&mut self, n: usize) {
-        self.at += n;
-        if self.is_empty() {
-            *self = Pending::default();
-        }
-    }
-}
-
 /// Where a relayed connection stands.
 #[derive(Default)]
 struct State {
-    /// From the peer, not yet taken by the child (its socket buffer was full).
-    down: Pending,
+    /// The child's socket buffer was full when the peer's bytes last tried to go down: they
+    /// wait in the stack, and the down side looks again within a millisecond.
+    slow: bool,
     /// The peer sent FIN (or the connection failed): nothing more comes down.
     peer_done: bool,
     /// The child's end is gone (a send failed, or it closed both ways): nothing can go
@@ -480,37 +457,40 @@ impl Relay {
     }
 
     /// Moves what the peer sent down to the child, without waiting; whether the down side is
-    /// finished now.
-    fn down(&self, chunk: &mut [u8]) -> bool {
+    /// finished now. The bytes leave the stack only as the child's socket takes them (under
+    /// the stack's lock): a child that closed its end before the up side noticed refuses them,
+    /// and they stay for this process, which may still hold the connection and read it.
+    fn down(&self) -> bool {
         let Some(t) = self.stream() else { return true };
         let mut g = self.state();
+        g.slow = false;
         loop {
-            if g.child_gone {
-                g.down = Pending::default();
+            if g.child_gone || g.peer_done {
                 return true;
             }
-            if !g.down.is_empty() {
-                match sys::send_nosignal(self.data, g.down.rest(), false) {
-                    Ok(n) => g.down.advance(n),
-                    Err(libc::EAGAIN) | Err(libc::EINTR) => return false,
-                    Err(_) => {
-                        g.child_gone = true;
-                        continue;
-                    }
+            let (mut full, mut gone) = (false, false);
+            let r = t.try_read_with(|b| {
+                match sys::send_nosignal(self.data, &b[..b.len().min(CHUNK)], false) {
+                    Ok(n) if n > 0 => return Ok(n),
+                    Ok(_) | Err(libc::EAGAIN) | Err(libc::EINTR) => full = true,
+                    Err(_) => gone = true,
                 }
-                if !g.down.is_empty() {
-                    return false;
-                }
-            }
-            if g.peer_done {
+                Err(std::io::Error::from(std::io::ErrorKind::WouldBlock))
+            });
+            if gone {
+                g.child_gone = true;
                 return true;
             }
-            match t.try_read(chunk) {
+            if full {
+                g.slow = true;
+                return false;
+            }
+            match r {
                 Ok(0) => {
                     g.peer_done = true;
                     let _ = sys::shutdown(self.data, libc::SHUT_WR);
                 }
-                Ok(n) => g.down.buf.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
                 Err(_) => {
                     // reset: both ways end
@@ -522,16 +502,16 @@ impl Relay {
         }
     }
 
-    /// Whether the down thread waits for the peer's bytes on this connection (the child has
-    /// taken what came before, and can take more).
+    /// Whether the down thread waits for the peer's bytes on this connection (the child could
+    /// take more when last tried).
     fn wants_peer(&self) -> bool {
         let g = self.state();
-        !g.down_done && g.down.is_empty() && !g.peer_done && !g.child_gone
+        !g.down_done && !g.slow && !g.peer_done && !g.child_gone
     }
 
     fn has_pending(&self) -> bool {
         let g = self.state();
-        !g.down.is_empty() && !g.child_gone
+        g.slow && !g.child_gone
     }
 
     /// The down side finished: ends the relay if the up side did too.
@@ -577,17 +557,14 @@ fn down_lock() -> MutexGuard<'static, Vec<Arc<Relay>>> {
 /// One round of the down side of every relayed connection (in the notifier's thread, each
 /// time it wakes): moves what can move without waiting. Returns the sockets to wait for the
 /// peers' bytes on, and whether a child is slow to take its bytes (the caller then looks again
-/// within a millisecond). `chunk`: the caller's buffer, sized here on first use.
-pub(crate) fn down_round(chunk: &mut Vec<u8>) -> (Vec<Arc<Sock>>, bool) {
+/// within a millisecond).
+pub(crate) fn down_round() -> (Vec<Arc<Sock>>, bool) {
     let relays: Vec<Arc<Relay>> = down_lock().clone();
     if relays.is_empty() {
         return (Vec::new(), false);
     }
-    if chunk.len() < CHUNK {
-        chunk.resize(CHUNK, 0);
-    }
     let (done, live): (Vec<Arc<Relay>>, Vec<Arc<Relay>>) =
-        relays.into_iter().partition(|r| r.down(chunk));
+        relays.into_iter().partition(|r| r.down());
     if !done.is_empty() {
         down_lock().retain(|r| !done.iter().any(|d| Arc::ptr_eq(d, r)));
         for r in done {
