@@ -779,7 +779,7 @@ fn two_host_bench_measures_every_mode_and_cleans_up() {
             "--topology",
             "two-host",
             "--modes",
-            "host,routed,nat,macvlan,vxlan,docknet,docknet-packet",
+            "host,routed,nat,macvlan,vxlan,docknet,docknet-packet,docknet-pods",
             "--sizes",
             "64",
             "--duration",
@@ -807,7 +807,8 @@ fn two_host_bench_measures_every_mode_and_cleans_up() {
             "macvlan",
             "vxlan",
             "docknet",
-            "docknet-packet"
+            "docknet-packet",
+            "docknet-pods"
         ],
         "every mode measured: {err}"
     );
@@ -841,6 +842,16 @@ fn two_host_bench_measures_every_mode_and_cleans_up() {
         .unwrap()
         .iter()
         .any(|t| t.as_str().unwrap().contains("than routed")));
+    // pods made by the CNI plugin and routed by the node agent, judged against the kernel's
+    // routed pods in both placements
+    let pods: Vec<&str> = v["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_str())
+        .filter(|t| t.contains("docknet-pods 64 B rr p50 at most routed's"))
+        .collect();
+    assert_eq!(pods.len(), 2, "{pods:?}");
 
     // a mode that fails to build (AF_XDP cannot take a 9000-byte MTU) is skipped and
     // leaves nothing behind either

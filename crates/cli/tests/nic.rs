@@ -660,8 +660,8 @@ fn a_linux_vxlan_device_and_a_docknet_daemon_are_the_two_ends_of_one_tunnel() {
     }
 }
 
-/// `docknet-agent` for node `name` of daemon `d`, reading `nodes`, writing `cni` (its stderr
-/// piped, to read what it did).
+/// `docknet-agent` for node `name` of daemon `d`, reading `nodes`, writing `cni` (host-local's
+/// leases beside it, not in /var/lib/cni).
 fn agent(d: &Daemon, name: &str, nodes: &Path, cni: &Path, once: bool) -> Command {
     let mut c = Command::new(bin_dir().join("docknet-agent"));
     c.args(["--cluster-cidr", "10.244.0.0/16", "--node-name", name])
@@ -669,6 +669,8 @@ fn agent(d: &Daemon, name: &str, nodes: &Path, cni: &Path, once: bool) -> Comman
         .arg(nodes)
         .arg("--cni-conf")
         .arg(cni)
+        .arg("--ipam-data-dir")
+        .arg(cni.with_extension("ipam"))
         .arg("--socket")
         .arg(&d.socket);
     if once {
@@ -768,6 +770,14 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
         assert_eq!(range["subnet"], "10.244.0.0/16", "{conf}");
         assert_eq!(range["rangeStart"], format!("10.244.{n}.1"), "{conf}");
         assert_eq!(range["rangeEnd"], format!("10.244.{n}.254"), "{conf}");
+    }
+    for cni in [&cni_a, &cni_b] {
+        let conf: serde_json::Value = serde_json::from_slice(&std::fs::read(cni).unwrap()).unwrap();
+        assert_eq!(
+            conf["plugins"][0]["ipam"]["dataDir"],
+            cni.with_extension("ipam").to_str().unwrap(),
+            "{conf}"
+        );
     }
 
     // pods on the two nodes talk through the routes the agents made

@@ -32,7 +32,8 @@ pub struct BenchArgs {
     /// Two hosts, kernel: host, routed, nat, macvlan, vxlan; DockNet: docknet (daemons on the
     /// wire with AF_XDP), docknet-packet (AF_PACKET), docknet-vxlan (AF_XDP, the hosts' pipes
     /// routed through the daemons' VXLAN tunnels), docknet-host (each daemon on a link to its
-    /// host's kernel, which routes between the hosts as in routed) [default: one host
+    /// host's kernel, which routes between the hosts as in routed), docknet-pods (pods that the
+    /// CNI plugin attaches, routed by the node agent, as on two Kubernetes nodes) [default: one host
     /// bridge,docknet,docknet-fc; two hosts host,routed,nat,vxlan,docknet,docknet-packet].
     #[arg(long, value_delimiter = ',')]
     pub modes: Option<Vec<String>>,

@@ -63,6 +63,10 @@ pub enum Mode {
     /// (`--host-link`), the hosts' kernels routing each other's pods over the wire as `routed`
     /// routes kernel pods (flannel's host-gw, Calico's routes).
     DocknetHost,
+    /// Two hosts: pods made as Kubernetes makes them on DockNet nodes: each host's daemon at
+    /// its defaults on the wire, the node agent routing the other host's pod network and
+    /// writing the CNI configuration, and the CNI plugin attaching each pod.
+    DocknetPods,
 }
 
 /// How many hosts a topology spans.
@@ -188,7 +192,7 @@ pub const LO_MTU: u32 = 65536;
 
 impl Mode {
     /// Every mode, in the order the report gives them a hue.
-    pub const ALL: [Mode; 22] = [
+    pub const ALL: [Mode; 23] = [
         Mode::Bridge,
         Mode::Docknet,
         Mode::DocknetFc,
@@ -211,6 +215,7 @@ impl Mode {
         Mode::DocknetVxlan,
         Mode::DocknetAuto,
         Mode::DocknetHost,
+        Mode::DocknetPods,
     ];
 
     /// The name used on the command line and in results.
@@ -238,6 +243,7 @@ impl Mode {
             Mode::DocknetVxlan => "docknet-vxlan",
             Mode::DocknetAuto => "docknet-auto",
             Mode::DocknetHost => "docknet-host",
+            Mode::DocknetPods => "docknet-pods",
         }
     }
 
@@ -266,6 +272,7 @@ impl Mode {
             Mode::DocknetVxlan => "DockNet daemons on the wire (AF_XDP), VXLAN between hosts",
             Mode::DocknetAuto => "DockNet at its defaults: the daemon builds the fast channel",
             Mode::DocknetHost => "DockNet pods on host links, the hosts' kernels route between",
+            Mode::DocknetPods => "DockNet pods by the CNI plugin, routed by the node agent",
         }
     }
 
@@ -280,7 +287,8 @@ impl Mode {
             | Mode::VxlanOpenvpn
             | Mode::DocknetPacket
             | Mode::DocknetVxlan
-            | Mode::DocknetHost => &[Topology::TwoHost],
+            | Mode::DocknetHost
+            | Mode::DocknetPods => &[Topology::TwoHost],
             _ => &[Topology::OneHost],
         }
     }
@@ -295,6 +303,7 @@ impl Mode {
                 | Mode::DocknetPacket
                 | Mode::DocknetVxlan
                 | Mode::DocknetHost
+                | Mode::DocknetPods
                 | Mode::DocknetPreload
                 | Mode::DocknetFcPreload
         )
@@ -328,7 +337,7 @@ impl Mode {
             | Mode::Vxlan
             | Mode::VxlanOpenvpn
             | Mode::DocknetHost => Link::Wire,
-            Mode::DocknetPacket | Mode::DocknetVxlan => Link::Nic,
+            Mode::DocknetPacket | Mode::DocknetVxlan | Mode::DocknetPods => Link::Nic,
         }
     }
 
@@ -357,6 +366,7 @@ impl Mode {
             | Mode::DocknetPacket
             | Mode::DocknetVxlan
             | Mode::DocknetHost
+            | Mode::DocknetPods
             | Mode::DocknetPreload
             | Mode::DocknetFcPreload => Builder::Docknet,
         }
@@ -448,6 +458,7 @@ mod tests {
             Mode::DocknetPacket,
             Mode::DocknetVxlan,
             Mode::DocknetHost,
+            Mode::DocknetPods,
         ] {
             assert!(two.contains(&m), "{m}");
         }

@@ -143,11 +143,33 @@ fn comparable(k: &Row, d: &Row) -> bool {
 /// - the 64 B rr one-way p50 at least 2x lower than `routed`'s in the same placement,
 ///   and lower than every kernel inter-host mode's in that placement;
 /// - the goodput at 1 KiB at least `routed`'s; at 64 KiB at least half of `routed`'s
-///   on an unshaped wire, or 90% of the wire's rate on a shaped one.
+///   on an unshaped wire, or 90% of the wire's rate on a shaped one;
+///
+/// and for `docknet-pods` (pods made by the CNI plugin, routed by the node agent) a 64 B rr
+/// p50 at most that of `routed` (the kernel's routed pod network) in the same placement.
 pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
     let mut out = Vec::new();
     for mode in [Mode::Docknet, Mode::DocknetPacket] {
         two_host_targets_of(rows, mode, wire_gbps, &mut out);
+    }
+    // pods as the CNI plugin and the node agent make them, against the kernel's routed pods
+    for d in dnperf(rows, Mode::DocknetPods, Workload::Rr, 64) {
+        let (Some(p), mtu) = (d.p50_us, d.mtu.unwrap_or(0)) else {
+            continue;
+        };
+        if let Some(r) = same_placement(rows, Mode::Routed, d) {
+            let rp = r.p50_us.unwrap_or(0.0);
+            out.push(Verdict {
+                target: format!(
+                    "two hosts: docknet-pods 64 B rr p50 at most routed's [{}] (mtu {mtu})",
+                    r.cores
+                ),
+                value: p,
+                threshold: rp,
+                measured: format!("{p:.2} vs {rp:.2} us ({:.2}x)", p / rp),
+                met: p <= rp,
+            });
+        }
     }
     out
 }
@@ -687,6 +709,29 @@ mod tests {
             "{l:?}"
         );
         assert_eq!(ratio(&rows, &rows[3]), Some(1.6));
+    }
+
+    #[test]
+    fn pods_on_two_hosts_are_judged_against_the_kernels_routed_pods_in_their_placement() {
+        let two = |mode, cores: &str, p50| Row {
+            topology: Topology::TwoHost,
+            ..row(mode, cores, Workload::Rr, 64, p50, 0.0)
+        };
+        let rows = [
+            two(Mode::Routed, "c0 s1", 40.0),
+            two(Mode::Routed, "c1 s1", 9.0),
+            two(Mode::DocknetPods, "c0 s1 m0 m1", 9.5),
+            two(Mode::DocknetPods, "c1 s1 m0 m0", 12.0),
+            // (a kernel mode that is not the routed pod network decides nothing here)
+            two(Mode::Host, "c1 s1", 1.0),
+        ];
+        let t: Vec<(bool, String)> = two_host_targets(&rows, None)
+            .iter()
+            .map(|v| (v.met, v.line()))
+            .collect();
+        assert_eq!(t.len(), 2, "{t:#?}");
+        assert!(t[0].0 && t[0].1.contains("[c0 s1]") && t[0].1.contains("9.50 vs 40.00 us"));
+        assert!(!t[1].0 && t[1].1.contains("[c1 s1]") && t[1].1.contains("1.33x"));
     }
 
     #[test]

@@ -67,6 +67,7 @@ func run(args []string) int {
 	cniConf := fs.String("cni-conf", "", "write DockNet's conflist here once this node's pod network is known, addresses handed out from it alone, and again when it changes (with docknet-cni-install --no-conf)")
 	cniVersion := fs.String("cni-version", "1.0.0", "with --cni-conf: the conflist's cniVersion")
 	mtu := fs.Uint("mtu", 1500, "with --cni-conf: the pipes' MTU")
+	ipamDir := fs.String("ipam-data-dir", "", "with --cni-conf: host-local's lease directory (default its own, /var/lib/cni/networks)")
 	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
 	routes := fs.Bool("routes", true, "keep the daemon's routes to the other nodes' pod networks; false where the daemon runs with --host-link (the node's own routes carry that traffic, and the daemon keeps none)")
 	services := fs.Bool("services", true, "with the Kubernetes API: keep the daemon's services equal to the cluster's ClusterIP Services and their ready endpoints")
@@ -142,7 +143,7 @@ func run(args []string) int {
 		c.Vxlan = &v
 	}
 	if *cniConf != "" {
-		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, logf)
+		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, *ipamDir, logf)
 	}
 	if *once {
 		pass, err := agent.Sync(c, src, d)
@@ -191,7 +192,7 @@ func run(args []string) int {
 
 // cniWriter writes the conflist at path for this node's first IPv4 pod network (inside
 // cluster), when it changes.
-func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu uint, logf func(string)) func(agent.Node) error {
+func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu uint, ipamDir string, logf func(string)) func(agent.Node) error {
 	last := ""
 	return func(n agent.Node) error {
 		pod, why := agent.OwnPodNetwork(n, cluster)
@@ -203,7 +204,8 @@ func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu ui
 			return nil
 		}
 		o := &install.Options{ConfDir: filepath.Dir(path), ConfName: filepath.Base(path), Network: "docknet",
-			Subnet: cluster.String(), PodCIDR: pod.String(), DaemonSocket: socket, MTU: mtu, CNIVersion: version}
+			Subnet: cluster.String(), PodCIDR: pod.String(), DaemonSocket: socket, MTU: mtu, CNIVersion: version,
+			IPAMDataDir: ipamDir}
 		if _, err := install.WriteConf(o); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}

@@ -91,6 +91,15 @@ impl Cni {
         })
     }
 
+    /// A runtime calling the plugins in `plugins` (the ones a node installed, rather than the
+    /// reference plugins), with their configurations given whole to [`Cni::add`].
+    pub fn with_plugins(host_ns: &str, base: &str, plugins: PathBuf) -> Result<Cni> {
+        Ok(Cni {
+            plugins,
+            ..Cni::new(host_ns, base)?
+        })
+    }
+
     /// host-local IPAM over the runtime's range.
     pub fn ipam(&self) -> Value {
         let mut r = json!({"subnet": self.range.subnet});

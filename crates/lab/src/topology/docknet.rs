@@ -3,9 +3,11 @@
 //! the wire (AF_XDP for `docknet`, AF_PACKET for `docknet-packet`): client pipes on host A's,
 //! server pipes on host B's, all in one subnet (each daemon answers ARP on the wire for its
 //! own pipes). In `docknet-host` each daemon drives a link to its host's kernel instead, and
-//! the hosts' kernels route between them.
+//! the hosts' kernels route between them. In `docknet-pods` the pipes are pods that the CNI
+//! plugin attaches, routed by the node agent ([`super::pods`]).
 
 use super::daemon::Daemon;
+use super::pods::Pods;
 use super::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
 use crate::mode::Mode;
 use crate::plan::DaemonSetup;
@@ -31,6 +33,8 @@ pub struct DocknetLab {
     pub mtu: u32,
     /// Two hosts: the hosts and the wire (removed after the daemons).
     pub wire: Option<Wire>,
+    /// `docknet-pods`: the pods that stand for the pipes (removed before the daemons).
+    pub pods: Option<Box<Pods>>,
 }
 
 impl DocknetLab {
@@ -95,6 +99,7 @@ impl DocknetLab {
             mode,
             mtu,
             wire: None,
+            pods: None,
         })
     }
 
@@ -115,6 +120,8 @@ impl DocknetLab {
             Mode::Docknet | Mode::DocknetVxlan => "xdp",
             Mode::DocknetPacket => "packet",
             Mode::DocknetHost => "host-link",
+            // the daemon's default: what a node of a cluster runs
+            Mode::DocknetPods => "auto",
             _ => anyhow::bail!("{mode} is not a two-host DockNet mode"),
         };
         let wire = Wire::build(mtu, shape)?;
@@ -134,6 +141,22 @@ impl DocknetLab {
         };
         let daemon = start(&wire.host_a, setup.master_core)?;
         let daemon_b = start(&wire.host_b, setup.master_core_b)?;
+        if mode == Mode::DocknetPods {
+            let want = |client: bool, i| match client {
+                true => Self::client_ip(i),
+                false => Self::server_ip(i),
+            };
+            let pods = Pods::build(exe, &wire, [&daemon, &daemon_b], pairs, mtu, want);
+            // (on failure the daemons, then the wire, go as the locals drop)
+            return Ok(DocknetLab {
+                daemon,
+                daemon_b: Some(daemon_b),
+                mode,
+                mtu,
+                wire: Some(wire),
+                pods: Some(Box::new(pods?)),
+            });
+        }
         let (mut ca, mut cb) = (daemon.client()?, daemon_b.client()?);
         for i in 0..pairs {
             let (cl, sv) = (Self::client_pipe(i), Self::server_pipe(i));
@@ -180,6 +203,7 @@ impl DocknetLab {
             mode,
             mtu,
             wire: Some(wire),
+            pods: None,
         })
     }
 
@@ -206,7 +230,12 @@ impl DocknetLab {
             let mut up = 0;
             for name in pipes {
                 let listed = self.daemon_of(name).client()?.pipe_ls()?;
-                if listed.iter().any(|p| &p.name == name && p.socket.is_some()) {
+                // a pod's pipe is named after it (the plugin's container ID)
+                let pipe = match self.pods.as_ref().and_then(|p| p.pod(name)) {
+                    Some(pod) => &pod.ns.0,
+                    None => name,
+                };
+                if listed.iter().any(|p| &p.name == pipe && p.socket.is_some()) {
                     up += 1;
                 }
             }
@@ -275,6 +304,11 @@ impl DocknetLab {
         prog: &Path,
         args: Vec<String>,
     ) -> Command {
+        if let Some(pod) = self.pods.as_ref().and_then(|p| p.pod(pipe)) {
+            // in the pod's namespace, where its pipe is, as its container runs (dnperf's
+            // `--cpu` places it)
+            return crate::proc::in_ns(&pod.ns.0, prog, args);
+        }
         let mut c = self.daemon_of(pipe).cmd(exe);
         c.args(["run", "--pipe", pipe]);
         if let Some(core) = core {
@@ -293,7 +327,9 @@ impl DocknetLab {
 
 impl Drop for DocknetLab {
     fn drop(&mut self) {
-        // the daemons (their XDP programs and sockets) before the hosts they run in
+        // the pods (DEL asks the daemons), then the daemons (their XDP programs and sockets)
+        // before the hosts they run in
+        drop(self.pods.take());
         self.daemon.stop();
         if let Some(b) = self.daemon_b.as_mut() {
             b.stop();

@@ -6,6 +6,7 @@
 //! - [`ovs`]: an Open vSwitch of the lab's own;
 //! - [`daemon`]: a DockNet daemon of the lab's own;
 //! - [`docknet`]: pipes (and fast channels) on that daemon;
+//! - [`pods`]: DockNet pods on two hosts through the CNI plugin and the node agent;
 //! - [`probe`]: whether this machine can have a mode at all;
 //! - [`wire`]: two hosts joined by a wire (the two-host modes build on it);
 //! - [`tunnel`]: an encrypted tunnel between the two hosts (OpenVPN, static key).
@@ -15,6 +16,7 @@ pub mod daemon;
 pub mod docknet;
 pub mod kernel;
 pub mod ovs;
+pub mod pods;
 pub mod probe;
 pub mod tunnel;
 pub mod wire;

@@ -64,6 +64,7 @@ pub fn unavailable(mode: Mode) -> Option<String> {
             (!vfs).then(|| "no SR-IOV capable NIC on this machine".to_string())
         }
         Mode::DocknetPreload | Mode::DocknetFcPreload => preload_library(),
+        Mode::DocknetPods => super::pods::missing(&std::env::current_exe().ok()?),
         Mode::Loopback
         | Mode::Veth
         | Mode::Docknet

@@ -541,6 +541,8 @@ pub fn modes(args: &StartupArgs) -> Result<Vec<Mode>> {
         !m.topologies().contains(&args.topology)
             || m.is_preload()
             || **m == Mode::Sriov
+            // (its pods are the pairs workloads'; a start-up here would make plain pipes)
+            || **m == Mode::DocknetPods
             || (args.topology == Topology::OneHost
                 && matches!(
                     **m,
