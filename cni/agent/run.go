@@ -38,6 +38,9 @@ type Config struct {
 	// NoRoutes leaves the daemon's routes alone (a daemon on a link to the node's own kernel
 	// keeps none: the node routes): a pass does only OnSelf.
 	NoRoutes bool
+	// Kernel, when set, also keeps the node's own kernel routes to the other nodes' pod
+	// networks through their addresses (ReconcileKernel).
+	Kernel KernelRoutes
 }
 
 // Pass is what one pass found and did.
@@ -48,6 +51,8 @@ type Pass struct {
 	Skipped []string
 	// Routes the daemon refused.
 	Refused []string
+	// Changes made to the node's kernel routes (Config.Kernel).
+	Kernel []string
 }
 
 // Sync makes one pass: this node's configuration (OnSelf), then the source's nodes into the
@@ -73,7 +78,18 @@ func Sync(cfg Config, src Source, d Daemon) (Pass, error) {
 	for _, c := range changes {
 		cfg.log(c.String())
 	}
-	return Pass{Changes: changes, Skipped: skipped, Refused: refused}, errors.Join(errs...)
+	var kernel []string
+	if cfg.Kernel != nil {
+		lines, err := ReconcileKernel(cfg.Kernel, want, cfg.Cluster)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, l := range lines {
+			cfg.log(l)
+		}
+		kernel = lines
+	}
+	return Pass{Changes: changes, Skipped: skipped, Refused: refused, Kernel: kernel}, errors.Join(errs...)
 }
 
 func (c Config) self(nodes []Node) error {

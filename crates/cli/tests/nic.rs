@@ -855,6 +855,129 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
     assert!(na["counters"]["vxlan_sent"].as_u64().unwrap() > 100, "{na}");
 }
 
+/// Nodes whose reverse-path filter is strict (`rp_filter` 1, the default of some
+/// distributions) ignore the daemons' ARP requests, which carry a pod's address as sender,
+/// until they have a kernel route back to that pod's network: `docknet-agent --kernel-routes`
+/// keeps those routes (protocol 78) in the node's namespace, and the pods talk; a node gone
+/// takes its kernel route with it.
+#[test]
+fn strict_reverse_path_filters_let_pods_through_once_the_agent_keeps_kernel_routes() {
+    if !bins_or_skip("kernel routes", &["docknet-agent"]) {
+        return;
+    }
+    let (wire, a, b) = two_nodes("packet", "10.244.1.5/16", "10.244.2.5/16");
+    for host in [&wire.host_a, &wire.host_b] {
+        for dev in ["all", "eth0"] {
+            ip_in(
+                host,
+                &["sysctl", "-qw", &format!("net.ipv4.conf.{dev}.rp_filter=1")],
+            );
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.json");
+    let node = |name: &str, addr: &str, cidr: &str| serde_json::json!({"name": name, "address": addr, "podCIDRs": [cidr]});
+    write_nodes(
+        &nodes,
+        serde_json::json!([
+            node("a", HOST_A, "10.244.1.0/24"),
+            node("b", HOST_B, "10.244.2.0/24")
+        ]),
+    );
+    // one pass of a node's agent in the node's namespace
+    let pass = |host: &str, d: &Daemon, name: &str, more: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", host])
+            .arg(bin_dir().join("docknet-agent"))
+            .args([
+                "--once",
+                "--cluster-cidr",
+                "10.244.0.0/16",
+                "--node-name",
+                name,
+            ])
+            .arg("--nodes")
+            .arg(&nodes)
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(more)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let kernel_routes = |host: &str| {
+        let o = Command::new("ip")
+            .args(["-n", host, "route", "show", "proto", "78"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+
+    // the daemons' routes alone: the other node's kernel does not answer the pod's ARP request
+    for (h, d, n) in [(&wire.host_a, &a, "a"), (&wire.host_b, &b, "b")] {
+        let (ok, log) = pass(h, d, n, &[]);
+        assert!(ok, "{log}");
+    }
+    assert_eq!(kernel_routes(&wire.host_a), "");
+    let o = a
+        .cmd(Path::new(EXE))
+        .args(["run", "--pipe", "c0", "--", "timeout", "3", dnperf()])
+        .args([
+            "client",
+            "--stack",
+            "docknet",
+            "--connect",
+            "10.244.2.5:7000",
+        ])
+        .args(["--workload", "rr", "--duration", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the pods talked without a route back");
+    let c = status(&a)["nic"]["counters"].clone();
+    assert!(
+        c["arp_requests"].as_u64().unwrap() >= 2 && c["arp_replies"] == 0 && c["sent"] == 0,
+        "{c}"
+    );
+
+    // refused where they make no sense
+    let (ok, log) = pass(&wire.host_a, &a, "a", &["--kernel-routes", "--vxlan", "5"]);
+    assert!(!ok && log.contains("--kernel-routes"), "{log}");
+
+    // with the agents' kernel routes the nodes answer, and the pods talk
+    for (h, d, n) in [(&wire.host_a, &a, "a"), (&wire.host_b, &b, "b")] {
+        let (ok, log) = pass(h, d, n, &["--kernel-routes"]);
+        assert!(ok && log.contains("kernel route added"), "{log}");
+    }
+    assert!(
+        kernel_routes(&wire.host_a).starts_with("10.244.2.0/24 via 192.168.77.2 dev eth0"),
+        "{}",
+        kernel_routes(&wire.host_a)
+    );
+    let r = transfer_between((&a, "c0"), (&b, "s0", "10.244.2.5"), 16 << 20);
+    assert_eq!(r["result"]["corrupt_bytes"], 0, "{r}");
+    assert_eq!(r["result"]["bytes"], 16u64 << 20, "{r}");
+
+    // node b gone: its kernel route too; the node's other routes stay
+    write_nodes(
+        &nodes,
+        serde_json::json!([node("a", HOST_A, "10.244.1.0/24")]),
+    );
+    let (ok, log) = pass(&wire.host_a, &a, "a", &["--kernel-routes"]);
+    assert!(ok && log.contains("kernel route removed"), "{log}");
+    assert_eq!(kernel_routes(&wire.host_a), "");
+    let all = Command::new("ip")
+        .args(["-n", &wire.host_a, "route", "show"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&all.stdout).contains("192.168.77.0/24 dev eth0"),
+        "the link's own route stays"
+    );
+}
+
 #[test]
 fn a_killed_daemon_leaves_no_xdp_program_and_a_new_one_starts() {
     if !root_or_skip("nic kill") {

@@ -70,6 +70,7 @@ func run(args []string) int {
 	ipamDir := fs.String("ipam-data-dir", "", "with --cni-conf: host-local's lease directory (default its own, /var/lib/cni/networks)")
 	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
 	routes := fs.Bool("routes", true, "keep the daemon's routes to the other nodes' pod networks; false where the daemon runs with --host-link (the node's own routes carry that traffic, and the daemon keeps none)")
+	kernelRoutes := fs.Bool("kernel-routes", false, "also keep this node's own kernel routes to the other nodes' pod networks through their addresses (protocol 78, as flannel's host-gw does): the node's traffic to those pods, and nodes whose rp_filter is 1 need them to answer the daemons' ARP requests; not with --vxlan or --routes=false")
 	services := fs.Bool("services", true, "with the Kubernetes API: keep the daemon's services equal to the cluster's ClusterIP Services and their ready endpoints")
 	once := fs.Bool("once", false, "reconcile once, print the changes and exit")
 	jsonOut := fs.Bool("json", false, "with --once: print the changes as JSON")
@@ -92,6 +93,9 @@ func run(args []string) int {
 	}
 	if *vxlan < -1 || *vxlan > 1<<24-1 {
 		return fail("--vxlan %d: a VXLAN network identifier is 0-16777215 (or -1 for none)", *vxlan)
+	}
+	if *kernelRoutes && (*vxlan >= 0 || !*routes) {
+		return fail("--kernel-routes routes the other nodes' pods on the link the nodes share: not with --vxlan (no shared link) or --routes=false (the node's own routes carry that traffic)")
 	}
 	if *nodeName == "" {
 		return fail("--node-name (or $NODE_NAME) is required: this node's own pod network is not routed")
@@ -141,6 +145,9 @@ func run(args []string) int {
 	if *vxlan >= 0 {
 		v := uint32(*vxlan)
 		c.Vxlan = &v
+	}
+	if *kernelRoutes {
+		c.Kernel = agent.Netlink{}
 	}
 	if *cniConf != "" {
 		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, *ipamDir, logf)
