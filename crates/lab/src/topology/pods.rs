@@ -1,8 +1,8 @@
 //! DockNet pods on two hosts as a Kubernetes node makes them (`docknet-pods`). On each host the
 //! lab runs what the DaemonSet runs: the CNI plugin installed by `docknet-cni-install`, and the
-//! node agent (`docknet-agent --nodes`, one pass), which routes the other host's pod network
-//! through that host's address and writes the node's conflist (addresses from the node's own
-//! pod network). Each pod is a network namespace of its own that the plugin attaches (ADD, as
+//! node agent (`docknet-agent --nodes --kernel-routes`, one pass), which routes the other
+//! host's pod network through that host's address (in the daemon, and in the host's kernel) and
+//! writes the node's conflist (addresses from the node's own pod network). Each pod is a network namespace of its own that the plugin attaches (ADD, as
 //! containerd calls it, with the conflist the agent wrote). Removed on drop: DEL of every pod,
 //! its namespace, the hosts' files; the daemons go after.
 
@@ -127,10 +127,15 @@ impl Pods {
                 .arg(&daemon.socket)
                 .arg("--no-conf");
             checked(&mut install, &format!("docknet-cni-install on host {name}"))?;
-            // the node agent: routes to the other node's pods, and this node's conflist
-            let mut agent = Command::new(bins.join("docknet-agent"));
+            // the node agent, in the node's namespace as the DaemonSet runs it: the daemon's
+            // routes to the other node's pods, the node's own kernel routes to them, and this
+            // node's conflist
+            let mut agent = Command::new("ip");
             agent
-                .args(["--once", "--node-name", name, "--cluster-cidr", CLUSTER])
+                .args(["netns", "exec", ns])
+                .arg(bins.join("docknet-agent"))
+                .args(["--once", "--kernel-routes", "--node-name", name])
+                .args(["--cluster-cidr", CLUSTER])
                 .arg("--nodes")
                 .arg(&nodes_file)
                 .arg("--socket")
