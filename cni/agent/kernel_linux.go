@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 )
@@ -41,13 +43,29 @@ func route(dst, via string) (*netlink.Route, error) {
 	return &netlink.Route{Dst: n, Gw: gw, Table: 254, Protocol: KernelProto}, nil
 }
 
-// Replace adds the route, or changes the one to the same network.
-func (Netlink) Replace(dst, via string) error {
+// Add adds the route; the kernel refuses it (EEXIST) where the table has a route to the same
+// network already.
+func (Netlink) Add(dst, via string) error {
 	r, err := route(dst, via)
 	if err != nil {
 		return err
 	}
-	return netlink.RouteReplace(r)
+	if err := netlink.RouteAdd(r); err != nil {
+		if errors.Is(err, syscall.EEXIST) {
+			return errors.New("the node has a route to that network already, not the agent's: left as it is")
+		}
+		return err
+	}
+	return nil
+}
+
+// Change points the agent's route to the same network through the new gateway.
+func (Netlink) Change(dst, via string) error {
+	r, err := route(dst, via)
+	if err != nil {
+		return err
+	}
+	return netlink.RouteChange(r)
 }
 
 // Delete removes the route.

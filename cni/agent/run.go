@@ -80,7 +80,7 @@ func Sync(cfg Config, src Source, d Daemon) (Pass, error) {
 	}
 	var kernel []string
 	if cfg.Kernel != nil {
-		lines, err := ReconcileKernel(cfg.Kernel, want, cfg.Cluster)
+		lines, no, err := ReconcileKernel(cfg.Kernel, want, cfg.Cluster)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -88,6 +88,7 @@ func Sync(cfg Config, src Source, d Daemon) (Pass, error) {
 			cfg.log(l)
 		}
 		kernel = lines
+		refused = append(refused, no...)
 	}
 	return Pass{Changes: changes, Skipped: skipped, Refused: refused, Kernel: kernel}, errors.Join(errs...)
 }

@@ -960,7 +960,7 @@ fn strict_reverse_path_filters_let_pods_through_once_the_agent_keeps_kernel_rout
     assert_eq!(r["result"]["corrupt_bytes"], 0, "{r}");
     assert_eq!(r["result"]["bytes"], 16u64 << 20, "{r}");
 
-    // node b gone: its kernel route too; the node's other routes stay
+    // node b gone: its kernel route too
     write_nodes(
         &nodes,
         serde_json::json!([node("a", HOST_A, "10.244.1.0/24")]),
@@ -968,14 +968,43 @@ fn strict_reverse_path_filters_let_pods_through_once_the_agent_keeps_kernel_rout
     let (ok, log) = pass(&wire.host_a, &a, "a", &["--kernel-routes"]);
     assert!(ok && log.contains("kernel route removed"), "{log}");
     assert_eq!(kernel_routes(&wire.host_a), "");
-    let all = Command::new("ip")
-        .args(["-n", &wire.host_a, "route", "show"])
+    // a route to a node's pod network that is not the agent's (the operator's, or another
+    // network's) is left as it is, and said
+    ip_in(
+        &wire.host_a,
+        &[
+            "ip",
+            "route",
+            "add",
+            "10.244.2.0/24",
+            "via",
+            "192.168.77.9",
+            "proto",
+            "static",
+        ],
+    );
+    write_nodes(
+        &nodes,
+        serde_json::json!([
+            node("a", HOST_A, "10.244.1.0/24"),
+            node("b", HOST_B, "10.244.2.0/24")
+        ]),
+    );
+    let (ok, log) = pass(&wire.host_a, &a, "a", &["--kernel-routes"]);
+    assert!(
+        !ok && log.contains("refused: kernel route 10.244.2.0/24 via 192.168.77.2")
+            && log.contains("not the agent's"),
+        "{log}"
+    );
+    let o = Command::new("ip")
+        .args(["-n", &wire.host_a, "route", "show", "10.244.2.0/24"])
         .output()
         .unwrap();
-    assert!(
-        String::from_utf8_lossy(&all.stdout).contains("192.168.77.0/24 dev eth0"),
-        "the link's own route stays"
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "10.244.2.0/24 via 192.168.77.9 dev eth0 proto static"
     );
+    assert_eq!(kernel_routes(&wire.host_a), "");
 }
 
 #[test]

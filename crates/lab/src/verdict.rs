@@ -157,8 +157,9 @@ pub fn two_host_targets(rows: &[Row], wire_gbps: Option<f64>) -> Vec<Verdict> {
         let (Some(p), mtu) = (d.p50_us, d.mtu.unwrap_or(0)) else {
             continue;
         };
-        if let Some(r) = same_placement(rows, Mode::Routed, d) {
-            let rp = r.p50_us.unwrap_or(0.0);
+        if let Some((r, rp)) =
+            same_placement(rows, Mode::Routed, d).and_then(|r| Some((r, r.p50_us?)))
+        {
             out.push(Verdict {
                 target: format!(
                     "two hosts: docknet-pods 64 B rr p50 at most routed's [{}] (mtu {mtu})",

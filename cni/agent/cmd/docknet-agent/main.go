@@ -94,6 +94,9 @@ func run(args []string) int {
 	if *vxlan < -1 || *vxlan > 1<<24-1 {
 		return fail("--vxlan %d: a VXLAN network identifier is 0-16777215 (or -1 for none)", *vxlan)
 	}
+	if *ipamDir != "" && (*cniConf == "" || !filepath.IsAbs(*ipamDir)) {
+		return fail("--ipam-data-dir %q: an absolute path, and only with --cni-conf (it goes into the conflist the agent writes)", *ipamDir)
+	}
 	if *kernelRoutes && (*vxlan >= 0 || !*routes) {
 		return fail("--kernel-routes routes the other nodes' pods on the link the nodes share: not with --vxlan (no shared link) or --routes=false (the node's own routes carry that traffic)")
 	}

@@ -91,12 +91,19 @@ impl Cni {
         })
     }
 
-    /// A runtime calling the plugins in `plugins` (the ones a node installed, rather than the
-    /// reference plugins), with their configurations given whole to [`Cni::add`].
-    pub fn with_plugins(host_ns: &str, base: &str, plugins: PathBuf) -> Result<Cni> {
+    /// A runtime calling the plugins in `plugins` (the ones a node installed, not the reference
+    /// plugins) for the network `network` (a conflist's name), with each plugin's configuration
+    /// given whole to [`Cni::add`].
+    pub fn with_plugins(host_ns: &str, base: &str, plugins: PathBuf, network: &str) -> Result<Cni> {
+        let dir = std::env::temp_dir().join(format!("{base}-cni"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Cni {
+            host_ns: host_ns.into(),
+            name: network.into(),
             plugins,
-            ..Cni::new(host_ns, base)?
+            dir,
+            added: Vec::new(),
+            range: Range::lab(),
         })
     }
 

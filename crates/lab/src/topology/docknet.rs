@@ -146,15 +146,22 @@ impl DocknetLab {
                 true => Self::client_ip(i),
                 false => Self::server_ip(i),
             };
-            let pods = Pods::build(exe, &wire, [&daemon, &daemon_b], pairs, mtu, want);
             // (on failure the daemons, then the wire, go as the locals drop)
+            let pods = Box::new(Pods::build(
+                exe,
+                &wire,
+                [&daemon, &daemon_b],
+                pairs,
+                mtu,
+                want,
+            )?);
             return Ok(DocknetLab {
                 daemon,
                 daemon_b: Some(daemon_b),
                 mode,
                 mtu,
                 wire: Some(wire),
-                pods: Some(Box::new(pods?)),
+                pods: Some(pods),
             });
         }
         let (mut ca, mut cb) = (daemon.client()?, daemon_b.client()?);
@@ -280,8 +287,8 @@ impl DocknetLab {
     }
 
     /// `docknet run --pipe PIPE [--cpu N] -- PROG ARGS` on this lab's daemon; in the preload
-    /// modes with `--preload` (the program's kernel sockets go to DockNet) and the DockLib
-    /// idle policy `idle` (`DOCKNET_IDLE`).
+    /// modes with `--preload` (the program's kernel sockets go to DockNet). In `docknet-pods`,
+    /// `PROG ARGS` in the namespace of the pod that stands for `pipe` (on core N).
     pub fn run_in(
         &self,
         exe: &Path,
@@ -305,9 +312,15 @@ impl DocknetLab {
         args: Vec<String>,
     ) -> Command {
         if let Some(pod) = self.pods.as_ref().and_then(|p| p.pod(pipe)) {
-            // in the pod's namespace, where its pipe is, as its container runs (dnperf's
-            // `--cpu` places it)
-            return crate::proc::in_ns(&pod.ns.0, prog, args);
+            // in the pod's namespace, where its pipe is, as its container runs (it sees the
+            // host's files, so `binds` need nothing; the pods' modes are not preload modes)
+            let mut c = std::process::Command::new("setsid");
+            c.args(["ip", "netns", "exec", &pod.ns.0]);
+            if let Some(core) = core {
+                c.args(["taskset", "-c", &core.to_string()]);
+            }
+            c.arg(prog).args(args);
+            return c;
         }
         let mut c = self.daemon_of(pipe).cmd(exe);
         c.args(["run", "--pipe", pipe]);

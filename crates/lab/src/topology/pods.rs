@@ -154,10 +154,12 @@ impl Pods {
             if entry["type"] != "docknet" {
                 bail!("{}: no docknet plugin in it", conf.display());
             }
+            let network = list["name"].as_str().unwrap_or("docknet");
             pods.runtimes.push(Cni::with_plugins(
                 ns,
                 &unique(&format!("pods{name}")),
                 node.join("bin"),
+                network,
             )?);
             let client = name == "a";
             for i in 0..pairs {
