@@ -6,7 +6,10 @@
 # the default `auto`, which takes AF_PACKET with segment offload on a veth; dnperf in a
 # container of each, `docknet run` without `--cpu`), and `host` (a daemon on each host with
 # `--host-link`: the pods' only network is DockNet, and the hosts' kernels route between the
-# two pod networks, as nodes of a cluster do). Workloads: 64 B and 64 KiB ping-pong,
+# two pod networks, as nodes of a cluster do), and `vxlan` (the daemons at the default link
+# mode, each host's pod network routed through a VXLAN tunnel to the other host's address,
+# `docknet route add --vxlan`, as `docknet-agent --vxlan` routes nodes that share no link).
+# Workloads: 64 B and 64 KiB ping-pong,
 # 64 KiB stream. The paths take turns within each repetition, each on a wire of its own.
 # (The lab's two-host topology places its processes by hand; this is the unpinned case.)
 #
@@ -86,6 +89,9 @@ daemons() {
         link=(--host-link)
         prefix=24
     fi
+    if [ "$1" = vxlan ]; then
+        link=(--nic eth0)
+    fi
     for x in a b; do
         mkdir -p "$RUN/$x"
         ip netns exec "$TAG$x" "$B/docknet" --socket "$RUN/$x/ctl.sock" daemon --ephemeral \
@@ -102,6 +108,12 @@ daemons() {
     fi
     "$B/docknet" --socket "$RUN/a/ctl.sock" pipe create c0 --ip "10.79.1.1/$prefix" >/dev/null
     "$B/docknet" --socket "$RUN/b/ctl.sock" pipe create s0 --ip "10.79.2.1/$prefix" >/dev/null
+    if [ "$1" = vxlan ]; then
+        "$B/docknet" --socket "$RUN/a/ctl.sock" route add 10.79.2.0/24 --via 192.168.79.2 \
+            --vxlan 1 >/dev/null
+        "$B/docknet" --socket "$RUN/b/ctl.sock" route add 10.79.1.0/24 --via 192.168.79.1 \
+            --vxlan 1 >/dev/null
+    fi
 }
 
 daemons_down() {
@@ -126,7 +138,7 @@ docknet() {
 TSV=$OUT/wire-unpinned.tsv
 printf 'rep\tpath\tworkload\tsize\tp50_us\tp99_us\tgbps\n' >"$TSV"
 for rep in $(seq "$REPEAT"); do
-    for path in kernel xdp auto host; do
+    for path in kernel xdp auto host vxlan; do
         wire_up
         [ "$path" = kernel ] || daemons "$path"
         for load in "${LOADS[@]}"; do
@@ -134,6 +146,12 @@ for rep in $(seq "$REPEAT"); do
             if [ "$path" = kernel ]; then r=$(kernel "$w" "$s"); else r=$(docknet "$w" "$s"); fi
             printf '%s\t%s\t%s\t%s\t%s\n' "$rep" "$path" "$w" "$s" "$r" | tee -a "$TSV"
         done
+        if [ "$path" = vxlan ]; then
+            # the tunnel carried it (not the flat subnet the pipes' prefix also covers)
+            sent=$("$B/docknet" --socket "$RUN/a/ctl.sock" status --json |
+                python3 -c 'import json,sys; print(json.load(sys.stdin)["nic"]["counters"]["vxlan_sent"])')
+            [ "$sent" -gt 0 ] || { echo "wire-unpinned.sh: nothing went through the VXLAN tunnel" >&2; exit 1; }
+        fi
         [ "$path" = kernel ] || daemons_down
         wire_down
     done

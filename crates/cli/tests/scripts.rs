@@ -200,7 +200,8 @@ fn the_idle_sweep_measures_its_lines_and_leaves_nothing_behind() {
 
 /// The unpinned two-host comparison's smoke version: one short 64 B ping-pong per path (the
 /// kernel, daemons on AF_XDP, daemons at the default `auto`, daemons with host links and the
-/// hosts' kernels routing) with this build's binaries; nothing left behind (the host links go
+/// hosts' kernels routing, daemons routing through VXLAN tunnels, which the script checks
+/// carried the traffic) with this build's binaries; nothing left behind (the host links go
 /// with their namespaces).
 #[test]
 fn the_unpinned_wire_comparison_measures_every_path_and_leaves_nothing_behind() {
@@ -216,7 +217,7 @@ fn the_unpinned_wire_comparison_measures_every_path_and_leaves_nothing_behind() 
     );
     let (tsv, lines) = tsv_rows(&out.path().join("wire-unpinned.tsv"));
     let paths: Vec<&str> = lines.iter().map(|l| l[1].as_str()).collect();
-    assert_eq!(paths, ["kernel", "xdp", "auto", "host"], "{tsv}");
+    assert_eq!(paths, ["kernel", "xdp", "auto", "host", "vxlan"], "{tsv}");
     for l in &lines {
         let p50: f64 = l[4].parse().unwrap();
         assert!(p50 > 0.0, "no latency: {l:?}");
