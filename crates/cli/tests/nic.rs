@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use docknet_lab::topology::daemon::Daemon;
 use docknet_lab::topology::wire::{Shape, Wire, HOST_A, HOST_B, WIRE_DEV};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -706,6 +706,24 @@ impl Drop for Reaped {
     }
 }
 
+/// A node as the agent's `--nodes` file lists it.
+fn node(name: &str, addr: &str, cidr: &str) -> serde_json::Value {
+    serde_json::json!({"name": name, "address": addr, "podCIDRs": [cidr]})
+}
+
+/// `nodes.json` in `dir` with nodes a (host A, 10.244.1.0/24) and b (host B, 10.244.2.0/24).
+fn two_nodes_file(dir: &Path) -> PathBuf {
+    let nodes = dir.join("nodes.json");
+    write_nodes(
+        &nodes,
+        serde_json::json!([
+            node("a", HOST_A, "10.244.1.0/24"),
+            node("b", HOST_B, "10.244.2.0/24")
+        ]),
+    );
+    nodes
+}
+
 fn write_nodes(path: &Path, nodes: serde_json::Value) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, nodes.to_string()).unwrap();
@@ -721,15 +739,7 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
     let a = host_daemon(&wire, &wire.host_a, "xdp");
     let b = host_daemon(&wire, &wire.host_b, "xdp");
     let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes.json");
-    let node = |name: &str, addr: &str, cidr: &str| serde_json::json!({"name": name, "address": addr, "podCIDRs": [cidr]});
-    write_nodes(
-        &nodes,
-        serde_json::json!([
-            node("a", HOST_A, "10.244.1.0/24"),
-            node("b", HOST_B, "10.244.2.0/24")
-        ]),
-    );
+    let nodes = two_nodes_file(dir.path());
     // an operator's route outside the cluster's pod network stays as it is
     ok(
         &a,
@@ -875,15 +885,7 @@ fn strict_reverse_path_filters_let_pods_through_once_the_agent_keeps_kernel_rout
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes.json");
-    let node = |name: &str, addr: &str, cidr: &str| serde_json::json!({"name": name, "address": addr, "podCIDRs": [cidr]});
-    write_nodes(
-        &nodes,
-        serde_json::json!([
-            node("a", HOST_A, "10.244.1.0/24"),
-            node("b", HOST_B, "10.244.2.0/24")
-        ]),
-    );
+    let nodes = two_nodes_file(dir.path());
     // one pass of a node's agent in the node's namespace
     let pass = |host: &str, d: &Daemon, name: &str, more: &[&str]| {
         let o = Command::new("ip")
