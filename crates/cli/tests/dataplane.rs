@@ -468,55 +468,16 @@ fn background(lab: &Lab, pipe: &str, run: &[&str], cmd: &[&str]) -> (Background,
     (bg, line)
 }
 
-/// Starts a checked stream (dnperf --workload check) from `client` to `server_ip` and returns
-/// the indices of (server, client).
+/// A checked stream of `mb` MB from pipe `client` to pipe `server` at `server_ip` port 7000,
+/// peers at `adaptive`, started: (server, client).
 fn checked(lab: &mut Lab, client: &str, server: &str, server_ip: &str, mb: u64) -> (usize, usize) {
     let addr = format!("{server_ip}:7000");
-    let srv = lab.spawn_in(
-        server,
-        None,
-        &[
-            DNPERF, "server", "--stack", "docknet", "--idle", "adaptive", "--bind", &addr,
-            "--conns", "1",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    let bytes = (mb * 1_000_000).to_string();
-    let cli = lab.spawn_in(
-        client,
-        None,
-        &[
-            DNPERF,
-            "client",
-            "--stack",
-            "docknet",
-            "--idle",
-            "adaptive",
-            "--connect",
-            &addr,
-            "--workload",
-            "check",
-            "--bytes",
-            &bytes,
-            "--size",
-            "16384",
-            "--json",
-        ],
-    );
-    (srv, cli)
+    lab.checked_stream(client, server, &addr, mb * 1_000_000, "adaptive")
 }
 
 /// Waits for a checked stream; asserts every byte arrived intact.
-fn intact(lab: &mut Lab, (srv, cli): (usize, usize), what: &str) {
-    let out = lab.wait(cli, Duration::from_secs(120));
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = peer_json(&out);
-    assert_eq!(v["result"]["corrupt_bytes"], 0, "{what}: {v}");
-    let _ = lab.wait(srv, Duration::from_secs(20));
+fn intact(lab: &mut Lab, stream: (usize, usize), what: &str) {
+    lab.intact(stream, Duration::from_secs(120), what);
 }
 
 #[test]

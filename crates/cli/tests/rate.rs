@@ -6,8 +6,6 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-const DNPERF: &str = env!("CARGO_BIN_EXE_dnperf");
-
 fn pipes(lab: &Lab) {
     lab.ok(&["pipe", "create", "a", "--ip", "10.61.0.1/24"]);
     lab.ok(&["pipe", "create", "b", "--ip", "10.61.0.2/24"]);
@@ -15,53 +13,7 @@ fn pipes(lab: &Lab) {
 
 /// dnperf's server in pipe b and a client in pipe a sending it `total` checked bytes, started.
 fn check_transfer(lab: &mut Lab, port: u16, total: u64) -> (usize, usize) {
-    let bind = format!("10.61.0.2:{port}");
-    let srv = lab.spawn_in(
-        "b",
-        None,
-        &[
-            DNPERF, "server", "--stack", "docknet", "--idle", "block", "--bind", &bind, "--conns",
-            "1",
-        ],
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    let cli = lab.spawn_in(
-        "a",
-        None,
-        &[
-            DNPERF,
-            "client",
-            "--stack",
-            "docknet",
-            "--idle",
-            "block",
-            "--connect",
-            &bind,
-            "--workload",
-            "check",
-            "--bytes",
-            &total.to_string(),
-            "--size",
-            "16384",
-            "--json",
-        ],
-    );
-    (srv, cli)
-}
-
-/// Waits for the client of [`check_transfer`] (at most `limit`) and its server: the client's
-/// report, every byte intact.
-fn checked(lab: &mut Lab, srv: usize, cli: usize, limit: Duration) -> serde_json::Value {
-    let out = lab.wait(cli, limit);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = peer_json(&out);
-    assert_eq!(v["result"]["corrupt_bytes"], 0, "{v}");
-    let _ = lab.wait(srv, Duration::from_secs(20));
-    v
+    lab.checked_stream("a", "b", &format!("10.61.0.2:{port}"), total, "block")
 }
 
 #[test]
@@ -75,7 +27,7 @@ fn a_limited_pipe_takes_the_time_its_limit_implies() {
     assert_eq!(set["egress_bps"], 400_000_000, "{set}");
     let total: u64 = 100_000_000;
     let (srv, cli) = check_transfer(&mut lab, 7000, total);
-    let v = checked(&mut lab, srv, cli, Duration::from_secs(120));
+    let v = lab.intact((srv, cli), Duration::from_secs(120), "the limited transfer");
     // the receiver's time from first to last byte
     let secs = total as f64 * 8.0 / (v["result"]["gbps"].as_f64().unwrap() * 1e9);
     // the limit counts frames with their headers: 1514 bytes per 1460 of payload
@@ -183,7 +135,7 @@ fn a_master_sleeps_between_the_runs_of_a_paced_flow() {
         // past the first bucket and the idle policy's first spell
         std::thread::sleep(Duration::from_millis(600));
         let top = lab.json(&["top", "--once", "--json", "--interval", "1"]);
-        checked(&mut lab, srv, cli, Duration::from_secs(60));
+        lab.intact((srv, cli), Duration::from_secs(60), "the paced transfer");
         let m = &top["masters"][0];
         let flowing = top["pipes"]
             .as_array()

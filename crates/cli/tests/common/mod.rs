@@ -325,6 +325,80 @@ impl Lab {
             .expect("run container")
     }
 
+    /// dnperf's server in pipe `server` at `addr` (one connection) and, 300 ms later, a client
+    /// in pipe `client` sending it `bytes` checked bytes in 16 KiB writes, both at idle policy
+    /// `idle`, started: (server, client) for [`Lab::intact`].
+    pub fn checked_stream(
+        &mut self,
+        client: &str,
+        server: &str,
+        addr: &str,
+        bytes: u64,
+        idle: &str,
+    ) -> (usize, usize) {
+        let srv = self.spawn_in(
+            server,
+            None,
+            &[
+                dnperf(),
+                "server",
+                "--stack",
+                "docknet",
+                "--idle",
+                idle,
+                "--bind",
+                addr,
+                "--conns",
+                "1",
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let bytes = bytes.to_string();
+        let cli = self.spawn_in(
+            client,
+            None,
+            &[
+                dnperf(),
+                "client",
+                "--stack",
+                "docknet",
+                "--idle",
+                idle,
+                "--connect",
+                addr,
+                "--workload",
+                "check",
+                "--bytes",
+                &bytes,
+                "--size",
+                "16384",
+                "--json",
+            ],
+        );
+        (srv, cli)
+    }
+
+    /// Waits (at most `limit`) for the client of a [`Lab::checked_stream`], then its server;
+    /// asserts the client succeeded with every byte intact (`what` names the stream) and
+    /// returns its report.
+    pub fn intact(
+        &mut self,
+        (srv, cli): (usize, usize),
+        limit: Duration,
+        what: &str,
+    ) -> serde_json::Value {
+        let out = self.wait(cli, limit);
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v = peer_json(&out);
+        assert_eq!(v["result"]["corrupt_bytes"], 0, "{what}: {v}");
+        let _ = self.wait(srv, Duration::from_secs(20));
+        v
+    }
+
     pub fn counter(&self, pipe: &str, name: &str) -> u64 {
         self.json(&["pipe", "show", pipe, "--json"])["counters"][name]
             .as_u64()
