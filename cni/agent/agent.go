@@ -17,7 +17,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 
 	"docknet/cni/internal/daemon"
@@ -209,12 +211,7 @@ func Reconcile(d Daemon, want map[string]string, cluster netip.Prefix, vxlan *ui
 		}
 		done = append(done, Change{Op: "rm", Net: r.Net, Via: r.Via, Vxlan: r.Vxlan})
 	}
-	nets := make([]string, 0, len(want))
-	for n := range want {
-		nets = append(nets, n)
-	}
-	sort.Strings(nets)
-	for _, n := range nets {
+	for _, n := range slices.Sorted(maps.Keys(want)) {
 		if _, ok := current[n]; ok {
 			continue
 		}

@@ -2,8 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
-	"sort"
+	"slices"
 )
 
 // KernelProto marks the kernel routes the agent owns in the node's main table (`ip route show
@@ -36,7 +37,7 @@ func ReconcileKernel(k KernelRoutes, want map[string]string, cluster netip.Prefi
 	if err != nil {
 		return nil, nil, fmt.Errorf("the node's kernel routes: %w", err)
 	}
-	for _, net := range sortedKeys(have) {
+	for _, net := range slices.Sorted(maps.Keys(have)) {
 		if _, ok := want[net]; ok {
 			continue // kept, or changed below
 		}
@@ -46,7 +47,7 @@ func ReconcileKernel(k KernelRoutes, want map[string]string, cluster netip.Prefi
 		}
 		changes = append(changes, fmt.Sprintf("kernel route removed: %s via %s", net, have[net]))
 	}
-	for _, net := range sortedKeys(want) {
+	for _, net := range slices.Sorted(maps.Keys(want)) {
 		via := want[net]
 		old, ours := have[net]
 		if ours && old == via {
@@ -73,13 +74,4 @@ func ReconcileKernel(k KernelRoutes, want map[string]string, cluster netip.Prefi
 		changes = append(changes, fmt.Sprintf("kernel route added: %s via %s", net, via))
 	}
 	return changes, refused, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
