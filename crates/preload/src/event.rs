@@ -840,13 +840,14 @@ impl Notifier {
 
     fn run(&self) {
         let mut ready = Vec::new();
+        let mut chunk = Vec::new();
         loop {
             if ops::forked() {
                 return;
             }
             let token = self.waker.token();
             // the relays' bytes for their children first (see `relay`)
-            let (relayed, slow) = crate::relay::down_round();
+            let (relayed, slow) = crate::relay::down_round(&mut chunk);
             let snap: Vec<(u64, Watched)> = self
                 .lock()
                 .iter()

@@ -457,10 +457,13 @@ impl Relay {
     }
 
     /// Moves what the peer sent down to the child, without waiting; whether the down side is
-    /// finished now. The bytes leave the stack only as the child's socket takes them (under
-    /// the stack's lock): a child that closed its end before the up side noticed refuses them,
-    /// and they stay for this process, which may still hold the connection and read it.
-    fn down(&self) -> bool {
+    /// finished now. The bytes leave the stack only once the child's socket took them: they are
+    /// copied out (a peek), sent, and as many as the send took are then consumed. A child that
+    /// closed its end before the up side noticed refuses them, and they stay for this process,
+    /// which may still hold the connection and read it. (The send runs outside the stack's
+    /// lock: under it, every relay thread and the engine waited for the syscall and the
+    /// child's wake-up.) `chunk`: the caller's buffer.
+    fn down(&self, chunk: &mut [u8]) -> bool {
         let Some(t) = self.stream() else { return true };
         let mut g = self.state();
         g.slow = false;
@@ -468,29 +471,22 @@ impl Relay {
             if g.child_gone || g.peer_done {
                 return true;
             }
-            let (mut full, mut gone) = (false, false);
-            let r = t.try_read_with(|b| {
-                match sys::send_nosignal(self.data, &b[..b.len().min(CHUNK)], false) {
-                    Ok(n) if n > 0 => return Ok(n),
-                    Ok(_) | Err(libc::EAGAIN) | Err(libc::EINTR) => full = true,
-                    Err(_) => gone = true,
-                }
-                Err(std::io::Error::from(std::io::ErrorKind::WouldBlock))
-            });
-            if gone {
-                g.child_gone = true;
-                return true;
-            }
-            if full {
-                g.slow = true;
-                return false;
-            }
-            match r {
+            match t.try_peek(chunk) {
                 Ok(0) => {
                     g.peer_done = true;
                     let _ = sys::shutdown(self.data, libc::SHUT_WR);
                 }
-                Ok(_) => {}
+                Ok(n) => match sys::send_nosignal(self.data, &chunk[..n], false) {
+                    Ok(k) if k > 0 => consume(t, k),
+                    Ok(_) | Err(libc::EAGAIN) | Err(libc::EINTR) => {
+                        g.slow = true;
+                        return false;
+                    }
+                    Err(_) => {
+                        g.child_gone = true;
+                        return true;
+                    }
+                },
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
                 Err(_) => {
                     // reset: both ways end
@@ -533,6 +529,17 @@ impl Relay {
     }
 }
 
+/// Consumes the first `n` bytes that arrived on `t` (the ones a peek copied and the child
+/// took).
+fn consume(t: &docknet_lib::TcpStream, mut n: usize) {
+    while n > 0 {
+        match t.try_read_with(|b| Ok(b.len().min(n))) {
+            Ok(k) if k > 0 => n -= k,
+            _ => return,
+        }
+    }
+}
+
 /// Writes all of `b` to the connection, waiting for room as long as it takes.
 fn write_all(t: &docknet_lib::TcpStream, mut b: &[u8]) -> std::io::Result<()> {
     while !b.is_empty() {
@@ -557,14 +564,17 @@ fn down_lock() -> MutexGuard<'static, Vec<Arc<Relay>>> {
 /// One round of the down side of every relayed connection (in the notifier's thread, each
 /// time it wakes): moves what can move without waiting. Returns the sockets to wait for the
 /// peers' bytes on, and whether a child is slow to take its bytes (the caller then looks again
-/// within a millisecond).
-pub(crate) fn down_round() -> (Vec<Arc<Sock>>, bool) {
+/// within a millisecond). `chunk`: the caller's buffer, sized here on first use.
+pub(crate) fn down_round(chunk: &mut Vec<u8>) -> (Vec<Arc<Sock>>, bool) {
     let relays: Vec<Arc<Relay>> = down_lock().clone();
     if relays.is_empty() {
         return (Vec::new(), false);
     }
+    if chunk.len() < CHUNK {
+        chunk.resize(CHUNK, 0);
+    }
     let (done, live): (Vec<Arc<Relay>>, Vec<Arc<Relay>>) =
-        relays.into_iter().partition(|r| r.down());
+        relays.into_iter().partition(|r| r.down(chunk));
     if !done.is_empty() {
         down_lock().retain(|r| !done.iter().any(|d| Arc::ptr_eq(d, r)));
         for r in done {
