@@ -32,6 +32,8 @@ const (
 	pauseImage = "docknet.test/pause:1"
 	appImage   = "docknet.test/dnperf:1"
 	podSubnet  = "10.76.0.0/24"
+	// where the app image keeps DockNet's preload library
+	preloadPath = "/libdocknet_preload.so"
 )
 
 // repo is the checkout's root (this package is cni/e2e).
@@ -180,7 +182,7 @@ func setupNode(t *testing.T, o nodeOpts) *env {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "needs root (namespaces, containerd)")
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "ldd"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "ldd", "curl"} {
 		if _, err := exec.LookPath(b); err != nil {
 			skipOrFail(t, "%s not installed (scripts/setup.sh installs containerd and runc with apt-get)", b)
 		}
@@ -342,7 +344,7 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// images builds the pause and dnperf images and imports them for the CRI (namespace k8s.io).
+// images builds the pause and app images and imports them for the CRI (namespace k8s.io).
 func (e *env) images() {
 	t := e.t
 	pause := filepath.Join(e.dir, "pause")
@@ -351,13 +353,28 @@ func (e *env) images() {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building pause: %v\n%s", err, out)
 	}
-	libs, err := sharedLibs(e.dnperf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := []file{{dst: "/dnperf", src: e.dnperf, mode: 0o755}}
-	for _, l := range libs {
-		files = append(files, file{dst: l, src: l, mode: 0o755})
+	// dnperf and docknet-httpd (DockLib programs), and unmodified programs for the preload
+	// library (a shell, curl, getent), each with the libraries it loads
+	target := filepath.Dir(e.docknet)
+	var files []file
+	seen := map[string]bool{}
+	for _, f := range []file{
+		{dst: "/dnperf", src: e.dnperf}, {dst: "/docknet-httpd", src: filepath.Join(target, "docknet-httpd")},
+		{dst: "/bin/sh", src: "/bin/sh"}, {dst: "/curl", src: "/usr/bin/curl"}, {dst: "/getent", src: "/usr/bin/getent"},
+		{dst: preloadPath, src: filepath.Join(target, "libdocknet_preload.so")},
+	} {
+		libs, err := sharedLibs(f.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.mode = 0o755
+		files = append(files, f)
+		for _, l := range libs {
+			if !seen[l] {
+				seen[l] = true
+				files = append(files, file{dst: l, src: l, mode: 0o755})
+			}
+		}
 	}
 	for _, img := range []struct {
 		name  string
@@ -457,6 +474,12 @@ type pod struct {
 
 // runPod is kubelet's RunPodSandbox, then the sandbox's address from its status.
 func (e *env) runPod(name string, annotations map[string]string) *pod {
+	return e.runPodDNS(name, annotations, nil)
+}
+
+// runPodDNS is runPod for a pod with the cluster's DNS settings (kubelet's dnsPolicy
+// ClusterFirst): the runtime writes them as the pod's /etc/resolv.conf.
+func (e *env) runPodDNS(name string, annotations map[string]string, dns *cri.DNSConfig) *pod {
 	t := e.t
 	p := &pod{logDir: filepath.Join(e.dir, "logs", name)}
 	if err := os.MkdirAll(p.logDir, 0o755); err != nil {
@@ -467,6 +490,7 @@ func (e *env) runPod(name string, annotations map[string]string) *pod {
 		Hostname:     name,
 		LogDirectory: p.logDir,
 		Annotations:  annotations,
+		DnsConfig:    dns,
 		Linux: &cri.LinuxPodSandboxConfig{
 			// runc leaves the parent of the containers' cgroups: one of the test's own, removed
 			// at the end
@@ -496,7 +520,16 @@ func (e *env) runPod(name string, annotations map[string]string) *pod {
 
 // start is kubelet's CreateContainer and StartContainer.
 func (e *env) start(p *pod, name string, cmd []string) string {
+	return e.startWith(p, name, cmd, nil, nil)
+}
+
+// startWith is start with environment variables and mounts of host directories.
+func (e *env) startWith(p *pod, name string, cmd []string, envs map[string]string, mounts []*cri.Mount) string {
 	t := e.t
+	var kvs []*cri.KeyValue
+	for k, v := range envs {
+		kvs = append(kvs, &cri.KeyValue{Key: k, Value: []byte(v)})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := e.rt.CreateContainer(ctx, &cri.CreateContainerRequest{
@@ -505,6 +538,8 @@ func (e *env) start(p *pod, name string, cmd []string) string {
 			Metadata: &cri.ContainerMetadata{Name: name},
 			Image:    &cri.ImageSpec{Image: appImage},
 			Command:  cmd,
+			Envs:     kvs,
+			Mounts:   mounts,
 			LogPath:  name + ".log",
 			// what kubelet gives a container with a CPU request of one core, on core 1 (the
 			// lab's placement; the static CPU manager gives such pods cores of their own)
@@ -521,6 +556,19 @@ func (e *env) start(p *pod, name string, cmd []string) string {
 		t.Fatalf("StartContainer %s: %v", name, err)
 	}
 	return c.ContainerId
+}
+
+// removePod is kubelet's StopPodSandbox and RemovePodSandbox.
+func (e *env) removePod(p *pod) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := e.rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: p.id}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: p.id}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // output waits for a container to exit and returns its stdout lines (from the CRI log file).
@@ -678,14 +726,8 @@ func TestCRIPodsGetPipesExchangeTCPAtDockNetLatencyAndLeaveNothing(t *testing.T)
 	}
 
 	// kubelet's teardown: StopPodSandbox (DEL), RemovePodSandbox
-	ctx := context.Background()
 	for _, p := range []*pod{client, server, peer} {
-		if _, err := e.rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: p.id}); err != nil {
-			t.Fatalf("StopPodSandbox: %v", err)
-		}
-		if _, err := e.rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: p.id}); err != nil {
-			t.Fatalf("RemovePodSandbox: %v", err)
-		}
+		e.removePod(p)
 	}
 	if ps := e.pipes(); len(ps) != 0 {
 		t.Fatalf("pipes left after the pods went: %v", ps)

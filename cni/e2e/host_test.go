@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,9 +26,6 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 	)
 	ns, out := fmt.Sprintf("dnhostnode-%d", os.Getpid()), fmt.Sprintf("dnhostout-%d", os.Getpid())
 	joined(t, ns, nodeAddr, out, outside)
-	in := func(name string, args ...string) *exec.Cmd {
-		return exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + name, "--"}, args...)...)
-	}
 	// the node forwards and masquerades its pods' traffic to the outside, as a cluster's
 	// egress rule does
 	for _, c := range [][]string{
@@ -38,7 +34,7 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 		{"nft", "add", "chain", "ip", "egress", "post", "{ type nat hook postrouting priority srcnat; }"},
 		{"nft", "add", "rule", "ip", "egress", "post", "ip", "saddr", cluster, "oifname", "eth0", "masquerade"},
 	} {
-		if o, err := in(ns, c...).CombinedOutput(); err != nil {
+		if o, err := inNetns(ns, c...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v\n%s", c, err, o)
 		}
 	}
@@ -67,7 +63,7 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 	e.start(server, "server", []string{"/dnperf", "server", "--stack", "docknet", "--bind", server.ip + ":5000"})
 	var got clientReport
 	err := waitFor("the node's client answered by the pod", 30*time.Second, func() bool {
-		o, err := in(ns, e.dnperf, "client", "--stack", "kernel", "--connect", server.ip+":5000",
+		o, err := inNetns(ns, e.dnperf, "client", "--stack", "kernel", "--connect", server.ip+":5000",
 			"--workload", "rr", "--size", "64", "--duration", "1", "--warmup", "0.2", "--json").Output()
 		if err != nil {
 			return false
@@ -83,7 +79,7 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 		float64(got.Result.OneWayNs.P50)/1e3, got.Result.Transactions)
 
 	// the pod to the outside, through the node's NAT
-	srv := in(out, e.dnperf, "server", "--stack", "kernel", "--bind", outside+":6000")
+	srv := inNetns(out, e.dnperf, "server", "--stack", "kernel", "--bind", outside+":6000")
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // joined makes namespaces a and b (removed when the test ends), each with lo up, and joins them
@@ -154,17 +152,11 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 	}
 
 	// kubelet's teardown on each node leaves no pipe
-	ctx := context.Background()
 	for _, np := range []struct {
 		e *env
 		p *pod
 	}{{a, client}, {b2, server}} {
-		if _, err := np.e.rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: np.p.id}); err != nil {
-			t.Fatalf("StopPodSandbox: %v", err)
-		}
-		if _, err := np.e.rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: np.p.id}); err != nil {
-			t.Fatalf("RemovePodSandbox: %v", err)
-		}
+		np.e.removePod(np.p)
 		if ps := np.e.pipes(); len(ps) != 0 {
 			t.Fatalf("node %s: pipes left after its pod went: %v", np.e.node, ps)
 		}
