@@ -23,6 +23,7 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -295,7 +296,13 @@ func TestTheAgentFollowsServicesThroughARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent := agentClient(ctx, t, client, adminConfig)
-	src, err := NewKubeServices(ctx, agent, 0)
+	// this node, in zone a (its zone decides, for Services that prefer close endpoints)
+	self := node("svc-node", "192.168.1.21", "10.244.1.0/24")
+	self.Labels = map[string]string{corev1.LabelTopologyZone: "zone-a"}
+	if _, err := client.CoreV1().Nodes().Create(ctx, self, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewKubeServices(ctx, agent, 0, "svc-node")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +323,41 @@ func TestTheAgentFollowsServicesThroughARealAPIServer(t *testing.T) {
 		"k8s.default.kubernetes.https": api,
 		"k8s.default.web.http":         "tcp " + vip + ":80 none -> 10.244.1.2:8080,10.244.1.3:8080",
 	}, "endpoint ready")
+
+	// the Service prefers endpoints in its callers' zone, and the slice says which zone each
+	// endpoint serves (the EndpointSlice controller's hints): this node gets zone a's
+	web, err := client.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	preferClose := corev1.ServiceTrafficDistributionPreferClose
+	web.Spec.TrafficDistribution = &preferClose
+	if _, err := client.CoreV1().Services("default").Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	zoned := slice("web-1", "web", map[string]int32{"http": 8080}, ep{"10.244.1.2", nil}, ep{"10.244.1.3", nil})
+	zoned.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}
+	zoned.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-b"}}}
+	if _, err := slices.Update(ctx, zoned, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{
+		"k8s.default.kubernetes.https": api,
+		"k8s.default.web.http":         "tcp " + vip + ":80 none -> 10.244.1.2:8080",
+	}, "zone a's endpoint")
+	// the node moves to zone b: its pods are given zone b's endpoint
+	self, err = client.CoreV1().Nodes().Get(ctx, "svc-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self.Labels[corev1.LabelTopologyZone] = "zone-b"
+	if _, err := client.CoreV1().Nodes().Update(ctx, self, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, d, map[string]string{
+		"k8s.default.kubernetes.https": api,
+		"k8s.default.web.http":         "tcp " + vip + ":80 none -> 10.244.1.3:8080",
+	}, "zone b's endpoint")
 	if err := client.CoreV1().Services("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -88,34 +90,43 @@ func FromNode(n *corev1.Node) Node {
 	return out
 }
 
-// KubeServices watches the cluster's Services and EndpointSlices through client-go informers.
+// KubeServices watches the cluster's Services and EndpointSlices through client-go informers,
+// and this node's Node object (its zone, for topology-aware routing).
 type KubeServices struct {
 	svcs    listersv1.ServiceLister
 	slices  discoverylisters.EndpointSliceLister
+	nodes   listersv1.NodeLister // this node only
+	node    string
 	changed chan struct{}
 }
 
-// NewKubeServices starts informers on Services and EndpointSlices and waits (until ctx ends)
-// for their first lists.
-func NewKubeServices(ctx context.Context, client kubernetes.Interface, resync time.Duration) (*KubeServices, error) {
+// NewKubeServices starts informers on Services, EndpointSlices and the Node named node, and
+// waits (until ctx ends) for their first lists.
+func NewKubeServices(ctx context.Context, client kubernetes.Interface, resync time.Duration, node string) (*KubeServices, error) {
 	f := informers.NewSharedInformerFactory(client, resync)
 	si := f.Core().V1().Services()
 	ei := f.Discovery().V1().EndpointSlices()
-	k := &KubeServices{svcs: si.Lister(), slices: ei.Lister(), changed: make(chan struct{}, 1)}
+	// the node's own object only: a cluster's thousands of nodes are not this watch's business
+	nf := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+	}))
+	ni := nf.Core().V1().Nodes()
+	k := &KubeServices{svcs: si.Lister(), slices: ei.Lister(), nodes: ni.Lister(), node: node, changed: make(chan struct{}, 1)}
 	signal := func() { notify(k.changed) }
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { signal() },
 		UpdateFunc: func(any, any) { signal() },
 		DeleteFunc: func(any) { signal() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{si.Informer(), ei.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{si.Informer(), ei.Informer(), ni.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, err
 		}
 	}
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), si.Informer().HasSynced, ei.Informer().HasSynced) {
-		return nil, fmt.Errorf("the Service and EndpointSlice informers did not sync: %w", ctx.Err())
+	nf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), si.Informer().HasSynced, ei.Informer().HasSynced, ni.Informer().HasSynced) {
+		return nil, fmt.Errorf("the Service, EndpointSlice and Node informers did not sync: %w", ctx.Err())
 	}
 	return k, nil
 }
@@ -131,6 +142,15 @@ func (k *KubeServices) Services() ([]*corev1.Service, []*discoveryv1.EndpointSli
 		return nil, nil, err
 	}
 	return svcs, slices, nil
+}
+
+// Locality is this node's name and its zone label (none while its Node is not in the cache).
+func (k *KubeServices) Locality() Locality {
+	l := Locality{Node: k.node}
+	if n, err := k.nodes.Get(k.node); err == nil {
+		l.Zone = n.Labels[corev1.LabelTopologyZone]
+	}
+	return l
 }
 
 // ServicesChanged is signalled on every add, update and delete of a Service or EndpointSlice.

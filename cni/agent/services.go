@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,11 +36,21 @@ type ServiceDaemon interface {
 	ServiceRm(name string) error
 }
 
-// ServiceSource gives the cluster's Services and EndpointSlices and says when they may have
-// changed.
+// ServiceSource gives the cluster's Services and EndpointSlices, where this node is, and says
+// when they may have changed.
 type ServiceSource interface {
 	Services() ([]*corev1.Service, []*discoveryv1.EndpointSlice, error)
+	Locality() Locality
 	ServicesChanged() <-chan struct{}
+}
+
+// Locality is where the node's pods call from: what `internalTrafficPolicy: Local` and
+// topology-aware routing choose endpoints by. Each node's daemon balances only its own pods'
+// calls, so each node's agent gives its daemon the endpoints its pods should reach, as
+// kube-proxy programs each node.
+type Locality struct {
+	Node string // the node's name
+	Zone string // its topology.kubernetes.io/zone label; "" when it has none
 }
 
 // ServiceName is the daemon's name for port port of Service ns/name: `k8s.NS.NAME.PORT`
@@ -53,9 +65,10 @@ func ServiceName(ns, name string, port corev1.ServicePort) string {
 
 // DesiredServices computes the daemon's services from the cluster's: one per IPv4 ClusterIP
 // and TCP or UDP port of every Service that has a ClusterIP, its backends the ready endpoints
-// of the Service's EndpointSlices on the matching port. It returns them by name, and a line for
-// each Service or port skipped (headless, SCTP, IPv6 only, a name the daemon cannot take).
-func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) (map[string]Service, []string) {
+// of the Service's EndpointSlices on the matching port that a pod of the node here should reach
+// (Nearby). It returns them by name, and a line for each Service or port skipped (headless,
+// SCTP, IPv6 only, a name the daemon cannot take).
+func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, here Locality) (map[string]Service, []string) {
 	want := map[string]Service{}
 	var skipped []string
 	// slices by namespace/service
@@ -100,7 +113,7 @@ func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice
 			if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 				affinity = "client-ip"
 			}
-			backends := readyBackends(bySvc[id], port)
+			backends := addresses(Nearby(svc, readyEndpoints(bySvc[id], port), here))
 			if len(backends) > MaxBackends {
 				skipped = append(skipped, fmt.Sprintf("service %s port %d: %d endpoints, the first %d kept", id, port.Port, len(backends), MaxBackends))
 				backends = backends[:MaxBackends]
@@ -117,11 +130,19 @@ func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice
 	return want, skipped
 }
 
-// readyBackends are the IPv4 addresses of the ready endpoints of slices on the slices' port
-// matching port (by name, as kube-proxy matches them), sorted, each once.
-func readyBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort) []string {
-	seen := map[string]bool{}
-	for _, s := range slices {
+// Endpoint is one ready endpoint of a Service's port, and where it is.
+type Endpoint struct {
+	Backend string   // IPv4:PORT
+	Node    string   // the node it runs on ("" when the slice does not say)
+	Zones   []string // the zones it is hinted for (forZones)
+	Nodes   []string // the nodes it is hinted for (forNodes)
+}
+
+// readyEndpoints are the ready endpoints of slices with an IPv4 address, on the slices' port
+// matching port (by name, as kube-proxy matches them), sorted by backend, each once.
+func readyEndpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Endpoint {
+	seen := map[string]Endpoint{}
+	for _, s := range of {
 		var num int32
 		for _, p := range s.Ports {
 			name := ""
@@ -149,16 +170,103 @@ func readyBackends(slices []*discoveryv1.EndpointSlice, port corev1.ServicePort)
 				if err != nil || !ip.Is4() {
 					continue
 				}
-				seen[netip.AddrPortFrom(ip, uint16(num)).String()] = true
+				b := netip.AddrPortFrom(ip, uint16(num)).String()
+				if _, dup := seen[b]; !dup {
+					seen[b] = endpointAt(b, e)
+				}
 				break // the endpoint's first address, as kube-proxy takes it
 			}
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for b := range seen {
-		out = append(out, b)
+	out := make([]Endpoint, 0, len(seen))
+	for _, b := range slices.Sorted(maps.Keys(seen)) {
+		out = append(out, seen[b])
 	}
-	sort.Strings(out)
+	return out
+}
+
+func endpointAt(backend string, e discoveryv1.Endpoint) Endpoint {
+	out := Endpoint{Backend: backend}
+	if e.NodeName != nil {
+		out.Node = *e.NodeName
+	}
+	if e.Hints != nil {
+		for _, z := range e.Hints.ForZones {
+			out.Zones = append(out.Zones, z.Name)
+		}
+		for _, n := range e.Hints.ForNodes {
+			out.Nodes = append(out.Nodes, n.Name)
+		}
+	}
+	return out
+}
+
+// Nearby chooses, of a Service's ready endpoints, those a pod on the node here should reach:
+//   - `internalTrafficPolicy: Local`: the endpoints on this node, and none when it has none
+//     (calls are refused, where kube-proxy drops them);
+//   - topology-aware routing (`trafficDistribution: PreferSameNode`, `PreferSameZone` or its
+//     older name `PreferClose`, or the annotation `service.kubernetes.io/topology-mode: Auto`):
+//     the endpoints hinted for this node (PreferSameNode), else those hinted for this node's
+//     zone, but only when every endpoint carries hints of that kind and some are for here, as
+//     kube-proxy decides; otherwise all of them;
+//   - otherwise all of them.
+func Nearby(svc *corev1.Service, eps []Endpoint, here Locality) []Endpoint {
+	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
+		return keepIf(eps, func(e Endpoint) bool { return e.Node == here.Node })
+	}
+	td := ""
+	if svc.Spec.TrafficDistribution != nil {
+		td = *svc.Spec.TrafficDistribution
+	}
+	mode := svc.Annotations[corev1.AnnotationTopologyMode]
+	if mode == "" {
+		mode = svc.Annotations[corev1.DeprecatedAnnotationTopologyAwareHints]
+	}
+	byZone := td == corev1.ServiceTrafficDistributionPreferClose || td == corev1.ServiceTrafficDistributionPreferSameZone ||
+		td == corev1.ServiceTrafficDistributionPreferSameNode || strings.EqualFold(mode, "auto")
+	if td == corev1.ServiceTrafficDistributionPreferSameNode {
+		if near, ok := hinted(eps, here.Node, func(e Endpoint) []string { return e.Nodes }); ok {
+			return near
+		}
+	}
+	if byZone {
+		if near, ok := hinted(eps, here.Zone, func(e Endpoint) []string { return e.Zones }); ok {
+			return near
+		}
+	}
+	return eps
+}
+
+// hinted is the endpoints whose hints (of one kind) name where, when every endpoint has hints
+// of that kind and at least one names where.
+func hinted(eps []Endpoint, where string, hints func(Endpoint) []string) ([]Endpoint, bool) {
+	if where == "" {
+		return nil, false
+	}
+	for _, e := range eps {
+		if len(hints(e)) == 0 {
+			return nil, false
+		}
+	}
+	near := keepIf(eps, func(e Endpoint) bool { return slices.Contains(hints(e), where) })
+	return near, len(near) > 0
+}
+
+func keepIf(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
+	out := []Endpoint{}
+	for _, e := range eps {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func addresses(eps []Endpoint) []string {
+	out := make([]string, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, e.Backend)
+	}
 	return out
 }
 
@@ -248,7 +356,7 @@ func SyncServices(src ServiceSource, d ServiceDaemon, log func(string)) (Pass, e
 	if err != nil {
 		return Pass{}, fmt.Errorf("reading the services: %w", err)
 	}
-	want, skipped := DesiredServices(svcs, slices)
+	want, skipped := DesiredServices(svcs, slices, src.Locality())
 	done, refused, err := ReconcileServices(d, want)
 	for _, c := range done {
 		if log != nil {

@@ -124,7 +124,7 @@ func TestServicesFollowTheirReadyEndpointsWithinASecond(t *testing.T) {
 		svc("v6", "fd00::10", corev1.ServiceAffinityNone, port("", 80, corev1.ProtocolTCP)),
 		svc("sctp", "10.96.0.12", corev1.ServiceAffinityNone, port("", 9, corev1.ProtocolSCTP)),
 	)
-	src, err := NewKubeServices(ctx, client, 0)
+	src, err := NewKubeServices(ctx, client, 0, "node-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +190,7 @@ func TestServicesTheDaemonRefusesDoNotStopTheOthers(t *testing.T) {
 			slice("b", "bad", map[string]int32{"": 80}, ep{"127.0.0.1", nil}),
 			slice("g", "good", map[string]int32{"": 80}, ep{"10.244.1.9", nil}, ep{"fd00::9", nil}),
 		},
+		Locality{Node: "n1"},
 	)
 	if len(skipped) != 2 {
 		t.Errorf("skipped %q, want the SCTP port and the long name", skipped)
@@ -212,5 +213,92 @@ func TestServicesTheDaemonRefusesDoNotStopTheOthers(t *testing.T) {
 	done, _, _ = ReconcileServices(d, want)
 	if len(done) != 0 {
 		t.Errorf("second pass did %q", done)
+	}
+}
+
+func TestEachNodeGetsTheEndpointsItsPodsShouldReach(t *testing.T) {
+	local := corev1.ServiceInternalTrafficPolicyLocal
+	cluster := corev1.ServiceInternalTrafficPolicyCluster
+	with := func(itp *corev1.ServiceInternalTrafficPolicy, td string, annotations map[string]string) *corev1.Service {
+		s := svc("web", "10.96.0.10", "", port("", 80, ""))
+		s.Spec.InternalTrafficPolicy = itp
+		if td != "" {
+			s.Spec.TrafficDistribution = &td
+		}
+		s.Annotations = annotations
+		return s
+	}
+	at := func(b, node string, zones, nodes []string) Endpoint {
+		return Endpoint{Backend: b, Node: node, Zones: zones, Nodes: nodes}
+	}
+	hintedEps := []Endpoint{
+		at("10.244.1.2:80", "n1", []string{"a"}, []string{"n1"}),
+		at("10.244.2.2:80", "n2", []string{"a"}, []string{"n2"}),
+		at("10.244.3.2:80", "n3", []string{"b"}, []string{"n3"}),
+	}
+	plain := []Endpoint{at("10.244.1.2:80", "n1", nil, nil), at("10.244.3.2:80", "n3", nil, nil)}
+	inA, inB := Locality{Node: "n1", Zone: "a"}, Locality{Node: "n3", Zone: "b"}
+	auto := map[string]string{corev1.AnnotationTopologyMode: "Auto"}
+	for _, c := range []struct {
+		what string
+		svc  *corev1.Service
+		eps  []Endpoint
+		here Locality
+		want string
+	}{
+		{"no preference: every endpoint", with(nil, "", nil), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"internal traffic Cluster: every endpoint", with(&cluster, "", nil), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"internal traffic Local: this node's", with(&local, "", nil), hintedEps, inB, "10.244.3.2:80"},
+		{"internal traffic Local, none here: none", with(&local, "", nil), hintedEps, Locality{Node: "n9", Zone: "a"}, ""},
+		{"internal traffic Local, endpoints without nodes: none", with(&local, "", nil),
+			[]Endpoint{at("10.244.1.2:80", "", nil, nil)}, inA, ""},
+		{"PreferClose: this zone's", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80"},
+		{"PreferSameZone: this zone's", with(nil, corev1.ServiceTrafficDistributionPreferSameZone, nil), hintedEps, inB, "10.244.3.2:80"},
+		{"topology-mode Auto: this zone's", with(nil, "", auto), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80"},
+		{"topology-aware-hints auto: this zone's", with(nil, "", map[string]string{corev1.DeprecatedAnnotationTopologyAwareHints: "auto"}),
+			hintedEps, inA, "10.244.1.2:80,10.244.2.2:80"},
+		{"PreferSameNode: this node's", with(nil, corev1.ServiceTrafficDistributionPreferSameNode, nil), hintedEps, inA, "10.244.1.2:80"},
+		{"PreferSameNode, none hinted for this node: this zone's", with(nil, corev1.ServiceTrafficDistributionPreferSameNode, nil),
+			hintedEps, Locality{Node: "n9", Zone: "a"}, "10.244.1.2:80,10.244.2.2:80"},
+		{"PreferClose, a node without a zone: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil),
+			hintedEps, Locality{Node: "n1"}, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"PreferClose, no endpoint for this zone: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil),
+			hintedEps, Locality{Node: "n4", Zone: "c"}, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"PreferClose, one endpoint without hints: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil),
+			append([]Endpoint{at("10.244.4.2:80", "n4", nil, nil)}, hintedEps...), inA,
+			"10.244.4.2:80,10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"PreferClose, no hints at all: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil), plain, inA,
+			"10.244.1.2:80,10.244.3.2:80"},
+		{"an unknown distribution: every endpoint", with(nil, "PreferSomewhereElse", nil), hintedEps, inA,
+			"10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+	} {
+		if got := strings.Join(addresses(Nearby(c.svc, c.eps, c.here)), ","); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.what, got, c.want)
+		}
+	}
+
+	// from the slices: the node and the hints of each endpoint reach the choice
+	n1, n3 := "n1", "n3"
+	s := slice("w", "web", map[string]int32{"": 8080}, ep{"10.244.1.2", nil}, ep{"10.244.3.2", nil})
+	s.Endpoints[0].NodeName, s.Endpoints[1].NodeName = &n1, &n3
+	s.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}}
+	s.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "b"}}}
+	for _, c := range []struct {
+		svc  *corev1.Service
+		here Locality
+		want string
+	}{
+		{with(nil, corev1.ServiceTrafficDistributionPreferClose, nil), inB, "tcp 10.96.0.10:80 none -> 10.244.3.2:8080"},
+		{with(&local, "", nil), inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080"},
+		{with(nil, "", nil), inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.3.2:8080"},
+	} {
+		want, _ := DesiredServices([]*corev1.Service{c.svc}, []*discoveryv1.EndpointSlice{s}, c.here)
+		d := &fakeServices{all: map[string]Service{}}
+		if _, _, err := ReconcileServices(d, want); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.view()["k8s.default.web.80"]; got != c.want {
+			t.Errorf("%v from %v: got %q, want %q", c.svc.Spec, c.here, got, c.want)
+		}
 	}
 }

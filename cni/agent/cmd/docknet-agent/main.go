@@ -132,7 +132,7 @@ func run(args []string) int {
 		}
 		src = k
 		if *services {
-			ks, err := agent.NewKubeServices(ctx, client, *resync)
+			ks, err := agent.NewKubeServices(ctx, client, *resync, *nodeName)
 			if err != nil {
 				return fail("%v", err)
 			}
