@@ -11,18 +11,21 @@ docknet_usage "$@"
 docknet_root "$@"
 # the report test loads index.html in headless Chromium
 command -v chromium >/dev/null 2>&1 || export DOCKNET_EXTRA_PACKAGES=chromium
+# each step's start, with the time since this script began (where a slow run spends it)
+stage() { printf '== %s  [%dm%02ds]\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
+stage "setup: packages, the release build, the CNI plugins and Go programs"
 ./scripts/setup.sh
-echo "== cargo fmt --check"
+stage "cargo fmt --check"
 cargo fmt --all --check
-echo "== cargo clippy --all-targets -- -D warnings"
+stage "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo doc (warnings are errors)"
+stage "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
-echo "== the vendored smoltcp: its own TCP socket and neighbour cache tests, with DockNet's patch and its tests"
+stage "the vendored smoltcp: its own TCP socket and neighbour cache tests, with DockNet's patch and its tests"
 CARGO_TARGET_DIR=target/smoltcp cargo test --manifest-path vendor/smoltcp/Cargo.toml --locked \
     --lib --features "std medium-ethernet proto-ipv4 proto-ipv6 socket-tcp socket-udp socket-icmp socket-tcp-cubic" \
     -- socket::tcp iface::neighbor iface::socket_set
-echo "== cargo test"
+stage "cargo test"
 # a hung test fails the run here, with the name libtest printed as running for over 60 s,
 # instead of holding CI until its hard limit (the whole step takes about 8 minutes)
 rc=0
@@ -33,7 +36,7 @@ if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
         "(see 'has been running for over 60 seconds' above)" >&2
 fi
 [ "$rc" = 0 ] || exit "$rc"
-echo "== the CNI plugin and the node agent: gofmt, go vet, go test (unit tests; pods through containerd's CRI)"
+stage "the CNI plugin and the node agent: gofmt, go vet, go test (unit tests; pods through containerd's CRI)"
 GO=$(cat bin/.go)  # the toolchain setup.sh found or fetched
 export PATH="$(dirname "$GO"):$PATH"
 unformatted=$("$(dirname "$GO")"/gofmt -l cni)
@@ -42,8 +45,9 @@ unformatted=$("$(dirname "$GO")"/gofmt -l cni)
 ./scripts/k8s-api.sh  # a real kube-apiserver and kine for the node agent's test (cached in bin/)
 (cd cni/agent && "$GO" vet ./... && DOCKNET_REQUIRE_K8S_API=1 "$GO" test -count=1 ./...)
 (cd cni/e2e && "$GO" vet ./... && DOCKNET_REQUIRE_CRI=1 "$GO" test -count=1 -v ./...)
-echo "== fuzz targets: format, lints, the corpus replayed, then each target fuzzed for 5 s (AFL++)"
+stage "fuzz targets: format, lints, the corpus replayed, then each target fuzzed for 5 s (AFL++)"
 cargo fmt --manifest-path fuzz/Cargo.toml --check
 (cd fuzz && cargo clippy --release --locked --bins --lib --tests -- -D warnings)
 (cd fuzz && cargo run --release --locked --bin replay)
 ./scripts/fuzz.sh --seconds 5
+stage "all checks passed"
