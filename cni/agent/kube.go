@@ -118,10 +118,28 @@ func NewKubeServices(ctx context.Context, client kubernetes.Interface, resync ti
 		UpdateFunc: func(any, any) { signal() },
 		DeleteFunc: func(any) { signal() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{si.Informer(), ei.Informer(), ni.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{si.Informer(), ei.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return nil, err
 		}
+	}
+	// of the Node, only its zone matters here: its status updates start no pass
+	zone := func(o any) string {
+		if n, ok := o.(*corev1.Node); ok {
+			return n.Labels[corev1.LabelTopologyZone]
+		}
+		return ""
+	}
+	if _, err := ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { signal() },
+		UpdateFunc: func(old, cur any) {
+			if zone(old) != zone(cur) {
+				signal()
+			}
+		},
+		DeleteFunc: func(any) { signal() },
+	}); err != nil {
+		return nil, err
 	}
 	f.Start(ctx.Done())
 	nf.Start(ctx.Done())
@@ -148,12 +166,13 @@ func (k *KubeServices) Services() ([]*corev1.Service, []*discoveryv1.EndpointSli
 func (k *KubeServices) Locality() Locality {
 	l := Locality{Node: k.node}
 	if n, err := k.nodes.Get(k.node); err == nil {
-		l.Zone = n.Labels[corev1.LabelTopologyZone]
+		l.Zone, l.Known = n.Labels[corev1.LabelTopologyZone], true
 	}
 	return l
 }
 
-// ServicesChanged is signalled on every add, update and delete of a Service or EndpointSlice.
+// ServicesChanged is signalled on every add, update and delete of a Service or EndpointSlice,
+// and when this node's Node comes, goes or changes its zone.
 func (k *KubeServices) ServicesChanged() <-chan struct{} { return k.changed }
 
 // notify says "changed" on ch without blocking: signals coalesce while a pass is pending.

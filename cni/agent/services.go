@@ -51,6 +51,8 @@ type ServiceSource interface {
 type Locality struct {
 	Node string // the node's name
 	Zone string // its topology.kubernetes.io/zone label; "" when it has none
+	// whether the node's Node object was found (without it, hints for zones are not used)
+	Known bool
 }
 
 // ServiceName is the daemon's name for port port of Service ns/name: `k8s.NS.NAME.PORT`
@@ -64,8 +66,8 @@ func ServiceName(ns, name string, port corev1.ServicePort) string {
 }
 
 // DesiredServices computes the daemon's services from the cluster's: one per IPv4 ClusterIP
-// and TCP or UDP port of every Service that has a ClusterIP, its backends the ready endpoints
-// of the Service's EndpointSlices on the matching port that a pod of the node here should reach
+// and TCP or UDP port of every Service that has a ClusterIP, its backends the endpoints
+// of the Service's EndpointSlices on the matching port that a pod of the node here reaches
 // (Nearby). It returns them by name, and a line for each Service or port skipped (headless,
 // SCTP, IPv6 only, a name the daemon cannot take).
 func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice, here Locality) (map[string]Service, []string) {
@@ -113,7 +115,7 @@ func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice
 			if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
 				affinity = "client-ip"
 			}
-			backends := addresses(Nearby(svc, readyEndpoints(bySvc[id], port), here))
+			backends := addresses(Nearby(svc, endpoints(bySvc[id], port), here))
 			if len(backends) > MaxBackends {
 				skipped = append(skipped, fmt.Sprintf("service %s port %d: %d endpoints, the first %d kept", id, port.Port, len(backends), MaxBackends))
 				backends = backends[:MaxBackends]
@@ -130,17 +132,23 @@ func DesiredServices(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice
 	return want, skipped
 }
 
-// Endpoint is one ready endpoint of a Service's port, and where it is.
+// Endpoint is one endpoint of a Service's port: its backend, its conditions and where it is.
 type Endpoint struct {
-	Backend string   // IPv4:PORT
-	Node    string   // the node it runs on ("" when the slice does not say)
-	Zones   []string // the zones it is hinted for (forZones)
-	Nodes   []string // the nodes it is hinted for (forNodes)
+	Backend string // IPv4:PORT
+	// the endpoint's conditions as kube-proxy reads them: a Ready or Serving left out means
+	// true, a Terminating left out false
+	Ready, Serving, Terminating bool
+	Node                        string   // the node it runs on ("" when the slice does not say)
+	Zones                       []string // the zones it is hinted for (forZones)
+	Nodes                       []string // the nodes it is hinted for (forNodes)
 }
 
-// readyEndpoints are the ready endpoints of slices with an IPv4 address, on the slices' port
-// matching port (by name, as kube-proxy matches them), sorted by backend, each once.
-func readyEndpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Endpoint {
+// endpoints are the endpoints of slices with an IPv4 address, on the slices' port matching port
+// (by name, as kube-proxy matches them), sorted by backend, each once (a backend in two slices
+// is taken from the slice whose name sorts first, so a pass does not depend on the order the
+// informer lists them in).
+func endpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Endpoint {
+	of = slices.SortedFunc(slices.Values(of), func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	seen := map[string]Endpoint{}
 	for _, s := range of {
 		var num int32
@@ -161,10 +169,6 @@ func readyEndpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []
 			continue
 		}
 		for _, e := range s.Endpoints {
-			// a nil Ready means ready (the API's contract); terminating endpoints are not
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
 			for _, a := range e.Addresses {
 				ip, err := netip.ParseAddr(a)
 				if err != nil || !ip.Is4() {
@@ -186,7 +190,13 @@ func readyEndpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []
 }
 
 func endpointAt(backend string, e discoveryv1.Endpoint) Endpoint {
-	out := Endpoint{Backend: backend}
+	c := e.Conditions
+	out := Endpoint{
+		Backend:     backend,
+		Ready:       c.Ready == nil || *c.Ready,
+		Serving:     c.Serving == nil || *c.Serving,
+		Terminating: c.Terminating != nil && *c.Terminating,
+	}
 	if e.NodeName != nil {
 		out.Node = *e.NodeName
 	}
@@ -201,40 +211,36 @@ func endpointAt(backend string, e discoveryv1.Endpoint) Endpoint {
 	return out
 }
 
-// Nearby chooses, of a Service's ready endpoints, those a pod on the node here should reach:
-//   - `internalTrafficPolicy: Local`: the endpoints on this node, and none when it has none
-//     (calls are refused, where kube-proxy drops them);
-//   - topology-aware routing (`trafficDistribution: PreferSameNode`, `PreferSameZone` or its
-//     older name `PreferClose`, or the annotation `service.kubernetes.io/topology-mode: Auto`):
-//     the endpoints hinted for this node (PreferSameNode), else those hinted for this node's
-//     zone, but only when every endpoint carries hints of that kind and some are for here, as
-//     kube-proxy decides; otherwise all of them;
-//   - otherwise all of them.
+// Nearby chooses, of a Service's endpoints, the backends a pod on the node here reaches, by
+// kube-proxy's rules:
+//   - `internalTrafficPolicy: Local`: the ready endpoints on this node; when it has none, its
+//     endpoints that are terminating but still serving; else none (calls are refused, where
+//     kube-proxy drops them);
+//   - otherwise the ready endpoints, narrowed by the hints the EndpointSlice controller wrote
+//     (it writes them only for Services that ask, by `trafficDistribution` or the
+//     `service.kubernetes.io/topology-mode` annotation): to those hinted for this node when
+//     every ready endpoint carries node hints and some name this node, else to those hinted for
+//     this node's zone on the same rule for zones, else not at all; when no endpoint is ready
+//     anywhere, the endpoints that are terminating but still serving.
 func Nearby(svc *corev1.Service, eps []Endpoint, here Locality) []Endpoint {
+	local := func(e Endpoint) bool { return here.Node != "" && e.Node == here.Node }
 	if p := svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-		return keepIf(eps, func(e Endpoint) bool { return e.Node == here.Node })
-	}
-	td := ""
-	if svc.Spec.TrafficDistribution != nil {
-		td = *svc.Spec.TrafficDistribution
-	}
-	mode := svc.Annotations[corev1.AnnotationTopologyMode]
-	if mode == "" {
-		mode = svc.Annotations[corev1.DeprecatedAnnotationTopologyAwareHints]
-	}
-	byZone := td == corev1.ServiceTrafficDistributionPreferClose || td == corev1.ServiceTrafficDistributionPreferSameZone ||
-		td == corev1.ServiceTrafficDistributionPreferSameNode || strings.EqualFold(mode, "auto")
-	if td == corev1.ServiceTrafficDistributionPreferSameNode {
-		if near, ok := hinted(eps, here.Node, func(e Endpoint) []string { return e.Nodes }); ok {
+		if near := keepIf(eps, func(e Endpoint) bool { return e.Ready && local(e) }); len(near) > 0 {
 			return near
 		}
+		return keepIf(eps, func(e Endpoint) bool { return local(e) && e.Serving && e.Terminating })
 	}
-	if byZone {
-		if near, ok := hinted(eps, here.Zone, func(e Endpoint) []string { return e.Zones }); ok {
-			return near
-		}
+	ready := keepIf(eps, func(e Endpoint) bool { return e.Ready })
+	if len(ready) == 0 {
+		return keepIf(eps, func(e Endpoint) bool { return e.Serving && e.Terminating })
 	}
-	return eps
+	if near, ok := hinted(ready, here.Node, func(e Endpoint) []string { return e.Nodes }); ok {
+		return near
+	}
+	if near, ok := hinted(ready, here.Zone, func(e Endpoint) []string { return e.Zones }); ok {
+		return near
+	}
+	return ready
 }
 
 // hinted is the endpoints whose hints (of one kind) name where, when every endpoint has hints
@@ -356,7 +362,11 @@ func SyncServices(src ServiceSource, d ServiceDaemon, log func(string)) (Pass, e
 	if err != nil {
 		return Pass{}, fmt.Errorf("reading the services: %w", err)
 	}
-	want, skipped := DesiredServices(svcs, slices, src.Locality())
+	here := src.Locality()
+	want, skipped := DesiredServices(svcs, slices, here)
+	if !here.Known {
+		skipped = append(skipped, fmt.Sprintf("node %q: no such Node in the API, so no zone: endpoints hinted for zones are not chosen by zone", here.Node))
+	}
 	done, refused, err := ReconcileServices(d, want)
 	for _, c := range done {
 		if log != nil {

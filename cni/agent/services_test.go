@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -138,6 +139,12 @@ func TestServicesFollowTheirReadyEndpointsWithinASecond(t *testing.T) {
 		"k8s.default.web.http": "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.1.3:8080",
 		"k8s.default.web.dns":  "udp 10.96.0.10:53 none -> 10.244.1.2:5353,10.244.1.3:5353",
 	}, "start")
+	// this node has no Node in this API: said once per change of the skipped lines
+	if p, err := SyncServices(src, d, nil); err != nil || !slices.ContainsFunc(p.Skipped, func(l string) bool {
+		return strings.Contains(l, `node "node-1": no such Node`)
+	}) {
+		t.Fatalf("a node missing from the API is not said: %q %v", p.Skipped, err)
+	}
 
 	// an endpoint stops being ready; affinity changes
 	slices := client.DiscoveryV1().EndpointSlices("default")
@@ -216,29 +223,34 @@ func TestServicesTheDaemonRefusesDoNotStopTheOthers(t *testing.T) {
 	}
 }
 
-func TestEachNodeGetsTheEndpointsItsPodsShouldReach(t *testing.T) {
+func TestEachNodeGetsTheEndpointsItsPodsReachAsKubeProxyChoosesThem(t *testing.T) {
 	local := corev1.ServiceInternalTrafficPolicyLocal
 	cluster := corev1.ServiceInternalTrafficPolicyCluster
-	with := func(itp *corev1.ServiceInternalTrafficPolicy, td string, annotations map[string]string) *corev1.Service {
+	with := func(itp *corev1.ServiceInternalTrafficPolicy) *corev1.Service {
 		s := svc("web", "10.96.0.10", "", port("", 80, ""))
 		s.Spec.InternalTrafficPolicy = itp
-		if td != "" {
-			s.Spec.TrafficDistribution = &td
-		}
-		s.Annotations = annotations
 		return s
 	}
 	at := func(b, node string, zones, nodes []string) Endpoint {
-		return Endpoint{Backend: b, Node: node, Zones: zones, Nodes: nodes}
+		return Endpoint{Backend: b, Ready: true, Serving: true, Node: node, Zones: zones, Nodes: nodes}
 	}
-	hintedEps := []Endpoint{
+	// terminating: not ready, still serving (or not)
+	leaving := func(e Endpoint, serving bool) Endpoint {
+		e.Ready, e.Serving, e.Terminating = false, serving, true
+		return e
+	}
+	zoned := []Endpoint{
+		at("10.244.1.2:80", "n1", []string{"a"}, nil),
+		at("10.244.2.2:80", "n2", []string{"a"}, nil),
+		at("10.244.3.2:80", "n3", []string{"b"}, nil),
+	}
+	noded := []Endpoint{
 		at("10.244.1.2:80", "n1", []string{"a"}, []string{"n1"}),
 		at("10.244.2.2:80", "n2", []string{"a"}, []string{"n2"}),
 		at("10.244.3.2:80", "n3", []string{"b"}, []string{"n3"}),
 	}
 	plain := []Endpoint{at("10.244.1.2:80", "n1", nil, nil), at("10.244.3.2:80", "n3", nil, nil)}
-	inA, inB := Locality{Node: "n1", Zone: "a"}, Locality{Node: "n3", Zone: "b"}
-	auto := map[string]string{corev1.AnnotationTopologyMode: "Auto"}
+	inA, inB := Locality{Node: "n1", Zone: "a", Known: true}, Locality{Node: "n3", Zone: "b", Known: true}
 	for _, c := range []struct {
 		what string
 		svc  *corev1.Service
@@ -246,59 +258,73 @@ func TestEachNodeGetsTheEndpointsItsPodsShouldReach(t *testing.T) {
 		here Locality
 		want string
 	}{
-		{"no preference: every endpoint", with(nil, "", nil), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
-		{"internal traffic Cluster: every endpoint", with(&cluster, "", nil), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
-		{"internal traffic Local: this node's", with(&local, "", nil), hintedEps, inB, "10.244.3.2:80"},
-		{"internal traffic Local, none here: none", with(&local, "", nil), hintedEps, Locality{Node: "n9", Zone: "a"}, ""},
-		{"internal traffic Local, endpoints without nodes: none", with(&local, "", nil),
-			[]Endpoint{at("10.244.1.2:80", "", nil, nil)}, inA, ""},
-		{"PreferClose: this zone's", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80"},
-		{"PreferSameZone: this zone's", with(nil, corev1.ServiceTrafficDistributionPreferSameZone, nil), hintedEps, inB, "10.244.3.2:80"},
-		{"topology-mode Auto: this zone's", with(nil, "", auto), hintedEps, inA, "10.244.1.2:80,10.244.2.2:80"},
-		{"topology-aware-hints auto: this zone's", with(nil, "", map[string]string{corev1.DeprecatedAnnotationTopologyAwareHints: "auto"}),
-			hintedEps, inA, "10.244.1.2:80,10.244.2.2:80"},
-		{"PreferSameNode: this node's", with(nil, corev1.ServiceTrafficDistributionPreferSameNode, nil), hintedEps, inA, "10.244.1.2:80"},
-		{"PreferSameNode, none hinted for this node: this zone's", with(nil, corev1.ServiceTrafficDistributionPreferSameNode, nil),
-			hintedEps, Locality{Node: "n9", Zone: "a"}, "10.244.1.2:80,10.244.2.2:80"},
-		{"PreferClose, a node without a zone: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil),
-			hintedEps, Locality{Node: "n1"}, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
-		{"PreferClose, no endpoint for this zone: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil),
-			hintedEps, Locality{Node: "n4", Zone: "c"}, "10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
-		{"PreferClose, one endpoint without hints: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil),
-			append([]Endpoint{at("10.244.4.2:80", "n4", nil, nil)}, hintedEps...), inA,
-			"10.244.4.2:80,10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
-		{"PreferClose, no hints at all: every endpoint", with(nil, corev1.ServiceTrafficDistributionPreferClose, nil), plain, inA,
-			"10.244.1.2:80,10.244.3.2:80"},
-		{"an unknown distribution: every endpoint", with(nil, "PreferSomewhereElse", nil), hintedEps, inA,
+		{"no hints: every ready endpoint", with(nil), plain, inA, "10.244.1.2:80,10.244.3.2:80"},
+		{"internal traffic Cluster, no hints: every ready endpoint", with(&cluster), plain, inB, "10.244.1.2:80,10.244.3.2:80"},
+		{"zone hints: this zone's", with(nil), zoned, inA, "10.244.1.2:80,10.244.2.2:80"},
+		{"zone hints, the other zone: its own", with(nil), zoned, inB, "10.244.3.2:80"},
+		{"node hints: this node's", with(nil), noded, inA, "10.244.1.2:80"},
+		{"node hints, none for this node: this zone's", with(nil), noded, Locality{Node: "n9", Zone: "a", Known: true},
+			"10.244.1.2:80,10.244.2.2:80"},
+		{"zone hints, a node without a zone: every ready endpoint", with(nil), zoned, Locality{Node: "n9", Known: true},
 			"10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"zone hints, none for this zone: every ready endpoint", with(nil), zoned, Locality{Node: "n4", Zone: "c", Known: true},
+			"10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"one ready endpoint without hints: every ready endpoint", with(nil),
+			append([]Endpoint{at("10.244.4.2:80", "n4", nil, nil)}, zoned...), inA,
+			"10.244.4.2:80,10.244.1.2:80,10.244.2.2:80,10.244.3.2:80"},
+		{"a terminating endpoint without hints does not turn hints off", with(nil),
+			append([]Endpoint{leaving(at("10.244.4.2:80", "n4", nil, nil), true)}, zoned...), inA,
+			"10.244.1.2:80,10.244.2.2:80"},
+		{"nothing ready: the terminating endpoints still serving", with(nil),
+			[]Endpoint{leaving(plain[0], true), leaving(plain[1], false)}, inB, "10.244.1.2:80"},
+		{"nothing ready or serving: none", with(nil), []Endpoint{leaving(plain[0], false)}, inA, ""},
+		{"internal traffic Local: this node's", with(&local), noded, inB, "10.244.3.2:80"},
+		{"internal traffic Local ignores hints", with(&local), []Endpoint{at("10.244.1.2:80", "n1", []string{"b"}, []string{"n3"})}, inA,
+			"10.244.1.2:80"},
+		{"internal traffic Local, none here: none", with(&local), noded, Locality{Node: "n9", Zone: "a", Known: true}, ""},
+		{"internal traffic Local, endpoints without nodes, a node without a name: none", with(&local),
+			[]Endpoint{at("10.244.1.2:80", "", nil, nil)}, Locality{}, ""},
+		{"internal traffic Local, this node's terminating one still serving, another node's ready: this node's", with(&local),
+			[]Endpoint{leaving(plain[0], true), plain[1]}, inA, "10.244.1.2:80"},
+		{"internal traffic Local, this node's one terminating and not serving: none", with(&local),
+			[]Endpoint{leaving(plain[0], false), plain[1]}, inA, ""},
 	} {
 		if got := strings.Join(addresses(Nearby(c.svc, c.eps, c.here)), ","); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.what, got, c.want)
 		}
 	}
 
-	// from the slices: the node and the hints of each endpoint reach the choice
-	n1, n3 := "n1", "n3"
-	s := slice("w", "web", map[string]int32{"": 8080}, ep{"10.244.1.2", nil}, ep{"10.244.3.2", nil})
+	// from the slices: conditions, nodes and hints of each endpoint reach the choice, and a
+	// backend in two slices is taken from the slice named first, whatever the order listed
+	n1, n3, yes, no := "n1", "n3", true, false
+	s := slice("w-1", "web", map[string]int32{"": 8080}, ep{"10.244.1.2", nil}, ep{"10.244.3.2", nil}, ep{"10.244.5.2", &no})
 	s.Endpoints[0].NodeName, s.Endpoints[1].NodeName = &n1, &n3
 	s.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}}
 	s.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "b"}}}
+	s.Endpoints[2].Conditions.Serving, s.Endpoints[2].Conditions.Terminating = &yes, &yes
+	// the same backend again in a later slice, with other hints
+	dup := slice("w-2", "web", map[string]int32{"": 8080}, ep{"10.244.3.2", nil})
+	dup.Endpoints[0].NodeName = &n3
+	dup.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}}
 	for _, c := range []struct {
-		svc  *corev1.Service
-		here Locality
-		want string
+		svc    *corev1.Service
+		slices []*discoveryv1.EndpointSlice
+		here   Locality
+		want   string
 	}{
-		{with(nil, corev1.ServiceTrafficDistributionPreferClose, nil), inB, "tcp 10.96.0.10:80 none -> 10.244.3.2:8080"},
-		{with(&local, "", nil), inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080"},
-		{with(nil, "", nil), inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.3.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{s}, inB, "tcp 10.96.0.10:80 none -> 10.244.3.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{dup, s}, inB, "tcp 10.96.0.10:80 none -> 10.244.3.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{s, dup}, inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080"},
+		{with(&local), []*discoveryv1.EndpointSlice{s}, inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{s}, Locality{Node: "n1", Known: true}, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.3.2:8080"},
 	} {
-		want, _ := DesiredServices([]*corev1.Service{c.svc}, []*discoveryv1.EndpointSlice{s}, c.here)
+		want, _ := DesiredServices([]*corev1.Service{c.svc}, c.slices, c.here)
 		d := &fakeServices{all: map[string]Service{}}
 		if _, _, err := ReconcileServices(d, want); err != nil {
 			t.Fatal(err)
 		}
 		if got := d.view()["k8s.default.web.80"]; got != c.want {
-			t.Errorf("%v from %v: got %q, want %q", c.svc.Spec, c.here, got, c.want)
+			t.Errorf("%d slices from %v: got %q, want %q", len(c.slices), c.here, got, c.want)
 		}
 	}
 }

@@ -182,7 +182,7 @@ func setupNode(t *testing.T, o nodeOpts) *env {
 	if os.Geteuid() != 0 {
 		skipOrFail(t, "needs root (namespaces, containerd)")
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "ldd", "curl"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "ldd", "curl", "getent", "sh"} {
 		if _, err := exec.LookPath(b); err != nil {
 			skipOrFail(t, "%s not installed (scripts/setup.sh installs containerd and runc with apt-get)", b)
 		}
@@ -195,7 +195,8 @@ func setupNode(t *testing.T, o nodeOpts) *env {
 	e := &env{t: t, docknet: filepath.Join(target, "docknet"), dnperf: filepath.Join(target, "dnperf")}
 	e.hadRunDir = dirExists("/run/containerd")
 	e.hadCNICache = dirExists("/var/lib/cni")
-	bins := []string{e.docknet, e.dnperf, filepath.Join(r, "bin", "docknet-cni"), filepath.Join(r, "bin", "docknet-cni-install"),
+	bins := []string{e.docknet, e.dnperf, filepath.Join(target, "docknet-httpd"), filepath.Join(target, "libdocknet_preload.so"),
+		filepath.Join(r, "bin", "docknet-cni"), filepath.Join(r, "bin", "docknet-cni-install"),
 		filepath.Join(r, "bin", "host-local"), filepath.Join(r, "bin", "loopback")}
 	if o.agent != nil {
 		bins = append(bins, filepath.Join(r, "bin", "docknet-agent"))
@@ -358,9 +359,16 @@ func (e *env) images() {
 	target := filepath.Dir(e.docknet)
 	var files []file
 	seen := map[string]bool{}
+	host := func(name string) string {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	for _, f := range []file{
 		{dst: "/dnperf", src: e.dnperf}, {dst: "/docknet-httpd", src: filepath.Join(target, "docknet-httpd")},
-		{dst: "/bin/sh", src: "/bin/sh"}, {dst: "/curl", src: "/usr/bin/curl"}, {dst: "/getent", src: "/usr/bin/getent"},
+		{dst: "/bin/sh", src: host("sh")}, {dst: "/curl", src: host("curl")}, {dst: "/getent", src: host("getent")},
 		{dst: preloadPath, src: filepath.Join(target, "libdocknet_preload.so")},
 	} {
 		libs, err := sharedLibs(f.src)

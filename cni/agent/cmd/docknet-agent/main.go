@@ -36,8 +36,11 @@ outside it are left alone.
 
 With the Kubernetes API it also keeps the daemon's services (docknet service ls) equal to
 the cluster's ClusterIP Services (--services, on by default): one per IPv4 ClusterIP and TCP
-or UDP port, named k8s.NAMESPACE.NAME.PORT, its backends the ready endpoints of the Service's
-EndpointSlices. Services not named k8s.* are left alone.
+or UDP port, named k8s.NAMESPACE.NAME.PORT, its backends the endpoints of the Service's
+EndpointSlices that this node's pods reach as kube-proxy chooses them: the ready ones (the
+terminating ones still serving when none is ready), narrowed by the slices' hints for this
+node or its zone (topology-aware routing), or this node's own for internalTrafficPolicy
+Local. Services not named k8s.* are left alone.
 
 Sources of nodes:
   (default)        the Kubernetes API from inside the cluster (a pod's service account)
