@@ -39,17 +39,7 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 		}
 	}
 
-	nodes := filepath.Join(t.TempDir(), "nodes.json")
-	b, _ := json.Marshal([]map[string]any{{"name": "node-h", "address": nodeAddr, "podCIDRs": []string{"10.75.1.0/24"}}})
-	if err := os.WriteFile(nodes, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e := setupNode(t, nodeOpts{
-		name:   "node-h",
-		netns:  ns,
-		daemon: []string{"--host-link"},
-		agent:  []string{"--cluster-cidr", cluster, "--nodes", nodes, "--routes=false"},
-	})
+	e := hostLinkNode(t, "node-h", ns, nodeAddr, cluster, "10.75.1.0/24")
 	if r := strings.TrimSpace(e.run(e.docknet, "--socket", e.sock, "route", "ls", "--json")); r != "[]" {
 		t.Fatalf("routes over a host link: %s", r)
 	}
@@ -94,4 +84,23 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 	}
 	t.Logf("a pod to the outside through its node's NAT, 64 B ping-pong: one-way p50 %.2f us, %d transactions",
 		float64(egress.Result.OneWayNs.P50)/1e3, egress.Result.Transactions)
+}
+
+// hostLinkNode starts a node whose pods' only network is DockNet, in the namespace ns where
+// the node has address addr: its daemon on a link to the node's own kernel (--host-link), its
+// agent writing the conflist for the node's pod network podCIDR (inside cluster) and leaving
+// routes to the node's kernel (--routes=false).
+func hostLinkNode(t *testing.T, name, ns, addr, cluster, podCIDR string) *env {
+	t.Helper()
+	nodes := filepath.Join(t.TempDir(), "nodes.json")
+	b, _ := json.Marshal([]map[string]any{{"name": name, "address": addr, "podCIDRs": []string{podCIDR}}})
+	if err := os.WriteFile(nodes, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return setupNode(t, nodeOpts{
+		name:   name,
+		netns:  ns,
+		daemon: []string{"--host-link"},
+		agent:  []string{"--cluster-cidr", cluster, "--nodes", nodes, "--routes=false"},
+	})
 }

@@ -37,17 +37,7 @@ func TestAServiceByItsNameKeepsAnsweringWhileItsPodsAreReplaced(t *testing.T) {
 	)
 	ns, out := fmt.Sprintf("dnsvcnode-%d", os.Getpid()), fmt.Sprintf("dnsvcout-%d", os.Getpid())
 	joined(t, ns, nodeAddr, out, outside)
-	nodes := filepath.Join(t.TempDir(), "nodes.json")
-	b, _ := json.Marshal([]map[string]any{{"name": "node-s", "address": nodeAddr, "podCIDRs": []string{"10.73.1.0/24"}}})
-	if err := os.WriteFile(nodes, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e := setupNode(t, nodeOpts{
-		name:   "node-s",
-		netns:  ns,
-		daemon: []string{"--host-link"},
-		agent:  []string{"--cluster-cidr", cluster, "--nodes", nodes, "--routes=false"},
-	})
+	e := hostLinkNode(t, "node-s", ns, nodeAddr, cluster, "10.73.1.0/24")
 
 	// the cluster's DNS server, on the node's address
 	dnsd := filepath.Join(e.dir, "dnsd")
