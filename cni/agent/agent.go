@@ -11,8 +11,8 @@
 //
 // With the Kubernetes API it also keeps the daemon's services equal to the cluster's ClusterIP
 // Services (services.go): one daemon service per IPv4 ClusterIP and TCP or UDP port, its
-// backends the ready endpoints of the Service's EndpointSlices, through `service_set`,
-// `service_rm` and `service_ls`. It owns the services named `k8s.*` and no others.
+// backends the endpoints of the Service's EndpointSlices this node's pods reach (Nearby),
+// through `service_set`, `service_rm` and `service_ls`. It owns the services named `k8s.*` and no others.
 package agent
 
 import (

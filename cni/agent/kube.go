@@ -106,7 +106,8 @@ func NewKubeServices(ctx context.Context, client kubernetes.Interface, resync ti
 	f := informers.NewSharedInformerFactory(client, resync)
 	si := f.Core().V1().Services()
 	ei := f.Discovery().V1().EndpointSlices()
-	// the node's own object only: a cluster's thousands of nodes are not this watch's business
+	// the node's own object only (a watch of its own: the routes' informer, when it runs, is
+	// another factory's, and a static --nodes file has no zones)
 	nf := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))

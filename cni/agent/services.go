@@ -144,9 +144,11 @@ type Endpoint struct {
 }
 
 // endpoints are the endpoints of slices with an IPv4 address, on the slices' port matching port
-// (by name, as kube-proxy matches them), sorted by backend, each once (a backend in two slices
-// is taken from the slice whose name sorts first, so a pass does not depend on the order the
-// informer lists them in).
+// (by name, as kube-proxy matches them), sorted by backend, each once. A backend in two slices
+// (a pod's address reused while the old pod terminates) is taken as kube-proxy takes it: an
+// entry that is not terminating replaces one seen before, a terminating one never does; the
+// slices are read in the order of their names, so a pass does not depend on the order the
+// informer lists them in.
 func endpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Endpoint {
 	of = slices.SortedFunc(slices.Values(of), func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	seen := map[string]Endpoint{}
@@ -175,7 +177,7 @@ func endpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Endpo
 					continue
 				}
 				b := netip.AddrPortFrom(ip, uint16(num)).String()
-				if _, dup := seen[b]; !dup {
+				if _, dup := seen[b]; !dup || !endpointAt(b, e).Terminating {
 					seen[b] = endpointAt(b, e)
 				}
 				break // the endpoint's first address, as kube-proxy takes it
@@ -244,11 +246,9 @@ func Nearby(svc *corev1.Service, eps []Endpoint, here Locality) []Endpoint {
 }
 
 // hinted is the endpoints whose hints (of one kind) name where, when every endpoint has hints
-// of that kind and at least one names where.
+// of that kind and at least one names where (a node without a zone has zone "": only a hint
+// naming "" matches it, as in kube-proxy).
 func hinted(eps []Endpoint, where string, hints func(Endpoint) []string) ([]Endpoint, bool) {
-	if where == "" {
-		return nil, false
-	}
 	for _, e := range eps {
 		if len(hints(e)) == 0 {
 			return nil, false

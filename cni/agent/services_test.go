@@ -139,7 +139,7 @@ func TestServicesFollowTheirReadyEndpointsWithinASecond(t *testing.T) {
 		"k8s.default.web.http": "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.1.3:8080",
 		"k8s.default.web.dns":  "udp 10.96.0.10:53 none -> 10.244.1.2:5353,10.244.1.3:5353",
 	}, "start")
-	// this node has no Node in this API: said once per change of the skipped lines
+	// this node has no Node in this API: said among the skipped lines
 	if p, err := SyncServices(src, d, nil); err != nil || !slices.ContainsFunc(p.Skipped, func(l string) bool {
 		return strings.Contains(l, `node "node-1": no such Node`)
 	}) {
@@ -278,6 +278,11 @@ func TestEachNodeGetsTheEndpointsItsPodsReachAsKubeProxyChoosesThem(t *testing.T
 		{"nothing ready: the terminating endpoints still serving", with(nil),
 			[]Endpoint{leaving(plain[0], true), leaving(plain[1], false)}, inB, "10.244.1.2:80"},
 		{"nothing ready or serving: none", with(nil), []Endpoint{leaving(plain[0], false)}, inA, ""},
+		{"nothing ready, one serving but not terminating: none", with(nil),
+			[]Endpoint{{Backend: "10.244.1.2:80", Serving: true, Node: "n1"}}, inA, ""},
+		{"zone hints and a node without a zone: only a hint naming no zone matches", with(nil),
+			[]Endpoint{at("10.244.1.2:80", "n1", []string{""}, nil), at("10.244.3.2:80", "n3", []string{"b"}, nil)},
+			Locality{Node: "n9", Known: true}, "10.244.1.2:80"},
 		{"internal traffic Local: this node's", with(&local), noded, inB, "10.244.3.2:80"},
 		{"internal traffic Local ignores hints", with(&local), []Endpoint{at("10.244.1.2:80", "n1", []string{"b"}, []string{"n3"})}, inA,
 			"10.244.1.2:80"},
@@ -288,6 +293,8 @@ func TestEachNodeGetsTheEndpointsItsPodsReachAsKubeProxyChoosesThem(t *testing.T
 			[]Endpoint{leaving(plain[0], true), plain[1]}, inA, "10.244.1.2:80"},
 		{"internal traffic Local, this node's one terminating and not serving: none", with(&local),
 			[]Endpoint{leaving(plain[0], false), plain[1]}, inA, ""},
+		{"internal traffic Local, this node's one serving but not terminating: none", with(&local),
+			[]Endpoint{{Backend: "10.244.1.2:80", Serving: true, Node: "n1"}, plain[1]}, inA, ""},
 	} {
 		if got := strings.Join(addresses(Nearby(c.svc, c.eps, c.here)), ","); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.what, got, c.want)
@@ -295,7 +302,7 @@ func TestEachNodeGetsTheEndpointsItsPodsReachAsKubeProxyChoosesThem(t *testing.T
 	}
 
 	// from the slices: conditions, nodes and hints of each endpoint reach the choice, and a
-	// backend in two slices is taken from the slice named first, whatever the order listed
+	// backend in two slices is taken as kube-proxy takes it, whatever the order listed
 	n1, n3, yes, no := "n1", "n3", true, false
 	s := slice("w-1", "web", map[string]int32{"": 8080}, ep{"10.244.1.2", nil}, ep{"10.244.3.2", nil}, ep{"10.244.5.2", &no})
 	s.Endpoints[0].NodeName, s.Endpoints[1].NodeName = &n1, &n3
@@ -306,6 +313,12 @@ func TestEachNodeGetsTheEndpointsItsPodsReachAsKubeProxyChoosesThem(t *testing.T
 	dup := slice("w-2", "web", map[string]int32{"": 8080}, ep{"10.244.3.2", nil})
 	dup.Endpoints[0].NodeName = &n3
 	dup.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "a"}}}
+	// a pod's address reused: terminating in the slice named first, ready in the later one
+	reusedOld := slice("r-1", "web", map[string]int32{"": 8080}, ep{"10.244.7.2", &no})
+	reusedOld.Endpoints[0].Conditions.Serving, reusedOld.Endpoints[0].Conditions.Terminating = &yes, &yes
+	reusedNew := slice("r-2", "web", map[string]int32{"": 8080}, ep{"10.244.7.2", nil}, ep{"10.244.9.2", nil})
+	// nothing ready, conditions otherwise left out: serving (by default) but not terminating
+	notReady := slice("n-1", "web", map[string]int32{"": 8080}, ep{"10.244.8.2", &no})
 	for _, c := range []struct {
 		svc    *corev1.Service
 		slices []*discoveryv1.EndpointSlice
@@ -313,10 +326,15 @@ func TestEachNodeGetsTheEndpointsItsPodsReachAsKubeProxyChoosesThem(t *testing.T
 		want   string
 	}{
 		{with(nil), []*discoveryv1.EndpointSlice{s}, inB, "tcp 10.96.0.10:80 none -> 10.244.3.2:8080"},
-		{with(nil), []*discoveryv1.EndpointSlice{dup, s}, inB, "tcp 10.96.0.10:80 none -> 10.244.3.2:8080"},
-		{with(nil), []*discoveryv1.EndpointSlice{s, dup}, inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080"},
+		// 10.244.3.2 ready in both: the later slice's copy (zone a) is kept, whatever the order
+		// listed, so no endpoint is hinted for zone b
+		{with(nil), []*discoveryv1.EndpointSlice{dup, s}, inB, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.3.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{s, dup}, inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.3.2:8080"},
 		{with(&local), []*discoveryv1.EndpointSlice{s}, inA, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080"},
 		{with(nil), []*discoveryv1.EndpointSlice{s}, Locality{Node: "n1", Known: true}, "tcp 10.96.0.10:80 none -> 10.244.1.2:8080,10.244.3.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{reusedNew, reusedOld}, inA, "tcp 10.96.0.10:80 none -> 10.244.7.2:8080,10.244.9.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{reusedOld}, inA, "tcp 10.96.0.10:80 none -> 10.244.7.2:8080"},
+		{with(nil), []*discoveryv1.EndpointSlice{notReady}, inA, "tcp 10.96.0.10:80 none -> "},
 	} {
 		want, _ := DesiredServices([]*corev1.Service{c.svc}, c.slices, c.here)
 		d := &fakeServices{all: map[string]Service{}}

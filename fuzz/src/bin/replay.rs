@@ -1,6 +1,6 @@
 //! Runs every file of the committed corpus (or of the corpus directories given) through its
 //! target, without AFL: `cargo run --release --bin replay [CORPUS...]`. Exits non-zero on a
-//! panic. `replay --write-seeds DIR` writes the seed inputs of every target into DIR.
+//! panic, and when it found no input. `replay --write-seeds DIR` writes the seed inputs of every target into DIR.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +36,11 @@ fn main() {
                 n += 1;
             }
         }
+    }
+    if n == 0 {
+        // a corpus that is not where it should be would otherwise pass as "no failure"
+        eprintln!("replay: no input found (corpus directories named after the targets)");
+        std::process::exit(1);
     }
     println!("replayed {n} inputs, no failure");
 }

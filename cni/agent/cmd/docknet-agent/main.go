@@ -74,7 +74,7 @@ func run(args []string) int {
 	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
 	routes := fs.Bool("routes", true, "keep the daemon's routes to the other nodes' pod networks; false where the daemon runs with --host-link (the node's own routes carry that traffic, and the daemon keeps none)")
 	kernelRoutes := fs.Bool("kernel-routes", false, "also keep this node's own kernel routes to the other nodes' pod networks through their addresses (protocol 78, as flannel's host-gw does): the node's traffic to those pods, and nodes whose rp_filter is 1 need them to answer the daemons' ARP requests; not with --vxlan or --routes=false")
-	services := fs.Bool("services", true, "with the Kubernetes API: keep the daemon's services equal to the cluster's ClusterIP Services and their ready endpoints")
+	services := fs.Bool("services", true, "with the Kubernetes API: keep the daemon's services equal to the cluster's ClusterIP Services and the endpoints this node's pods reach")
 	once := fs.Bool("once", false, "reconcile once, print the changes and exit")
 	jsonOut := fs.Bool("json", false, "with --once: print the changes as JSON")
 	if err := fs.Parse(args); err != nil {
