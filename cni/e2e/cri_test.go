@@ -248,7 +248,8 @@ func setupNode(t *testing.T, o nodeOpts) *env {
 		// the node agent writes the conflist for the node's pod network, and routes
 		conf := filepath.Join(dir, "cni-conf", "10-docknet.conflist")
 		e.agent = exec.Command(filepath.Join(r, "bin", "docknet-agent"), append([]string{"--node-name", o.name,
-			"--socket", e.sock, "--cni-conf", conf, "--ipam-data-dir", filepath.Join(dir, "ipam")}, o.agent...)...)
+			"--socket", e.sock, "--cni-conf", conf, "--ipam-data-dir", filepath.Join(dir, "ipam"),
+			"--device-info-dir", filepath.Join(dir, "devinfo")}, o.agent...)...)
 		e.agent.Stderr = os.Stderr
 		if err := e.agent.Start(); err != nil {
 			t.Fatal(err)

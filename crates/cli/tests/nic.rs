@@ -661,7 +661,7 @@ fn a_linux_vxlan_device_and_a_docknet_daemon_are_the_two_ends_of_one_tunnel() {
 }
 
 /// `docknet-agent` for node `name` of daemon `d`, reading `nodes`, writing `cni` (host-local's
-/// leases beside it, not in /var/lib/cni).
+/// leases and the plugin's device-info files beside it, not in /var/lib/cni and /var/run).
 fn agent(d: &Daemon, name: &str, nodes: &Path, cni: &Path, once: bool) -> Command {
     let mut c = Command::new(bin_dir().join("docknet-agent"));
     c.args(["--cluster-cidr", "10.244.0.0/16", "--node-name", name])
@@ -671,6 +671,8 @@ fn agent(d: &Daemon, name: &str, nodes: &Path, cni: &Path, once: bool) -> Comman
         .arg(cni)
         .arg("--ipam-data-dir")
         .arg(cni.with_extension("ipam"))
+        .arg("--device-info-dir")
+        .arg(cni.with_extension("devinfo"))
         .arg("--socket")
         .arg(&d.socket);
     if once {
@@ -786,6 +788,11 @@ fn the_node_agent_keeps_each_nodes_routes_equal_to_the_cluster() {
         assert_eq!(
             conf["plugins"][0]["ipam"]["dataDir"],
             cni.with_extension("ipam").to_str().unwrap(),
+            "{conf}"
+        );
+        assert_eq!(
+            conf["plugins"][0]["deviceInfoDir"],
+            cni.with_extension("devinfo").to_str().unwrap(),
             "{conf}"
         );
     }

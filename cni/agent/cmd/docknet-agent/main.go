@@ -71,6 +71,7 @@ func run(args []string) int {
 	cniVersion := fs.String("cni-version", "1.0.0", "with --cni-conf: the conflist's cniVersion")
 	mtu := fs.Uint("mtu", 1500, "with --cni-conf: the pipes' MTU")
 	ipamDir := fs.String("ipam-data-dir", "", "with --cni-conf: host-local's lease directory (default its own, /var/lib/cni/networks)")
+	devInfoDir := fs.String("device-info-dir", "", "with --cni-conf: where the plugin writes device-info files when the runtime names none (default /var/run/k8s.cni.cncf.io/devinfo/cni)")
 	vxlan := fs.Int("vxlan", -1, "route the other nodes' pod networks through VXLAN tunnels to their addresses with this network identifier (0-16777215), for nodes that share no link; -1: on the link, through each node's address")
 	routes := fs.Bool("routes", true, "keep the daemon's routes to the other nodes' pod networks; false where the daemon runs with --host-link (the node's own routes carry that traffic, and the daemon keeps none)")
 	kernelRoutes := fs.Bool("kernel-routes", false, "also keep this node's own kernel routes to the other nodes' pod networks through their addresses (protocol 78, as flannel's host-gw does): the node's traffic to those pods, and nodes whose rp_filter is 1 need them to answer the daemons' ARP requests; not with --vxlan or --routes=false")
@@ -97,8 +98,10 @@ func run(args []string) int {
 	if *vxlan < -1 || *vxlan > 1<<24-1 {
 		return fail("--vxlan %d: a VXLAN network identifier is 0-16777215 (or -1 for none)", *vxlan)
 	}
-	if *ipamDir != "" && (*cniConf == "" || !filepath.IsAbs(*ipamDir)) {
-		return fail("--ipam-data-dir %q: an absolute path, and only with --cni-conf (it goes into the conflist the agent writes)", *ipamDir)
+	for _, d := range []struct{ flag, dir string }{{"--ipam-data-dir", *ipamDir}, {"--device-info-dir", *devInfoDir}} {
+		if d.dir != "" && (*cniConf == "" || !filepath.IsAbs(d.dir)) {
+			return fail("%s %q: an absolute path, and only with --cni-conf (it goes into the conflist the agent writes)", d.flag, d.dir)
+		}
 	}
 	if *kernelRoutes && (*vxlan >= 0 || !*routes) {
 		return fail("--kernel-routes routes the other nodes' pods on the link the nodes share: not with --vxlan (no shared link) or --routes=false (the node's own routes carry that traffic)")
@@ -156,7 +159,7 @@ func run(args []string) int {
 		c.Kernel = agent.Netlink{}
 	}
 	if *cniConf != "" {
-		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, *ipamDir, logf)
+		c.OnSelf = cniWriter(*cniConf, cluster, *socket, *cniVersion, *mtu, confDirs{ipam: *ipamDir, devInfo: *devInfoDir}, logf)
 	}
 	if *once {
 		pass, err := agent.Sync(c, src, d)
@@ -203,9 +206,12 @@ func run(args []string) int {
 	return 0
 }
 
+// confDirs are the directories the conflist names for the plugins' files ("": their defaults).
+type confDirs struct{ ipam, devInfo string }
+
 // cniWriter writes the conflist at path for this node's first IPv4 pod network (inside
 // cluster), when it changes.
-func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu uint, ipamDir string, logf func(string)) func(agent.Node) error {
+func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu uint, dirs confDirs, logf func(string)) func(agent.Node) error {
 	last := ""
 	return func(n agent.Node) error {
 		pod, why := agent.OwnPodNetwork(n, cluster)
@@ -218,7 +224,7 @@ func cniWriter(path string, cluster netip.Prefix, socket, version string, mtu ui
 		}
 		o := &install.Options{ConfDir: filepath.Dir(path), ConfName: filepath.Base(path), Network: "docknet",
 			Subnet: cluster.String(), PodCIDR: pod.String(), DaemonSocket: socket, MTU: mtu, CNIVersion: version,
-			IPAMDataDir: ipamDir}
+			IPAMDataDir: dirs.ipam, DevInfoDir: dirs.devInfo}
 		if _, err := install.WriteConf(o); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}

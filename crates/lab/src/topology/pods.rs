@@ -144,7 +144,9 @@ impl Pods {
                 .arg(&conf)
                 .args(["--mtu", &mtu.to_string()])
                 .arg("--ipam-data-dir")
-                .arg(node.join("ipam"));
+                .arg(node.join("ipam"))
+                .arg("--device-info-dir")
+                .arg(node.join("devinfo"));
             checked(&mut agent, &format!("docknet-agent on host {name}"))?;
             let list: Value = serde_json::from_slice(
                 &std::fs::read(&conf).with_context(|| format!("the agent's {}", conf.display()))?,
