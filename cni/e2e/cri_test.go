@@ -599,11 +599,15 @@ func (e *env) output(p *pod, id, name string, within time.Duration) []string {
 	if st.ExitCode != 0 {
 		t.Fatalf("container %s exited %d; log:\n%s", name, st.ExitCode, b)
 	}
-	// CRI log lines: TIMESTAMP STREAM TAG CONTENT, a long line cut into partial (P) pieces
-	// ended by a full (F) one
+	return stdoutLines(string(b))
+}
+
+// stdoutLines are the stdout lines of a CRI log (TIMESTAMP STREAM TAG CONTENT, a long line
+// cut into partial (P) pieces ended by a full (F) one); a line still being written is left out.
+func stdoutLines(log string) []string {
 	var out []string
 	var part strings.Builder
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(log, "\n") {
 		f := strings.SplitN(l, " ", 4)
 		if len(f) != 4 || f[1] != "stdout" {
 			continue

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -93,10 +92,7 @@ func TestAStandalonePodIsReachedByItsNodeAndReachesBeyondItThroughTheHostLink(t 
 func hostLinkNode(t *testing.T, name, ns, addr, cluster, podCIDR string) *env {
 	t.Helper()
 	nodes := filepath.Join(t.TempDir(), "nodes.json")
-	b, _ := json.Marshal([]map[string]any{{"name": name, "address": addr, "podCIDRs": []string{podCIDR}}})
-	if err := os.WriteFile(nodes, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeNodes(t, nodes, nodeEntry(name, addr, podCIDR))
 	return setupNode(t, nodeOpts{
 		name:   name,
 		netns:  ns,

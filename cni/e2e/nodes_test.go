@@ -35,6 +35,25 @@ func joined(t *testing.T, a, addrA, b, addrB string) {
 	}
 }
 
+// nodeEntry is one node as the agent's --nodes file lists it.
+func nodeEntry(name, addr, podCIDR string) map[string]any {
+	return map[string]any{"name": name, "address": addr, "podCIDRs": []string{podCIDR}}
+}
+
+// writeNodes writes the agent's --nodes file at path whole (a new file renamed over it: the
+// agent reads it again when it changes).
+func writeNodes(t *testing.T, path string, nodes ...map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(nodes)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Two nodes on one machine: each its own network namespace with its end of a wire, its own
 // DockNet daemon driving that end (AF_XDP), its own node agent and its own containerd. The
 // agents read the nodes from a file (the agent's test in cni/agent drives it through a real
@@ -54,13 +73,8 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 	joined(t, nsA, addrA, nsB, addrB)
 
 	nodes := filepath.Join(t.TempDir(), "nodes.json")
-	b, _ := json.Marshal([]map[string]any{
-		{"name": "node-a", "address": addrA, "podCIDRs": []string{"10.74.1.0/24"}},
-		{"name": "node-b", "address": addrB, "podCIDRs": []string{"10.74.2.0/24"}},
-	})
-	if err := os.WriteFile(nodes, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	nodeA, nodeB := nodeEntry("node-a", addrA, "10.74.1.0/24"), nodeEntry("node-b", addrB, "10.74.2.0/24")
+	writeNodes(t, nodes, nodeA, nodeB)
 	node := func(name, ns string) *env {
 		return setupNode(t, nodeOpts{
 			name:   name,
@@ -129,24 +143,11 @@ func TestPodsOnTwoNodesReachEachOtherThroughTheAgentsRoutes(t *testing.T) {
 
 	// node B leaves the cluster and comes back: node A's route follows within a second
 	routesOfA := func() string { return a.run(a.docknet, "--socket", a.sock, "route", "ls", "--json") }
-	write := func(v any) {
-		b, _ := json.Marshal(v)
-		tmp := nodes + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, nodes); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write([]map[string]any{{"name": "node-a", "address": addrA, "podCIDRs": []string{"10.74.1.0/24"}}})
+	writeNodes(t, nodes, nodeA)
 	if err := waitFor("node A's route to node B removed", time.Second, func() bool { return strings.TrimSpace(routesOfA()) == "[]" }); err != nil {
 		t.Fatalf("%v: %s", err, routesOfA())
 	}
-	write([]map[string]any{
-		{"name": "node-a", "address": addrA, "podCIDRs": []string{"10.74.1.0/24"}},
-		{"name": "node-b", "address": addrB, "podCIDRs": []string{"10.74.2.0/24"}},
-	})
+	writeNodes(t, nodes, nodeA, nodeB)
 	if err := waitFor("node A's route to node B back", time.Second, func() bool { return strings.Contains(routesOfA(), addrB) }); err != nil {
 		t.Fatalf("%v: %s", err, routesOfA())
 	}

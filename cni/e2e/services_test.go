@@ -98,19 +98,33 @@ echo "done $i"`
 	cid := e.startWith(client, "calls", []string{"/bin/sh", "-c", script},
 		map[string]string{"LD_PRELOAD": preloadPath},
 		[]*cri.Mount{{ContainerPath: "/ctl", HostPath: ctl}})
-	// CRI log lines: TIMESTAMP STREAM TAG CONTENT
-	calls := func() int { return strings.Count(e.log(client, "calls"), " stdout F ok ") }
+	// the client's lines so far, and the calls answered and failed among them
+	lines := func() []string { return stdoutLines(fileText(filepath.Join(client.logDir, "calls.log"))) }
+	count := func(lines []string) (ok int, failed []string) {
+		for _, l := range lines {
+			switch {
+			case strings.HasPrefix(l, "ok "):
+				ok++
+			case strings.HasPrefix(l, "FAIL "):
+				failed = append(failed, l)
+			}
+		}
+		return ok, failed
+	}
 	wait := func(what string, more int) {
 		t.Helper()
-		n := calls() + more
-		failed := false
+		start, _ := count(lines())
+		var seen []string
+		var ok int
+		var failed []string
 		err := waitFor(what, 90*time.Second, func() bool {
-			failed = strings.Contains(e.log(client, "calls"), " stdout F FAIL ")
-			return failed || calls() >= n
+			seen = lines()
+			ok, failed = count(seen)
+			return len(failed) > 0 || ok >= start+more
 		})
-		if err != nil || failed {
-			t.Fatalf("%s: %d calls answered, failed %v (%v); client's log:\n%s\ndnsd:\n%s", what, calls(), failed, err,
-				tail(e.log(client, "calls"), 20), tail(e.logFile(dnsLog), 10))
+		if err != nil || len(failed) > 0 {
+			t.Fatalf("%s: %d calls answered, failed %v (%v); client's lines:\n%s\ndnsd:\n%s", what, ok, failed, err,
+				tail(strings.Join(seen, "\n"), 20), tail(fileText(dnsLog), 10))
 		}
 	}
 	wait("calls to the Service by name", 20)
@@ -129,24 +143,16 @@ echo "done $i"`
 	if err := os.WriteFile(filepath.Join(ctl, "stop"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lines := e.output(client, cid, "calls", 60*time.Second)
-	ok, failed := 0, []string{}
-	for _, l := range lines {
-		switch {
-		case strings.HasPrefix(l, "ok "):
-			ok++
-		case strings.HasPrefix(l, "FAIL "):
-			failed = append(failed, l)
-		}
-	}
-	all := strings.Join(lines, "\n")
+	said := e.output(client, cid, "calls", 60*time.Second)
+	ok, failed := count(said)
+	all := strings.Join(said, "\n")
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d calls failed: %v\nclient's log:\n%s", len(failed), ok+len(failed), failed, all)
 	}
 	if !strings.Contains(all, "nameserver "+dnsVIP) || !strings.Contains(all, "search "+domain) {
 		t.Fatalf("the pod's resolv.conf is not the cluster's:\n%s", all)
 	}
-	resolved := slices.ContainsFunc(lines, func(l string) bool {
+	resolved := slices.ContainsFunc(said, func(l string) bool {
 		f := strings.Fields(l)
 		return len(f) >= 2 && f[0] == webVIP && f[1] == "web."+domain
 	})
@@ -154,8 +160,8 @@ echo "done $i"`
 		t.Fatalf("getent did not resolve web to %s as web.%s:\n%s", webVIP, domain, all)
 	}
 	// a name nobody has: asked (the DNS Service answered it) and not found
-	if !strings.Contains(all, "nosuch: not found") || !strings.Contains(e.logFile(dnsLog), "nosuch."+domain+". TypeA: no such name") {
-		t.Fatalf("a name nobody has was not asked and refused:\n%s\ndnsd:\n%s", all, tail(e.logFile(dnsLog), 20))
+	if !strings.Contains(all, "nosuch: not found") || !strings.Contains(fileText(dnsLog), "nosuch."+domain+". TypeA: no such name") {
+		t.Fatalf("a name nobody has was not asked and refused:\n%s\ndnsd:\n%s", all, tail(fileText(dnsLog), 20))
 	}
 
 	// web-2 served some of them: its counts, printed as it stops
@@ -196,13 +202,8 @@ func (e *env) probe(netns, url string) {
 	}
 }
 
-// log is what a container has written so far (its CRI log file, raw).
-func (e *env) log(p *pod, name string) string {
-	return e.logFile(filepath.Join(p.logDir, name+".log"))
-}
-
-// logFile is a file's text, or "" when it cannot be read.
-func (e *env) logFile(p string) string {
+// fileText is a file's text, or "" when it cannot be read.
+func fileText(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }
