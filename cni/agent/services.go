@@ -177,8 +177,9 @@ func endpoints(of []*discoveryv1.EndpointSlice, port corev1.ServicePort) []Endpo
 					continue
 				}
 				b := netip.AddrPortFrom(ip, uint16(num)).String()
-				if _, dup := seen[b]; !dup || !endpointAt(b, e).Terminating {
-					seen[b] = endpointAt(b, e)
+				ep := endpointAt(b, e)
+				if _, dup := seen[b]; !dup || !ep.Terminating {
+					seen[b] = ep
 				}
 				break // the endpoint's first address, as kube-proxy takes it
 			}
