@@ -22,6 +22,6 @@ pub mod services;
 pub mod wake;
 
 pub use layout::{Identity, Kind, LayoutError, RegionInfo, RingLayout, RingParams, ETH_HDR};
-pub use region::Region;
+pub use region::{KernelSrc, Region};
 pub use ring::{BadDescriptor, Consumer, Descriptor, Frame, Producer, PushError, RingStats, Slot};
 pub use wake::{IdlePolicy, Idler, Woke};

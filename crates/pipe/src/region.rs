@@ -10,7 +10,8 @@
 //!   it under an immutable borrow. The exceptions, [`Region::lend_mut`] and [`Region::lend`],
 //!   lend bytes of a pipe's own rings that only the daemon and the pipe's own container write
 //!   (a room a producer reserved, a frame the daemon put in the receive ring and the reader has
-//!   not released), never bytes another container can write;
+//!   not released), never bytes another container can write; and [`Region::for_kernel`] names
+//!   a range for a system call to copy from (the daemon's wire port), read by no code here;
 //! * every offset is checked against the mapping's length, so a corrupted offset can at worst
 //!   make an accessor return `None`, never touch memory outside the mapping.
 
@@ -258,6 +259,19 @@ impl Region {
         Ok(f(bytes))
     }
 
+    /// The `len` bytes at `off` as a source for the kernel to copy from (a `sendmsg`'s
+    /// iovec), or `None` when out of bounds. This process never reads them: whatever the other
+    /// side writes while the kernel copies is what leaves, which can only change the bytes it
+    /// sends itself. The borrow keeps the mapping alive for as long as the range is held.
+    pub fn for_kernel(&self, off: usize, len: usize) -> Option<KernelSrc<'_>> {
+        let ptr = self.check(off, len, 1)?;
+        Some(KernelSrc {
+            ptr,
+            len,
+            _region: std::marker::PhantomData,
+        })
+    }
+
     /// Fills `len` bytes at `off` with `byte`. False when out of bounds.
     pub fn fill(&self, off: usize, len: usize, byte: u8) -> bool {
         let Some(p) = self.check(off, len, 1) else {
@@ -266,6 +280,35 @@ impl Region {
         // SAFETY: range inside the mapping (checked).
         unsafe { std::ptr::write_bytes(p, byte, len) };
         true
+    }
+}
+
+/// Bytes of a [`Region`] handed to the kernel to copy ([`Region::for_kernel`]); no safe code
+/// can read them.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSrc<'r> {
+    ptr: *mut u8,
+    len: usize,
+    _region: std::marker::PhantomData<&'r Region>,
+}
+
+impl KernelSrc<'_> {
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The iovec that names it, for a system call made while `self` is held.
+    pub fn iovec(&self) -> libc::iovec {
+        libc::iovec {
+            iov_base: self.ptr.cast(),
+            iov_len: self.len,
+        }
     }
 }
 

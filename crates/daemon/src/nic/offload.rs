@@ -102,24 +102,73 @@ pub fn to_wire(
     next_hop: [u8; 6],
     wire_mtu: u32,
 ) -> Result<(usize, Offload), WireDrop> {
-    if !whole_tcp(frame) {
-        return wire::to_wire(frame, link_mac, next_hop, wire_mtu).map(|n| (n, Offload::NONE));
+    let len = frame.len();
+    match to_wire_head(frame, len, link_mac, next_hop, wire_mtu) {
+        Some(r) => r.map(|w| (w.len, w.offload)),
+        None => wire::to_wire(frame, link_mac, next_hop, wire_mtu).map(|n| (n, Offload::NONE)),
     }
-    let (total, hl, th) = {
-        let mut ip = wire::ipv4(frame)?;
-        let total = usize::from(ip.total_len());
-        let hl = usize::from(ip.header_len());
-        if hl > total {
-            return Err(WireDrop::Malformed);
+}
+
+/// A whole TCP segment readied for the wire by [`to_wire_head`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireTcp {
+    /// Bytes to send: Ethernet, IPv4 and TCP headers and the payload (the IPv4 total length
+    /// and the Ethernet header; what the frame holds beyond it is padding).
+    pub len: usize,
+    /// Bytes of those headers, all of them in the head that was readied.
+    pub head: usize,
+    /// What the link must finish.
+    pub offload: Offload,
+}
+
+/// [`to_wire`] for a whole TCP segment over IPv4 of which only the first bytes, `head`, are at
+/// hand: the frame is `frame_len` bytes long and its headers lie within `head`, which is readied
+/// in place (addresses, IPv4 checksum, MSS, the pseudo-header's sum). The payload is not read:
+/// its checksum is left to the link. So a port can send the readied headers from the daemon's
+/// memory and the payload straight from the pipe's ring. `None` when the frame is not a whole
+/// TCP segment over IPv4 whose headers fit in `head` (ready it whole instead).
+pub fn to_wire_head(
+    head: &mut [u8],
+    frame_len: usize,
+    link_mac: [u8; 6],
+    next_hop: [u8; 6],
+    wire_mtu: u32,
+) -> Option<Result<WireTcp, WireDrop>> {
+    if head.len() < ETH + 20 || frame_len < head.len() || head[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    let (hl, total) = {
+        let ip = Ipv4Packet::new_unchecked(&head[ETH..]);
+        let (hl, total) = (usize::from(ip.header_len()), usize::from(ip.total_len()));
+        if ip.version() != 4
+            || hl < 20
+            || hl > total
+            || ETH + total > frame_len
+            || ip.next_header() != IpProtocol::Tcp
+            || ip.more_frags()
+            || ip.frag_offset() != 0
+        {
+            return None;
         }
-        ip.fill_checksum();
-        let (src, dst) = (ip.src_addr().octets(), ip.dst_addr().octets());
-        let mut tcp = TcpPacket::new_checked(ip.payload_mut()).map_err(|_| WireDrop::Malformed)?;
-        wire::clamp_mss(&mut tcp, wire::mss_for(wire_mtu));
-        let th = usize::from(tcp.header_len());
-        tcp.set_checksum(pseudo_sum(src, dst, total - hl));
-        (total, hl, th)
+        (hl, total)
     };
+    if ETH + hl + 20 > head.len() {
+        return (ETH + hl + 20 > frame_len).then_some(Err(WireDrop::Malformed));
+    }
+    let th = usize::from(TcpPacket::new_unchecked(&head[ETH + hl..]).header_len());
+    if th < 20 || hl + th > total {
+        return Some(Err(WireDrop::Malformed));
+    }
+    if ETH + hl + th > head.len() {
+        return None;
+    }
+    let (ip_part, tcp_part) = head[ETH..ETH + hl + th].split_at_mut(hl);
+    let mut ip = Ipv4Packet::new_unchecked(ip_part);
+    ip.fill_checksum();
+    let (src, dst) = (ip.src_addr().octets(), ip.dst_addr().octets());
+    let mut tcp = TcpPacket::new_unchecked(tcp_part);
+    wire::clamp_mss(&mut tcp, wire::mss_for(wire_mtu));
+    tcp.set_checksum(pseudo_sum(src, dst, total - hl));
     let mut off = Offload {
         csum: Some(((ETH + hl) as u16, TCP_CSUM_AT)),
         gso_size: 0,
@@ -129,22 +178,17 @@ pub fn to_wire(
         // each cut segment repeats these headers and must fit the MTU with some payload
         let room = (wire_mtu as usize).saturating_sub(hl + th);
         if room < 8 {
-            return Err(WireDrop::TooBig);
+            return Some(Err(WireDrop::TooBig));
         }
         off.gso_size = room as u16;
     }
-    frame[0..6].copy_from_slice(&next_hop);
-    frame[6..12].copy_from_slice(&link_mac);
-    Ok((ETH + total, off))
-}
-
-/// Whether `frame` is Ethernet/IPv4 carrying a whole (not fragmented) TCP segment.
-fn whole_tcp(frame: &[u8]) -> bool {
-    frame.len() >= ETH
-        && frame[12..14] == [0x08, 0x00]
-        && Ipv4Packet::new_checked(&frame[ETH..]).is_ok_and(|ip| {
-            ip.next_header() == IpProtocol::Tcp && !ip.more_frags() && ip.frag_offset() == 0
-        })
+    head[0..6].copy_from_slice(&next_hop);
+    head[6..12].copy_from_slice(&link_mac);
+    Some(Ok(WireTcp {
+        len: ETH + total,
+        head: ETH + hl + th,
+        offload: off,
+    }))
 }
 
 /// How a frame from the wire is checked and sized for its pipe ([`wire::from_wire_with`]).
@@ -239,6 +283,69 @@ mod tests {
         assert_eq!(o.vnet_hdr()[1], 0);
         finish(&mut small, &o);
         assert!(tcp_checksum_ok(&small));
+    }
+
+    #[test]
+    fn headers_readied_alone_are_the_headers_of_the_frame_readied_whole() {
+        // the daemon readies only the first bytes it checked (96) and leaves the payload in
+        // the pipe's ring: what leaves must be what readying the whole frame gives
+        for (payload, mss, mtu) in [
+            (32 * 1024, None, 1500),
+            (60 * 1024, None, 9000),
+            (9000, None, 1500),
+            (100, None, 1500),
+            (0, Some(8960), 1500),
+        ] {
+            let frame = tcp(payload, mss);
+            let mut whole = frame.clone();
+            let (len, o) = to_wire(&mut whole, LINK, HOP, mtu).unwrap();
+            let mut head = frame[..frame.len().min(96)].to_vec();
+            let w = to_wire_head(&mut head, frame.len(), LINK, HOP, mtu)
+                .expect("whole TCP with its headers in the head")
+                .unwrap();
+            assert_eq!((w.len, w.offload), (len, o), "{payload}");
+            assert_eq!(w.head, usize::from(o.hdr_len));
+            assert_eq!(head[..w.head], whole[..w.head], "{payload}");
+            assert_eq!(
+                frame[w.head..len],
+                whole[w.head..len],
+                "the payload is untouched"
+            );
+        }
+        // the same refusals as the whole frame's
+        let mut frag = tcp(20_000, None);
+        frag[ETH + 6] |= 0x20;
+        assert_eq!(
+            to_wire_head(&mut frag[..96], 20_000 + 66, LINK, HOP, 1500),
+            None
+        );
+        let f = tcp(20_000, None);
+        let n = f.len();
+        assert_eq!(
+            to_wire_head(&mut f[..96].to_vec(), n, LINK, HOP, 56),
+            Some(Err(WireDrop::TooBig))
+        );
+        // an IPv4 length past the frame, or a TCP header past the IPv4 length
+        assert_eq!(
+            to_wire_head(&mut f[..96].to_vec(), n - 1, LINK, HOP, 1500),
+            None
+        );
+        let mut bad = f[..96].to_vec();
+        bad[ETH + 2..ETH + 4].copy_from_slice(&30u16.to_be_bytes());
+        assert_eq!(
+            to_wire_head(&mut bad, n, LINK, HOP, 1500),
+            Some(Err(WireDrop::Malformed))
+        );
+        // TCP options past the head: readied whole instead
+        assert_eq!(
+            to_wire_head(&mut f[..60].to_vec(), n, LINK, HOP, 1500),
+            None
+        );
+        // not IPv4 at all
+        assert_eq!(
+            to_wire_head(&mut udp(3000)[..96].to_vec(), 3042, LINK, HOP, 1500),
+            None
+        );
     }
 
     #[test]

@@ -25,6 +25,7 @@
 use super::link::LinkInfo;
 use super::offload::{Offload, VNET_HDR_LEN};
 use super::{Fill, NicError, Port, PortCounters, PortInfo, Rx};
+use docknet_pipe::region::KernelSrc;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -358,6 +359,47 @@ impl Port for PacketPort {
         self.tx_used = (at + self.vnet + len).next_multiple_of(64);
         self.c.tx_frames += 1;
         self.c.tx_bytes += len as u64;
+        true
+    }
+
+    fn send_split(&mut self, head: &[u8], tail: KernelSrc<'_>, o: Offload) -> bool {
+        if self.vnet == 0 || head.is_empty() || head.len() + tail.len() > self.info.max_frame {
+            return false;
+        }
+        // what was queued before leaves first
+        self.send_batch();
+        let vnet = o.vnet_hdr();
+        let mut iov = [
+            libc::iovec {
+                iov_base: vnet.as_ptr().cast_mut().cast(),
+                iov_len: vnet.len(),
+            },
+            libc::iovec {
+                iov_base: head.as_ptr().cast_mut().cast(),
+                iov_len: head.len(),
+            },
+            tail.iovec(),
+        ];
+        // SAFETY: msghdr is plain old data.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len();
+        loop {
+            // SAFETY: the iovecs name `vnet` and `head` (alive for the call) and the bytes of a
+            // mapped region `tail` borrows; the kernel only reads them.
+            let rc = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
+            if rc >= 0 {
+                break;
+            }
+            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                // the queue is full (or the link went away): dropped, as a batch's would be
+                self.c.tx_ring_full += 1;
+                break;
+            }
+        }
+        self.c.tx_frames += 1;
+        self.c.tx_bytes += (head.len() + tail.len()) as u64;
+        self.c.tx_split += 1;
         true
     }
 
