@@ -116,6 +116,11 @@ pub(crate) struct Inner {
     /// as announced): the blocking call skips its poll after the step. Taken there, and reset
     /// whenever the lock is taken, so it never outlives its step.
     pub(crate) nothing_to_send: bool,
+    /// Connections a blocking read returned data from, whose reader has not come back to wait
+    /// for more: it is answering, and the answer will carry the ACK, which another thread
+    /// going to sleep then leaves held ([`Inner::release_delayed_acks`]). A connection leaves
+    /// the list when its ACK leaves or its reader waits again.
+    answering: smallvec::SmallVec<[SocketHandle; 4]>,
     /// Set by a poll that left nothing to send; taken by the next [`Shared::lock`] into
     /// `was_clean`. Whatever else holds the lock and changes a socket ends with it unset.
     clean: bool,
@@ -403,30 +408,54 @@ impl Inner {
 
     /// Sends the acknowledgements the ACK delay holds back (a poll, only when one is held)
     /// before a thread sleeps, so that a peer does not wait for an ACK while this side waits
-    /// for the peer; but not those of connections with data nobody has read yet. A thread
-    /// woken by the same frame reads it and answers, and the answer carries the ACK: a
-    /// server's accept thread, woken with the thread that answers, used to send a bare ACK
-    /// ahead of a third of the answers. If the reader goes to sleep instead, it sends the ACK
-    /// then; the ACK delay's timer bounds the rest.
+    /// for the peer; but not those of connections with data nobody has read yet (in the
+    /// receive buffer, or in a waiting reader's lent buffer, `TcpStream::read_timeout`), nor
+    /// those whose reader took data and is answering ([`Inner::answering`]). A thread woken by
+    /// the same frame reads it and answers, and the answer carries the ACK: a server's accept
+    /// thread, woken with the thread that answers, used to send a bare ACK ahead of a third of
+    /// the answers (and of half of them once the reader took the bytes straight from the
+    /// frame, sooner). If the reader goes to sleep instead, it sends the ACK then; the ACK
+    /// delay's timer bounds the rest.
     fn release_delayed_acks(&mut self) {
         // (looked at without touching, in one pass: only the sockets whose ACK leaves are
         // sent for)
+        let mut answering = smallvec::SmallVec::<[SocketHandle; 4]>::new();
+        let was = std::mem::take(&mut self.answering);
         let held: smallvec::SmallVec<[SocketHandle; 8]> = self
             .sockets
             .iter()
             .filter_map(|(h, s)| match s {
-                smoltcp::socket::Socket::Tcp(t) if t.ack_delayed() && t.recv_queue() == 0 => {
+                smoltcp::socket::Socket::Tcp(t) if t.ack_delayed() && was.contains(&h) => {
+                    answering.push(h);
+                    None
+                }
+                smoltcp::socket::Socket::Tcp(t)
+                    if t.ack_delayed() && t.recv_queue() == 0 && t.direct_pending() == 0 =>
+                {
                     Some(h)
                 }
                 _ => None,
             })
             .collect();
+        self.answering = answering;
         for &h in &held {
             self.sockets.get_mut::<tcp::Socket>(h).expire_ack_delay();
         }
         if !held.is_empty() {
             self.poll();
         }
+    }
+
+    /// Notes that a blocking read returned data of `h` ([`Inner::answering`]).
+    pub(crate) fn answering(&mut self, h: SocketHandle) {
+        if !self.answering.contains(&h) {
+            self.answering.push(h);
+        }
+    }
+
+    /// Notes that the reader of `h` waits again ([`Inner::answering`]).
+    pub(crate) fn not_answering(&mut self, h: SocketHandle) {
+        self.answering.retain(|a| *a != h);
     }
 
     pub(crate) fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
@@ -565,6 +594,12 @@ impl Shared {
         match self.forks.settle(why) {
             Settled::Mine => {}
             Settled::Taken => {
+                // a buffer lent by a reader of the process that forked is not this one's
+                for (_, s) in g.sockets.iter_mut() {
+                    if let smoltcp::socket::Socket::Tcp(t) = s {
+                        t.drop_direct();
+                    }
+                }
                 g.dev.ep.taken_over();
                 self.engine_parked.store(false, Ordering::SeqCst);
                 spawn_engine(self.me.clone());
@@ -869,6 +904,7 @@ impl Stack {
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
                 nothing_to_send: false,
+                answering: smallvec::SmallVec::new(),
                 clean: false,
                 was_clean: false,
                 gateway,

@@ -428,14 +428,51 @@ impl TcpStream {
     }
 
     /// Reads, waiting at most `timeout` (`None`: no limit) for something to arrive.
+    ///
+    /// While it waits, `buf` is lent to the socket (`tcp::Socket::set_direct`,
+    /// vendor/smoltcp/DOCKNET-PATCH.md): the next bytes to arrive in order are copied from
+    /// the frame straight into it, not into the socket's receive buffer first, so a reader
+    /// that waits costs one copy of each byte fewer. The loan ends before the call returns, on
+    /// every path.
+    #[allow(unsafe_code)]
     pub fn read_timeout(&self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
         let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
         let fin_seen = &self.fin_seen;
-        self.stack
-            .block_on(timeout, |g| read_step(g, h, buf, fin_seen, closed_by_us))
+        let lent = Lent {
+            stack: &self.stack,
+            h,
+            buf: buf.as_ptr(),
+            on: std::cell::Cell::new(false),
+        };
+        let r = self.stack.block_on(timeout, |g| {
+            if lent.on.replace(false) {
+                let n = g.tcp(h).take_direct(lent.buf);
+                if n > 0 {
+                    g.nothing_to_send = !g.tcp_ref(h).window_update_due();
+                    g.answering(h);
+                    return Some(Ok(n));
+                }
+            }
+            let r = read_step(g, h, buf, fin_seen, closed_by_us);
+            if matches!(r, Some(Ok(n)) if n > 0) {
+                g.answering(h);
+            }
+            if r.is_none() {
+                g.not_answering(h);
+                // SAFETY: `buf` is this call's and nothing else touches it until the loan
+                // ends: at this closure's next run (under the stack's lock, before `buf` is
+                // used again) or in `lent`'s `finish` or drop, before the call returns or
+                // unwinds. Whoever polls the stack meanwhile writes it under that lock. (A
+                // second reader of the socket finds the loan taken and waits as before.)
+                let on = unsafe { g.tcp(h).set_direct(buf.as_mut_ptr(), buf.len()) };
+                lent.on.set(on);
+            }
+            r
+        });
+        lent.finish(r)
     }
 
     /// Writes, waiting at most `timeout` for room in the send buffer.
@@ -536,6 +573,38 @@ fn read_step(
         _ => {
             fin_seen.store(true, Ordering::Relaxed);
             Some(Ok(0))
+        }
+    }
+}
+
+/// A reader's buffer lent to its socket by [`TcpStream::read_timeout`]; the loan ends with
+/// [`Lent::finish`], or when dropped (a panic).
+struct Lent<'s> {
+    stack: &'s Stack,
+    h: SocketHandle,
+    /// The buffer (which loan is this reader's).
+    buf: *const u8,
+    on: std::cell::Cell<bool>,
+}
+
+impl Lent<'_> {
+    /// Ends the loan; what arrived in the buffer since the last look is the read's result
+    /// whatever ended the wait (a timeout, an interruption, an error).
+    fn finish(self, r: io::Result<usize>) -> io::Result<usize> {
+        if !self.on.replace(false) {
+            return r;
+        }
+        match self.stack.lock().tcp(self.h).take_direct(self.buf) {
+            0 => r,
+            n => Ok(n),
+        }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if self.on.replace(false) {
+            self.stack.lock().tcp(self.h).take_direct(self.buf);
         }
     }
 }

@@ -311,6 +311,83 @@ fn close_and_reset_reach_the_peer() {
     srv.join().unwrap();
 }
 
+/// A reader that waits lends its buffer to the socket, and the next bytes go straight into it:
+/// two threads reading one connection at once must still get each byte once, and only bytes
+/// that came (their buffers are filled with a value the stream never carries before each read).
+#[test]
+fn two_readers_of_one_connection_get_each_byte_once() {
+    for fc in [false, true] {
+        let n = net(fc, 1500);
+        let mut l = TcpListener::bind(&n.b, 7013).unwrap();
+        const TOTAL: usize = 4 << 20;
+        let srv = thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let s = Arc::new(s);
+            let readers: Vec<_> = [7usize, 4096, 40_000]
+                .into_iter()
+                .map(|len| {
+                    let s = s.clone();
+                    thread::spawn(move || {
+                        let mut seen = vec![0u64; 256];
+                        let mut buf = vec![0u8; len];
+                        loop {
+                            buf.fill(0xee);
+                            let k = (&*s).read(&mut buf).unwrap();
+                            if k == 0 {
+                                return seen;
+                            }
+                            for b in &buf[..k] {
+                                seen[usize::from(*b)] += 1;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let mut seen = vec![0u64; 256];
+            for r in readers {
+                for (t, c) in seen.iter_mut().zip(r.join().unwrap()) {
+                    *t += c;
+                }
+            }
+            seen
+        });
+        let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7013)).unwrap();
+        let data: Vec<u8> = (0..TOTAL).map(|i| (i % 200) as u8).collect();
+        for chunk in data.chunks(50_000) {
+            c.write_all(chunk).unwrap();
+        }
+        c.shutdown_write();
+        let seen = srv.join().unwrap();
+        let mut want = vec![0u64; 256];
+        for b in &data {
+            want[usize::from(*b)] += 1;
+        }
+        assert_eq!(
+            seen[0xee], 0,
+            "fc {fc}: a reader was given bytes that never came"
+        );
+        assert_eq!(seen, want, "fc {fc}");
+    }
+}
+
+/// A read that times out takes its buffer back: what comes later goes to the next read.
+#[test]
+fn a_read_that_timed_out_leaves_the_next_bytes_to_the_next_read() {
+    let n = net(true, 1500);
+    let mut l = TcpListener::bind(&n.b, 7014).unwrap();
+    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7014)).unwrap();
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut first = vec![0u8; 64];
+    assert!(s.read(&mut first).is_err(), "nothing came");
+    drop(first);
+    c.write_all(b"after the timeout").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut second = vec![0u8; 64];
+    let k = s.read(&mut second).unwrap();
+    assert_eq!(&second[..k], b"after the timeout");
+}
+
 #[test]
 fn sixty_four_concurrent_connections_with_interleaved_traffic() {
     let n = net(false, 1500);

@@ -460,6 +460,19 @@ pub enum CongestionControl {
     Cubic,
 }
 
+/// A reader's buffer lent to a socket (DockNet patch, [`Socket::set_direct`]).
+#[derive(Debug)]
+struct Direct {
+    buf: *mut u8,
+    len: usize,
+    filled: usize,
+}
+
+// SAFETY: the buffer is written only under `&mut Socket`, by whichever thread holds it, as the
+// lender's contract in `set_direct` requires.
+#[allow(unsafe_code)]
+unsafe impl Send for Direct {}
+
 /// A Transmission Control Protocol socket.
 ///
 /// A TCP socket may passively listen for connections or actively connect to another endpoint.
@@ -506,6 +519,9 @@ pub struct Socket<'a> {
     /// SHLD-14: a receiver should not shrink its window), where trimming it cost the peer a
     /// retransmission timeout (at least one second) for the last bytes of a burst.
     remote_max_edge: Option<TcpSeqNumber>,
+    /// A reader's buffer that in-order data goes straight into while it is set (DockNet
+    /// patch: see [`Socket::set_direct`]).
+    direct: Option<Direct>,
     /// The sending window scaling factor advertised to remotes which support RFC 1323.
     /// It is zero if the window <= 64KiB and/or the remote does not support it.
     remote_win_shift: u8,
@@ -611,6 +627,7 @@ impl<'a> Socket<'a> {
             remote_last_ack: None,
             remote_last_win: 0,
             remote_max_edge: None,
+            direct: None,
             remote_win_len: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
             remote_win_scale: None,
@@ -876,6 +893,73 @@ impl<'a> Socket<'a> {
     /// nothing).
     pub fn window_update_due(&self) -> bool {
         self.window_to_update()
+    }
+
+    /// Lends the socket a reader's buffer (DockNet patch). Until [`Socket::take_direct`],
+    /// payload that arrives in order while the receive buffer is empty is copied straight into
+    /// it, up to `len` bytes, and counts as received and read at once (the acknowledgement and
+    /// the window are as if the application had read it from the receive buffer as it came):
+    /// one copy of each byte instead of two for a reader that waits. What does not fit, and
+    /// anything out of order, goes into the receive buffer as before. False, and nothing lent,
+    /// while another reader's buffer is (one loan at a time).
+    ///
+    /// # Safety
+    ///
+    /// `buf` must be valid for writes of `len` bytes, and written by nothing else, until the
+    /// loan ends ([`Socket::take_direct`] with `buf`, or [`Socket::drop_direct`]), which every
+    /// path of the lender must see to, also when it unwinds.
+    #[allow(unsafe_code)]
+    pub unsafe fn set_direct(&mut self, buf: *mut u8, len: usize) -> bool {
+        if self.direct.is_some() || len == 0 {
+            return false;
+        }
+        self.direct = Some(Direct {
+            buf,
+            len,
+            filled: 0,
+        });
+        true
+    }
+
+    /// Ends the loan of `buf` ([`Socket::set_direct`]) and returns how many bytes were put in
+    /// it (its first bytes). 0, and nothing ended, when `buf` is not the buffer lent.
+    pub fn take_direct(&mut self, buf: *const u8) -> usize {
+        match &self.direct {
+            Some(d) if core::ptr::eq(d.buf, buf) => self.direct.take().map_or(0, |d| d.filled),
+            _ => 0,
+        }
+    }
+
+    /// Bytes put in the lent buffer that its reader has not taken yet (DockNet patch): data
+    /// received and not yet read, as [`Socket::recv_queue`] counts it in the receive buffer.
+    pub fn direct_pending(&self) -> usize {
+        self.direct.as_ref().map_or(0, |d| d.filled)
+    }
+
+    /// Ends any loan, of whoever lent it (DockNet patch: for a process whose readers are
+    /// gone, a child after `fork`).
+    pub fn drop_direct(&mut self) {
+        self.direct = None;
+    }
+
+    /// Copies the first bytes of `payload`, which lie at `offset` past the receive buffer's
+    /// end, into the lent buffer when they are the next bytes the reader is to see; returns
+    /// how many.
+    #[allow(unsafe_code)]
+    fn deliver_direct(&mut self, payload: &[u8], offset: usize, assembler_empty: bool) -> usize {
+        let Some(d) = self.direct.as_mut() else {
+            return 0;
+        };
+        if offset != 0 || !assembler_empty || !self.rx_buffer.is_empty() {
+            return 0;
+        }
+        let n = payload.len().min(d.len - d.filled);
+        // SAFETY: `set_direct`'s contract: `buf` holds `len` writable bytes nothing else
+        // writes while lent, and `filled + n <= len`.
+        unsafe { core::ptr::copy_nonoverlapping(payload.as_ptr(), d.buf.add(d.filled), n) };
+        d.filled += n;
+        self.remote_seq_no += n;
+        n
     }
 
     /// Enable or disable Nagle's Algorithm.
@@ -2296,40 +2380,46 @@ impl<'a> Socket<'a> {
 
         let assembler_was_empty = self.assembler.is_empty();
 
-        // Try adding payload octets to the assembler.
-        let Ok(contig_len) = self
-            .assembler
-            .add_then_remove_front(payload_offset, payload_len)
-        else {
-            net_debug!(
-                "assembler: too many holes to add {} octets at offset {}",
+        // DockNet patch: a reader that lent its buffer takes the next bytes straight into it
+        let direct = self.deliver_direct(payload, payload_offset, assembler_was_empty);
+        let (payload, payload_len) = (&payload[direct..], payload_len - direct);
+
+        if payload_len > 0 {
+            // Try adding payload octets to the assembler.
+            let Ok(contig_len) = self
+                .assembler
+                .add_then_remove_front(payload_offset, payload_len)
+            else {
+                net_debug!(
+                    "assembler: too many holes to add {} octets at offset {}",
+                    payload_len,
+                    payload_offset
+                );
+                return None;
+            };
+
+            // Place payload octets into the buffer.
+            tcp_trace!(
+                "rx buffer: receiving {} octets at offset {}",
                 payload_len,
                 payload_offset
             );
-            return None;
-        };
+            let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
+            debug_assert!(len_written == payload_len);
 
-        // Place payload octets into the buffer.
-        tcp_trace!(
-            "rx buffer: receiving {} octets at offset {}",
-            payload_len,
-            payload_offset
-        );
-        let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
-        debug_assert!(len_written == payload_len);
+            if contig_len != 0 {
+                // Enqueue the contiguous data octets in front of the buffer.
+                tcp_trace!(
+                    "rx buffer: enqueueing {} octets (now {})",
+                    contig_len,
+                    self.rx_buffer.len() + contig_len
+                );
+                self.rx_buffer.enqueue_unallocated(contig_len);
 
-        if contig_len != 0 {
-            // Enqueue the contiguous data octets in front of the buffer.
-            tcp_trace!(
-                "rx buffer: enqueueing {} octets (now {})",
-                contig_len,
-                self.rx_buffer.len() + contig_len
-            );
-            self.rx_buffer.enqueue_unallocated(contig_len);
-
-            // There's new data in rx_buffer, notify waiting task if any.
-            #[cfg(feature = "async")]
-            self.rx_waker.wake();
+                // There's new data in rx_buffer, notify waiting task if any.
+                #[cfg(feature = "async")]
+                self.rx_waker.wake();
+            }
         }
 
         if !self.assembler.is_empty() {
@@ -6700,6 +6790,98 @@ mod test {
             payload: &data[..1024],
             ..RECV_TEMPL
         }));
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn test_docknet_a_lent_buffer_takes_the_next_bytes_and_the_rest_queue() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.set_ack_delay(None);
+        let mut lent = [0u8; 4];
+        let mut other = [0u8; 4];
+        // SAFETY: `lent` outlives the loan, taken back below before it is read; `other` is
+        // refused.
+        assert!(unsafe { s.set_direct(lent.as_mut_ptr(), lent.len()) });
+        assert!(!unsafe { s.set_direct(other.as_mut_ptr(), other.len()) }, "one loan at a time");
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            }
+        );
+        // the first four went to the reader, the rest wait in the buffer; all six are
+        // acknowledged and the window counts only what waits
+        assert_eq!((s.rx_buffer.len(), s.direct_pending()), (2, 4));
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 6),
+                window_len: 62,
+                ..RECV_TEMPL
+            }]
+        );
+        // more bytes while some wait in the buffer: behind them, never into the lent buffer
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"gh"[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.take_direct(other.as_ptr()), 0, "not the buffer lent");
+        assert_eq!(s.take_direct(lent.as_ptr()), 4);
+        assert_eq!(&lent, b"abcd");
+        assert_eq!(other, [0; 4]);
+        let mut rest = [0u8; 8];
+        assert_eq!(s.recv_slice(&mut rest), Ok(4));
+        assert_eq!(&rest[..4], b"efgh");
+        assert_eq!(s.take_direct(lent.as_ptr()), 0, "lent once");
+
+        // out of order: into the buffer, and the lent buffer stays empty
+        let mut lent = [0u8; 8];
+        // SAFETY: as above.
+        assert!(unsafe { s.set_direct(lent.as_mut_ptr(), lent.len()) });
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 10,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"kl"[..],
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 8),
+                window_len: 64,
+                sack_ranges: [None, None, None],
+                ..RECV_TEMPL
+            })
+        );
+        // the gap filled: in order again, but a hole was waiting, so into the buffer
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 8,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"ij"[..],
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 12),
+                window_len: 60,
+                ..RECV_TEMPL
+            })
+        );
+        assert_eq!(s.take_direct(lent.as_ptr()), 0);
+        assert_eq!(s.recv_slice(&mut rest), Ok(4));
+        assert_eq!(&rest[..4], b"ijkl");
     }
 
     #[test]
