@@ -461,7 +461,6 @@ impl TcpStream {
                 g.answering(h);
             }
             if r.is_none() {
-                g.not_answering(h);
                 // SAFETY: `buf` is this call's and nothing else touches it until the loan
                 // ends: at this closure's next run (under the stack's lock, before `buf` is
                 // used again) or in `lent`'s `finish` or drop, before the call returns or
@@ -469,6 +468,11 @@ impl TcpStream {
                 // second reader of the socket finds the loan taken and waits as before.)
                 let on = unsafe { g.tcp(h).set_direct(buf.as_mut_ptr(), buf.len()) };
                 lent.on.set(on);
+                if on {
+                    // the reader waits again (a second reader, refused the loan, leaves the
+                    // first one's mark alone)
+                    g.not_answering(h);
+                }
             }
             r
         });
@@ -669,6 +673,8 @@ impl Write for &TcpStream {
 impl Drop for TcpStream {
     fn drop(&mut self) {
         let mut g = self.stack.lock();
+        // (its handle may be given to another connection)
+        g.not_answering(self.h);
         let s = g.tcp(self.h);
         if s.state() == tcp::State::Closed {
             g.sockets.remove(self.h);

@@ -128,8 +128,8 @@ pub struct PortCounters {
     pub tx_bytes: u64,
     /// Frames that found the tx ring (or queue) full and were dropped.
     pub tx_ring_full: u64,
-    /// Frames sent with their payload taken by the kernel straight from the pipe's ring
-    /// ([`Port::send_split`], AF_PACKET).
+    /// Frames the kernel took with their payload straight from the pipe's ring
+    /// ([`Port::send_split`], AF_PACKET; those it refused are in `tx_ring_full`).
     #[serde(default)]
     pub tx_split: u64,
     /// Transmissions the kernel reported complete (AF_XDP).

@@ -389,6 +389,7 @@ impl Port for PacketPort {
             // mapped region `tail` borrows; the kernel only reads them.
             let rc = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
             if rc >= 0 {
+                self.c.tx_split += 1;
                 break;
             }
             if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
@@ -397,9 +398,9 @@ impl Port for PacketPort {
                 break;
             }
         }
+        // (counted as queued, as the batch counts its frames)
         self.c.tx_frames += 1;
         self.c.tx_bytes += (head.len() + tail.len()) as u64;
-        self.c.tx_split += 1;
         true
     }
 
