@@ -235,6 +235,36 @@ impl PacketPort {
         unsafe { &*self.ring.as_ptr().add(self.frame_at(i)).cast::<AtomicU32>() }
     }
 
+    /// Sends `msgs` (`sendmmsg`, again after an interruption) and returns how many left; the
+    /// rest are dropped and counted (the queue is full, or the link went away).
+    ///
+    /// # Safety
+    ///
+    /// Every message's iovecs name memory alive and readable for the call.
+    unsafe fn send_msgs(&mut self, msgs: &mut [libc::mmsghdr]) -> usize {
+        let (n, mut done) = (msgs.len(), 0);
+        while done < n {
+            // SAFETY: msgs[done..] are valid messages whose iovecs the caller vouches for.
+            let rc = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    msgs.as_mut_ptr().add(done),
+                    (n - done) as u32,
+                    0,
+                )
+            };
+            if rc <= 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                self.c.tx_ring_full += (n - done) as u64;
+                break;
+            }
+            done += rc as usize;
+        }
+        done
+    }
+
     fn send_batch(&mut self) {
         if self.tx_lens.is_empty() {
             return;
@@ -256,28 +286,8 @@ impl PacketPort {
             m.msg_hdr.msg_iov = v;
             m.msg_hdr.msg_iovlen = 1;
         }
-        let mut done = 0;
-        while done < n {
-            // SAFETY: msgs[done..] point at iovecs into tx_buf, all alive for the call.
-            let rc = unsafe {
-                libc::sendmmsg(
-                    self.fd.as_raw_fd(),
-                    msgs.as_mut_ptr().add(done),
-                    (n - done) as u32,
-                    0,
-                )
-            };
-            if rc <= 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                // the queue is full (or the link went away): the rest are dropped
-                self.c.tx_ring_full += (n - done) as u64;
-                break;
-            }
-            done += rc as usize;
-        }
+        // SAFETY: every message names one iovec into tx_buf, alive for the call.
+        unsafe { self.send_msgs(&mut msgs) };
         self.tx_lens.clear();
         self.tx_used = 0;
     }
@@ -380,24 +390,13 @@ impl Port for PacketPort {
             },
             tail.iovec(),
         ];
-        // SAFETY: msghdr is plain old data.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = iov.len();
-        loop {
-            // SAFETY: the iovecs name `vnet` and `head` (alive for the call) and the bytes of a
-            // mapped region `tail` borrows; the kernel only reads them.
-            let rc = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
-            if rc >= 0 {
-                self.c.tx_split += 1;
-                break;
-            }
-            if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                // the queue is full (or the link went away): dropped, as a batch's would be
-                self.c.tx_ring_full += 1;
-                break;
-            }
-        }
+        // SAFETY: mmsghdr is plain old data.
+        let mut msg: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        msg.msg_hdr.msg_iov = iov.as_mut_ptr();
+        msg.msg_hdr.msg_iovlen = iov.len();
+        // SAFETY: the iovecs name `vnet` and `head` (alive for the call) and the bytes of a
+        // mapped region `tail` borrows; the kernel only reads them.
+        self.c.tx_split += unsafe { self.send_msgs(std::slice::from_mut(&mut msg)) } as u64;
         // (counted as queued, as the batch counts its frames)
         self.c.tx_frames += 1;
         self.c.tx_bytes += (head.len() + tail.len()) as u64;
