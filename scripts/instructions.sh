@@ -5,7 +5,7 @@
 # lost in the noise).
 #
 #   scripts/instructions.sh [--size BYTES] [--seconds S] [--idle block|spin|adaptive]
-#                           [--path fc|daemon] [--json]
+#                           [--path fc|daemon] [--preload] [--json]
 #
 # A daemon in a run directory of its own, two pipes (joined by a fast channel), dnperf's server
 # (native, core 1) and dnperf's client under `valgrind --tool=callgrind` (core 0). Prints the
@@ -15,9 +15,12 @@
 # 3.19 does not know futex_waitv: DockLib then waits on one ring word at a time). Needs
 # valgrind (`apt-get install valgrind`; scripts/setup.sh installs it) and root (containers).
 # Builds nothing: run `cargo build --release -p docknet` first (or set DOCKNET_BIN).
+# `--preload`: the client is dnperf on kernel sockets under the preload library (`docknet run
+# --preload`; DOCKNET_IDLE carries `--idle`), and `write` and `read` are the library's `send`
+# and `recv`.
 set -euo pipefail
 
-size=64 seconds=3 idle=block path=fc json=0
+size=64 seconds=3 idle=block path=fc json=0 preload=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size=$2; shift 2 ;;
@@ -25,6 +28,7 @@ while [ $# -gt 0 ]; do
     --idle) idle=$2; shift 2 ;;
     --path) path=$2; shift 2 ;;
     --json) json=1; shift ;;
+    --preload) preload=1; shift ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -70,10 +74,16 @@ esac
 pids+=($!)
 sleep 0.5
 # the container's /tmp is its own: the profile comes back on stderr, the report on stdout
-"$exe" --socket "$sock" run --cpu 0 --pipe "${tag}c" -- sh -c "valgrind --tool=callgrind \
+if [ "$preload" = 1 ]; then
+  # dnperf's kernel sockets under the library; its idle policy from the environment
+  client_run=(run --preload) stack=kernel env="DOCKNET_IDLE=$idle"
+else
+  client_run=(run) stack="docknet --idle $idle" env=
+fi
+"$exe" --socket "$sock" "${client_run[@]}" --cpu 0 --pipe "${tag}c" -- sh -c "$env valgrind --tool=callgrind \
   --log-file=/dev/null --callgrind-out-file=/tmp/cg.out \
   --toggle-collect='docknet_perf::workload::client' \
-  $dnperf client --stack docknet --idle $idle --connect 10.97.0.2:7000 --workload rr \
+  $dnperf client --stack $stack --connect 10.97.0.2:7000 --workload rr \
   --size $size --duration $seconds --warmup 0.5 --json > /tmp/report.json 2>/tmp/client.err && \
   cat /tmp/cg.out >&2 && cat /tmp/report.json" >"$out/report.json" 2>"$out/cg.out"
 
@@ -90,6 +100,11 @@ if [ "${writes:-0}" = 0 ]; then
   write=$(cost 'std::io::Write::write_all')
 fi
 read=$(cost ':<docknet_lib::tcp::TcpStream as std::io::Read>::read')
+if [ "$preload" = 1 ]; then
+  writes=$(calls 'docknet_preload::ops::send')
+  write=$(cost ':docknet_preload::ops::send')
+  read=$(cost ':docknet_preload::ops::recv')
+fi
 poll=$(cost ':docknet_lib::stack::Inner::poll')
 polls=$(calls 'docknet_lib::stack::Inner::poll')
 [ "${writes:-0}" -gt 0 ] || { echo "instructions.sh: no round trips counted" >&2; KEEP=1; exit 1; }

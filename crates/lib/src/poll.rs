@@ -174,7 +174,9 @@ impl Stack {
         policy: Option<IdlePolicy>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
-        let words: Vec<(&AtomicU32, u32)> = wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        // (on the stack for the usual one or two wakers: a wait allocates nothing)
+        let words: smallvec::SmallVec<[(&AtomicU32, u32); 2]> =
+            wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
         self.wait_inner(watches, timeout, &words, policy, out)
     }
 

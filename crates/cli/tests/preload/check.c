@@ -143,6 +143,34 @@ static void *late_writer(void *arg) {
   return NULL;
 }
 
+/* 4 MiB of a pattern no two nearby offsets share, written in writes of varied sizes */
+#define BULK (4 << 20)
+static unsigned char bulk_byte(long i) { return (unsigned char)(i * 7 + (i >> 9) * 13 + (i >> 17)); }
+
+static void *bulk_writer(void *arg) {
+  int s = (int)(long)arg;
+  static unsigned char out[70000];
+  static const int sizes[] = {1, 1000, 65536, 70000, 4096, 17};
+  long at = 0;
+  for (int k = 0; at < BULK; k++) {
+    int n = sizes[k % 6];
+    if (n > BULK - at)
+      n = BULK - at;
+    for (int i = 0; i < n; i++)
+      out[i] = bulk_byte(at + i);
+    for (int done = 0; done < n;) {
+      ssize_t w = write(s, out + done, n - done);
+      if (w <= 0) {
+        perror("bulk write");
+        return NULL;
+      }
+      done += w;
+    }
+    at += n;
+  }
+  return NULL;
+}
+
 static int wait_fd(int fd, short ev, int ms) {
   struct pollfd p = {fd, ev, 0};
   return poll(&p, 1, ms) > 0 ? p.revents : 0;
@@ -350,6 +378,31 @@ static int client(void) {
   s = conn('c');
   show("peerclose.poll", wait_fd(s, POLLIN | POLLRDHUP, 3000) & (POLLIN | POLLRDHUP | POLLHUP));
   show("peerclose.read", read(s, buf, sizeof buf));
+  close(s);
+
+  /* a bulk echo read by blocking reads of varied sizes (the server's reads block too): every
+   * byte arrives once and in order, whatever each read waited for */
+  s = conn('e');
+  {
+    pthread_t bw;
+    pthread_create(&bw, NULL, bulk_writer, (void *)(long)s);
+    static unsigned char in[100000];
+    static const int sizes[] = {65536, 1, 100000, 300, 4096};
+    long got = 0, bad = -1;
+    for (int k = 0; got < BULK; k++) {
+      int want = sizes[k % 5];
+      ssize_t n = recv(s, in, want, 0);
+      if (n <= 0)
+        break;
+      for (ssize_t i = 0; i < n; i++)
+        if (bad < 0 && in[i] != bulk_byte(got + i))
+          bad = got + i;
+      got += n;
+    }
+    pthread_join(bw, NULL);
+    show("bulk.bytes", got);
+    show("bulk.first_wrong_byte", bad);
+  }
   close(s);
 
   /* receive timeout */
