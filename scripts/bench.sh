@@ -33,6 +33,14 @@ docknet_usage "$@"
 docknet_root "$@"
 ./scripts/setup.sh
 D=target/release/docknet
+# runs one step of the job and says how long it took (the job's time is a budget: see README)
+timed() {
+    local what=$1 t0=$SECONDS
+    shift
+    "$@"
+    echo "bench.sh: $what took $((SECONDS - t0)) s (the job so far: $((SECONDS - START)) s)" >&2
+}
+START=$SECONDS
 OUT=${OUT:-results}
 mkdir -p "$OUT"
 rm -f "$OUT"/tcp-*.json "$OUT"/tcp-*.md "$OUT"/rate.json "$OUT"/rate.md "$OUT"/idle.json
@@ -73,22 +81,22 @@ if [ "${FULL:-0}" = 1 ]; then
 else
     MODES=loopback,bridge,bridge-nat,macvlan,ipvlan,ovs,docknet,docknet-fc
     COMMON=(--sizes 64,1024,65536 --repeat 1 --duration 0.6 --warmup 0.2 --report "$OUT")
-    $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
+    timed "rr, pinned" $D bench rr --modes "$MODES" "${COMMON[@]}" "$@"
     # what a user gets: nothing pinned, every program at its defaults (a file of its own beside
     # tcp-rr.json; the report reads both)
-    $D bench rr --modes bridge,docknet,docknet-fc,docknet-auto --placement unpinned --sizes 64,65536 \
+    timed "rr, unpinned" $D bench rr --modes bridge,docknet,docknet-fc,docknet-auto --placement unpinned --sizes 64,65536 \
         --repeat 2 --duration 0.8 --warmup 0.2 --json "$OUT/tcp-rr-unpinned.json" "$@"
-    $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
-    $D bench pairs --modes bridge,docknet,docknet-auto --pairs 1,4,16 --sizes 1024 \
+    timed "stream" $D bench stream --modes "$MODES" "${COMMON[@]}" "$@"
+    timed "pairs" $D bench pairs --modes bridge,docknet,docknet-auto --pairs 1,4,16 --sizes 1024 \
         --duration 0.5 --warmup 0.2 --report "$OUT" "$@"
     TCOMMON=(--topology two-host --modes host,routed,vxlan,docknet,docknet-packet --repeat 1
         --duration 0.5 --warmup 0.2 --report "$OUT")
-    $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
-    $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
-    $D bench rate --steps 50%,10mbit --step 1 --timeline 1,2.5,3.5 --report "$OUT"
-    $D bench http --modes bridge,docknet,docknet-fc,docknet-fc-preload --placement pinned,unpinned \
+    timed "two hosts, rr" $D bench rr "${TCOMMON[@]}" --sizes 64,1024 "$@"
+    timed "two hosts, stream" $D bench stream "${TCOMMON[@]}" --sizes 1024,65536 "$@"
+    timed "rate limits" $D bench rate --steps 50%,10mbit --step 1 --timeline 1,2.5,3.5 --report "$OUT"
+    timed "http" $D bench http --modes bridge,docknet,docknet-fc,docknet-fc-preload --placement pinned,unpinned \
         --duration 0.8 --warmup 0.2 --report "$OUT"
-    $D bench nat --rounds 1 --duration 1 --warmup 0.3 --report "$OUT"
-    $D bench http --backends 1,2 --duration 1 --warmup 0.3 --report "$OUT"
+    timed "nat" $D bench nat --rounds 1 --duration 1 --warmup 0.3 --report "$OUT"
+    timed "web cluster" $D bench http --backends 1,2 --duration 1 --warmup 0.3 --report "$OUT"
 fi
 echo "report: $OUT/index.html (also $OUT/report.md; per workload $OUT/tcp-*.md)"
