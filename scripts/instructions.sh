@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --path) path=$2; shift 2 ;;
     --json) json=1; shift ;;
     --preload) preload=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -110,12 +110,13 @@ polls=$(calls 'docknet_lib::stack::Inner::poll')
 [ "${writes:-0}" -gt 0 ] || { echo "instructions.sh: no round trips counted" >&2; KEEP=1; exit 1; }
 per() { echo $(( ${1:-0} / $2 )); }
 if [ "$json" = 1 ]; then
-  printf '{"size":%s,"idle":"%s","path":"%s","round_trips":%s,"per_round_trip":{"all":%s,"write":%s,"read":%s},"polls_per_round_trip":%s,"per_poll":%s}\n' \
-    "$size" "$idle" "$path" "$writes" "$(per "$total" "$writes")" "$(per "$write" "$writes")" \
+  printf '{"size":%s,"idle":"%s","path":"%s","preload":%s,"round_trips":%s,"per_round_trip":{"all":%s,"write":%s,"read":%s},"polls_per_round_trip":%s,"per_poll":%s}\n' \
+    "$size" "$idle" "$path" "$([ "$preload" = 1 ] && echo true || echo false)" "$writes" "$(per "$total" "$writes")" "$(per "$write" "$writes")" \
     "$(per "$read" "$writes")" "$(awk -v p="$polls" -v w="$writes" 'BEGIN{printf "%.2f", p/w}')" \
     "$(per "$poll" "${polls:-1}")"
 else
   via=$([ "$path" = fc ] && echo "over a fast channel" || echo "through the daemon")
+  [ "$preload" = 1 ] && via="$via, under the preload library"
   echo "client instructions per round trip, $size B $via, idle $idle ($writes round trips under callgrind):"
   echo "  all (inside the workload): $(per "$total" "$writes")"
   echo "  write:                     $(per "$write" "$writes")"
