@@ -592,13 +592,18 @@ struct Lent<'s> {
 }
 
 impl Lent<'_> {
+    /// Ends the loan, if it is on: the bytes put in the buffer since the last look.
+    fn end(&self) -> usize {
+        if !self.on.replace(false) {
+            return 0;
+        }
+        self.stack.lock().tcp(self.h).take_direct(self.buf)
+    }
+
     /// Ends the loan; what arrived in the buffer since the last look is the read's result
     /// whatever ended the wait (a timeout, an interruption, an error).
     fn finish(self, r: io::Result<usize>) -> io::Result<usize> {
-        if !self.on.replace(false) {
-            return r;
-        }
-        match self.stack.lock().tcp(self.h).take_direct(self.buf) {
+        match self.end() {
             0 => r,
             n => Ok(n),
         }
@@ -607,9 +612,7 @@ impl Lent<'_> {
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        if self.on.replace(false) {
-            self.stack.lock().tcp(self.h).take_direct(self.buf);
-        }
+        self.end();
     }
 }
 
