@@ -276,6 +276,35 @@ fn the_doorbell_comparison_runs_every_wake_up_and_counts_round_trips() {
     assert_eq!(bad.status.code(), Some(2));
 }
 
+#[test]
+fn the_epoll_comparison_measures_each_mode_and_count_and_leaves_nothing_behind() {
+    if !root_or_skip("the epoll comparison") {
+        return;
+    }
+    let text = run_script("epoll-idlers.sh", &["0.3", "0", "20"], &[]);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.contains("round trips/s"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    for (row, (mode, idle)) in rows.iter().zip([
+        ("bridge", "0:"),
+        ("bridge", "20:"),
+        ("docknet", "0:"),
+        ("docknet", "20:"),
+    ]) {
+        assert_eq!((row[0], row[2]), (mode, idle), "{row:?}");
+        let rate: f64 = row[3].parse().unwrap();
+        assert!(rate > 100.0, "{row:?}");
+    }
+    let left = run_dirs_left("dnepi");
+    assert!(left.is_empty(), "run directories left: {left:?}");
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(!ns.contains("dnepi"), "namespaces left: {ns}");
+}
+
 /// The daemon run directories on /dev/shm whose names start with `prefix`.
 fn run_dirs_left(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/dev/shm")

@@ -23,10 +23,12 @@
 //! design.md, "Sockets across fork", has the whole story and what is not covered (both
 //! processes using the stack: one of them gets a moved stack).
 
+use crate::stack::{Inner, Stack};
 use docknet_pipe::region::Region;
 use docknet_pipe::wake;
+use smoltcp::socket::tcp;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How long a parent's engine leaves its stack alone after a fork, for a child to take it.
@@ -267,6 +269,138 @@ impl Forks {
     /// How many times the family's stack moved to another process.
     pub(crate) fn moves(&self) -> u32 {
         self.family.as_ref().map_or(0, |f| f.get(MOVES))
+    }
+}
+
+/// Holds a stack's lock across `fork` ([`Stack::fork_prepare`]); end it in the parent
+/// ([`ForkHold::parent`]) and in the child ([`ForkHold::child`]) right after.
+#[must_use = "dropping it at once releases the stack before the fork"]
+pub struct ForkHold {
+    _held: MutexGuard<'static, Inner>,
+    forks: &'static Forks,
+    /// No call was in progress at the fork (a child may take the stack).
+    idle: bool,
+}
+
+impl ForkHold {
+    /// In the parent after the fork. If a call was in progress at the fork no child can take
+    /// the stack, so the parent carries on as if there had been none.
+    pub fn parent(self) {
+        if !self.idle {
+            self.forks.keep();
+        }
+    }
+
+    /// In the child after the fork: its first use of the stack settles who drives it.
+    pub fn child(self) {}
+}
+
+impl std::fmt::Debug for ForkHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkHold").finish_non_exhaustive()
+    }
+}
+
+/// What the rest of the library and the preload library ask of a stack about fork.
+impl Stack {
+    /// Call in the `pthread_atfork` prepare handler, right before `fork`: holds the stack's
+    /// lock until [`ForkHold`] is dropped (in the parent and in the child handlers), so the
+    /// child's copy of the stack is whole, and records the fork. The first process to use the
+    /// stack afterwards drives it: the parent, by any call of it; else the first child that
+    /// uses it, if no call of the parent was in progress at the fork (see [`crate::fork`]).
+    /// The parent's engine leaves the stack alone meanwhile, at most [`crate::fork::CLAIM_WINDOW`].
+    pub fn fork_prepare(&'static self) -> ForkHold {
+        let g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = self.shared.callers.load(Ordering::Acquire) == 0;
+        self.shared.forks.prepare(idle);
+        ForkHold {
+            _held: g,
+            forks: &self.shared.forks,
+            idle,
+        }
+    }
+
+    /// Whether this process drives the stack. A forked child takes the stack here (as with its
+    /// first call) when the process it was forked from has not used it since the fork; `false`
+    /// when another process of the family drives it: then this copy is dead (every call
+    /// fails, nothing it does touches the pipe).
+    pub fn claim(&self) -> bool {
+        self.shared.settle_pending(Why::Call);
+        !self.shared.forks.moved()
+    }
+
+    /// Before the process exits: closes every TCP connection of the stack (FIN after what it
+    /// holds, as the kernel closes the sockets of an exiting process) and polls until every
+    /// byte and FIN is acknowledged, or `deadline` passes. A stack ends with its process, where
+    /// the kernel sends on what an exiting process left in its sockets. The stack's lock is
+    /// only taken when free, a millisecond apart: an `exit` from a signal handler that
+    /// interrupted a call of this very thread (which holds the lock) gives up at the deadline
+    /// instead of waiting for itself. Whether everything was acknowledged.
+    pub fn close_all_at_exit(&self, deadline: Instant) -> bool {
+        let mut closed = false;
+        loop {
+            let g = match self.shared.inner.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            if let Some(mut g) = g {
+                if !std::mem::replace(&mut closed, true) {
+                    for (_, s) in g.sockets.iter_mut() {
+                        if let smoltcp::socket::Socket::Tcp(t) = s {
+                            if matches!(
+                                t.state(),
+                                tcp::State::SynReceived
+                                    | tcp::State::Established
+                                    | tcp::State::CloseWait
+                            ) {
+                                t.close();
+                            }
+                        }
+                    }
+                }
+                g.poll();
+                let pending = g.sockets.iter().any(|(_, s)| match s {
+                    smoltcp::socket::Socket::Tcp(t) => {
+                        t.send_queue() > 0
+                            || matches!(
+                                t.state(),
+                                tcp::State::FinWait1 | tcp::State::Closing | tcp::State::LastAck
+                            )
+                    }
+                    _ => false,
+                });
+                if !pending {
+                    return true;
+                }
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether a fork happened that no use of the stack has settled yet (a child may still
+    /// take it: see [`crate::fork`]).
+    pub fn fork_pending(&self) -> bool {
+        self.shared.forks.pending()
+    }
+
+    /// Whether the stack moved to another process at a fork (this copy is dead).
+    pub fn moved(&self) -> bool {
+        self.shared.forks.moved()
+    }
+
+    /// The pid of the process that drives the stack, as the family's shared page says (`None`
+    /// when there is no such page).
+    pub fn owner(&self) -> Option<u32> {
+        self.shared.forks.owner()
+    }
+
+    /// How many times the stack moved to another process of the family.
+    pub fn moves(&self) -> u32 {
+        self.shared.forks.moves()
     }
 }
 

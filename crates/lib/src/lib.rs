@@ -10,12 +10,17 @@
 //! blocking std-like sockets: [`TcpListener`], [`TcpStream`] (`Read` + `Write`) and
 //! [`UdpSocket`].
 //! [`dns`] resolves host names through a name server reached over the pipe.
+//! [`poll`] waits on many sockets at once; [`changes`] says which connections may have
+//! changed since a reader last asked, so an event loop over many looks only at those.
 //! [`callback`] offers the paper's run-to-completion style: `stack_rx` per frame and
 //! `tcp_recved` per chunk of received bytes, called on the engine's own thread.
 
 #![deny(unsafe_code)]
 
+mod backlog;
 pub mod callback;
+pub mod changes;
+mod config;
 pub mod device;
 pub mod dns;
 mod engine;
@@ -29,6 +34,7 @@ pub mod stack;
 pub mod tcp;
 pub mod udp;
 
+pub use changes::SocketKey;
 pub use device::Faults;
 pub use poll::{Interest, Ready, Waited, Waker, Watch};
 pub use raw::{AttachError, Endpoint, Route, SendError, Via};

@@ -49,6 +49,11 @@ impl Waker {
         docknet_pipe::wake::wake(&self.word);
     }
 
+    /// The word a wait watches.
+    pub(crate) fn word(&self) -> &AtomicU32 {
+        &self.word
+    }
+
     /// Sleeps (outside any stack) until woken after `token` was read, or `timeout` passes.
     pub fn wait(&self, token: u32, timeout: Option<Duration>) {
         let _ = docknet_pipe::wake::wait_any(&[(&self.word, token)], timeout);

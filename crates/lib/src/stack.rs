@@ -11,14 +11,20 @@
 //! of sockets on its port, topped up to a few listening ones before every poll while fewer
 //! than `backlog` connections wait, and a SYN that finds none free waits in the device for
 //! the refill instead of being reset; half-open connections cannot hold it (a per-source
-//! share, the oldest given up for a new SYN, a deadline: [`HALF_OPEN_TIMEOUT`]). Linear socket
-//! scans: one stack (one interface) per container keeps the set small. Small neighbour cache:
+//! share, the oldest given up for a new SYN, a deadline: [`HALF_OPEN_TIMEOUT`]). Socket
+//! scans: an egress between sweeps visits a list of the sockets that may send, an event loop
+//! reads which connections changed ([`crate::changes`]); an incoming segment still finds its
+//! socket by a walk. One stack (one interface) per container. Small neighbour cache:
 //! built with room for 64 entries. One MTU per interface: the pipe's (create pipes with a
 //! large MTU to get large segments over fast channels). Nagle and delayed ACKs are off by
 //! default (RPC latency); window scaling follows the buffer sizes (256 KiB default), and CUBIC
 //! congestion control is on.
 
-use crate::device::{DeviceStats, Faults, PipeDevice};
+pub(crate) use crate::backlog::Listening;
+pub use crate::backlog::{HALF_OPEN_MIN_AGE, HALF_OPEN_TIMEOUT};
+pub use crate::config::{StackConfig, ACK_DELAY};
+use crate::device::{DeviceStats, PipeDevice};
+pub use crate::fork::ForkHold;
 use crate::fork::{Forks, Settled, Why};
 use crate::raw::{AttachError, Endpoint, SleepSet};
 use docknet_pipe::services::Proto;
@@ -34,67 +40,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-/// How a stack is set up.
-#[derive(Debug, Clone)]
-pub struct StackConfig {
-    /// What a waiting call does between polls.
-    pub idle: IdlePolicy,
-    /// Receive buffer per TCP socket (bytes; above 64 KiB enables window scaling).
-    pub tcp_rx_buffer: usize,
-    /// Send buffer per TCP socket.
-    pub tcp_tx_buffer: usize,
-    /// Nagle's algorithm (off: lowest latency for request/response).
-    pub nagle: bool,
-    /// How long an acknowledgement may wait for data to ride on ([`ACK_DELAY`] by default;
-    /// `None`: every segment is acknowledged at once). It never waits while the application
-    /// sleeps: the stack sends what it held back before any wait ends in a sleep, so a reply
-    /// made without sleeping carries the ACK and saves a frame each way.
-    pub ack_delay: Option<Duration>,
-    /// CUBIC congestion control (on) or none.
-    pub congestion_control: bool,
-    /// Connections that may wait to be accepted per listener (beyond it, connection requests
-    /// are dropped and the client retries).
-    pub backlog: usize,
-    /// How long a half-open connection (its SYN answered, the handshake not completed) may
-    /// hold one of a listener's sockets ([`HALF_OPEN_TIMEOUT`] by default; taken within 1 ms
-    /// and a day).
-    pub half_open_timeout: Duration,
-    /// Compute and check checksums (off: every path is plain memory today).
-    pub checksums: bool,
-    /// How long `connect` waits.
-    pub connect_timeout: Duration,
-    /// Faults to inject into received frames (tests and experiments).
-    pub faults: Option<Faults>,
-}
-
 /// How often a poll sends for every socket, for their timers: the others only send for the
 /// sockets the application or a frame touched since (smoltcp's egress otherwise visits every
 /// socket on every poll: a third of an nginx worker's time at 64 connections). A poll when the
 /// stack's next timer is due visits them all too.
 const SWEEP: Duration = Duration::from_millis(1);
-
-/// The default [`StackConfig::ack_delay`]: the longest an acknowledgement waits while the
-/// application is busy without calling (a stream's every other full segment is acknowledged at
-/// once, as RFC 9293 asks, and nothing waits while the application sleeps).
-pub const ACK_DELAY: Duration = Duration::from_millis(1);
-
-impl Default for StackConfig {
-    fn default() -> StackConfig {
-        StackConfig {
-            idle: IdlePolicy::ADAPTIVE,
-            tcp_rx_buffer: 256 * 1024,
-            tcp_tx_buffer: 256 * 1024,
-            nagle: false,
-            ack_delay: Some(ACK_DELAY),
-            congestion_control: true,
-            backlog: 128,
-            half_open_timeout: HALF_OPEN_TIMEOUT,
-            checksums: false,
-            connect_timeout: Duration::from_secs(10),
-            faults: None,
-        }
-    }
-}
 
 pub(crate) struct Inner {
     pub(crate) iface: Interface,
@@ -111,7 +61,7 @@ pub(crate) struct Inner {
     closing: Vec<Closing>,
     /// Listeners by port: their listening sockets and the connections not yet accepted.
     pub(crate) listeners: Vec<Listening>,
-    cfg: StackConfig,
+    pub(crate) cfg: StackConfig,
     /// Set by a call step that changed nothing a poll would send (a read that left the window
     /// as announced): the blocking call skips its poll after the step. Taken there, and reset
     /// whenever the lock is taken, so it never outlives its step.
@@ -131,33 +81,14 @@ pub(crate) struct Inner {
     /// The gateway the interface's default route goes through: the daemon's, as last seen
     /// ([`Inner::follow_gateway`]).
     gateway: Option<Ipv4Addr>,
+    /// Which connections may have changed, for event loops ([`Stack::changes`]).
+    pub(crate) changes: crate::changes::ChangeLog,
 }
 
 /// A socket closed by the application, until it reaches Closed.
 struct Closing {
     h: SocketHandle,
 }
-
-/// A listener's sockets: smoltcp has no backlog, so a listener owns a pool of sockets on its
-/// port. Before every poll the pool gets `spare` sockets in `Listen` again (as long as fewer
-/// than `backlog` connections wait to be accepted), and a SYN that finds none free waits in the
-/// device for that refill instead of being answered with a reset.
-#[derive(Debug)]
-pub(crate) struct Listening {
-    pub(crate) port: u16,
-    /// Sockets listening, connecting or connected and not yet accepted, oldest first.
-    pub(crate) pool: Vec<SocketHandle>,
-    /// Connections that may wait to be accepted.
-    pub(crate) backlog: usize,
-    /// When each half-open socket of the pool was first seen so.
-    pub(crate) half_open_since: std::collections::HashMap<SocketHandle, Instant>,
-}
-
-/// How long a half-open connection (its SYN answered, the handshake not completed) may hold
-/// one of a listener's sockets by default: then it is dropped, as a kernel gives up after its SYN-ACK
-/// retries. A pool full when a new SYN comes drops its oldest half-open connection sooner, so
-/// SYNs that are never completed (a flood from a partner) cannot shut a listener to others.
-pub const HALF_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A deadline as smoltcp takes it: within 1 ms and a day (smoltcp adds it to a signed
 /// microsecond clock, where a larger one would wrap to the past and abort at once).
@@ -166,17 +97,8 @@ pub(crate) fn smol(d: Duration) -> smoltcp::time::Duration {
     smoltcp::time::Duration::from_micros(d.as_micros() as u64)
 }
 
-/// How old a half-open connection must be before a new SYN may take its place: as long as
-/// a SYN-ACK waits before its first retransmission, so a connection whose peer answers at all
-/// completes first.
-pub const HALF_OPEN_MIN_AGE: Duration = Duration::from_secs(1);
-
-/// Listening sockets kept free per listener (a burst of SYNs larger than this within one
-/// poll waits for the next refill; every poll visits each of them, so few).
-const SPARE: usize = 2;
-
 impl Inner {
-    fn now(&self) -> smoltcp::time::Instant {
+    pub(crate) fn now(&self) -> smoltcp::time::Instant {
         smoltcp::time::Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
     }
 
@@ -276,118 +198,6 @@ impl Inner {
             }
         }
         moved
-    }
-
-    /// Tops up every listener's pool to [`SPARE`] listening sockets while fewer than its
-    /// backlog wait to be accepted (dropping pooled sockets that closed before being
-    /// accepted), and tells the device how many SYNs each port can take now. A pool full with
-    /// a SYN waiting and a half-open connection in it drops the oldest half-open one for the
-    /// new SYN ([`HALF_OPEN_TIMEOUT`]); and a source holding a quarter of the backlog in half-open
-    /// connections gets no more SYNs in until it has fewer.
-    fn refill_listeners(&mut self) {
-        let mut room = std::mem::take(&mut self.dev.syn_room);
-        room.clear();
-        let held = self.dev.held_syn_port();
-        let mut heavy = std::mem::take(&mut self.dev.syn_heavy);
-        heavy.clear();
-        // read once, and only when a half-open socket needs it (this runs before every poll)
-        let mut now = None;
-        let mut listeners = std::mem::take(&mut self.listeners);
-        let mut sources: Vec<(IpAddress, usize)> = Vec::new();
-        for l in &mut listeners {
-            let sockets = &mut self.sockets;
-            let since = &mut l.half_open_since;
-            let (mut listening, mut oldest) = (0, None::<(Instant, usize)>);
-            let mut i = 0;
-            sources.clear();
-            l.pool.retain(|h| {
-                // (looked at, not touched: see `Inner::tcp_ref`)
-                let s = sockets.get::<tcp::Socket>(*h);
-                let state = s.state();
-                if state != tcp::State::SynReceived && !since.is_empty() {
-                    since.remove(h);
-                }
-                match state {
-                    tcp::State::Closed => {
-                        sockets.remove(*h);
-                        return false;
-                    }
-                    tcp::State::Listen => listening += 1,
-                    tcp::State::SynReceived => {
-                        let t = *since
-                            .entry(*h)
-                            .or_insert_with(|| *now.get_or_insert_with(Instant::now));
-                        if oldest.is_none_or(|(o, _)| t < o) {
-                            oldest = Some((t, i));
-                        }
-                        if let Some(ep) = s.remote_endpoint() {
-                            match sources.iter_mut().find(|(a, _)| *a == ep.addr) {
-                                Some((_, k)) => *k += 1,
-                                None => sources.push((ep.addr, 1)),
-                            }
-                        }
-                    }
-                    // past the handshake: no deadline any more (only half-open ones have it)
-                    _ if s.timeout().is_some() => {
-                        sockets.get_mut::<tcp::Socket>(*h).set_timeout(None);
-                    }
-                    _ => {}
-                }
-                i += 1;
-                true
-            });
-            let mut waiting = l.pool.len() - listening;
-            let share = (l.backlog / 4).max(2);
-            if waiting >= share {
-                // pressed: a source holding a quarter of the backlog half-open gets no more
-                heavy.extend(
-                    sources
-                        .iter()
-                        .filter(|(_, k)| *k >= share)
-                        .map(|(a, _)| (l.port, IpAddr::from(*a))),
-                );
-            }
-            if waiting >= l.backlog {
-                let old = oldest.filter(|(t, _)| {
-                    now.get_or_insert_with(Instant::now).duration_since(*t) >= HALF_OPEN_MIN_AGE
-                });
-                match old {
-                    Some((_, i)) if held == Some(l.port) => {
-                        // a SYN waits for a full pool: the oldest half-open connection makes
-                        // room for it, as a SYN cache drops its oldest entry
-                        let h = l.pool.remove(i);
-                        l.half_open_since.remove(&h);
-                        self.sockets.remove(h);
-                        self.dev.stats.syn_evicted += 1;
-                        waiting -= 1;
-                    }
-                    Some(_) => {
-                        room.push((l.port, crate::device::SynRoom::Evict));
-                        continue;
-                    }
-                    None => {
-                        room.push((l.port, crate::device::SynRoom::Full));
-                        continue;
-                    }
-                }
-            }
-            while listening < SPARE.min(l.backlog - waiting) {
-                let h = self.new_tcp_socket();
-                let deadline = smol(self.cfg.half_open_timeout);
-                let s = self.tcp(h);
-                s.set_timeout(Some(deadline));
-                if s.listen(l.port).is_err() {
-                    self.sockets.remove(h);
-                    break;
-                }
-                l.pool.push(h);
-                listening += 1;
-            }
-            room.push((l.port, crate::device::SynRoom::Free(listening)));
-        }
-        self.listeners = listeners;
-        self.dev.syn_room = room;
-        self.dev.syn_heavy = heavy;
     }
 
     /// How long until something needs a poll without new frames: a TCP timer, or a frame
@@ -530,7 +340,7 @@ impl Inner {
 }
 
 pub(crate) struct Shared {
-    inner: Mutex<Inner>,
+    pub(crate) inner: Mutex<Inner>,
     /// Bumped under the lock by every poll that moved anything; a blocked call waits on it
     /// with the value it saw when it last checked its condition, so a change made by another
     /// thread's poll in between (after the frame that caused it was taken off the ring, so the
@@ -785,35 +595,6 @@ fn moved_error(f: &Forks) -> io::Error {
     )
 }
 
-/// Holds a stack's lock across `fork` ([`Stack::fork_prepare`]); end it in the parent
-/// ([`ForkHold::parent`]) and in the child ([`ForkHold::child`]) right after.
-#[must_use = "dropping it at once releases the stack before the fork"]
-pub struct ForkHold {
-    _held: MutexGuard<'static, Inner>,
-    forks: &'static Forks,
-    /// No call was in progress at the fork (a child may take the stack).
-    idle: bool,
-}
-
-impl ForkHold {
-    /// In the parent after the fork. If a call was in progress at the fork no child can take
-    /// the stack, so the parent carries on as if there had been none.
-    pub fn parent(self) {
-        if !self.idle {
-            self.forks.keep();
-        }
-    }
-
-    /// In the child after the fork: its first use of the stack settles who drives it.
-    pub fn child(self) {}
-}
-
-impl std::fmt::Debug for ForkHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ForkHold").finish_non_exhaustive()
-    }
-}
-
 /// The interface's default route: through `gw` when the daemon drives a link (addresses beyond
 /// the pipe's network are reached through it; the daemon answers ARP for the gateway with the
 /// link's MAC), none otherwise.
@@ -908,6 +689,7 @@ impl Stack {
                 clean: false,
                 was_clean: false,
                 gateway,
+                changes: Default::default(),
             }),
             callers: AtomicU32::new(0),
             idle_budget: AtomicU32::new(docknet_pipe::wake::MAX_CONTENDED_YIELDS),
@@ -924,110 +706,10 @@ impl Stack {
         Stack { shared }
     }
 
-    /// Call in the `pthread_atfork` prepare handler, right before `fork`: holds the stack's
-    /// lock until [`ForkHold`] is dropped (in the parent and in the child handlers), so the
-    /// child's copy of the stack is whole, and records the fork. The first process to use the
-    /// stack afterwards drives it: the parent, by any call of it; else the first child that
-    /// uses it, if no call of the parent was in progress at the fork (see [`crate::fork`]).
-    /// The parent's engine leaves the stack alone meanwhile, at most [`crate::fork::CLAIM_WINDOW`].
-    pub fn fork_prepare(&'static self) -> ForkHold {
-        let g = self.shared.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let idle = self.shared.callers.load(Ordering::Acquire) == 0;
-        self.shared.forks.prepare(idle);
-        ForkHold {
-            _held: g,
-            forks: &self.shared.forks,
-            idle,
-        }
-    }
-
-    /// Whether this process drives the stack. A forked child takes the stack here (as with its
-    /// first call) when the process it was forked from has not used it since the fork; `false`
-    /// when another process of the family drives it: then this copy is dead (every call
-    /// fails, nothing it does touches the pipe).
-    pub fn claim(&self) -> bool {
-        self.shared.settle_pending(Why::Call);
-        !self.shared.forks.moved()
-    }
-
-    /// Before the process exits: closes every TCP connection of the stack (FIN after what it
-    /// holds, as the kernel closes the sockets of an exiting process) and polls until every
-    /// byte and FIN is acknowledged, or `deadline` passes. A stack ends with its process, where
-    /// the kernel sends on what an exiting process left in its sockets. The stack's lock is
-    /// only taken when free, a millisecond apart: an `exit` from a signal handler that
-    /// interrupted a call of this very thread (which holds the lock) gives up at the deadline
-    /// instead of waiting for itself. Whether everything was acknowledged.
-    pub fn close_all_at_exit(&self, deadline: Instant) -> bool {
-        let mut closed = false;
-        loop {
-            let g = match self.shared.inner.try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            };
-            if let Some(mut g) = g {
-                if !std::mem::replace(&mut closed, true) {
-                    for (_, s) in g.sockets.iter_mut() {
-                        if let smoltcp::socket::Socket::Tcp(t) = s {
-                            if matches!(
-                                t.state(),
-                                tcp::State::SynReceived
-                                    | tcp::State::Established
-                                    | tcp::State::CloseWait
-                            ) {
-                                t.close();
-                            }
-                        }
-                    }
-                }
-                g.poll();
-                let pending = g.sockets.iter().any(|(_, s)| match s {
-                    smoltcp::socket::Socket::Tcp(t) => {
-                        t.send_queue() > 0
-                            || matches!(
-                                t.state(),
-                                tcp::State::FinWait1 | tcp::State::Closing | tcp::State::LastAck
-                            )
-                    }
-                    _ => false,
-                });
-                if !pending {
-                    return true;
-                }
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
     /// How many sockets the stack holds: connections, listeners' pools of listening sockets,
     /// and connections closed by the program that are still closing.
     pub fn sockets(&self) -> usize {
         self.lock().sockets.iter().count()
-    }
-
-    /// Whether a fork happened that no use of the stack has settled yet (a child may still
-    /// take it: see [`crate::fork`]).
-    pub fn fork_pending(&self) -> bool {
-        self.shared.forks.pending()
-    }
-
-    /// Whether the stack moved to another process at a fork (this copy is dead).
-    pub fn moved(&self) -> bool {
-        self.shared.forks.moved()
-    }
-
-    /// The pid of the process that drives the stack, as the family's shared page says (`None`
-    /// when there is no such page).
-    pub fn owner(&self) -> Option<u32> {
-        self.shared.forks.owner()
-    }
-
-    /// How many times the stack moved to another process of the family.
-    pub fn moves(&self) -> u32 {
-        self.shared.forks.moves()
     }
 
     /// Whether `other` is this stack (a clone of it).
@@ -1104,6 +786,17 @@ impl Stack {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.shared.lock()
+    }
+
+    /// Polls the stack once, as a call of the application (after a fork, it settles who
+    /// drives the stack as any call does): what the rings hold is taken in, what waits to be
+    /// sent leaves. An event loop's look that found nothing ready makes one.
+    pub fn poll_now(&self) {
+        let _call = CallGuard::new(&self.shared);
+        if self.shared.forks.moved() {
+            return;
+        }
+        self.lock().poll();
     }
 
     /// Runs `f` once as a call, and once more after a poll if it had nothing: `WouldBlock`

@@ -165,6 +165,11 @@ pub struct TcpStream {
 }
 
 impl TcpStream {
+    /// Its socket in the stack's set.
+    pub(crate) fn handle(&self) -> SocketHandle {
+        self.h
+    }
+
     fn wrap(stack: &Stack, h: SocketHandle) -> TcpStream {
         TcpStream {
             stack: stack.clone(),

@@ -19,102 +19,17 @@
 //! report (see [`Member::edge_ok`]); one-shot members are disabled after a report until
 //! `EPOLL_CTL_MOD`.
 
+use crate::epoll_set::{Member, Members};
 use crate::ops::{self, stack_if_attached, TABLE};
 use crate::sock::Sock;
 use crate::sys::{self, R};
 use docknet_lib::{Ready, Stack, Waited, Waker, Watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 /// The epoll data our wake-up eventfd carries in a kernel epoll (filtered out of results).
 const WAKE_DATA: u64 = 0xd0c4_7e70_0000_0001;
-
-/// One DockNet member of an epoll set.
-#[derive(Debug, Clone)]
-pub struct Member {
-    /// Its descriptor.
-    pub fd: i32,
-    /// Its socket's id (the descriptor may be closed and reused).
-    pub id: u64,
-    /// The socket.
-    pub sock: Weak<Sock>,
-    /// EPOLLIN | EPOLLET | ...
-    pub events: u32,
-    /// The user's data.
-    pub data: u64,
-    /// `rd_gen` / `wr_gen` of the socket at the last edge-triggered report.
-    pub seen: (u32, u32),
-    /// One-shot and already reported.
-    pub disabled: bool,
-}
-
-impl Member {
-    fn new(fd: i32, s: &Arc<Sock>, events: u32, data: u64) -> Member {
-        Member {
-            fd,
-            id: s.id,
-            sock: Arc::downgrade(s),
-            events,
-            data,
-            seen: (u32::MAX, u32::MAX),
-            disabled: false,
-        }
-    }
-
-    fn et(&self) -> bool {
-        self.events & libc::EPOLLET as u32 != 0
-    }
-
-    /// Whether the member's socket is still open (a descriptor refers to it).
-    fn live(&self) -> bool {
-        self.sock.upgrade().is_some_and(|s| s.open())
-    }
-
-    /// Which of read (0) and write (1) may still be reported edge-triggered, given the
-    /// socket's call counters now.
-    pub fn edge_ok(&self, gens: (u32, u32)) -> (bool, bool) {
-        if !self.et() {
-            return (true, true);
-        }
-        (gens.0 != self.seen.0, gens.1 != self.seen.1)
-    }
-
-    /// The events to report for `bits` (what the socket is ready for), updating the
-    /// edge-triggered and one-shot state. 0: nothing.
-    pub fn report(&mut self, bits: u32, gens: (u32, u32)) -> u32 {
-        if self.disabled {
-            return 0;
-        }
-        let always = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
-        let mut ev = bits & (self.events | always);
-        let (r_ok, w_ok) = self.edge_ok(gens);
-        let rd =
-            (libc::EPOLLIN | libc::EPOLLRDNORM | libc::EPOLLRDHUP | libc::EPOLLPRI) as u32 | always;
-        let wr = (libc::EPOLLOUT | libc::EPOLLWRNORM) as u32;
-        if !r_ok {
-            ev &= !rd;
-        }
-        if !w_ok {
-            ev &= !wr;
-        }
-        if ev == 0 {
-            return 0;
-        }
-        if self.et() {
-            if ev & rd != 0 {
-                self.seen.0 = gens.0;
-            }
-            if ev & wr != 0 {
-                self.seen.1 = gens.1;
-            }
-        }
-        if self.events & libc::EPOLLONESHOT as u32 != 0 {
-            self.disabled = true;
-        }
-        ev
-    }
-}
 
 /// An epoll instance.
 #[derive(Debug)]
@@ -123,7 +38,7 @@ pub struct Epoll {
     pub kfd: i32,
     /// DockNet members (and sockets not yet decided, mirrored here while the kernel's epoll
     /// holds them).
-    pub members: Mutex<Vec<Member>>,
+    pub members: Mutex<Members>,
     /// Kernel descriptors added (an upper bound: a closed one leaves the kernel's set
     /// silently).
     pub kernel_members: AtomicUsize,
@@ -149,7 +64,7 @@ impl Epoll {
     pub fn new(kfd: i32) -> Epoll {
         Epoll {
             kfd,
-            members: Mutex::new(Vec::new()),
+            members: Mutex::new(Members::default()),
             kernel_members: AtomicUsize::new(0),
             waker: Waker::new(),
             wake_fd: AtomicI32::new(-1),
@@ -157,7 +72,7 @@ impl Epoll {
         }
     }
 
-    fn members(&self) -> std::sync::MutexGuard<'_, Vec<Member>> {
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
         self.members.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -165,7 +80,7 @@ impl Epoll {
     /// by a change of the descriptor table, so the look at every member is skipped while the
     /// table is as it was at the last one: a program that changes its interest per request
     /// (wrk: `EPOLL_CTL_MOD` twice) and waits once per request paid it three times a request.
-    fn prune(&self, m: &mut Vec<Member>) {
+    fn prune(&self, m: &mut Members) {
         let g = TABLE.generation();
         if self.pruned_at.swap(g, Ordering::AcqRel) != g {
             m.retain(Member::live);
@@ -199,7 +114,7 @@ impl Epoll {
                     Err(libc::EINVAL)
                 }
                 (Some(i), Some((e, d))) => {
-                    m[i] = Member::new(fd, &s, e, d);
+                    m.replace(i, Member::new(fd, &s, e, d));
                     Ok(())
                 }
             },
@@ -232,8 +147,7 @@ impl Epoll {
         loop {
             let token = self.waker.token();
             let stoken = crate::sig::SIG_WAKER.token();
-            let mut socks = self.active();
-            let mut n = self.collect(st, &mut socks, out, false);
+            let (mut n, cursor, any) = self.collect(st, out);
             let kernel = self.kernel_members.load(Ordering::Relaxed) > 0
                 || self.wake_fd.load(Ordering::Relaxed) >= 0;
             if kernel && n < out.len() {
@@ -246,7 +160,7 @@ impl Epoll {
             if left == Some(Duration::ZERO) {
                 return Ok(0);
             }
-            if socks.is_empty() && !kernel {
+            if !any && !kernel {
                 // nothing to wait for but time (or a change of the set)
                 self.waker.wait(token, left);
                 if remaining(deadline) == Some(Duration::ZERO) {
@@ -255,12 +169,10 @@ impl Epoll {
                 continue;
             }
             if self.kernel_members.load(Ordering::Relaxed) == 0 {
-                // DockNet only: wait in userspace
-                let watches: Vec<Watch<'_>> =
-                    socks.iter().filter_map(|(s, ev)| s.watch(*ev)).collect();
-                let mut ready = Vec::new();
+                // DockNet only: wait in userspace until a connection changes (or a member
+                // the change log cannot name may have: anything the stack takes in)
                 let wakers = [(&self.waker, token), (&crate::sig::SIG_WAKER, stoken)];
-                match st.wait_wakeable(&watches, left, &wakers, &mut ready) {
+                match st.wait_changes(cursor, left, &wakers) {
                     Ok(Waited::TimedOut) => return Ok(0),
                     // epoll_wait is never restarted after a handler
                     Ok(Waited::Woken) if mark.take().is_some() => return Err(libc::EINTR),
@@ -273,8 +185,7 @@ impl Epoll {
             let mut spin = Spin::new(deadline);
             let mut n = 0;
             while spin.next() {
-                socks = self.active();
-                n = self.collect(st, &mut socks, out, false);
+                n = self.collect(st, out).0;
                 n += self.kernel_events(&mut out[n..], 0)?;
                 if n > 0 {
                     break;
@@ -290,14 +201,14 @@ impl Epoll {
             if spin.interrupted {
                 return Err(libc::EINTR);
             }
+            let socks = self.active();
             let wfd = self.wake_fd()?;
             let id = NOTIFIER.register(&socks, wfd);
             let r = self.kernel_events(out, ms(left));
             NOTIFIER.deregister(id);
             sys::eventfd_drain(wfd);
             let k = r?;
-            socks = self.active();
-            let d = self.collect(st, &mut socks, &mut out[k..], true);
+            let d = self.collect(st, &mut out[k..]).0;
             if k + d > 0 {
                 return Ok(k + d);
             }
@@ -340,49 +251,20 @@ impl Epoll {
             .collect()
     }
 
-    /// Checks the DockNet members once (one poll of the stack) and writes their events.
-    fn collect(
-        &self,
-        st: &Stack,
-        socks: &mut [(Arc<Sock>, u32)],
-        out: &mut [libc::epoll_event],
-        _after_sleep: bool,
-    ) -> usize {
-        if socks.is_empty() || out.is_empty() {
-            return 0;
-        }
-        let mut ready = check(st, socks);
-        ready.sort_unstable_by_key(|r| r.0);
+    /// Looks at the DockNet members that may be ready (`Members::look`), polling the stack
+    /// once when none is, and writes their events. Returns how many, where the set read the
+    /// stack's change log to, and whether any member can report at all (not all one-shot
+    /// and spent).
+    fn collect(&self, st: &Stack, out: &mut [libc::epoll_event]) -> (usize, u64, bool) {
         let mut m = self.members();
-        let mut n = 0;
-        // `socks` keeps the members' order (`active`), so each ready one is found by walking on
-        // from the last; a set that changed since is searched whole
-        let mut at = 0;
-        for (i, bits) in ready {
-            let s = &socks[i].0;
-            let gens = (
-                s.rd_gen.load(Ordering::Relaxed),
-                s.wr_gen.load(Ordering::Relaxed),
-            );
-            let k = match m[at..].iter().position(|x| x.id == s.id) {
-                Some(p) => {
-                    at += p;
-                    Some(at)
-                }
-                None => m.iter().position(|x| x.id == s.id),
-            };
-            if let Some(x) = k.map(|k| &mut m[k]) {
-                let ev = x.report(bits, gens);
-                if ev != 0 && n < out.len() {
-                    out[n] = libc::epoll_event {
-                        events: ev,
-                        u64: x.data,
-                    };
-                    n += 1;
-                }
-            }
+        self.prune(&mut m);
+        let mut n = m.look(st, out);
+        if n == 0 && !m.is_empty() && !out.is_empty() {
+            // what the rings hold: one poll, and a look at what it changed
+            st.poll_now();
+            n = m.look(st, out);
         }
-        n
+        (n, m.cursor(), m.iter().any(|x| !x.disabled))
     }
 
     fn kernel_events(&self, out: &mut [libc::epoll_event], timeout_ms: i32) -> R<usize> {
@@ -471,7 +353,7 @@ impl Spin {
 
 /// A short list kept on the stack (what one `poll` or `select` call looks at, usually a
 /// handful of descriptors).
-type Few<T> = smallvec::SmallVec<[T; 8]>;
+pub(crate) type Few<T> = smallvec::SmallVec<[T; 8]>;
 
 fn deadline_of(timeout_ms: i32) -> Option<Instant> {
     (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64))
@@ -491,9 +373,19 @@ fn ms(d: Option<Duration>) -> i32 {
     }
 }
 
-/// One look at `socks` (one poll of the stack): (index, poll bits) of those ready for what
-/// they are watched for (errors always count).
+/// One look at `socks` (one poll of the stack when none is ready): (index, poll bits) of
+/// those ready for what they are watched for (errors always count).
 fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Few<(usize, u32)> {
+    let r = check_now(st, socks);
+    if !r.is_empty() {
+        return r;
+    }
+    st.poll_now();
+    check_now(st, socks)
+}
+
+/// [`check`] from the sockets' state alone (no poll of the stack).
+pub(crate) fn check_now(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Few<(usize, u32)> {
     let mut idx: Few<usize> = Few::new();
     let mut watches: Few<Watch<'_>> = Few::new();
     let mut res = Few::new();
@@ -512,14 +404,9 @@ fn check(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Few<(usize, u32)> {
             }
         }
     }
-    let mut out = Vec::new();
     if !watches.is_empty() {
-        // from the sockets' state first; a poll of the stack only when nothing is ready
+        let mut out = Vec::new();
         st.ready_now(&watches, &mut out);
-        if out.is_empty() && st.wait(&watches, Some(Duration::ZERO), &mut out).is_err() {
-            out.clear();
-        }
-
         for (j, r) in out {
             let i = idx[j];
             res.push((i, socks[i].0.bits(r)));

@@ -8,13 +8,15 @@
 //!
 //! Layout: `shim` (the `extern "C"` entry points) and `sys` (libc's own functions, errno)
 //! hold every `unsafe` block; `ops` (the socket calls), `opts` (options and control),
-//! `event` (poll, select, epoll and the notifier), `sock` (a socket's state, routes, poll
+//! `event` (poll, select, epoll and the notifier), `epoll_set` (an epoll
+//! instance's DockNet members and which of them a wait looks at), `sock` (a socket's state, routes, poll
 //! bits), `family` (what fork, exec and exit do to the sockets), `relay` (connections a
 //! forked child uses, served through the parent), `resolve` (host names over DockNet), `sig`
 //! (signals and blocked calls), `table` (descriptor table) and `errno` are safe code.
 
 #![deny(unsafe_code)]
 
+pub mod epoll_set;
 pub mod errno;
 pub mod event;
 pub mod family;

@@ -40,6 +40,9 @@ pub(crate) struct Meta {
     /// by a segment it took in since an egress last visited it). See
     /// `SocketSet::set_egress_scope`.
     pub(crate) touched: bool,
+    /// DockNet patch: the socket is in the set's change log and not yet taken from it. See
+    /// `SocketSet::set_change_log`.
+    pub(crate) changed: bool,
 }
 
 impl Meta {
@@ -128,6 +131,7 @@ mod tests {
             handle: SocketHandle::default(),
             neighbor_state: NeighborState::Active,
             touched: false,
+            changed: false,
         }
     }
 

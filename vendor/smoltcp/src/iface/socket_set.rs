@@ -48,6 +48,75 @@ pub struct SocketSet<'a> {
     sweep_every: Option<Duration>,
     /// DockNet patch: when the next egress visits every socket.
     next_sweep: Instant,
+    /// DockNet patch: see [`SocketSet::set_change_log`].
+    changes: ChangeLog,
+    /// DockNet patch: the sockets an egress between sweeps visits
+    /// ([`SocketSet::set_egress_scope`]).
+    touched: TouchList,
+}
+
+/// DockNet patch: the touched sockets (`Meta::touched`), so that an egress between sweeps
+/// visits them without walking every socket. A socket is listed once, when its flag is set.
+#[derive(Debug, Default)]
+pub(crate) struct TouchList {
+    #[cfg(feature = "alloc")]
+    list: alloc::vec::Vec<SocketHandle>,
+}
+
+impl TouchList {
+    /// Marks the socket of `meta` as touched (listing it if it was not).
+    #[inline]
+    pub(crate) fn touch(&mut self, meta: &mut Meta) {
+        if !meta.touched {
+            meta.touched = true;
+            #[cfg(feature = "alloc")]
+            self.list.push(meta.handle);
+        }
+    }
+
+    /// Lists again a touched socket that an egress took from the list and did not visit.
+    #[inline]
+    pub(crate) fn relist(&mut self, _h: SocketHandle) {
+        #[cfg(feature = "alloc")]
+        self.list.push(_h);
+    }
+}
+
+/// DockNet patch: the sockets whose state may have changed since the owner last took the
+/// list ([`SocketSet::set_change_log`]).
+#[derive(Debug, Default)]
+pub(crate) struct ChangeLog {
+    on: bool,
+    /// More changes came than the list holds: the owner looks at every socket.
+    lost: bool,
+    #[cfg(feature = "alloc")]
+    list: alloc::vec::Vec<SocketHandle>,
+}
+
+impl ChangeLog {
+    /// At most this many entries wait to be taken; beyond, the list says it lost some.
+    const CAP: usize = if cfg!(test) { 4 } else { 1 << 16 };
+
+    /// Notes that the socket of `meta` may have changed.
+    #[inline]
+    pub(crate) fn note(&mut self, meta: &mut Meta) {
+        if !self.on || meta.changed {
+            return;
+        }
+        meta.changed = true;
+        #[cfg(feature = "alloc")]
+        {
+            if self.list.len() >= Self::CAP {
+                self.lost = true;
+            } else {
+                self.list.push(meta.handle);
+            }
+        }
+        #[cfg(not(feature = "alloc"))]
+        {
+            self.lost = true;
+        }
+    }
 }
 
 impl<'a> SocketSet<'a> {
@@ -61,6 +130,116 @@ impl<'a> SocketSet<'a> {
             sockets,
             sweep_every: None,
             next_sweep: Instant::from_millis(0),
+            changes: ChangeLog::default(),
+            touched: TouchList::default(),
+        }
+    }
+
+    /// DockNet patch. With `true`, the set keeps a list of the sockets whose state may have
+    /// changed: those the application reached through [`SocketSet::get_mut`],
+    /// [`SocketSet::iter_mut`] or [`SocketSet::add`], TCP sockets that took in a segment, UDP
+    /// sockets that took in a datagram, and sockets whose egress visit changed their TCP state
+    /// (a timer that closed them) or sent a datagram. [`SocketSet::take_changes`] hands it out. A socket that is not in it has the
+    /// same state as when the list was last taken, so an event loop over many connections
+    /// need look only at those in it. Off by default: smoltcp as published keeps no list.
+    pub fn set_change_log(&mut self, on: bool) {
+        self.changes.on = on;
+    }
+
+    /// DockNet patch: calls `f` with each socket in the change list (once each; a socket
+    /// removed since is skipped, a handle reused since may come) and empties it. Returns
+    /// false when changes were lost (more than the list holds came between two takes): then
+    /// any socket may have changed.
+    pub fn take_changes(&mut self, mut f: impl FnMut(SocketHandle)) -> bool {
+        let whole = !core::mem::take(&mut self.changes.lost);
+        #[cfg(feature = "alloc")]
+        {
+            let list = core::mem::take(&mut self.changes.list);
+            for &h in &list {
+                if let Some(item) = self.sockets.get_mut(h.0).and_then(|s| s.inner.as_mut()) {
+                    if item.meta.changed {
+                        item.meta.changed = false;
+                        f(h);
+                    }
+                }
+            }
+            let mut list = list;
+            list.clear();
+            // keep the allocation for the next changes
+            if self.changes.list.is_empty() {
+                self.changes.list = list;
+            }
+        }
+        if !whole {
+            for item in self.items_mut() {
+                item.meta.changed = false;
+            }
+        }
+        whole
+    }
+
+    /// DockNet patch: every socket, with the touched list and the change log beside it (to
+    /// mark sockets while visiting them).
+    pub(crate) fn items_mut_all(
+        &mut self,
+    ) -> (
+        impl Iterator<Item = &mut Item<'a>> + '_,
+        &mut TouchList,
+        &mut ChangeLog,
+    ) {
+        (
+            self.sockets.iter_mut().filter_map(|x| x.inner.as_mut()),
+            &mut self.touched,
+            &mut self.changes,
+        )
+    }
+
+    /// DockNet patch: socket `h` if it exists, with the touched list and the change log.
+    pub(crate) fn item_touch(
+        &mut self,
+        h: SocketHandle,
+    ) -> Option<(&mut Item<'a>, &mut TouchList, &mut ChangeLog)> {
+        let item = self.sockets.get_mut(h.0)?.inner.as_mut()?;
+        Some((item, &mut self.touched, &mut self.changes))
+    }
+
+    /// DockNet patch: takes the touched list (an egress between sweeps visits it).
+    pub(crate) fn take_touched(&mut self) -> alloc::vec::Vec<SocketHandle> {
+        #[cfg(feature = "alloc")]
+        {
+            core::mem::take(&mut self.touched.list)
+        }
+        #[cfg(not(feature = "alloc"))]
+        {
+            alloc::vec::Vec::new()
+        }
+    }
+
+    /// DockNet patch: hands back a list taken by [`SocketSet::take_touched`], for its memory.
+    pub(crate) fn give_back_touched(&mut self, mut list: alloc::vec::Vec<SocketHandle>) {
+        #[cfg(feature = "alloc")]
+        if self.touched.list.is_empty() {
+            list.clear();
+            self.touched.list = list;
+        }
+        #[cfg(not(feature = "alloc"))]
+        let _ = &mut list;
+    }
+
+    /// DockNet patch: after a sweep, the list is exactly the sockets still touched.
+    pub(crate) fn relist_touched(&mut self) {
+        #[cfg(feature = "alloc")]
+        {
+            let mut list = core::mem::take(&mut self.touched.list);
+            list.clear();
+            list.extend(
+                self.sockets
+                    .iter()
+                    .filter_map(|x| x.inner.as_ref())
+                    .filter(|i| i.meta.touched)
+                    .map(|i| i.meta.handle),
+            );
+            self.touched.list = list;
         }
     }
 
@@ -69,7 +248,10 @@ impl<'a> SocketSet<'a> {
     /// [`SocketSet::iter_mut`] or [`SocketSet::add`], those that took in a segment, and those
     /// whose last visit sent something or waited for a neighbor; and every socket at most
     /// `every` apart, for their timers (retransmission, delayed ACK, keep-alive, close). With
-    /// `None` (the default) every egress visits every socket, as smoltcp does.
+    /// `None` (the default) every egress visits every socket, as smoltcp does. Between sweeps
+    /// an egress takes the touched sockets from a list kept as they are marked, so it costs
+    /// what they need, not a walk over every socket (an event loop with a thousand idle
+    /// connections spent half its time in that walk).
     pub fn set_egress_scope(&mut self, every: Option<Duration>) {
         self.sweep_every = every;
     }
@@ -105,7 +287,6 @@ impl<'a> SocketSet<'a> {
             let handle = SocketHandle(index);
             let mut meta = Meta::default();
             meta.handle = handle;
-            meta.touched = true;
             *slot = SocketStorage {
                 inner: Some(Item { meta, socket }),
             };
@@ -114,21 +295,26 @@ impl<'a> SocketSet<'a> {
 
         let socket = socket.upcast();
 
-        for (index, slot) in self.sockets.iter_mut().enumerate() {
-            if slot.inner.is_none() {
-                return put(index, slot, socket);
-            }
+        let free = self.sockets.iter().position(|slot| slot.inner.is_none());
+        let handle = match free {
+            Some(index) => put(index, &mut self.sockets[index], socket),
+            None => match &mut self.sockets {
+                ManagedSlice::Borrowed(_) => panic!("adding a socket to a full SocketSet"),
+                #[cfg(feature = "alloc")]
+                ManagedSlice::Owned(sockets) => {
+                    sockets.push(SocketStorage { inner: None });
+                    let index = sockets.len() - 1;
+                    put(index, &mut sockets[index], socket)
+                }
+            },
+        };
+        // DockNet patch: a new socket is touched (set_egress_scope) and a change
+        // (set_change_log)
+        if let Some(item) = self.sockets[handle.0].inner.as_mut() {
+            self.touched.touch(&mut item.meta);
+            self.changes.note(&mut item.meta);
         }
-
-        match &mut self.sockets {
-            ManagedSlice::Borrowed(_) => panic!("adding a socket to a full SocketSet"),
-            #[cfg(feature = "alloc")]
-            ManagedSlice::Owned(sockets) => {
-                sockets.push(SocketStorage { inner: None });
-                let index = sockets.len() - 1;
-                put(index, &mut sockets[index], socket)
-            }
-        }
+        handle
     }
 
     /// Get a socket from the set by its handle, as mutable.
@@ -153,7 +339,8 @@ impl<'a> SocketSet<'a> {
     pub fn get_mut<T: AnySocket<'a>>(&mut self, handle: SocketHandle) -> &mut T {
         match self.sockets[handle.0].inner.as_mut() {
             Some(item) => {
-                item.meta.touched = true;
+                self.touched.touch(&mut item.meta);
+                self.changes.note(&mut item.meta);
                 T::downcast_mut(&mut item.socket)
                     .expect("handle refers to a socket of a wrong type")
             }
@@ -180,8 +367,10 @@ impl<'a> SocketSet<'a> {
 
     /// Get a mutable iterator to the inner sockets.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (SocketHandle, &mut Socket<'a>)> {
-        self.items_mut().map(|i| {
-            i.meta.touched = true;
+        let (items, touch, log) = self.items_mut_all();
+        items.map(|i| {
+            touch.touch(&mut i.meta);
+            log.note(&mut i.meta);
             (i.meta.handle, &mut i.socket)
         })
     }
@@ -238,7 +427,10 @@ mod test_docknet {
     #[test]
     fn test_docknet_an_egress_visits_every_socket_when_a_sweep_is_due() {
         let mut set = SocketSet::new(vec![]);
-        assert!(set.sweep_due(Instant::from_millis(5)), "no scope: every egress");
+        assert!(
+            set.sweep_due(Instant::from_millis(5)),
+            "no scope: every egress"
+        );
         assert!(set.sweep_due(Instant::from_millis(5)));
         set.set_egress_scope(Some(Duration::from_millis(1)));
         assert!(set.sweep_due(Instant::from_millis(10)));
@@ -248,5 +440,73 @@ mod test_docknet {
         set.sweep_by(Instant::from_micros(11_200));
         assert!(!set.sweep_due(Instant::from_micros(11_100)));
         assert!(set.sweep_due(Instant::from_micros(11_200)));
+    }
+
+    fn changes(set: &mut SocketSet) -> (bool, vec::Vec<SocketHandle>) {
+        let mut v = vec::Vec::new();
+        let whole = set.take_changes(|h| v.push(h));
+        (whole, v)
+    }
+
+    #[test]
+    fn test_docknet_the_change_log_lists_what_was_reached_mutably_once_each() {
+        let mut set = SocketSet::new(vec![]);
+        let a = set.add(socket());
+        assert_eq!(changes(&mut set), (true, vec![]), "off by default");
+        set.set_change_log(true);
+        let b = set.add(socket());
+        let _ = set.get_mut::<tcp::Socket>(a);
+        let _ = set.get_mut::<tcp::Socket>(a);
+        assert_eq!(
+            changes(&mut set),
+            (true, vec![b, a]),
+            "added, reached; once each"
+        );
+        assert_eq!(changes(&mut set), (true, vec![]), "taken");
+        let _ = set.get::<tcp::Socket>(a).state();
+        assert_eq!(set.iter().count(), 2);
+        assert_eq!(changes(&mut set), (true, vec![]), "looked at");
+        assert_eq!(set.iter_mut().count(), 2);
+        assert_eq!(changes(&mut set), (true, vec![a, b]), "iter_mut");
+        let _ = set.get_mut::<tcp::Socket>(b);
+        set.remove(b);
+        assert_eq!(changes(&mut set), (true, vec![]), "removed since");
+    }
+
+    #[test]
+    fn test_docknet_a_change_log_that_overflows_says_so_once() {
+        let mut set = SocketSet::new(vec![]);
+        set.set_change_log(true);
+        let hs: vec::Vec<_> = (0..6).map(|_| set.add(socket())).collect();
+        let (whole, got) = changes(&mut set);
+        assert!(!whole, "six changes, room for four");
+        assert_eq!(got, hs[..4]);
+        let _ = set.get_mut::<tcp::Socket>(hs[5]);
+        assert_eq!(
+            changes(&mut set),
+            (true, vec![hs[5]]),
+            "every flag was cleared"
+        );
+    }
+
+    #[test]
+    fn test_docknet_touched_sockets_are_listed_once_and_a_sweep_relists_what_stays_touched() {
+        let mut set = SocketSet::new(vec![]);
+        let a = set.add(socket());
+        let b = set.add(socket());
+        let _ = set.get_mut::<tcp::Socket>(a);
+        assert_eq!(set.take_touched(), vec![a, b], "added; listed once");
+        assert!(set.take_touched().is_empty());
+        // touched again while still flagged: not listed again
+        let _ = set.get_mut::<tcp::Socket>(b);
+        assert!(set.take_touched().is_empty(), "b was still flagged");
+        clear(&mut set, a);
+        let _ = set.get_mut::<tcp::Socket>(a);
+        assert_eq!(set.take_touched(), vec![a]);
+        set.relist_touched();
+        assert_eq!(set.take_touched(), vec![a, b], "what a sweep left touched");
+        clear(&mut set, b);
+        set.relist_touched();
+        assert_eq!(set.take_touched(), vec![a]);
     }
 }

@@ -37,7 +37,7 @@ use super::fragmentation::{Fragmenter, FragmentsBuffer};
 
 #[cfg(any(feature = "medium-ethernet", feature = "medium-ieee802154"))]
 use super::neighbor::{Answer as NeighborAnswer, Cache as NeighborCache};
-use super::socket_set::SocketSet;
+use super::socket_set::{ChangeLog, Item, SocketSet, TouchList};
 use crate::config::{
     IFACE_MAX_ADDR_COUNT, IFACE_MAX_PREFIX_COUNT, IFACE_MAX_SIXLOWPAN_ADDRESS_CONTEXT_COUNT,
 };
@@ -721,21 +721,36 @@ impl Interface {
             Dispatch,
         }
 
+        /// DockNet patch: how a visit to one socket ended.
+        #[derive(PartialEq)]
+        enum Visit {
+            Done,
+            /// Not permitted now (waiting for a neighbor): still touched.
+            Skipped,
+            /// The device is full: the egress ends here.
+            Exhausted,
+        }
+
         let mut result = PollResult::None;
-        // DockNet patch: only the sockets that may have something to send, but every one
-        // now and then (SocketSet::set_egress_scope)
-        let sweep = sockets.sweep_due(self.inner.now);
-        for item in sockets.items_mut() {
-            if !sweep && !item.meta.touched {
-                continue;
-            }
+        let now = self.inner.now;
+        let inner = &mut self.inner;
+        let fragmenter = &mut self.fragmenter;
+        let mut visit = |item: &mut Item<'_>, touch: &mut TouchList, changes: &mut ChangeLog| {
             if !item
                 .meta
-                .egress_permitted(self.inner.now, |ip_addr| self.inner.has_neighbor(&ip_addr))
+                .egress_permitted(inner.now, |ip_addr| inner.has_neighbor(&ip_addr))
             {
-                continue;
+                return Visit::Skipped;
             }
             item.meta.touched = false;
+            // DockNet patch: a visit that changes a TCP socket's state (a timer that closed
+            // it) is a change (SocketSet::set_change_log)
+            #[cfg(feature = "socket-tcp")]
+            let tcp_state = match &item.socket {
+                Socket::Tcp(s) => Some(s.state()),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            };
 
             let mut neighbor_addr = None;
             let mut respond = |inner: &mut InterfaceInner, meta: PacketMeta, response: Packet| {
@@ -746,7 +761,7 @@ impl Interface {
                 })?;
 
                 inner
-                    .dispatch_ip(t, meta, response, &mut self.fragmenter)
+                    .dispatch_ip(t, meta, response, fragmenter)
                     .map_err(|_| EgressError::Dispatch)?;
 
                 result = PollResult::SocketStateChanged;
@@ -756,7 +771,7 @@ impl Interface {
 
             let result = match &mut item.socket {
                 #[cfg(feature = "socket-raw")]
-                Socket::Raw(socket) => socket.dispatch(&mut self.inner, |inner, (ip, raw)| {
+                Socket::Raw(socket) => socket.dispatch(&mut *inner, |inner, (ip, raw)| {
                     respond(
                         inner,
                         PacketMeta::default(),
@@ -765,7 +780,7 @@ impl Interface {
                 }),
                 #[cfg(feature = "socket-icmp")]
                 Socket::Icmp(socket) => {
-                    socket.dispatch(&mut self.inner, |inner, response| match response {
+                    socket.dispatch(&mut *inner, |inner, response| match response {
                         #[cfg(feature = "proto-ipv4")]
                         (IpRepr::Ipv4(ipv4_repr), IcmpRepr::Ipv4(icmpv4_repr)) => respond(
                             inner,
@@ -784,28 +799,24 @@ impl Interface {
                 }
                 #[cfg(feature = "socket-udp")]
                 Socket::Udp(socket) => {
-                    socket.dispatch(&mut self.inner, |inner, meta, (ip, udp, payload)| {
+                    socket.dispatch(&mut *inner, |inner, meta, (ip, udp, payload)| {
                         respond(inner, meta, Packet::new(ip, IpPayload::Udp(udp, payload)))
                     })
                 }
                 #[cfg(feature = "socket-tcp")]
-                Socket::Tcp(socket) => {
-                    socket.dispatch(&mut self.inner, |inner, meta, (ip, tcp)| {
-                        respond(inner, meta, Packet::new(ip, IpPayload::Tcp(tcp)))
-                    })
-                }
+                Socket::Tcp(socket) => socket.dispatch(&mut *inner, |inner, meta, (ip, tcp)| {
+                    respond(inner, meta, Packet::new(ip, IpPayload::Tcp(tcp)))
+                }),
                 #[cfg(feature = "socket-dhcpv4")]
-                Socket::Dhcpv4(socket) => {
-                    socket.dispatch(&mut self.inner, |inner, (ip, udp, dhcp)| {
-                        respond(
-                            inner,
-                            PacketMeta::default(),
-                            Packet::new_ipv4(ip, IpPayload::Dhcpv4(udp, dhcp)),
-                        )
-                    })
-                }
+                Socket::Dhcpv4(socket) => socket.dispatch(&mut *inner, |inner, (ip, udp, dhcp)| {
+                    respond(
+                        inner,
+                        PacketMeta::default(),
+                        Packet::new_ipv4(ip, IpPayload::Dhcpv4(udp, dhcp)),
+                    )
+                }),
                 #[cfg(feature = "socket-dns")]
-                Socket::Dns(socket) => socket.dispatch(&mut self.inner, |inner, (ip, udp, dns)| {
+                Socket::Dns(socket) => socket.dispatch(&mut *inner, |inner, (ip, udp, dns)| {
                     respond(
                         inner,
                         PacketMeta::default(),
@@ -814,36 +825,85 @@ impl Interface {
                 }),
             };
 
+            let mut visit = Visit::Done;
             match result {
                 Err(EgressError::Exhausted) => {
                     // Device buffer full. (DockNet patch: what it had waits for the next egress)
-                    item.meta.touched = true;
-                    break;
+                    touch.touch(&mut item.meta);
+                    visit = Visit::Exhausted;
                 }
                 Err(EgressError::Dispatch) => {
                     // DockNet patch: looked at again by every egress until its neighbor is known
-                    item.meta.touched = true;
+                    touch.touch(&mut item.meta);
                     // `NeighborCache` already takes care of rate limiting the neighbor discovery
                     // requests from the socket. However, without an additional rate limiting
                     // mechanism, we would spin on every socket that has yet to discover its
                     // neighbor.
                     item.meta.neighbor_missing(
-                        self.inner.now,
+                        inner.now,
                         neighbor_addr.expect("non-IP response packet"),
                     );
                 }
                 // DockNet patch: a socket that sent may have more (one segment per visit); a
                 // TCP socket says whether it may
                 Ok(()) if neighbor_addr.is_some() => {
-                    item.meta.touched = match &item.socket {
+                    let more = match &item.socket {
                         #[cfg(feature = "socket-tcp")]
                         Socket::Tcp(socket) => socket.may_send_more(),
                         #[allow(unreachable_patterns)]
                         _ => true,
+                    };
+                    if more {
+                        touch.touch(&mut item.meta);
                     }
                 }
                 Ok(()) => {}
             }
+            // DockNet patch (SocketSet::set_change_log): a datagram sent frees room
+            let changed = match &item.socket {
+                #[cfg(feature = "socket-tcp")]
+                Socket::Tcp(s) => tcp_state != Some(s.state()),
+                #[allow(unreachable_patterns)]
+                _ => neighbor_addr.is_some(),
+            };
+            if changed {
+                changes.note(&mut item.meta);
+            }
+            visit
+        };
+
+        // DockNet patch: only the sockets that may have something to send (the touched list),
+        // but every one now and then (SocketSet::set_egress_scope)
+        if sockets.sweep_due(now) {
+            let (items, touch, changes) = sockets.items_mut_all();
+            for item in items {
+                if visit(item, touch, changes) == Visit::Exhausted {
+                    break;
+                }
+            }
+            sockets.relist_touched();
+        } else {
+            let list = sockets.take_touched();
+            for (i, &h) in list.iter().enumerate() {
+                let Some((item, touch, changes)) = sockets.item_touch(h) else {
+                    continue;
+                };
+                if !item.meta.touched {
+                    continue;
+                }
+                match visit(item, touch, changes) {
+                    Visit::Done => {}
+                    Visit::Skipped => touch.relist(h),
+                    Visit::Exhausted => {
+                        // what was not visited waits for the next egress
+                        for &rest in &list[i + 1..] {
+                            touch.relist(rest);
+                        }
+                        break;
+                    }
+                }
+            }
+            sockets.give_back_touched(list);
         }
         result
     }

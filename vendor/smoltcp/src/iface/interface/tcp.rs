@@ -29,13 +29,16 @@ impl InterfaceInner {
             &self.caps.checksum
         ));
 
-        for item in sockets.items_mut() {
+        let (items, touch, changes) = sockets.items_mut_all();
+        for item in items {
             let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) else {
                 continue;
             };
             if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
                 // DockNet patch: what it took in may call for a segment (SocketSet::set_egress_scope)
-                item.meta.touched = true;
+                touch.touch(&mut item.meta);
+                // DockNet patch: and may change what it is ready for (SocketSet::set_change_log)
+                changes.note(&mut item.meta);
                 return tcp_socket
                     .process(self, &ip_repr, &tcp_repr)
                     .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));

@@ -25,13 +25,18 @@ impl InterfaceInner {
         ));
 
         #[cfg(feature = "socket-udp")]
-        for udp_socket in sockets
-            .items_mut()
-            .filter_map(|i| UdpSocket::downcast_mut(&mut i.socket))
         {
-            if udp_socket.accepts(self, &ip_repr, &udp_repr) {
-                udp_socket.process(self, meta, &ip_repr, &udp_repr, udp_packet.payload());
-                return None;
+            let (items, _, changes) = sockets.items_mut_all();
+            for item in items {
+                let Some(udp_socket) = UdpSocket::downcast_mut(&mut item.socket) else {
+                    continue;
+                };
+                if udp_socket.accepts(self, &ip_repr, &udp_repr) {
+                    udp_socket.process(self, meta, &ip_repr, &udp_repr, udp_packet.payload());
+                    // DockNet patch: a datagram to read (SocketSet::set_change_log)
+                    changes.note(&mut item.meta);
+                    return None;
+                }
             }
         }
 
