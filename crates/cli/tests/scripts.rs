@@ -281,7 +281,7 @@ fn the_epoll_comparison_measures_each_mode_and_count_and_leaves_nothing_behind()
     if !root_or_skip("the epoll comparison") {
         return;
     }
-    let text = run_script("epoll-idlers.sh", &["0.3", "0", "20"], &[]);
+    let text = run_script("epoll-idlers.sh", &["0.3", "0", "40"], &[]);
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| l.contains("round trips/s"))

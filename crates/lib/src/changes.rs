@@ -34,7 +34,8 @@ pub(crate) struct ChangeLog {
     on: bool,
     /// The sequence number of `keys[0]` (numbers start at 1: a reader at 0 never read).
     base: u64,
-    keys: VecDeque<SocketHandle>,
+    /// What changed; `None` marks where changes were lost.
+    keys: VecDeque<Option<SocketHandle>>,
     /// The end of the log when changes were last lost: a reader from before looks at all.
     lost_at: u64,
 }
@@ -64,13 +65,16 @@ impl ChangeLog {
             self.lost_at = self.end();
         }
         let keys = &mut self.keys;
-        let whole = sockets.take_changes(|h| keys.push_back(h));
+        let whole = sockets.take_changes(|h| keys.push_back(Some(h)));
+        if !whole {
+            // an entry of its own, so the log's end moves even when none of what smoltcp
+            // kept is left: a reader from before it looks at everything
+            self.keys.push_back(None);
+            self.lost_at = self.end();
+        }
         while self.keys.len() > KEEP {
             self.keys.pop_front();
             self.base += 1;
-        }
-        if !whole {
-            self.lost_at = self.end();
         }
     }
 
@@ -79,8 +83,8 @@ impl ChangeLog {
         let whole = *cursor != 0 && *cursor >= self.lost_at.max(self.base);
         if whole {
             let from = (*cursor - self.base) as usize;
-            for &h in self.keys.range(from.min(self.keys.len())..) {
-                f(SocketKey(h));
+            for h in self.keys.range(from.min(self.keys.len())..).flatten() {
+                f(SocketKey(*h));
             }
         }
         *cursor = self.end();

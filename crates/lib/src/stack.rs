@@ -13,8 +13,8 @@
 //! the refill instead of being reset; half-open connections cannot hold it (a per-source
 //! share, the oldest given up for a new SYN, a deadline: [`HALF_OPEN_TIMEOUT`]). Socket
 //! scans: an egress between sweeps visits a list of the sockets that may send, an event loop
-//! reads which connections changed ([`crate::changes`]); an incoming segment still finds its
-//! socket by a walk. One stack (one interface) per container. Small neighbour cache:
+//! reads which connections changed ([`crate::changes`]), and a connection's segment goes
+//! first to the socket that last took its 4-tuple. One stack (one interface) per container. Small neighbour cache:
 //! built with room for 64 entries. One MTU per interface: the pipe's (create pipes with a
 //! large MTU to get large segments over fast channels). Nagle and delayed ACKs are off by
 //! default (RPC latency); window scaling follows the buffer sizes (256 KiB default), and CUBIC
@@ -674,6 +674,7 @@ impl Stack {
                 sockets: {
                     let mut s = SocketSet::new(Vec::new());
                     s.set_egress_scope(Some(smol(SWEEP)));
+                    s.set_tcp_lookup(true);
                     s
                 },
                 dev,

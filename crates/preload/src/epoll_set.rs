@@ -3,11 +3,12 @@
 //!
 //! A member whose connection did not change since the last look is ready for what it was
 //! ready for then. So a wait looks only at the members the stack's change log names
-//! ([`Stack::changes`]: reached by a call, a segment in, a timer), those ready at the last
-//! look (level-triggered: reported again while ready), those added or modified since, and
-//! those the log cannot name (listeners, UDP sockets, sockets not yet on DockNet): an
-//! `epoll_wait` costs O(ready), not O(members). A first look, a log the set fell behind,
-//! and a member removed look at every member once.
+//! ([`Stack::changes`]: reached by a call, a segment in, a timer), the level-triggered ones
+//! ready at the last look (reported again while ready; an edge-triggered one is reported
+//! again only after a call on its side, and the call reaches its socket, which the log then
+//! names), those added or modified since, and those the log cannot name (listeners, UDP
+//! sockets, sockets not yet on DockNet): an `epoll_wait` costs O(ready), not O(members). A
+//! first look and a log the set fell behind look at every member once.
 
 use crate::event::check_now;
 use crate::sock::{Conn, Sock};
@@ -125,14 +126,12 @@ pub struct Members {
     list: Vec<Member>,
     /// Where the set last read the stack's change log (0: never).
     cursor: u64,
-    /// Members that are connections on DockNet, by key.
-    by_key: HashMap<SocketKey, usize>,
+    /// Members that are connections on DockNet, by key (a connection's descriptor and its
+    /// `dup` are two members with one key).
+    by_key: HashMap<SocketKey, smallvec::SmallVec<[usize; 1]>>,
     /// Members the next look takes whatever the log says: not named by the log, ready at
-    /// the last look, added or modified since.
+    /// the last look (level-triggered), added or modified since.
     look: Vec<usize>,
-    /// `by_key` and `look` do not follow `list` (a member left): the next look rebuilds them
-    /// and takes every member.
-    stale: bool,
 }
 
 impl std::ops::Deref for Members {
@@ -150,11 +149,24 @@ impl Members {
         }
     }
 
+    fn index(&mut self, k: SocketKey, i: usize) {
+        self.by_key.entry(k).or_default().push(i);
+    }
+
+    fn unindex(&mut self, k: SocketKey, i: usize) {
+        if let Some(v) = self.by_key.get_mut(&k) {
+            v.retain(|x| *x != i);
+            if v.is_empty() {
+                self.by_key.remove(&k);
+            }
+        }
+    }
+
     /// Adds a member (to be looked at).
     pub fn push(&mut self, m: Member) {
         let i = self.list.len();
         if let Some(k) = m.key {
-            self.by_key.insert(k, i);
+            self.index(k, i);
         }
         self.list.push(m);
         self.queue(i);
@@ -164,27 +176,51 @@ impl Members {
     pub fn replace(&mut self, i: usize, m: Member) {
         let queued = self.list[i].queued;
         if let Some(k) = self.list[i].key.take() {
-            self.by_key.remove(&k);
+            self.unindex(k, i);
         }
         if let Some(k) = m.key {
-            self.by_key.insert(k, i);
+            self.index(k, i);
         }
         self.list[i] = Member { queued, ..m };
         self.queue(i);
     }
 
-    /// Removes member `i`.
+    /// Removes member `i` (the last member takes its place).
     pub fn remove(&mut self, i: usize) {
-        self.list.remove(i);
-        self.stale = true;
+        if let Some(k) = self.list[i].key {
+            self.unindex(k, i);
+        }
+        if self.list[i].queued {
+            self.look.retain(|x| *x != i);
+        }
+        let last = self.list.len() - 1;
+        self.list.swap_remove(i);
+        if i != last {
+            // the member that was last is at `i` now
+            if let Some(k) = self.list[i].key {
+                if let Some(v) = self.by_key.get_mut(&k) {
+                    for x in v.iter_mut().filter(|x| **x == last) {
+                        *x = i;
+                    }
+                }
+            }
+            if self.list[i].queued {
+                for x in self.look.iter_mut().filter(|x| **x == last) {
+                    *x = i;
+                }
+            }
+        }
     }
 
     /// Keeps the members `f` keeps.
-    pub fn retain(&mut self, f: impl FnMut(&Member) -> bool) {
-        let n = self.list.len();
-        self.list.retain(f);
-        if self.list.len() != n {
-            self.stale = true;
+    pub fn retain(&mut self, mut f: impl FnMut(&Member) -> bool) {
+        let mut i = 0;
+        while i < self.list.len() {
+            if f(&self.list[i]) {
+                i += 1;
+            } else {
+                self.remove(i);
+            }
         }
     }
 
@@ -200,42 +236,25 @@ impl Members {
         }
     }
 
-    fn rebuild(&mut self) {
-        self.stale = false;
-        self.by_key.clear();
-        self.look.clear();
-        for (i, m) in self.list.iter_mut().enumerate() {
-            m.queued = false;
-            if let Some(k) = m.key {
-                self.by_key.insert(k, i);
+    /// Queues the members of the connections in `keys` (what the change log named).
+    pub fn named(&mut self, keys: &[SocketKey]) {
+        for k in keys {
+            if let Some(v) = self.by_key.get(k) {
+                for i in v.clone() {
+                    self.queue(i);
+                }
             }
         }
-        self.look_at_all();
     }
 
     /// Looks at the members that may be ready (see the module's note) and writes the events
     /// to report into `out`; their edge-triggered and one-shot state moves on. Returns how
-    /// many. No poll of the stack: what the rings hold is not seen.
+    /// many. No poll of the stack: what the rings hold is not seen. The change log is read
+    /// by the caller first ([`Members::named`], [`Members::read_to`]), outside this set's
+    /// lock.
     pub fn look(&mut self, st: &Stack, out: &mut [libc::epoll_event]) -> usize {
         if out.is_empty() || self.list.is_empty() {
             return 0;
-        }
-        if self.stale {
-            self.rebuild();
-        }
-        let mut named: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::new();
-        let by_key = &self.by_key;
-        let whole = st.changes(&mut self.cursor, |k| {
-            if let Some(&i) = by_key.get(&k) {
-                named.push(i);
-            }
-        });
-        if whole {
-            for i in named {
-                self.queue(i);
-            }
-        } else {
-            self.look_at_all();
         }
         let mut idx: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::new();
         let mut socks: smallvec::SmallVec<[(Arc<Sock>, u32); 16]> = smallvec::SmallVec::new();
@@ -253,9 +272,10 @@ impl Members {
                 // a connection now (made or accepted after it was added): named from now on
                 if let Some(k) = key_of(&s) {
                     m.key = Some(k);
-                    self.by_key.insert(k, i);
+                    self.index(k, i);
                 }
             }
+            let m = &self.list[i];
             if !s.adopted() || m.events & (RD | WR) == 0 {
                 if m.key.is_none() {
                     self.queue(i);
@@ -265,18 +285,25 @@ impl Members {
             idx.push(i);
             socks.push((s, m.events));
         }
-        let mut ready: smallvec::SmallVec<[bool; 16]> = smallvec::smallvec![false; idx.len()];
+        let mut again: smallvec::SmallVec<[bool; 16]> = smallvec::smallvec![false; idx.len()];
         let mut n = 0;
         for (j, bits) in check_now(st, &socks) {
-            ready[j] = true;
+            let m = &mut self.list[idx[j]];
+            if n == out.len() {
+                // no room to report it: looked at again next time
+                again[j] = true;
+                continue;
+            }
+            // ready: a level-triggered member is reported again while it stays so; an
+            // edge-triggered one again only after a call on its side, which the log names
+            again[j] = !m.et();
             let s = &socks[j].0;
             let gens = (
                 s.rd_gen.load(Ordering::Relaxed),
                 s.wr_gen.load(Ordering::Relaxed),
             );
-            let m = &mut self.list[idx[j]];
             let ev = m.report(bits, gens);
-            if ev != 0 && n < out.len() {
+            if ev != 0 {
                 out[n] = libc::epoll_event {
                     events: ev,
                     u64: m.data,
@@ -284,13 +311,89 @@ impl Members {
                 n += 1;
             }
         }
-        // ready ones are looked at again (reported while ready, or once a call on an
-        // edge-triggered one's side came); those the log cannot name, always
+        // and those the log cannot name, always
         for (j, &i) in idx.iter().enumerate() {
-            if ready[j] || self.list[i].key.is_none() {
+            if again[j] || self.list[i].key.is_none() {
                 self.queue(i);
             }
         }
         n
+    }
+
+    /// Notes that the set read the change log to `cursor` (having queued what it named), or
+    /// that it must look at every member (`whole` false).
+    pub fn read_to(&mut self, cursor: u64, whole: bool) {
+        self.cursor = self.cursor.max(cursor);
+        if !whole {
+            self.look_at_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sock::Proto;
+
+    fn set(n: usize) -> (Vec<Arc<Sock>>, Members) {
+        let socks: Vec<_> = (0..n)
+            .map(|_| Arc::new(Sock::new(Proto::Tcp, true)))
+            .collect();
+        let mut m = Members::default();
+        for (i, s) in socks.iter().enumerate() {
+            m.push(Member::new(
+                i as i32 + 10,
+                s,
+                libc::EPOLLIN as u32,
+                i as u64,
+            ));
+        }
+        (socks, m)
+    }
+
+    /// The look list as the members' data, sorted; and every queued flag matches it.
+    fn looked(m: &Members) -> Vec<u64> {
+        let mut v: Vec<u64> = m.look.iter().map(|&i| m.list[i].data).collect();
+        v.sort_unstable();
+        for (i, x) in m.list.iter().enumerate() {
+            assert_eq!(x.queued, m.look.contains(&i), "member {i}'s flag");
+        }
+        v
+    }
+
+    fn taken(m: &mut Members) {
+        for i in std::mem::take(&mut m.look) {
+            m.list[i].queued = false;
+        }
+    }
+
+    #[test]
+    fn added_and_modified_members_are_looked_at_once_each() {
+        let (socks, mut m) = set(3);
+        assert_eq!(looked(&m), [0, 1, 2]);
+        taken(&mut m);
+        m.replace(1, Member::new(11, &socks[1], libc::EPOLLOUT as u32, 7));
+        m.replace(1, Member::new(11, &socks[1], libc::EPOLLOUT as u32, 7));
+        assert_eq!(looked(&m), [7]);
+    }
+
+    #[test]
+    fn a_removed_member_leaves_the_look_list_and_the_last_takes_its_place() {
+        let (_socks, mut m) = set(4);
+        taken(&mut m);
+        m.queue(0);
+        m.queue(3);
+        m.remove(0);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.list[0].data, 3, "the last member moved to 0");
+        assert_eq!(looked(&m), [3], "still queued, at its new place");
+        m.retain(|x| x.data != 1);
+        assert_eq!(m.iter().map(|x| x.data).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(looked(&m), [3]);
+        m.read_to(5, false);
+        assert_eq!(looked(&m), [2, 3], "a reader that must look at all");
+        assert_eq!(m.cursor(), 5);
+        m.read_to(3, true);
+        assert_eq!(m.cursor(), 5, "a cursor never goes back");
     }
 }

@@ -25,11 +25,21 @@ use crate::sock::Sock;
 use crate::sys::{self, R};
 use docknet_lib::{Ready, Stack, Waited, Waker, Watch};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 /// The epoll data our wake-up eventfd carries in a kernel epoll (filtered out of results).
 const WAKE_DATA: u64 = 0xd0c4_7e70_0000_0001;
+
+/// Held (shared) by every look at an epoll set, which takes the set's lock and then the
+/// stack's; `fork`'s prepare handler takes it whole before it takes the stack's lock, so no
+/// thread holds a set's lock across a fork (the child would find it held for good).
+static LOOKS: RwLock<()> = RwLock::new(());
+
+/// Holds off every look at an epoll set until the result is dropped (across a `fork`).
+pub fn hold_looks() -> RwLockWriteGuard<'static, ()> {
+    LOOKS.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// An epoll instance.
 #[derive(Debug)]
@@ -256,15 +266,28 @@ impl Epoll {
     /// stack's change log to, and whether any member can report at all (not all one-shot
     /// and spent).
     fn collect(&self, st: &Stack, out: &mut [libc::epoll_event]) -> (usize, u64, bool) {
+        // (no fork while a look holds the set's lock and waits for the stack's)
+        let _looking = LOOKS.read().unwrap_or_else(|e| e.into_inner());
         let mut m = self.members();
-        self.prune(&mut m);
-        let mut n = m.look(st, out);
+        let mut n = self.look(st, &mut m, out);
         if n == 0 && !m.is_empty() && !out.is_empty() {
             // what the rings hold: one poll, and a look at what it changed
             st.poll_now();
-            n = m.look(st, out);
+            n = self.look(st, &mut m, out);
         }
         (n, m.cursor(), m.iter().any(|x| !x.disabled))
+    }
+
+    /// One look (`m`: the members, locked): what the change log names since the last, then
+    /// the members that may be ready.
+    fn look(&self, st: &Stack, m: &mut Members, out: &mut [libc::epoll_event]) -> usize {
+        self.prune(m);
+        let mut cursor = m.cursor();
+        let mut keys: Few<docknet_lib::SocketKey> = Few::new();
+        let whole = st.changes(&mut cursor, |k| keys.push(k));
+        m.named(&keys);
+        m.read_to(cursor, whole);
+        m.look(st, out)
     }
 
     fn kernel_events(&self, out: &mut [libc::epoll_event], timeout_ms: i32) -> R<usize> {

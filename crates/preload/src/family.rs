@@ -63,6 +63,8 @@ extern "C" fn at_exit() {
 /// list, the descriptor table), so that the child's copies are whole and unlocked.
 struct Held {
     stack: Option<docknet_lib::ForkHold>,
+    /// No look at an epoll set in progress (see `event::hold_looks`).
+    looks: std::sync::RwLockWriteGuard<'static, ()>,
     notifier: Option<crate::event::NotifierHold>,
     table: crate::table::TableHold,
     /// The parent's ends of its children's links, and the link made for this fork.
@@ -74,12 +76,13 @@ thread_local! {
     static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
 }
 
-/// `pthread_atfork` prepare: takes the table, the notifier's list and the stack (in the order
-/// every other path takes them) and records the fork in the stack ([`Stack::fork_prepare`]);
+/// `pthread_atfork` prepare: takes the table, the epoll looks, the notifier's list and the
+/// stack (in the order every other path takes them) and records the fork in the stack ([`Stack::fork_prepare`]);
 /// makes the child's link to this process for the connections it inherits (`relay`).
 extern "C" fn before_fork() {
     let _ = std::panic::catch_unwind(|| {
         let table = TABLE.hold();
+        let looks = crate::event::hold_looks();
         let notifier = crate::event::hold_notifier();
         let stack = stack_if_attached().map(Stack::fork_prepare);
         let links = crate::relay::hold();
@@ -87,6 +90,7 @@ extern "C" fn before_fork() {
         HELD.with(|h| {
             *h.borrow_mut() = Some(Held {
                 stack,
+                looks,
                 notifier,
                 table,
                 links,
@@ -101,6 +105,7 @@ fn release_held(child: bool) {
         if let Some(h) = HELD.with(|h| h.borrow_mut().take()) {
             let Held {
                 stack,
+                looks,
                 notifier,
                 table,
                 links,
@@ -112,6 +117,7 @@ fn release_held(child: bool) {
                 None => {}
             }
             drop(notifier);
+            drop(looks);
             drop(table);
             if child {
                 crate::relay::child(links, link);

@@ -270,6 +270,28 @@ static int client(void) {
   usleep(20000);
   show("os.read", read(s, buf, sizeof buf));
 
+  /* a connection and its dup in one epoll: each member reports for itself */
+  {
+    int s2 = dup(s), ep2 = epoll_create1(0), k, saw_in = 0;
+    struct epoll_event e1 = {.events = EPOLLIN, .data.u64 = 1};
+    struct epoll_event e2 = {.events = EPOLLOUT, .data.u64 = 2};
+    struct epoll_event o2[4];
+    show("epdup.add1", epoll_ctl(ep2, EPOLL_CTL_ADD, s, &e1));
+    show("epdup.add2", epoll_ctl(ep2, EPOLL_CTL_ADD, s2, &e2));
+    k = epoll_wait(ep2, o2, 4, 100);
+    show("epdup.writable_only", k == 1 && o2[0].data.u64 == 2);
+    show("epdup.send", send(s, "dd", 2, 0));
+    usleep(50000);
+    k = epoll_wait(ep2, o2, 4, 3000);
+    for (int i = 0; i < k; i++)
+      if (o2[i].data.u64 == 1 && (o2[i].events & EPOLLIN))
+        saw_in = 1;
+    show("epdup.readable", saw_in);
+    show("epdup.read", read(s, buf, sizeof buf));
+    close(ep2);
+    close(s2);
+  }
+
   /* select and poll on the same socket */
   send(s, "sel", 3, 0);
   fd_set rs;

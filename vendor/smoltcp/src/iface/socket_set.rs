@@ -53,25 +53,54 @@ pub struct SocketSet<'a> {
     /// DockNet patch: the sockets an egress between sweeps visits
     /// ([`SocketSet::set_egress_scope`]).
     touched: TouchList,
+    /// DockNet patch: see [`SocketSet::set_tcp_lookup`].
+    lookup: TcpLookup,
+}
+
+/// DockNet patch: which socket last took a TCP segment of a 4-tuple, by a hash of it
+/// ([`SocketSet::set_tcp_lookup`]): a slot holds a handle plus one, 0 when empty.
+#[derive(Debug, Default)]
+pub(crate) struct TcpLookup {
+    #[cfg(feature = "alloc")]
+    slots: alloc::vec::Vec<u32>,
+}
+
+impl TcpLookup {
+    /// Slots in the table (a power of two).
+    const SLOTS: usize = 4096;
 }
 
 /// DockNet patch: the touched sockets (`Meta::touched`), so that an egress between sweeps
 /// visits them without walking every socket. A socket is listed once, when its flag is set.
+/// Below [`TouchList::FEW`] slots an egress walks them as smoltcp does (cheaper than keeping the
+/// list), and nothing is listed.
 #[derive(Debug, Default)]
 pub(crate) struct TouchList {
+    /// Whether the list is kept (the set has many slots).
+    listed: bool,
     #[cfg(feature = "alloc")]
     list: alloc::vec::Vec<SocketHandle>,
 }
 
 impl TouchList {
+    /// Sets with fewer slots than this are walked.
+    pub(crate) const FEW: usize = 32;
+
     /// Marks the socket of `meta` as touched (listing it if it was not).
     #[inline]
     pub(crate) fn touch(&mut self, meta: &mut Meta) {
         if !meta.touched {
             meta.touched = true;
-            #[cfg(feature = "alloc")]
-            self.list.push(meta.handle);
+            if self.listed {
+                self.list_it(meta.handle);
+            }
         }
+    }
+
+    #[inline(never)]
+    fn list_it(&mut self, _h: SocketHandle) {
+        #[cfg(feature = "alloc")]
+        self.list.push(_h);
     }
 
     /// Lists again a touched socket that an egress took from the list and did not visit.
@@ -100,9 +129,13 @@ impl ChangeLog {
     /// Notes that the socket of `meta` may have changed.
     #[inline]
     pub(crate) fn note(&mut self, meta: &mut Meta) {
-        if !self.on || meta.changed {
-            return;
+        if self.on && !meta.changed {
+            self.add(meta);
         }
+    }
+
+    #[inline(never)]
+    fn add(&mut self, meta: &mut Meta) {
         meta.changed = true;
         #[cfg(feature = "alloc")]
         {
@@ -132,7 +165,65 @@ impl<'a> SocketSet<'a> {
             next_sweep: Instant::from_millis(0),
             changes: ChangeLog::default(),
             touched: TouchList::default(),
+            lookup: TcpLookup::default(),
         }
+    }
+
+    /// DockNet patch. With `true`, a TCP segment that carries an ACK or a RST (which only the
+    /// socket of its own 4-tuple accepts: a listening socket takes a SYN alone) is offered
+    /// first to the socket that last took a segment of its 4-tuple, found in a table of 4,096
+    /// slots by a hash of the 4-tuple; the walk over every socket is made only when that
+    /// socket does not accept it (a new connection, two 4-tuples in one slot, a socket gone).
+    /// Which socket takes a segment is unchanged. With `false` (the default) every segment
+    /// walks the sockets, as smoltcp does.
+    pub fn set_tcp_lookup(&mut self, on: bool) {
+        #[cfg(feature = "alloc")]
+        {
+            self.lookup.slots = if on {
+                alloc::vec![0; TcpLookup::SLOTS]
+            } else {
+                alloc::vec::Vec::new()
+            };
+        }
+        #[cfg(not(feature = "alloc"))]
+        let _ = on;
+    }
+
+    /// DockNet patch: whether the TCP lookup is on and worth it (a walk over a few slots
+    /// costs less than the hash).
+    pub(crate) fn tcp_lookup_worth(&self) -> bool {
+        #[cfg(feature = "alloc")]
+        {
+            !self.lookup.slots.is_empty() && self.sockets.len() >= TouchList::FEW
+        }
+        #[cfg(not(feature = "alloc"))]
+        {
+            false
+        }
+    }
+
+    /// DockNet patch: the socket that last took a segment whose 4-tuple hashes to `hash`.
+    pub(crate) fn tcp_hint(&self, hash: usize) -> Option<SocketHandle> {
+        #[cfg(feature = "alloc")]
+        {
+            let v = *self.lookup.slots.get(hash & (TcpLookup::SLOTS - 1))?;
+            (v != 0).then(|| SocketHandle(v as usize - 1))
+        }
+        #[cfg(not(feature = "alloc"))]
+        {
+            let _ = hash;
+            None
+        }
+    }
+
+    /// DockNet patch: notes that socket `h` took a segment whose 4-tuple hashes to `hash`.
+    pub(crate) fn set_tcp_hint(&mut self, hash: usize, h: SocketHandle) {
+        #[cfg(feature = "alloc")]
+        if let Some(slot) = self.lookup.slots.get_mut(hash & (TcpLookup::SLOTS - 1)) {
+            *slot = u32::try_from(h.0 + 1).unwrap_or(0);
+        }
+        #[cfg(not(feature = "alloc"))]
+        let _ = (hash, h);
     }
 
     /// DockNet patch. With `true`, the set keeps a list of the sockets whose state may have
@@ -226,8 +317,27 @@ impl<'a> SocketSet<'a> {
         let _ = &mut list;
     }
 
+    /// DockNet patch: whether an egress between sweeps takes the touched list (the set has
+    /// many slots; the list is kept from the first such egress on, and dropped while the
+    /// set is small again) or walks every slot.
+    pub(crate) fn egress_by_list(&mut self) -> bool {
+        let many = self.sockets.len() >= TouchList::FEW;
+        if many && !self.touched.listed {
+            self.touched.listed = true;
+            self.relist_touched();
+        } else if !many && self.touched.listed {
+            self.touched.listed = false;
+            #[cfg(feature = "alloc")]
+            self.touched.list.clear();
+        }
+        many
+    }
+
     /// DockNet patch: after a sweep, the list is exactly the sockets still touched.
     pub(crate) fn relist_touched(&mut self) {
+        if !self.touched.listed {
+            return;
+        }
         #[cfg(feature = "alloc")]
         {
             let mut list = core::mem::take(&mut self.touched.list);
@@ -336,6 +446,7 @@ impl<'a> SocketSet<'a> {
     /// # Panics
     /// This function may panic if the handle does not belong to this socket set
     /// or the socket has the wrong type.
+    #[inline]
     pub fn get_mut<T: AnySocket<'a>>(&mut self, handle: SocketHandle) -> &mut T {
         match self.sockets[handle.0].inner.as_mut() {
             Some(item) => {
@@ -492,6 +603,9 @@ mod test_docknet {
     #[test]
     fn test_docknet_touched_sockets_are_listed_once_and_a_sweep_relists_what_stays_touched() {
         let mut set = SocketSet::new(vec![]);
+        assert!(!set.egress_by_list(), "a set of few slots is walked");
+        // as a set of many slots is
+        set.touched.listed = true;
         let a = set.add(socket());
         let b = set.add(socket());
         let _ = set.get_mut::<tcp::Socket>(a);
@@ -508,5 +622,46 @@ mod test_docknet {
         clear(&mut set, b);
         set.relist_touched();
         assert_eq!(set.take_touched(), vec![a]);
+    }
+
+    #[test]
+    fn test_docknet_the_tcp_lookup_remembers_a_socket_per_slot_when_on() {
+        let mut set = SocketSet::new(vec![]);
+        let a = set.add(socket());
+        set.set_tcp_hint(7, a);
+        assert_eq!(set.tcp_hint(7), None, "off by default");
+        set.set_tcp_lookup(true);
+        assert_eq!(set.tcp_hint(7), None);
+        set.set_tcp_hint(7, a);
+        assert_eq!(set.tcp_hint(7), Some(a));
+        assert_eq!(
+            set.tcp_hint(7 + TcpLookup::SLOTS),
+            Some(a),
+            "one slot per hash"
+        );
+        let b = set.add(socket());
+        set.set_tcp_hint(7 + TcpLookup::SLOTS, b);
+        assert_eq!(set.tcp_hint(7), Some(b), "the last taker");
+        set.set_tcp_lookup(false);
+        assert_eq!(set.tcp_hint(7), None);
+    }
+
+    #[test]
+    fn test_docknet_a_set_takes_the_list_from_many_slots_on_and_lists_what_was_touched() {
+        let mut set = SocketSet::new(vec![]);
+        let hs: vec::Vec<_> = (0..TouchList::FEW).map(|_| set.add(socket())).collect();
+        for h in &hs[1..] {
+            clear(&mut set, *h);
+        }
+        assert!(set.egress_by_list(), "many slots");
+        assert_eq!(set.take_touched(), vec![hs[0]], "what was touched before");
+        let _ = set.get_mut::<tcp::Socket>(hs[3]);
+        assert_eq!(set.take_touched(), vec![hs[3]]);
+        assert!(
+            set.tcp_hint(0).is_none() && !set.tcp_lookup_worth(),
+            "lookup off"
+        );
+        set.set_tcp_lookup(true);
+        assert!(set.tcp_lookup_worth());
     }
 }

@@ -825,6 +825,7 @@ impl Interface {
                 }),
             };
 
+            let sent = result.is_ok() && neighbor_addr.is_some();
             let mut visit = Visit::Done;
             match result {
                 Err(EgressError::Exhausted) => {
@@ -864,7 +865,7 @@ impl Interface {
                 #[cfg(feature = "socket-tcp")]
                 Socket::Tcp(s) => tcp_state != Some(s.state()),
                 #[allow(unreachable_patterns)]
-                _ => neighbor_addr.is_some(),
+                _ => sent,
             };
             if changed {
                 changes.note(&mut item.meta);
@@ -874,9 +875,13 @@ impl Interface {
 
         // DockNet patch: only the sockets that may have something to send (the touched list),
         // but every one now and then (SocketSet::set_egress_scope)
-        if sockets.sweep_due(now) {
+        let sweep = sockets.sweep_due(now);
+        if sweep || !sockets.egress_by_list() {
             let (items, touch, changes) = sockets.items_mut_all();
             for item in items {
+                if !sweep && !item.meta.touched {
+                    continue;
+                }
                 if visit(item, touch, changes) == Visit::Exhausted {
                     break;
                 }

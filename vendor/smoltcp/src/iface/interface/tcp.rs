@@ -29,12 +29,40 @@ impl InterfaceInner {
             &self.caps.checksum
         ));
 
-        let (items, touch, changes) = sockets.items_mut_all();
-        for item in items {
-            let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) else {
-                continue;
-            };
-            if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
+        // DockNet patch: a segment only its connection's socket accepts goes to the socket
+        // that last took its 4-tuple, if it still accepts it (SocketSet::set_tcp_lookup)
+        let only_its_own = (tcp_repr.ack_number.is_some() || tcp_repr.control == TcpControl::Rst)
+            && sockets.tcp_lookup_worth();
+        let hash = if only_its_own {
+            tuple_hash(&ip_repr, &tcp_repr)
+        } else {
+            0
+        };
+        let mut taker = match only_its_own.then(|| sockets.tcp_hint(hash)).flatten() {
+            Some(h) => sockets.item_touch(h).and_then(|(item, _, _)| {
+                Socket::downcast_mut(&mut item.socket)
+                    .is_some_and(|t| t.accepts(self, &ip_repr, &tcp_repr))
+                    .then_some(h)
+            }),
+            _ => None,
+        };
+        if taker.is_none() {
+            let (items, _, _) = sockets.items_mut_all();
+            for item in items {
+                let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) else {
+                    continue;
+                };
+                if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
+                    taker = Some(item.meta.handle);
+                    break;
+                }
+            }
+            if let Some(h) = taker.filter(|_| only_its_own) {
+                sockets.set_tcp_hint(hash, h);
+            }
+        }
+        if let Some((item, touch, changes)) = taker.and_then(|h| sockets.item_touch(h)) {
+            if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
                 // DockNet patch: what it took in may call for a segment (SocketSet::set_egress_scope)
                 touch.touch(&mut item.meta);
                 // DockNet patch: and may change what it is ready for (SocketSet::set_change_log)
@@ -60,4 +88,29 @@ impl InterfaceInner {
             Some(Packet::new(ip, IpPayload::Tcp(tcp)))
         }
     }
+}
+
+/// DockNet patch: a hash of a segment's 4-tuple, for `SocketSet::tcp_hint`.
+fn tuple_hash(ip_repr: &IpRepr, tcp_repr: &TcpRepr) -> usize {
+    fn fold(a: IpAddress) -> u64 {
+        match a {
+            #[cfg(feature = "proto-ipv4")]
+            IpAddress::Ipv4(a) => u32::from_be_bytes(a.octets()) as u64,
+            #[cfg(feature = "proto-ipv6")]
+            IpAddress::Ipv6(a) => {
+                let b = a.octets();
+                let mut x = 0u64;
+                for c in b.chunks(8) {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(c);
+                    x = x.rotate_left(17) ^ u64::from_be_bytes(w);
+                }
+                x
+            }
+        }
+    }
+    let mut x = fold(ip_repr.src_addr()).rotate_left(32) ^ fold(ip_repr.dst_addr());
+    x ^= ((tcp_repr.src_port as u64) << 16) | tcp_repr.dst_port as u64;
+    x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 32) as usize
 }
