@@ -290,9 +290,9 @@ fn the_epoll_comparison_measures_each_mode_and_count_and_leaves_nothing_behind()
     assert_eq!(rows.len(), 4, "{text}");
     for (row, (mode, idle)) in rows.iter().zip([
         ("bridge", "0:"),
-        ("bridge", "20:"),
+        ("bridge", "40:"),
         ("docknet", "0:"),
-        ("docknet", "20:"),
+        ("docknet", "40:"),
     ]) {
         assert_eq!((row[0], row[2]), (mode, idle), "{row:?}");
         let rate: f64 = row[3].parse().unwrap();

@@ -5,8 +5,9 @@
 //! ready for then. So a wait looks only at the members the stack's change log names
 //! ([`Stack::changes`]: reached by a call, a segment in, a timer), the level-triggered ones
 //! ready at the last look (reported again while ready; an edge-triggered one is reported
-//! again only after a call on its side, and the call reaches its socket, which the log then
-//! names), those added or modified since, and those the log cannot name (listeners, UDP
+//! again only after a call on its side, and a read, a write or a shutdown reaches its
+//! socket, which the log then names; a call that fails before it does, a send after
+//! shutdown, changes nothing Linux would report either), those added or modified since, and those the log cannot name (listeners, UDP
 //! sockets, sockets not yet on DockNet): an `epoll_wait` costs O(ready), not O(members). A
 //! first look and a log the set fell behind look at every member once.
 
@@ -250,8 +251,7 @@ impl Members {
     /// Looks at the members that may be ready (see the module's note) and writes the events
     /// to report into `out`; their edge-triggered and one-shot state moves on. Returns how
     /// many. No poll of the stack: what the rings hold is not seen. The change log is read
-    /// by the caller first ([`Members::named`], [`Members::read_to`]), outside this set's
-    /// lock.
+    /// by the caller first ([`Members::named`], [`Members::read_to`]).
     pub fn look(&mut self, st: &Stack, out: &mut [libc::epoll_event]) -> usize {
         if out.is_empty() || self.list.is_empty() {
             return 0;

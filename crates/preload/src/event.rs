@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 /// The epoll data our wake-up eventfd carries in a kernel epoll (filtered out of results).
 const WAKE_DATA: u64 = 0xd0c4_7e70_0000_0001;
 
-/// Held (shared) by every look at an epoll set, which takes the set's lock and then the
-/// stack's; `fork`'s prepare handler takes it whole before it takes the stack's lock, so no
-/// thread holds a set's lock across a fork (the child would find it held for good).
+/// Held (shared) by every use of an epoll set's lock here (a look takes the set's lock and
+/// then the stack's); `fork`'s prepare handler takes it whole before it takes the stack's
+/// lock, so no thread holds a set's lock across a fork (the child would find it held for
+/// good).
 static LOOKS: RwLock<()> = RwLock::new(());
 
 /// Holds off every look at an epoll set until the result is dropped (across a `fork`).
@@ -104,6 +105,7 @@ impl Epoll {
         if fd == self.kfd {
             return Some(Err(libc::EINVAL));
         }
+        let looking = LOOKS.read().unwrap_or_else(|e| e.into_inner());
         let mut m = self.members();
         self.prune(&mut m);
         let pos = m.iter().position(|x| x.fd == fd && x.id == s.id);
@@ -138,6 +140,7 @@ impl Epoll {
             _ => Err(libc::EINVAL),
         };
         drop(m);
+        drop(looking);
         self.waker.wake();
         if s.adopted() {
             Some(r)
@@ -232,6 +235,7 @@ impl Epoll {
     /// socket is gone (its last descriptor closed) leaves the set here; one whose descriptor
     /// was closed while a `dup` keeps the socket open stays, as in the kernel's epoll.
     fn active(&self) -> Vec<(Arc<Sock>, u32)> {
+        let _looking = LOOKS.read().unwrap_or_else(|e| e.into_inner());
         let mut m = self.members();
         self.prune(&mut m);
         m.iter()

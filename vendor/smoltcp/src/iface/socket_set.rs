@@ -174,8 +174,10 @@ impl<'a> SocketSet<'a> {
     /// first to the socket that last took a segment of its 4-tuple, found in a table of 4,096
     /// slots by a hash of the 4-tuple; the walk over every socket is made only when that
     /// socket does not accept it (a new connection, two 4-tuples in one slot, a socket gone).
-    /// Which socket takes a segment is unchanged. With `false` (the default) every segment
-    /// walks the sockets, as smoltcp does.
+    /// The taker is the walk's, but where two sockets hold one 4-tuple (an old connection
+    /// never closed, and a new one from the same port): the segments after a SYN go where
+    /// the SYN went. Only in a set of 32 slots or more. With `false` (the default) every
+    /// segment walks the sockets, as smoltcp does.
     pub fn set_tcp_lookup(&mut self, on: bool) {
         #[cfg(feature = "alloc")]
         {

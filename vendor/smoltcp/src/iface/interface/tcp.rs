@@ -31,9 +31,10 @@ impl InterfaceInner {
 
         // DockNet patch: a segment only its connection's socket accepts goes to the socket
         // that last took its 4-tuple, if it still accepts it (SocketSet::set_tcp_lookup)
-        let only_its_own = (tcp_repr.ack_number.is_some() || tcp_repr.control == TcpControl::Rst)
-            && sockets.tcp_lookup_worth();
-        let hash = if only_its_own {
+        let lookup = sockets.tcp_lookup_worth();
+        let only_its_own =
+            lookup && (tcp_repr.ack_number.is_some() || tcp_repr.control == TcpControl::Rst);
+        let hash = if lookup {
             tuple_hash(&ip_repr, &tcp_repr)
         } else {
             0
@@ -57,7 +58,10 @@ impl InterfaceInner {
                     break;
                 }
             }
-            if let Some(h) = taker.filter(|_| only_its_own) {
+            // (a SYN's taker too: should two sockets hold one 4-tuple, an old connection a
+            // program never closed and a new one from the same port, the rest goes where the
+            // SYN went)
+            if let Some(h) = taker.filter(|_| lookup) {
                 sockets.set_tcp_hint(hash, h);
             }
         }
