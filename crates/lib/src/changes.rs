@@ -15,7 +15,6 @@ use crate::{Waited, Waker};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 /// At most this many changes are kept for readers that have not read them.
@@ -124,20 +123,10 @@ impl Stack {
         timeout: Option<Duration>,
         wakers: &[(&Waker, u32)],
     ) -> io::Result<Waited> {
-        let words: smallvec::SmallVec<[(&AtomicU32, u32); 2]> =
-            wakers.iter().map(|(w, t)| (w.word(), *t)).collect();
-        // the first poll also sends what try_write_deferred left for it
-        self.lock().poll();
-        let r = self.block_on_woken(timeout, &words, None, |g| {
+        self.wait_for(timeout, wakers, None, |g| {
             g.changes.take(&mut g.sockets);
-            (g.changes.end() > cursor).then_some(Ok(()))
-        });
-        match r {
-            Ok(()) => Ok(Waited::Ready),
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(Waited::TimedOut),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Waited::Woken),
-            Err(e) => Err(e),
-        }
+            g.changes.end() > cursor
+        })
     }
 }
 

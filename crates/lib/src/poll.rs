@@ -49,11 +49,6 @@ impl Waker {
         docknet_pipe::wake::wake(&self.word);
     }
 
-    /// The word a wait watches.
-    pub(crate) fn word(&self) -> &AtomicU32 {
-        &self.word
-    }
-
     /// Sleeps (outside any stack) until woken after `token` was read, or `timeout` passes.
     pub fn wait(&self, token: u32, timeout: Option<Duration>) {
         let _ = docknet_pipe::wake::wait_any(&[(&self.word, token)], timeout);
@@ -140,7 +135,7 @@ impl Stack {
         timeout: Option<Duration>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<()> {
-        self.wait_inner(watches, timeout, &[], None, out)
+        self.wait_woken(watches, timeout, &[], None, out)
             .map(|_| ())
     }
 
@@ -179,10 +174,11 @@ impl Stack {
         policy: Option<IdlePolicy>,
         out: &mut Vec<(usize, Ready)>,
     ) -> io::Result<Waited> {
-        // (on the stack for the usual one or two wakers: a wait allocates nothing)
-        let words: smallvec::SmallVec<[(&AtomicU32, u32); 2]> =
-            wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
-        self.wait_inner(watches, timeout, &words, policy, out)
+        out.clear();
+        self.wait_for(timeout, wakers, policy, |g| {
+            collect(self, g, watches, out);
+            !out.is_empty()
+        })
     }
 
     /// What `watches` are ready for now, from the sockets' state alone, into `out` (cleared
@@ -194,21 +190,22 @@ impl Stack {
         collect(self, &mut self.lock(), watches, out);
     }
 
-    fn wait_inner(
+    /// Polls the stack, then waits until `ready` (asked under the stack's lock after each
+    /// poll) says so, `timeout` passes, or one of `wakers` is woken after its token was read:
+    /// every wait of an event loop ([`Stack::wait_wakeable`], [`Stack::wait_changes`]).
+    pub(crate) fn wait_for(
         &self,
-        watches: &[Watch<'_>],
         timeout: Option<Duration>,
-        woken: &[(&AtomicU32, u32)],
+        wakers: &[(&Waker, u32)],
         policy: Option<IdlePolicy>,
-        out: &mut Vec<(usize, Ready)>,
+        mut ready: impl FnMut(&mut crate::stack::Inner) -> bool,
     ) -> io::Result<Waited> {
-        out.clear();
+        // (on the stack for the usual one or two wakers: a wait allocates nothing)
+        let words: smallvec::SmallVec<[(&AtomicU32, u32); 2]> =
+            wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
         // the first poll also sends what try_write_deferred left for it
         self.lock().poll();
-        let r = self.block_on_woken(timeout, woken, policy, |g| {
-            collect(self, g, watches, out);
-            (!out.is_empty()).then_some(Ok(()))
-        });
+        let r = self.block_on_woken(timeout, &words, policy, |g| ready(g).then_some(Ok(())));
         match r {
             Ok(()) => Ok(Waited::Ready),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(Waited::TimedOut),
