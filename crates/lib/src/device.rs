@@ -60,6 +60,9 @@ impl Injector {
 pub struct DeviceStats {
     /// Frames handed to the stack.
     pub rx: u64,
+    /// Of those, a fast channel's TCP segments whose payload stayed in the partner's ring
+    /// until a socket took it, copied once, straight to where it went.
+    pub rx_split: u64,
     /// Frames sent.
     pub tx: u64,
     /// Frames dropped because their ring stayed full (the stack retransmits): more than
@@ -125,6 +128,13 @@ pub const RX_BUDGET: u32 = 256;
 /// copied out first ([`Endpoint::recv_lending`]); shorter ones cost less to copy than to lend.
 const LEND_OVER: usize = 512;
 
+/// A fast channel's TCP segments longer than this have their payload copied once, from the
+/// ring to where a socket takes it, rather than copied out whole first
+/// ([`Endpoint::recv_lending`]): a full frame of a 1500-byte MTU and longer ones are split; a
+/// 1 KiB message's frame is copied, which measured faster (docs/benchmarks.md, "A channel's
+/// payload copied once").
+const SPLIT_OVER: usize = 1280;
+
 /// A smoltcp [`phy::Device`] over a DockPipe endpoint.
 #[derive(Debug)]
 pub struct PipeDevice {
@@ -133,7 +143,9 @@ pub struct PipeDevice {
     /// Frames this poll may still take ([`RX_BUDGET`] at the start of every poll).
     pub rx_left: u32,
     rx_buf: Vec<u8>,
-    /// The frame being received, when it is read in place (`rx_buf` then holds its headers).
+    /// The frame being received, when it is not copied whole into `rx_buf` (which then holds
+    /// its headers): read in place, or a fast channel's, whose payload smoltcp copies where a
+    /// socket takes it (`phy::PayloadFill`).
     lent: Option<LentFrame>,
     tx_buf: Vec<u8>,
     checksums: bool,
@@ -419,9 +431,19 @@ impl PipeDevice {
     fn next_frame(&mut self) -> Option<usize> {
         self.lent = None;
         let Some(inj) = self.faults.as_mut() else {
-            return match self.ep.recv_lending(&mut self.rx_buf, LEND_OVER)?.0 {
+            return match self
+                .ep
+                .recv_lending(&mut self.rx_buf, LEND_OVER, SPLIT_OVER)?
+                .0
+            {
                 Got::Copied(n) => Some(n),
-                Got::Lent(frame, head) => {
+                Got::Split(frame, head) if self.checksums => {
+                    // a checksum is checked over the payload: the frame is copied whole
+                    let n = frame.len().min(self.rx_buf.len());
+                    frame.copy_at(head, &mut self.rx_buf[head..n]);
+                    Some(n)
+                }
+                Got::Lent(frame, head) | Got::Split(frame, head) => {
                     self.lent = Some(frame);
                     Some(head)
                 }
@@ -480,6 +502,13 @@ pub struct PipeRxToken<'a>(RxFrame<'a>);
 enum RxFrame<'a> {
     Buf(&'a [u8]),
     Lent(&'a LentFrame),
+    /// A fast channel's segment: `buf` (the frame's length) holds its first `head` bytes, the
+    /// rest is in the partner's ring.
+    Split {
+        buf: &'a mut [u8],
+        head: usize,
+        lent: &'a LentFrame,
+    },
 }
 
 impl phy::RxToken for PipeRxToken<'_> {
@@ -487,7 +516,64 @@ impl phy::RxToken for PipeRxToken<'_> {
         match self.0 {
             RxFrame::Buf(b) => f(b),
             RxFrame::Lent(l) => l.read(f),
+            RxFrame::Split { buf, head, lent } => {
+                if !lent.copy_at(head, &mut buf[head..]) {
+                    // (never: the frame lies in its ring) nothing stale is handed on
+                    buf[head..].fill(0);
+                }
+                f(buf)
+            }
         }
+    }
+
+    fn consume_with_fill<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8], Option<&dyn phy::PayloadFill>) -> R,
+    {
+        match self.0 {
+            RxFrame::Split { buf, head, lent } => {
+                let fill = SplitFill {
+                    base: buf.as_ptr() as usize,
+                    len: buf.len(),
+                    head,
+                    lent,
+                };
+                // what lies past `head` in `buf` is stale: smoltcp reads a TCP segment's
+                // payload only through the fill
+                f(buf, Some(&fill))
+            }
+            frame => PipeRxToken(frame).consume(|b| f(b, None)),
+        }
+    }
+}
+
+/// Where a split frame's payload is ([`RxFrame::Split`]): the headers in the device's buffer,
+/// the rest in the partner's ring, copied from it once, straight to where a socket takes it.
+struct SplitFill<'a> {
+    /// The address and length of the frame as handed to smoltcp.
+    base: usize,
+    len: usize,
+    /// How many of its first bytes are in that buffer.
+    head: usize,
+    lent: &'a LentFrame,
+}
+
+impl phy::PayloadFill for SplitFill<'_> {
+    fn fill(&self, src: &[u8], dst: &mut [u8]) -> bool {
+        let at = (src.as_ptr() as usize).wrapping_sub(self.base);
+        if at > self.len || src.len() > self.len - at || dst.len() != src.len() {
+            return false;
+        }
+        // a payload starts where the headers end (`head`): all of it from the ring
+        let k = self.head.saturating_sub(at).min(src.len());
+        if k > 0 {
+            dst[..k].copy_from_slice(&src[..k]);
+        }
+        if !self.lent.copy_at(at + k, &mut dst[k..]) {
+            // (never: the frame lies in its ring) nothing stale is handed on
+            dst[k..].fill(0);
+        }
+        true
     }
 }
 
@@ -669,11 +755,17 @@ impl phy::Device for PipeDevice {
             if self.learn(n) {
                 // it waits for a later call, which the frame's place may not outlive: copied
                 let n = match self.lent.take() {
-                    Some(l) => l.read(|f| {
+                    Some(l) if l.in_place() => l.read(|f| {
                         let n = f.len().min(self.rx_buf.len());
                         self.rx_buf[..n].copy_from_slice(&f[..n]);
                         n
                     }),
+                    Some(l) => {
+                        // its headers are in `rx_buf` already
+                        let len = l.len().min(self.rx_buf.len());
+                        l.copy_at(n, &mut self.rx_buf[n..len]);
+                        len
+                    }
                     None => n,
                 };
                 self.after_arp = Some(n);
@@ -695,7 +787,15 @@ impl phy::Device for PipeDevice {
         self.rx_left -= 1;
         self.stats.rx += 1;
         let frame = match &self.lent {
-            Some(l) => RxFrame::Lent(l),
+            Some(l) if l.in_place() => RxFrame::Lent(l),
+            Some(l) => {
+                self.stats.rx_split += 1;
+                RxFrame::Split {
+                    buf: &mut self.rx_buf[..l.len()],
+                    head: n,
+                    lent: l,
+                }
+            }
             None => RxFrame::Buf(&self.rx_buf[..n]),
         };
         Some((

@@ -234,6 +234,9 @@ pub struct Endpoint {
     /// The last frame taken from `rx` was lent in place ([`Endpoint::recv_lending`]): its slot
     /// is released when the next frame is asked for or the endpoint flushes.
     rx_lent: bool,
+    /// The channel (its id) whose last frame was split ([`Got::Split`]): its slot is released
+    /// at the next take or flush.
+    fc_split: Option<u64>,
     fcs: Vec<FcLink>,
     generation: u32,
     idler: Idler,
@@ -345,6 +348,7 @@ impl Endpoint {
             info,
             rx_unreleased: 0,
             rx_lent: false,
+            fc_split: None,
             fcs: Vec::new(),
             idler: Idler::new(policy),
             stats: EndpointStats::default(),
@@ -822,10 +826,10 @@ impl Endpoint {
     /// `buf` are truncated to it. A frame from a channel that does not carry the partner's MAC
     /// and IPv4 source is dropped and counted (`fc_spoofed`).
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<(usize, Via)> {
-        match self.recv_lending(buf, usize::MAX)? {
+        match self.recv_lending(buf, usize::MAX, usize::MAX)? {
             (Got::Copied(n), via) => Some((n, via)),
             // nothing is lent above usize::MAX bytes
-            (Got::Lent(..), _) => None,
+            (Got::Lent(..) | Got::Split(..), _) => None,
         }
     }
 
@@ -834,8 +838,16 @@ impl Endpoint {
     /// headers are copied into `buf` and the whole frame is read in place through the
     /// [`LentFrame`], until the next call or [`Endpoint::flush`] releases it. Only the daemon's
     /// frames are lent (the daemon writes a slot of the pipe's ring only once the endpoint
-    /// released it); a fast channel's are copied, its partner being another container.
-    pub fn recv_lending(&mut self, buf: &mut [u8], over: usize) -> Option<(Got, Via)> {
+    /// released it). A fast channel's partner is another container, so such a segment of a
+    /// channel's, longer than `split_over` bytes, is left in place the same way but split
+    /// ([`Got::Split`]): its headers copied into `buf` and checked, its payload copied out
+    /// later, once, never read in place. It is split only when `buf` could have held it whole.
+    pub fn recv_lending(
+        &mut self,
+        buf: &mut [u8],
+        over: usize,
+        split_over: usize,
+    ) -> Option<(Got, Via)> {
         if self.inert {
             return None;
         }
@@ -866,12 +878,46 @@ impl Endpoint {
         for l in &mut self.fcs {
             // bounded: at most a ring's worth of refused frames per call
             for _ in 0..l.rx.layout().depth {
-                let Some(n) = take(&l.region, &mut l.rx, &mut l.rx_unreleased, buf) else {
+                let mut split = None;
+                let Some(n) = take_with(&l.region, &mut l.rx, &mut l.rx_unreleased, |f| {
+                    let head = f.len.min(crate::segment::MAX_HEADERS);
+                    if f.len > split_over
+                        && f.len <= buf.len()
+                        && l.region.read(f.off, &mut buf[..head])
+                    {
+                        // (the bytes copied past the headers are the partner's to rewrite:
+                        // only the headers count as read)
+                        if let Some(payload) =
+                            crate::segment::plain_tcp_payload(&buf[..head], f.len)
+                        {
+                            split = Some(LentFrame {
+                                region: l.region.clone(),
+                                off: f.off,
+                                len: f.len,
+                                partner: true,
+                            });
+                            return (payload, true);
+                        }
+                    }
+                    let n = f.len.min(buf.len());
+                    l.region.read(f.off, &mut buf[..n]);
+                    (n, false)
+                }) else {
                     break;
                 };
                 if from_partner(&buf[..n], l.peer_ip, l.peer_mac, l.peer_ip6) {
                     self.stats.rx_fc += 1;
-                    return Some((Got::Copied(n), Via::FastChannel));
+                    return Some(match split {
+                        Some(s) => {
+                            self.fc_split = Some(l.id);
+                            (Got::Split(s, n), Via::FastChannel)
+                        }
+                        None => (Got::Copied(n), Via::FastChannel),
+                    });
+                }
+                if split.is_some() {
+                    l.rx.release(&l.region);
+                    l.rx_unreleased = 0;
                 }
                 self.stats.fc_spoofed += 1;
             }
@@ -895,6 +941,7 @@ impl Endpoint {
                     region: region.clone(),
                     off: f.off,
                     len: f.len,
+                    partner: false,
                 });
                 return (head, true);
             }
@@ -910,10 +957,30 @@ impl Endpoint {
     }
 
     /// Releases the slot of a frame lent by the last [`Endpoint::recv_lending`].
+    #[inline]
     fn end_lend(&mut self) {
         if std::mem::take(&mut self.rx_lent) {
             self.rx.release(&self.region);
             self.rx_unreleased = 0;
+        }
+        if self.fc_split.is_some() {
+            self.end_split();
+        }
+    }
+
+    /// Ends the loan of a fast channel's frame split by the last [`Endpoint::recv_lending`]:
+    /// its slot is released as a copied frame's is, with the slots taken before it, every
+    /// [`RELEASE_EVERY`] frames or once the ring is empty (each release is a write the partner's
+    /// core reads).
+    #[cold]
+    fn end_split(&mut self) {
+        if let Some(id) = self.fc_split.take() {
+            if let Some(l) = self.fcs.iter_mut().find(|l| l.id == id) {
+                if l.rx_unreleased >= RELEASE_EVERY || !l.rx.ready(&l.region) {
+                    l.rx.release(&l.region);
+                    l.rx_unreleased = 0;
+                }
+            }
         }
     }
 
@@ -1213,16 +1280,6 @@ fn open_fc(c: &ChannelDesc, fd: OwnedFd) -> io::Result<FcLink> {
     })
 }
 
-/// The next valid frame of a ring into `buf`: at most a ring's worth of refused descriptors
-/// are skipped per call.
-fn take(region: &Region, c: &mut Consumer, unreleased: &mut u32, buf: &mut [u8]) -> Option<usize> {
-    take_with(region, c, unreleased, |f| {
-        let n = f.len.min(buf.len());
-        region.read(f.off, &mut buf[..n]);
-        (n, false)
-    })
-}
-
 /// Takes the next frame of `c` and hands it to `got`, which says how many bytes it copied and
 /// whether it keeps the frame in place (then its slot, and those after the last release, stay
 /// unreleased: the caller releases them once done with it). Refused descriptors (counted by
@@ -1257,6 +1314,12 @@ pub enum Got {
     /// The frame, left in place, and how many of its first bytes (its headers) were copied
     /// into the caller's buffer.
     Lent(LentFrame, usize),
+    /// A fast channel's TCP segment, not a SYN, left in place as [`Got::Lent`], except that its
+    /// partner, another container, may rewrite it at any time: it is never read in place
+    /// ([`LentFrame::read`] refuses it), only copied out ([`LentFrame::copy_at`]): its headers,
+    /// checked, are in the caller's buffer (the number is their length), its payload is copied
+    /// once, where it is to go.
+    Split(LentFrame, usize),
 }
 
 /// A frame left in the pipe's receive ring ([`Got::Lent`]), readable until the endpoint's
@@ -1266,6 +1329,8 @@ pub struct LentFrame {
     region: Arc<Region>,
     off: usize,
     len: usize,
+    /// In a fast channel's ring, which the partner can write: never read in place.
+    partner: bool,
 }
 
 impl LentFrame {
@@ -1274,17 +1339,34 @@ impl LentFrame {
         self.len
     }
 
+    /// Whether it may be read in place ([`LentFrame::read`]): the daemon's, not a fast
+    /// channel's ([`Got::Split`]).
+    pub fn in_place(&self) -> bool {
+        !self.partner
+    }
+
     /// Never true: an empty frame is refused by the ring.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Reads the frame in place with `f` (an empty frame, were its place out of the region).
+    /// Reads the frame in place with `f` (an empty frame, were its place out of the region,
+    /// or were it a fast channel's, [`Got::Split`]).
     pub fn read<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        if self.partner {
+            return f(&[]);
+        }
         match self.region.lend(self.off, self.len, f) {
             Ok(r) => r,
             Err(f) => f(&[]),
         }
+    }
+
+    /// Copies the frame's bytes from `at` on into `dst` (`dst.len()` of them); false, `dst`
+    /// untouched, when they lie beyond the frame.
+    pub fn copy_at(&self, at: usize, dst: &mut [u8]) -> bool {
+        at.checked_add(dst.len()).is_some_and(|end| end <= self.len)
+            && self.region.read(self.off + at, dst)
     }
 }
 

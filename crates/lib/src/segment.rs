@@ -56,7 +56,14 @@ fn parse(frame: &[u8]) -> Option<Tcp> {
 /// segment this module can cut ([`is_tcp`]), with lengths consistent with `len`, and the
 /// segment is not a SYN: a frame with no work before smoltcp (no SYN to admit or clamp).
 pub fn plain_tcp_head(head: &[u8], len: usize) -> bool {
-    parse_head(head, len).is_some_and(|t| t.payload <= head.len() && head[t.tcp + 13] & SYN == 0)
+    plain_tcp_payload(head, len).is_some()
+}
+
+/// [`plain_tcp_head`], saying where the payload starts (the length of the headers).
+pub fn plain_tcp_payload(head: &[u8], len: usize) -> Option<usize> {
+    parse_head(head, len)
+        .filter(|t| t.payload <= head.len() && head[t.tcp + 13] & SYN == 0)
+        .map(|t| t.payload)
 }
 
 /// [`parse`] of a frame of `len` bytes from its first bytes `frame` (all of it, or its headers).

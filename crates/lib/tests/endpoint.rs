@@ -890,7 +890,7 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
     let take = |b: &mut Endpoint, buf: &mut [u8]| {
         let end = Instant::now() + Duration::from_secs(2);
         loop {
-            if let Some((got, via)) = b.recv_lending(buf, 512) {
+            if let Some((got, via)) = b.recv_lending(buf, 512, 512) {
                 assert_eq!(via, Via::Daemon);
                 return got;
             }
@@ -921,6 +921,7 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
                 assert!(!lent, "copied: {:?}", &f[..60]);
                 assert_eq!(&buf[..n], &f[..]);
             }
+            Got::Split(..) => panic!("the daemon's frame split"),
         }
     }
     // many more frames than the ring holds, each lent and read: each slot is handed back to
@@ -938,4 +939,89 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
         }
     }
     p.stop();
+}
+
+#[test]
+fn a_fast_channels_long_tcp_segments_are_split_copied_out_never_read_in_place() {
+    use docknet_lib::raw::Got;
+    let (_d, mut r) = setup();
+    r.connect_fc("a", "b", None).unwrap();
+    let mut a = attach(&mut r, "a", IdlePolicy::Spin);
+    let mut b = attach(&mut r, "b", IdlePolicy::Spin);
+    let mac_b = b.mac();
+    let mut buf = vec![0u8; 8192];
+    let take = |b: &mut Endpoint, buf: &mut [u8]| {
+        let end = Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Some((got, via)) = b.recv_lending(buf, 512, 512) {
+                assert_eq!(via, Via::FastChannel);
+                return got;
+            }
+            assert!(Instant::now() < end, "nothing came");
+        }
+    };
+    let send = |a: &mut Endpoint, f: &[u8]| {
+        a.send_blocking(f, Instant::now() + Duration::from_secs(1))
+            .unwrap()
+    };
+    // a plain segment is split (its headers copied, the rest only through `copy_at`); a SYN, a
+    // short segment, what is not TCP and a segment longer than the buffer are copied
+    let ack = 0x10;
+    let cases = [
+        (tcp_frame(&a, B, mac_b, 2000, ack, 1), true),
+        (tcp_frame(&a, B, mac_b, 2000, 0x02, 2), false),
+        (tcp_frame(&a, B, mac_b, 300, ack, 3), false),
+        (frame(&a, B, mac_b, 2000, 4), false),
+        (tcp_frame(&a, B, mac_b, 8500, ack, 5), false),
+    ];
+    for (f, split) in &cases {
+        assert_eq!(send(&mut a, f), Via::FastChannel);
+        match take(&mut b, &mut buf) {
+            Got::Split(l, head) => {
+                assert!(split, "split: {:?}", &f[..60]);
+                assert_eq!(head, 54, "the headers alone count as read");
+                assert_eq!(&buf[..head], &f[..head]);
+                assert!(head < f.len() && l.len() == f.len());
+                assert!(!l.in_place());
+                assert_eq!(
+                    l.read(|got| got.len()),
+                    0,
+                    "a partner's frame is never lent"
+                );
+                let mut rest = vec![0u8; f.len() - head];
+                assert!(l.copy_at(head, &mut rest));
+                assert_eq!(rest, f[head..]);
+                assert!(!l.copy_at(head + 1, &mut rest), "beyond the frame");
+            }
+            Got::Copied(n) => {
+                assert!(!split, "copied: {:?}", &f[..60]);
+                assert_eq!(&buf[..n], &f[..n.min(f.len())]);
+                assert_eq!(n, f.len().min(buf.len()));
+            }
+            Got::Lent(..) => panic!("a partner's frame lent in place"),
+        }
+    }
+    // a split segment whose source is not the partner is dropped, counted, and its slot
+    // handed back like every other: many more frames than the ring holds
+    let spoofed0 = b.stats().fc_spoofed;
+    for i in 0..3000u32 {
+        let f = tcp_frame(&a, B, mac_b, 1000 + (i as usize % 7) * 300, ack, i as u8);
+        if i % 5 == 0 {
+            let mut s = f.clone();
+            s[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+            send(&mut a, &s);
+        }
+        send(&mut a, &f);
+        let Got::Split(l, head) = take(&mut b, &mut buf) else {
+            panic!("frame {i} copied");
+        };
+        let mut got = buf[..head].to_vec();
+        got.resize(l.len(), 0);
+        assert!(l.copy_at(head, &mut got[head..]));
+        assert!(got == f, "frame {i}");
+        if i % 3 == 0 {
+            b.flush();
+        }
+    }
+    assert_eq!(b.stats().fc_spoofed - spoofed0, 600);
 }

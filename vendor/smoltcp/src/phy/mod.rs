@@ -436,6 +436,33 @@ pub trait RxToken {
     fn meta(&self) -> PacketMeta {
         PacketMeta::default()
     }
+
+    /// DockNet patch: [`RxToken::consume`], except that the frame's payload may be left out of
+    /// the bytes `f` is given and copied from elsewhere only where a socket takes it, through
+    /// the [`PayloadFill`] handed beside them. A token that does not override it gives the
+    /// whole frame and no fill.
+    fn consume_with_fill<R, F>(self, f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&[u8], Option<&dyn PayloadFill>) -> R,
+    {
+        self.consume(|frame| f(frame, None))
+    }
+}
+
+/// DockNet patch: where the payload of a received frame really is, when the bytes the
+/// interface parses hold only its headers ([`RxToken::consume_with_fill`]).
+///
+/// The interface parses the frame as usual, so a TCP segment's payload is a slice of those
+/// bytes; a TCP socket that takes payload copies it through [`PayloadFill::fill`] instead of
+/// from the slice. Only a device that knows nothing else reads a TCP segment's payload may
+/// leave it out: with receive checksums off, and for TCP segments only (smoltcp never sends a
+/// TCP segment's payload back, as it would an ICMP error's).
+pub trait PayloadFill: Sync {
+    /// Copies into `dst` the bytes `src` stands for (`src` lies in the frame handed to the
+    /// consumer, and `dst.len() == src.len()`); false when it does not know `src`, and the
+    /// caller then copies `src` itself.
+    fn fill(&self, src: &[u8], dst: &mut [u8]) -> bool;
 }
 
 /// A token to transmit a single network packet.

@@ -946,7 +946,13 @@ impl<'a> Socket<'a> {
     /// end, into the lent buffer when they are the next bytes the reader is to see; returns
     /// how many.
     #[allow(unsafe_code)]
-    fn deliver_direct(&mut self, payload: &[u8], offset: usize, assembler_empty: bool) -> usize {
+    fn deliver_direct(
+        &mut self,
+        cx: &Context,
+        payload: &[u8],
+        offset: usize,
+        assembler_empty: bool,
+    ) -> usize {
         let Some(d) = self.direct.as_mut() else {
             return 0;
         };
@@ -955,8 +961,10 @@ impl<'a> Socket<'a> {
         }
         let n = payload.len().min(d.len - d.filled);
         // SAFETY: `set_direct`'s contract: `buf` holds `len` writable bytes nothing else
-        // writes while lent, and `filled + n <= len`.
-        unsafe { core::ptr::copy_nonoverlapping(payload.as_ptr(), d.buf.add(d.filled), n) };
+        // reads or writes while lent, and `filled + n <= len`.
+        let dst = unsafe { core::slice::from_raw_parts_mut(d.buf.add(d.filled), n) };
+        // (through the frame's fill: DockNet patch, `RxToken::consume_with_fill`)
+        cx.copy_payload(&payload[..n], dst);
         d.filled += n;
         self.remote_seq_no += n;
         n
@@ -2381,7 +2389,7 @@ impl<'a> Socket<'a> {
         let assembler_was_empty = self.assembler.is_empty();
 
         // DockNet patch: a reader that lent its buffer takes the next bytes straight into it
-        let direct = self.deliver_direct(payload, payload_offset, assembler_was_empty);
+        let direct = self.deliver_direct(cx, payload, payload_offset, assembler_was_empty);
         let (payload, payload_len) = (&payload[direct..], payload_len - direct);
 
         if payload_len > 0 {
@@ -2404,7 +2412,12 @@ impl<'a> Socket<'a> {
                 payload_len,
                 payload_offset
             );
-            let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
+            // DockNet patch: through the frame's fill (`RxToken::consume_with_fill`)
+            let len_written = self
+                .rx_buffer
+                .write_unallocated_with(payload_offset, payload, |src, dst| {
+                    cx.copy_payload(src, dst)
+                });
             debug_assert!(len_written == payload_len);
 
             if contig_len != 0 {
@@ -6790,6 +6803,60 @@ mod test {
             payload: &data[..1024],
             ..RECV_TEMPL
         }));
+    }
+
+    /// A frame's fill that hands out its bytes in upper case, or refuses (`Refuse`).
+    struct Upper;
+    struct Refuse;
+    impl crate::phy::PayloadFill for Upper {
+        fn fill(&self, src: &[u8], dst: &mut [u8]) -> bool {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = s.to_ascii_uppercase();
+            }
+            true
+        }
+    }
+    impl crate::phy::PayloadFill for Refuse {
+        fn fill(&self, _: &[u8], _: &mut [u8]) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn test_docknet_a_payload_comes_through_the_frames_fill_into_a_loan_and_the_buffer() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.set_ack_delay(None);
+        let mut lent = [0u8; 4];
+        // SAFETY: `lent` outlives the loan, taken back below before it is read.
+        assert!(unsafe { s.set_direct(lent.as_mut_ptr(), lent.len()) });
+        s.cx.payload_fill = Some(&Upper);
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            }
+        );
+        // a fill that does not know the bytes leaves them to be copied as they are
+        s.cx.payload_fill = Some(&Refuse);
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"gh"[..],
+                ..SEND_TEMPL
+            }
+        );
+        s.cx.payload_fill = None;
+        assert_eq!(s.take_direct(lent.as_ptr()), 4);
+        assert_eq!(&lent, b"ABCD");
+        let mut rest = [0u8; 8];
+        assert_eq!(s.recv_slice(&mut rest), Ok(4));
+        assert_eq!(&rest[..4], b"EFgh");
     }
 
     #[test]

@@ -337,6 +337,30 @@ impl<'a, T: 'a> RingBuffer<'a, T> {
         size_1 + size_2
     }
 
+    /// DockNet patch: [`RingBuffer::write_unallocated`], with each contiguous part copied by
+    /// `copy(from, into)` (a received segment's payload may be copied from elsewhere).
+    #[inline]
+    pub fn write_unallocated_with(
+        &mut self,
+        offset: usize,
+        data: &[T],
+        mut copy: impl FnMut(&[T], &mut [T]),
+    ) -> usize {
+        let (size_1, offset, data) = {
+            let slice = self.get_unallocated(offset, data.len());
+            let slice_len = slice.len();
+            copy(&data[..slice_len], slice);
+            (slice_len, offset + slice_len, &data[slice_len..])
+        };
+        let size_2 = {
+            let slice = self.get_unallocated(offset, data.len());
+            let slice_len = slice.len();
+            copy(&data[..slice_len], slice);
+            slice_len
+        };
+        size_1 + size_2
+    }
+
     /// Enqueue the given number of unallocated buffer elements.
     ///
     /// # Panics

@@ -18,6 +18,10 @@
 //!   dnattack window-overrun --to IP:PORT --seconds S
 //!                                       a TCP peer that fills a DockLib server's receive
 //!                                       window and sends past every edge it offered
+//!   dnattack channel-rewrite --to IP:PORT --seconds S
+//!                                       a fast-channel partner that streams TCP into a
+//!                                       DockLib server and rewrites its frames, headers and
+//!                                       payload, while the server reads them
 //!   dnattack syn-options --to IP:PORT [--mutations N] [--bytes N]
 //!                                       SYNs with lying options, then a connection
 //!                                       offering two MSS options
@@ -30,6 +34,7 @@
 #![deny(unsafe_code)]
 
 mod overrun;
+mod rewrite;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -106,6 +111,16 @@ enum Cmd {
     /// offered; report what it acknowledged against the edges seen.
     WindowOverrun {
         /// The server (an HTTP server: the requests are GETs).
+        #[arg(long)]
+        to: std::net::SocketAddrV4,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// A fast-channel partner that rewrites its frames, headers and payload, after it
+    /// published them, while a DockLib server reads them (TCP connections crafted by hand,
+    /// streaming requests); report what was sent and rewritten.
+    ChannelRewrite {
+        /// The server (an HTTP server: the segments carry GETs).
         #[arg(long)]
         to: std::net::SocketAddrV4,
         #[arg(long, default_value_t = 3.0)]
@@ -412,6 +427,12 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
         Cmd::ForkBomb { max, hold } => fork_bomb(max, hold)?,
         Cmd::WindowOverrun { to, seconds } => overrun::run(
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            to,
+            seconds,
+        )?,
+        Cmd::ChannelRewrite { to, seconds } => rewrite::run(
+            docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            &name,
             to,
             seconds,
         )?,

@@ -22,29 +22,29 @@ const REQUEST: &[u8] = b"GET /bytes/65536 HTTP/1.1\r\nHost: victim\r\n\r\n";
 const PAST_EDGE: usize = 64;
 
 /// What the attacker reads of a segment from the server.
-struct Seg {
-    control: TcpControl,
+pub(crate) struct Seg {
+    pub(crate) control: TcpControl,
     seq: TcpSeqNumber,
-    ack: Option<TcpSeqNumber>,
+    pub(crate) ack: Option<TcpSeqNumber>,
     /// The window field (scaled, except in a SYN).
     window: u16,
     scale: Option<u8>,
     mss: Option<u16>,
 }
 
-struct Peer {
-    ep: Endpoint,
+pub(crate) struct Peer {
+    pub(crate) ep: Endpoint,
     mac: [u8; 6],
     to: SocketAddrV4,
-    port: u16,
+    pub(crate) port: u16,
     buf: Vec<u8>,
-    sent: u64,
+    pub(crate) sent: u64,
 }
 
 impl Peer {
     /// A peer of the server at `to` on `port`: the server's MAC from the fast channel to it, or
     /// by ARP through the daemon.
-    fn new(mut ep: Endpoint, to: SocketAddrV4, port: u16) -> Result<Peer> {
+    pub(crate) fn new(mut ep: Endpoint, to: SocketAddrV4, port: u16) -> Result<Peer> {
         let mac = match ep.fc_peer_mac(*to.ip()) {
             Some(m) => m,
             None => ep
@@ -61,7 +61,7 @@ impl Peer {
         })
     }
 
-    fn send(
+    pub(crate) fn send(
         &mut self,
         control: TcpControl,
         seq: TcpSeqNumber,
@@ -106,7 +106,7 @@ impl Peer {
     }
 
     /// The next segment from the server to this connection.
-    fn recv(&mut self) -> Option<Seg> {
+    pub(crate) fn recv(&mut self) -> Option<Seg> {
         let (n, _) = self.ep.recv(&mut self.buf)?;
         let f = &self.buf[..n];
         if n < ETH + IPV4 + 20 || f[12..14] != [0x08, 0x00] || f[ETH + 9] != 6 {
@@ -136,6 +136,46 @@ impl Peer {
     }
 }
 
+/// What a handshake learnt of the server.
+pub(crate) struct Opened {
+    /// Its initial sequence number.
+    pub(crate) irs: TcpSeqNumber,
+    /// Its window scale.
+    pub(crate) shift: u8,
+    pub(crate) mss: u16,
+    /// The right edge of the window its SYN offered.
+    pub(crate) syn_edge: TcpSeqNumber,
+}
+
+/// Opens the peer's connection by hand (SYN from `iss`, the server's SYN-ACK, the ACK), within
+/// `within`.
+pub(crate) fn handshake(peer: &mut Peer, iss: TcpSeqNumber, within: Duration) -> Result<Opened> {
+    let deadline = Instant::now() + within;
+    let opened = 'hs: loop {
+        if Instant::now() > deadline {
+            bail!("no SYN-ACK from {}", peer.to);
+        }
+        peer.send(TcpControl::Syn, iss, None, &[]);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            if let Some(g) = peer.recv() {
+                if g.control == TcpControl::Syn && g.ack == Some(iss + 1) {
+                    // a SYN's window is not scaled
+                    break 'hs Opened {
+                        irs: g.seq,
+                        shift: g.scale.unwrap_or(0),
+                        mss: g.mss.unwrap_or(536),
+                        syn_edge: iss + 1 + g.window as usize,
+                    };
+                }
+            }
+            peer.ep.idle(Duration::from_millis(1));
+        }
+    };
+    peer.send(TcpControl::None, iss + 1, Some(opened.irs + 1), &[]);
+    Ok(opened)
+}
+
 /// The byte at `offset` of the request stream.
 fn stream(offset: usize, out: &mut Vec<u8>, len: usize) {
     out.clear();
@@ -145,33 +185,15 @@ fn stream(offset: usize, out: &mut Vec<u8>, len: usize) {
 pub fn run(ep: Endpoint, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
     let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
     let mut peer = Peer::new(ep, to, 40000 + (seed % 20000) as u16)?;
-    // the handshake, by hand
     let iss = TcpSeqNumber(seed as i32);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let (irs, shift, mss, syn_edge) = 'hs: loop {
-        if Instant::now() > deadline {
-            bail!("no SYN-ACK from {to}");
-        }
-        peer.send(TcpControl::Syn, iss, None, &[]);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(200) {
-            if let Some(g) = peer.recv() {
-                if g.control == TcpControl::Syn && g.ack == Some(iss + 1) {
-                    // a SYN's window is not scaled
-                    break 'hs (
-                        g.seq,
-                        g.scale.unwrap_or(0),
-                        g.mss.unwrap_or(536),
-                        iss + 1 + g.window as usize,
-                    );
-                }
-            }
-            peer.ep.idle(Duration::from_millis(1));
-        }
-    };
+    let Opened {
+        irs,
+        shift,
+        mss,
+        syn_edge,
+    } = handshake(&mut peer, iss, Duration::from_secs(3))?;
     let ack = Some(irs + 1);
     let start = iss + 1;
-    peer.send(TcpControl::None, start, ack, &[]);
     let seg = usize::from(mss).clamp(64, 1400);
     // what the server offered and acknowledged, relative to `start`
     let (mut una, mut furthest) = (start, syn_edge);

@@ -155,6 +155,9 @@ pub struct InterfaceInner {
     routes: Routes,
     #[cfg(feature = "multicast")]
     multicast: multicast::State,
+    /// DockNet patch: the fill of the frame being taken in ([`RxToken::consume_with_fill`]),
+    /// set only while that frame is processed (its lifetime erased: see `socket_ingress`).
+    pub(crate) payload_fill: Option<&'static dyn crate::phy::PayloadFill>,
 }
 
 /// Configuration structure used for creating a network interface.
@@ -276,6 +279,7 @@ impl Interface {
                 ip_addrs: Vec::new(),
                 any_ip: false,
                 routes: Routes::new(),
+                payload_fill: None,
                 #[cfg(any(feature = "medium-ethernet", feature = "medium-ieee802154"))]
                 neighbor_cache: NeighborCache::new(),
                 #[cfg(feature = "multicast")]
@@ -650,10 +654,12 @@ impl Interface {
         };
 
         let rx_meta = rx_token.meta();
-        rx_token.consume(|frame| {
+        rx_token.consume_with_fill(|frame, fill| {
             if frame.is_empty() {
                 return PollIngressSingleResult::PacketProcessed;
             }
+            // DockNet patch: the frame's fill, for the TCP sockets that take its payload
+            self.inner.payload_fill = fill.map(erase_fill);
 
             match self.inner.caps.medium {
                 #[cfg(feature = "medium-ethernet")]
@@ -698,6 +704,10 @@ impl Interface {
                     }
                 }
             }
+
+            // DockNet patch: the fill ends with its frame (a frame processed after a panic
+            // out of this one sets its own before any socket takes payload)
+            self.inner.payload_fill = None;
 
             // TODO: Propagate the PollIngressSingleResult from deeper.
             // There's many received packets that we process but can't cause sockets
@@ -914,7 +924,34 @@ impl Interface {
     }
 }
 
+/// DockNet patch: a frame's fill with its lifetime erased, for `InterfaceInner::payload_fill`.
+#[allow(unsafe_code)]
+#[inline]
+fn erase_fill(f: &dyn crate::phy::PayloadFill) -> &'static dyn crate::phy::PayloadFill {
+    // SAFETY: only the lifetime changes. The reference is kept in `payload_fill` while the
+    // frame's consumer runs (within the fill's lifetime), cleared before it returns, and read
+    // only by `copy_payload`, which the processing of that frame calls.
+    unsafe {
+        core::mem::transmute::<&dyn crate::phy::PayloadFill, &'static dyn crate::phy::PayloadFill>(
+            f,
+        )
+    }
+}
+
 impl InterfaceInner {
+    /// DockNet patch: copies a received TCP segment's payload `src` into `dst`, through the
+    /// frame's fill when its device left the payload out of the bytes parsed
+    /// ([`RxToken::consume_with_fill`]).
+    #[inline]
+    pub(crate) fn copy_payload(&self, src: &[u8], dst: &mut [u8]) {
+        if let Some(f) = self.payload_fill
+            && f.fill(src, dst)
+        {
+            return;
+        }
+        dst.copy_from_slice(src);
+    }
+
     #[allow(unused)] // unused depending on which sockets are enabled
     pub(crate) fn now(&self) -> Instant {
         self.now
