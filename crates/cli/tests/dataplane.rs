@@ -680,11 +680,13 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
 }
 
 /// A fast-channel partner that rewrites its frames after it published them, while the
-/// server reads them: TCP connections to a DockLib server (a debug build) streaming requests,
-/// and a thread of the attacker rewriting random bytes, headers and payload, of the last
-/// frames it published. The server copies a long segment's headers before it checks them and
-/// its payload once, from the ring to where it goes: it lives on, and serves an honest client
-/// through the daemon meanwhile and after.
+/// server reads them: TCP connections to a DockLib server (a debug build) streaming segments
+/// long enough to be split, and a thread of the attacker rewriting random bytes, headers and
+/// payload, of the last frames it published. The server copies a long segment's headers before
+/// it checks them and its payload once, from the ring to where it goes: it lives on, and serves
+/// an honest client through the daemon meanwhile and after. (That the payload copied is the
+/// right one is checked byte for byte by DockLib's `stream_over_a_fast_channel_arrives_intact`,
+/// which also counts the split frames; this test attacks the split, it cannot see it.)
 #[test]
 fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
     if !root_or_skip("channel rewrite") {
@@ -704,6 +706,8 @@ fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
             "3",
         ],
     );
+    // the attacker's container is up and streaming well before the honest client ends
+    std::thread::sleep(Duration::from_millis(800));
     let during = lab.load_in(
         "cli",
         &["--requests", "200", "-c", "2", "http://10.44.0.2/"],
@@ -712,6 +716,8 @@ fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
     let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
     assert!(n("connections") > 0 && n("segments") > 1000, "{v}");
     assert!(n("rewrites") > 1000, "{v}");
+    // segments long enough that the server splits them (a frame of more than 1,280 bytes)
+    assert!(n("segment_payload") + 54 > 1280, "{v}");
     if !lab.running(srv) {
         let out = lab.wait(srv, Duration::from_secs(5));
         panic!(

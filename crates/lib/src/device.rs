@@ -440,7 +440,10 @@ impl PipeDevice {
                 Got::Split(frame, head) if self.checksums => {
                     // a checksum is checked over the payload: the frame is copied whole
                     let n = frame.len().min(self.rx_buf.len());
-                    frame.copy_at(head, &mut self.rx_buf[head..n]);
+                    if !frame.copy_at(head, &mut self.rx_buf[head..n]) {
+                        // (never: the frame lies in its ring) nothing stale is handed on
+                        self.rx_buf[head..n].fill(0);
+                    }
                     Some(n)
                 }
                 Got::Lent(frame, head) | Got::Split(frame, head) => {
@@ -763,7 +766,10 @@ impl phy::Device for PipeDevice {
                     Some(l) => {
                         // its headers are in `rx_buf` already
                         let len = l.len().min(self.rx_buf.len());
-                        l.copy_at(n, &mut self.rx_buf[n..len]);
+                        if !l.copy_at(n, &mut self.rx_buf[n..len]) {
+                            // (never: the frame lies in its ring) nothing stale is handed on
+                            self.rx_buf[n..len].fill(0);
+                        }
                         len
                     }
                     None => n,

@@ -972,7 +972,6 @@ impl Endpoint {
     /// its slot is released as a copied frame's is, with the slots taken before it, every
     /// [`RELEASE_EVERY`] frames or once the ring is empty (each release is a write the partner's
     /// core reads).
-    #[cold]
     fn end_split(&mut self) {
         if let Some(id) = self.fc_split.take() {
             if let Some(l) = self.fcs.iter_mut().find(|l| l.id == id) {

@@ -905,8 +905,8 @@ impl<'a> Socket<'a> {
     ///
     /// # Safety
     ///
-    /// `buf` must be valid for writes of `len` bytes, and written by nothing else, until the
-    /// loan ends ([`Socket::take_direct`] with `buf`, or [`Socket::drop_direct`]), which every
+    /// `buf` must be valid for writes of `len` bytes, and read or written by nothing else,
+    /// until the loan ends ([`Socket::take_direct`] with `buf`, or [`Socket::drop_direct`]), which every
     /// path of the lender must see to, also when it unwinds.
     #[allow(unsafe_code)]
     pub unsafe fn set_direct(&mut self, buf: *mut u8, len: usize) -> bool {
@@ -6830,7 +6830,7 @@ mod test {
         let mut lent = [0u8; 4];
         // SAFETY: `lent` outlives the loan, taken back below before it is read.
         assert!(unsafe { s.set_direct(lent.as_mut_ptr(), lent.len()) });
-        s.cx.payload_fill = Some(&Upper);
+        s.cx.set_payload_fill(Some(&Upper));
         send!(
             s,
             TcpRepr {
@@ -6841,7 +6841,7 @@ mod test {
             }
         );
         // a fill that does not know the bytes leaves them to be copied as they are
-        s.cx.payload_fill = Some(&Refuse);
+        s.cx.set_payload_fill(Some(&Refuse));
         send!(
             s,
             TcpRepr {
@@ -6851,7 +6851,7 @@ mod test {
                 ..SEND_TEMPL
             }
         );
-        s.cx.payload_fill = None;
+        s.cx.set_payload_fill(None);
         assert_eq!(s.take_direct(lent.as_ptr()), 4);
         assert_eq!(&lent, b"ABCD");
         let mut rest = [0u8; 8];

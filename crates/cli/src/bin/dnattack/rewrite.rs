@@ -47,6 +47,7 @@ pub fn run(ep: Endpoint, name: &str, to: SocketAddrV4, seconds: f64) -> Result<s
         std::thread::spawn(move || scribble(&region, ring, &stop, &streaming, &rewrites, seed))
     };
     let (mut connections, mut refused, mut resets, mut payload) = (0u64, 0u64, 0u64, 0u64);
+    let mut longest = 0;
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut bytes = Vec::new();
     while Instant::now() < end {
@@ -60,7 +61,10 @@ pub fn run(ep: Endpoint, name: &str, to: SocketAddrV4, seconds: f64) -> Result<s
         connections += 1;
         streaming.store(true, Ordering::Relaxed);
         let ack = Some(o.irs + 1);
+        // as long as the path takes (the server's MSS), up to 1,400 bytes: a channel's frame
+        // of more than 1,280 bytes is split by its reader
         let seg = usize::from(o.mss).clamp(600, 1400);
+        longest = longest.max(seg);
         let (start, mut una, mut nxt) = (iss + 1, iss + 1, iss + 1);
         let (opened, mut progress) = (Instant::now(), Instant::now());
         'conn: while opened.elapsed() < PER_CONNECTION && Instant::now() < end {
@@ -106,6 +110,7 @@ pub fn run(ep: Endpoint, name: &str, to: SocketAddrV4, seconds: f64) -> Result<s
         "resets": resets,
         "segments": peer.sent,
         "payload_bytes": payload,
+        "segment_payload": longest,
         "rewrites": rewrites.load(Ordering::Relaxed),
     }))
 }
@@ -149,8 +154,8 @@ fn scribble(
     seed: u64,
 ) {
     let mut x = seed | 1;
-    // what each length was before it lied, by the frame's place
-    let mut truth = vec![[0u8; 2]; 4096];
+    // what each length was before it lied, by the frame's place and the field
+    let mut truth = vec![[[0u8; 2]; 2]; 4096];
     while !stop.load(Ordering::Relaxed) {
         if !streaming.load(Ordering::Relaxed) {
             std::thread::yield_now();
@@ -169,15 +174,16 @@ fn scribble(
                 // a length a reader checks, lying on every other pass and true on the next:
                 // the IPv4 total length (bytes 16 and 17) or the TCP data offset (byte 46)
                 0 | 1 if len > 64 => {
+                    let (field, at) = if r % 4 == 0 { (0, 16) } else { (1, 46) };
                     let slot = (off / 64) % truth.len();
-                    let at = f + if r % 4 == 0 { 16 } else { 46 };
+                    let was = &mut truth[slot][field];
                     let mut now = [0u8; 2];
-                    region.read(at, &mut now);
+                    region.read(f + at, &mut now);
                     if now == [0xff, 0xff] {
-                        region.write(at, &truth[slot])
+                        region.write(f + at, was)
                     } else {
-                        truth[slot] = now;
-                        region.write(at, &[0xff, 0xff])
+                        *was = now;
+                        region.write(f + at, &[0xff, 0xff])
                     }
                 }
                 // any header byte, or any byte

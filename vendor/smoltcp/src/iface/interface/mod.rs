@@ -156,8 +156,8 @@ pub struct InterfaceInner {
     #[cfg(feature = "multicast")]
     multicast: multicast::State,
     /// DockNet patch: the fill of the frame being taken in ([`RxToken::consume_with_fill`]),
-    /// set only while that frame is processed (its lifetime erased: see `socket_ingress`).
-    pub(crate) payload_fill: Option<&'static dyn crate::phy::PayloadFill>,
+    /// set only while that frame is processed ([`InterfaceInner::set_payload_fill`]).
+    payload_fill: Option<FillPtr>,
 }
 
 /// Configuration structure used for creating a network interface.
@@ -659,7 +659,7 @@ impl Interface {
                 return PollIngressSingleResult::PacketProcessed;
             }
             // DockNet patch: the frame's fill, for the TCP sockets that take its payload
-            self.inner.payload_fill = fill.map(erase_fill);
+            self.inner.set_payload_fill(fill);
 
             match self.inner.caps.medium {
                 #[cfg(feature = "medium-ethernet")]
@@ -705,9 +705,10 @@ impl Interface {
                 }
             }
 
-            // DockNet patch: the fill ends with its frame (a frame processed after a panic
-            // out of this one sets its own before any socket takes payload)
-            self.inner.payload_fill = None;
+            // DockNet patch: the fill ends with its frame (after a panic out of this one, the
+            // pointer left is never used: every frame sets its own before any socket takes
+            // payload)
+            self.inner.set_payload_fill(None);
 
             // TODO: Propagate the PollIngressSingleResult from deeper.
             // There's many received packets that we process but can't cause sockets
@@ -924,30 +925,48 @@ impl Interface {
     }
 }
 
-/// DockNet patch: a frame's fill with its lifetime erased, for `InterfaceInner::payload_fill`.
+/// DockNet patch: a frame's fill, as a pointer with its lifetime erased
+/// (`InterfaceInner::payload_fill`).
+#[derive(Clone, Copy)]
+struct FillPtr(*const (dyn crate::phy::PayloadFill + 'static));
+
+// SAFETY: a `PayloadFill` is `Sync`, and the pointer is used only by the processing of the
+// frame it was set for, in the thread that set it.
 #[allow(unsafe_code)]
-#[inline]
-fn erase_fill(f: &dyn crate::phy::PayloadFill) -> &'static dyn crate::phy::PayloadFill {
-    // SAFETY: only the lifetime changes. The reference is kept in `payload_fill` while the
-    // frame's consumer runs (within the fill's lifetime), cleared before it returns, and read
-    // only by `copy_payload`, which the processing of that frame calls.
-    unsafe {
-        core::mem::transmute::<&dyn crate::phy::PayloadFill, &'static dyn crate::phy::PayloadFill>(
-            f,
-        )
-    }
-}
+unsafe impl Send for FillPtr {}
+#[allow(unsafe_code)]
+unsafe impl Sync for FillPtr {}
 
 impl InterfaceInner {
+    /// DockNet patch: sets the fill of the frame about to be processed, or clears it.
+    #[allow(unsafe_code)]
+    #[inline]
+    pub(crate) fn set_payload_fill(&mut self, fill: Option<&dyn crate::phy::PayloadFill>) {
+        self.payload_fill = fill.map(|f| {
+            // SAFETY: only the lifetime changes; the pointer is dereferenced only by
+            // `copy_payload` while the frame is processed, within the fill's lifetime (the
+            // consumer clears it before it returns, and sets it anew for every frame).
+            FillPtr(unsafe {
+                core::mem::transmute::<
+                    *const dyn crate::phy::PayloadFill,
+                    *const (dyn crate::phy::PayloadFill + 'static),
+                >(f)
+            })
+        });
+    }
+
     /// DockNet patch: copies a received TCP segment's payload `src` into `dst`, through the
     /// frame's fill when its device left the payload out of the bytes parsed
     /// ([`RxToken::consume_with_fill`]).
+    #[allow(unsafe_code)]
     #[inline]
     pub(crate) fn copy_payload(&self, src: &[u8], dst: &mut [u8]) {
-        if let Some(f) = self.payload_fill
-            && f.fill(src, dst)
-        {
-            return;
+        if let Some(f) = self.payload_fill {
+            // SAFETY: see `set_payload_fill`: set for the frame being processed, whose
+            // processing is what calls this.
+            if unsafe { &*f.0 }.fill(src, dst) {
+                return;
+            }
         }
         dst.copy_from_slice(src);
     }
