@@ -65,6 +65,10 @@ pub struct DeviceStats {
     pub rx_split: u64,
     /// Frames sent.
     pub tx: u64,
+    /// TCP segments handed to a fast channel's ring as headers built apart and their payload
+    /// straight from the socket's send buffer (one copy, not two); counted as `tx` is, also
+    /// when the frame then waited in the backlog or was dropped there.
+    pub tx_tail: u64,
     /// Frames dropped because their ring stayed full (the stack retransmits): more than
     /// [`BACKLOG_FRAMES`] waiting for it, or one waiting longer than [`BACKLOG_WAIT`].
     pub tx_dropped: u64,
@@ -590,6 +594,8 @@ pub struct PipeTxToken<'a> {
     checksums: bool,
     /// Where the frame goes and whether it carries TCP, when smoltcp said so before building it.
     dst: Option<(IpAddr, bool)>,
+    /// The fast channel [`phy::TxToken::wants_tail`] found for the frame.
+    tail_route: Option<Route>,
 }
 
 impl PipeTxToken<'_> {
@@ -621,22 +627,16 @@ impl PipeTxToken<'_> {
         self.stats.tx += 1;
         Ok(r)
     }
-}
 
-impl phy::TxToken for PipeTxToken<'_> {
-    fn set_destination(
-        &mut self,
-        dst: smoltcp::wire::IpAddress,
-        protocol: smoltcp::wire::IpProtocol,
-    ) {
-        self.dst = Some((dst.into(), protocol == smoltcp::wire::IpProtocol::Tcp));
-    }
-
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(mut self, len: usize, f: F) -> R {
-        // the path from the destination smoltcp told, else from the frame once built
-        let path = self
-            .dst
-            .map(|(dst, tcp)| (self.ep.path_to(dst, tcp, len), tcp));
+    /// [`phy::TxToken::consume`] on `path` (from [`Endpoint::path_to`], and whether the frame
+    /// is TCP), or on the path the frame's own addresses give once built.
+    #[inline]
+    fn consume_on<R, F: FnOnce(&mut [u8]) -> R>(
+        mut self,
+        path: Option<((Route, usize), bool)>,
+        len: usize,
+        f: F,
+    ) -> R {
         let f = match path {
             Some((path, _)) => match self.in_place(path, len, f) {
                 Ok(r) => return r,
@@ -666,15 +666,79 @@ impl phy::TxToken for PipeTxToken<'_> {
             backlog: self.backlog,
             route,
         };
-        if len <= max {
-            out.send(&[frame]);
-        } else if crate::segment::segment(frame, max, self.checksums, |h, p| out.send(&[h, p]))
-            .is_some()
-        {
-            out.stats.tx_segmented += 1;
-        } else {
-            out.stats.tx_too_big += 1;
+        out.whole(frame, max, self.checksums);
+        r
+    }
+}
+
+impl phy::TxToken for PipeTxToken<'_> {
+    fn set_destination(
+        &mut self,
+        dst: smoltcp::wire::IpAddress,
+        protocol: smoltcp::wire::IpProtocol,
+    ) {
+        self.dst = Some((dst.into(), protocol == smoltcp::wire::IpProtocol::Tcp));
+    }
+
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        // the path from the destination smoltcp told, else from the frame once built
+        let path = self
+            .dst
+            .map(|(dst, tcp)| (self.ep.path_to(dst, tcp, len), tcp));
+        self.consume_on(path, len, f)
+    }
+
+    /// A TCP segment whose payload is `tail` takes a fast channel whole: its headers are built
+    /// apart and its payload copied once, from the socket's send buffer into the partner's
+    /// ring ([`phy::TxToken::consume_with_tail`]), which is written only by copy, so the whole
+    /// frame would otherwise be built in the token's buffer and copied again. Through the
+    /// daemon the frame is built in its ring in place, one copy already; a frame to be cut
+    /// and frames with checksums are built whole.
+    #[inline]
+    fn wants_tail(&mut self, len: usize) -> bool {
+        let Some((dst, true)) = self.dst else {
+            return false;
+        };
+        if self.checksums || !self.ep.has_channels() {
+            return false;
         }
+        self.tail_route = match self.ep.path_to(dst, true, len) {
+            (r @ Route::FastChannel(_), max) if len <= max => Some(r),
+            _ => None,
+        };
+        self.tail_route.is_some()
+    }
+
+    fn consume_with_tail<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, tail: &[u8], f: F) -> R {
+        debug_assert!(tail.len() < len, "a payload without headers");
+        let Some(route) = self.tail_route else {
+            // (never: only after wants_tail found a channel) built whole
+            let path = self
+                .dst
+                .map(|(dst, tcp)| (self.ep.path_to(dst, tcp, len), tcp));
+            return self.consume_on(path, len, |buf| {
+                let head = len - tail.len();
+                let r = f(&mut buf[..head]);
+                buf[head..len].copy_from_slice(tail);
+                r
+            });
+        };
+        let head = len - tail.len();
+        if self.buf.len() < head {
+            self.buf.resize(head, 0);
+        }
+        let r = f(&mut self.buf[..head]);
+        // whole headers of a frame of `len` bytes, and not a SYN (smoltcp sends no payload
+        // with one): no MSS to clamp in the frame
+        debug_assert!(crate::segment::plain_tcp_head(&self.buf[..head], len));
+        let mut out = Out {
+            ep: self.ep,
+            stats: self.stats,
+            backlog: self.backlog,
+            route,
+        };
+        out.send(&[&self.buf[..head], tail]);
+        out.stats.tx_tail += 1;
         r
     }
 }
@@ -688,6 +752,19 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
+    /// Sends `frame` whole, or cut into frames of at most `max` bytes (TCP only).
+    fn whole(&mut self, frame: &[u8], max: usize, checksums: bool) {
+        if frame.len() <= max {
+            self.send(&[frame]);
+        } else if crate::segment::segment(frame, max, checksums, |h, p| self.send(&[h, p]))
+            .is_some()
+        {
+            self.stats.tx_segmented += 1;
+        } else {
+            self.stats.tx_too_big += 1;
+        }
+    }
+
     /// Sends the frame that is the concatenation of `parts`.
     fn send(&mut self, parts: &[&[u8]]) {
         let queued = self.backlog.iter().position(|b| b.route == self.route);
@@ -785,6 +862,7 @@ impl phy::Device for PipeDevice {
                         backlog: &mut self.backlog,
                         checksums: self.checksums,
                         dst: None,
+                        tail_route: None,
                     },
                 ));
             }
@@ -813,6 +891,7 @@ impl phy::Device for PipeDevice {
                 backlog: &mut self.backlog,
                 checksums: self.checksums,
                 dst: None,
+                tail_route: None,
             },
         ))
     }
@@ -825,6 +904,7 @@ impl phy::Device for PipeDevice {
             backlog: &mut self.backlog,
             checksums: self.checksums,
             dst: None,
+            tail_route: None,
         })
     }
 

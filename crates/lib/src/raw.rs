@@ -677,6 +677,12 @@ impl Endpoint {
         self.channel_of(frame::ipv4_dst(frame), || frame::ipv6_dst(frame))
     }
 
+    /// Whether this endpoint has fast channels (open or not).
+    #[inline]
+    pub fn has_channels(&self) -> bool {
+        !self.fcs.is_empty()
+    }
+
     /// The fast channel whose partner has IPv4 address `ip4`, or (with none) the IPv6 address
     /// `ip6` gives (global or link-local).
     fn channel_of(

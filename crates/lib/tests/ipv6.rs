@@ -233,6 +233,8 @@ fn tcp_and_udp_over_ipv6_over_a_fast_channel() {
         "{} frames of a went through the daemon",
         lab.counter("a", "tx_packets")
     );
+    // segments with a payload went into the channel straight from the send buffer
+    assert!(a.device_stats().tx_tail > 100, "{:?}", a.device_stats());
 }
 
 #[test]

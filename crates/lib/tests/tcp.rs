@@ -67,9 +67,12 @@ fn stream_over_a_fast_channel_arrives_intact() {
     transfer(&n, 7001, 1 << 30);
     // only ARP went through the daemon
     assert!(n.master.forwarded.load(Ordering::Relaxed) - before < 10);
-    // the receiver's segments had their payload copied once, out of the partner's ring
+    // the receiver's segments had their payload copied once, out of the partner's ring, and
+    // the sender's went into it once, from the send buffer
     let b = n.b.device_stats();
     assert!(b.rx_split > b.rx / 2, "{b:?}");
+    let a = n.a.device_stats();
+    assert!(a.tx_tail > a.tx / 2, "{a:?}");
 }
 
 #[test]

@@ -70,11 +70,45 @@ impl<'p> Packet<'p> {
         }
     }
 
+    /// DockNet patch: the payload of a TCP segment that [`Packet::emit_head`] can leave out
+    /// (the device's `TxToken::consume_with_tail` puts it after the headers): a non-empty
+    /// payload whose checksum is not to be filled.
+    pub(crate) fn tcp_tail(&self, caps: &DeviceCapabilities) -> Option<&'p [u8]> {
+        match self.payload() {
+            #[cfg(feature = "socket-tcp")]
+            IpPayload::Tcp(tcp_repr) if !tcp_repr.payload.is_empty() && !caps.checksum.tcp.tx() => {
+                Some(tcp_repr.payload)
+            }
+            _ => None,
+        }
+    }
+
+    /// DockNet patch: [`Packet::emit_payload`] without the TCP segment's payload
+    /// ([`Packet::tcp_tail`]): `payload` holds the TCP header alone.
+    pub(crate) fn emit_head(
+        &self,
+        ip_repr: &IpRepr,
+        payload: &mut [u8],
+        caps: &DeviceCapabilities,
+    ) {
+        self.emit_payload_as(ip_repr, payload, caps, true)
+    }
+
     pub(crate) fn emit_payload(
+        &self,
+        ip_repr: &IpRepr,
+        payload: &mut [u8],
+        caps: &DeviceCapabilities,
+    ) {
+        self.emit_payload_as(ip_repr, payload, caps, false)
+    }
+
+    fn emit_payload_as(
         &self,
         _ip_repr: &IpRepr,
         payload: &mut [u8],
         caps: &DeviceCapabilities,
+        _head_only: bool,
     ) {
         match self.payload() {
             #[cfg(feature = "proto-ipv4")]
@@ -161,6 +195,10 @@ impl<'p> Packet<'p> {
                     if tcp_repr.window_len as usize > max_window_size {
                         tcp_repr.window_len = max_window_size as u16;
                     }
+                }
+                if _head_only {
+                    // (the payload follows, put there by the device)
+                    tcp_repr.payload = &[];
                 }
 
                 tcp_repr.emit(

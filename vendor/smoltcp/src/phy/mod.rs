@@ -486,4 +486,34 @@ pub trait TxToken {
     /// out that queue's buffer). A hint only: the built packet is what counts.
     #[allow(unused_variables)]
     fn set_destination(&mut self, dst: crate::wire::IpAddress, protocol: crate::wire::IpProtocol) {}
+
+    /// DockNet patch: whether a TCP segment of `len` bytes with a payload is to be handed
+    /// over by [`TxToken::consume_with_tail`] rather than [`TxToken::consume`] (asked after
+    /// [`TxToken::set_destination`], only for such segments). No by default.
+    #[allow(unused_variables)]
+    fn wants_tail(&mut self, len: usize) -> bool {
+        false
+    }
+
+    /// DockNet patch: [`TxToken::consume`] for a packet of `len` bytes whose last
+    /// `tail.len()` bytes are `tail` (a TCP segment's payload, in its socket's send buffer):
+    /// `f` writes only the bytes before it (the headers), into a buffer of that length, and
+    /// the token puts `tail` after them, so that a device that copies the packet anyway copies
+    /// the payload once, from the send buffer, instead of after `f` copied it. The interface
+    /// uses it only where the token [wants it](TxToken::wants_tail) and nothing it writes
+    /// depends on the payload's bytes (no checksum to fill over them). A token that does not
+    /// override it builds the whole packet in one buffer and copies `tail` into its end.
+    fn consume_with_tail<R, F>(self, len: usize, tail: &[u8], f: F) -> R
+    where
+        Self: Sized,
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        debug_assert!(tail.len() < len, "a payload without headers");
+        self.consume(len, |buf| {
+            let head = len - tail.len();
+            let r = f(&mut buf[..head]);
+            buf[head..len].copy_from_slice(tail);
+            r
+        })
+    }
 }

@@ -1433,6 +1433,17 @@ impl InterfaceInner {
             let payload = &mut tx_buffer[repr.header_len()..];
             packet.emit_payload(repr, payload, &caps)
         };
+        // DockNet patch: a TCP segment's payload handed to the device beside its headers
+        // (`TxToken::consume_with_tail`), which `emit_head` writes alone.
+        let tail = packet
+            .tcp_tail(&caps)
+            .filter(|_| tx_token.wants_tail(total_len));
+        let emit_head = |repr: &IpRepr, tx_buffer: &mut [u8]| {
+            repr.emit(&mut *tx_buffer, &self.caps.checksum);
+
+            let payload = &mut tx_buffer[repr.header_len()..];
+            packet.emit_head(repr, payload, &caps)
+        };
 
         let total_ip_len = ip_repr.buffer_len();
 
@@ -1535,6 +1546,18 @@ impl InterfaceInner {
                     tx_token.set_meta(meta);
 
                     // No fragmentation is required.
+                    if let Some(tail) = tail {
+                        tx_token.consume_with_tail(total_len, tail, |mut tx_buffer| {
+                            #[cfg(feature = "medium-ethernet")]
+                            if matches!(self.caps.medium, Medium::Ethernet) {
+                                emit_ethernet(&ip_repr, tx_buffer);
+                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
+                            }
+
+                            emit_head(&ip_repr, tx_buffer);
+                        });
+                        return Ok(());
+                    }
                     tx_token.consume(total_len, |mut tx_buffer| {
                         #[cfg(feature = "medium-ethernet")]
                         if matches!(self.caps.medium, Medium::Ethernet) {
@@ -1556,6 +1579,18 @@ impl InterfaceInner {
                     net_debug!("IPv6 fragmentation support is unimplemented. Dropping.");
                     Ok(())
                 } else {
+                    if let Some(tail) = tail {
+                        tx_token.consume_with_tail(total_len, tail, |mut tx_buffer| {
+                            #[cfg(feature = "medium-ethernet")]
+                            if matches!(self.caps.medium, Medium::Ethernet) {
+                                emit_ethernet(&ip_repr, tx_buffer);
+                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
+                            }
+
+                            emit_head(&ip_repr, tx_buffer);
+                        });
+                        return Ok(());
+                    }
                     tx_token.consume(total_len, |mut tx_buffer| {
                         #[cfg(feature = "medium-ethernet")]
                         if matches!(self.caps.medium, Medium::Ethernet) {

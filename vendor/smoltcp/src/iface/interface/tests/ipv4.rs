@@ -1548,3 +1548,122 @@ fn test_ipv4_fragment_size() {
         );
     }
 }
+
+/// DockNet patch: a TCP segment with a payload reaches a device's
+/// `TxToken::consume_with_tail` as its headers (built in a buffer of exactly their length) and
+/// the payload apart, which together are byte for byte the frame `consume` builds; where the
+/// device wants TCP checksums filled (they cover the payload) the whole frame is built.
+#[rstest]
+#[case(Medium::Ip)]
+#[cfg(all(feature = "medium-ip", feature = "socket-tcp", feature = "proto-ipv6"))]
+#[case(Medium::Ethernet)]
+#[cfg(all(feature = "medium-ethernet", feature = "socket-tcp", feature = "proto-ipv6"))]
+fn test_docknet_a_tcp_payload_goes_to_the_device_beside_its_headers(#[case] medium: Medium) {
+    use std::cell::RefCell;
+
+    /// What a token was given: the whole frame (`consume`), or headers and payload.
+    #[derive(Default)]
+    struct Seen {
+        whole: Option<Vec<u8>>,
+        head: Option<Vec<u8>>,
+        tail: Option<Vec<u8>>,
+    }
+    struct Token<'a>(&'a RefCell<Seen>, bool);
+    impl TxToken for Token<'_> {
+        fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+            let mut buf = vec![0xee; len];
+            let r = f(&mut buf);
+            self.0.borrow_mut().whole = Some(buf);
+            r
+        }
+        fn wants_tail(&mut self, _len: usize) -> bool {
+            self.1
+        }
+        fn consume_with_tail<R, F: FnOnce(&mut [u8]) -> R>(
+            self,
+            len: usize,
+            tail: &[u8],
+            f: F,
+        ) -> R {
+            assert!(self.1, "handed over apart without asking");
+            let mut head = vec![0xee; len - tail.len()];
+            let r = f(&mut head);
+            let mut seen = self.0.borrow_mut();
+            seen.head = Some(head);
+            seen.tail = Some(tail.to_vec());
+            r
+        }
+    }
+
+    let (mut iface, _, _) = setup(medium);
+    // checksums received are checked, none filled (as DockNet's pipes)
+    iface.inner.caps.checksum.tcp = crate::phy::Checksum::Rx;
+    let peer4 = Ipv4Address::new(192, 168, 1, 2);
+    let peer6 = Ipv6Address::new(0xfdbe, 0, 0, 0, 0, 0, 0, 2);
+    #[cfg(feature = "medium-ethernet")]
+    if medium == Medium::Ethernet {
+        for peer in [IpAddress::Ipv4(peer4), IpAddress::Ipv6(peer6)] {
+            iface.inner.neighbor_cache.fill(
+                peer,
+                HardwareAddress::Ethernet(EthernetAddress([0x02, 0, 0, 0, 0, 0x02])),
+                Instant::ZERO,
+            );
+        }
+    }
+    // (within the test device's MTU: a larger IPv4 packet is fragmented, whole)
+    let payload: Vec<u8> = (0..1000u32).map(|k| (k * 7 + 3) as u8).collect();
+    let tcp = TcpRepr {
+        src_port: 7000,
+        dst_port: 40000,
+        control: TcpControl::Psh,
+        seq_number: TcpSeqNumber(1_000_000),
+        ack_number: Some(TcpSeqNumber(2_000)),
+        window_len: 1234,
+        window_scale: None,
+        max_seg_size: None,
+        sack_permitted: false,
+        sack_ranges: [Some((5, 9)), None, None],
+        timestamp: Some(TcpTimestampRepr::new(11, 22)),
+        payload: &payload,
+    };
+    let v4 = IpRepr::Ipv4(Ipv4Repr {
+        src_addr: Ipv4Address::new(192, 168, 1, 1),
+        dst_addr: peer4,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+    });
+    let v6 = IpRepr::Ipv6(Ipv6Repr {
+        src_addr: Ipv6Address::new(0xfdbe, 0, 0, 0, 0, 0, 0, 1),
+        dst_addr: peer6,
+        next_header: IpProtocol::Tcp,
+        payload_len: tcp.buffer_len(),
+        hop_limit: 64,
+    });
+    let send = |iface: &mut Interface, ip: IpRepr, split: bool| {
+        let seen = RefCell::new(Seen::default());
+        let packet = Packet::new(ip, IpPayload::Tcp(tcp));
+        let r = iface.inner.dispatch_ip(
+            Token(&seen, split),
+            PacketMeta::default(),
+            packet,
+            &mut iface.fragmenter,
+        );
+        assert_eq!(r, Ok(()));
+        seen.into_inner()
+    };
+    for ip in [v4.clone(), v6] {
+        // the frame as smoltcp builds it whole, against the headers and the payload apart
+        let whole = send(&mut iface, ip.clone(), false).whole.expect("built whole");
+        let apart = send(&mut iface, ip, true);
+        assert!(apart.whole.is_none(), "built whole");
+        let (head, tail) = (apart.head.unwrap(), apart.tail.unwrap());
+        assert_eq!(tail, payload);
+        assert_eq!(head.len() + tail.len(), whole.len());
+        assert_eq!([head, tail].concat(), whole);
+    }
+    // a checksum to fill covers the payload: the frame is built whole
+    iface.inner.caps.checksum.tcp = crate::phy::Checksum::Both;
+    let summed = send(&mut iface, v4.clone(), true);
+    assert!(summed.head.is_none() && summed.whole.is_some());
+}
