@@ -682,11 +682,14 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
 /// A fast-channel partner that rewrites its frames after it published them, while the
 /// server reads them: TCP connections to a DockLib server (a debug build) streaming segments
 /// long enough to be split, and a thread of the attacker rewriting random bytes, headers and
-/// payload, of the last frames it published. The server copies a long segment's headers before
-/// it checks them and its payload once, from the ring to where it goes: it lives on, and serves
-/// an honest client through the daemon meanwhile and after. (That the payload copied is the
-/// right one is checked byte for byte by DockLib's `stream_over_a_fast_channel_arrives_intact`,
-/// which also counts the split frames; this test attacks the split, it cannot see it.)
+/// payload, of the last frames it published; then the same connections with the thread writing
+/// random bytes where the server writes its answers to it instead. The server copies a long segment's headers before it checks them and its
+/// payload once, from the ring to where it goes, and builds its own segments' headers in its
+/// memory and copies them and their payload (from its send buffer) into the ring without
+/// reading the ring back: it lives on, and serves an honest client through the daemon meanwhile
+/// and after. (That the payload copied is the right one is checked byte for byte by DockLib's
+/// `stream_over_a_fast_channel_arrives_intact`, which also counts the split frames and the
+/// segments sent from the send buffer; this test attacks both paths, it cannot see them.)
 #[test]
 fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
     if !root_or_skip("channel rewrite") {
@@ -694,43 +697,55 @@ fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
     }
     let _one = one_at_a_time();
     let (mut lab, srv) = victim_and_attacker(44, true);
-    let evil = lab.spawn_in(
-        "evil",
-        None,
-        &[
+    // first its own frames rewritten as the server reads them, then the server's frames
+    // written over as the server writes them
+    for theirs in [false, true] {
+        let mut args = vec![
             ATTACK,
             "channel-rewrite",
             "--to",
             "10.44.0.2:80",
             "--seconds",
             "3",
-        ],
-    );
-    // the attacker's container is up and streaming well before the honest client ends
-    std::thread::sleep(Duration::from_millis(800));
-    let during = lab.load_in(
-        "cli",
-        &["--requests", "200", "-c", "2", "http://10.44.0.2/"],
-    );
-    let v = peer_json(&lab.wait(evil, Duration::from_secs(30)));
-    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
-    assert!(n("connections") > 0 && n("segments") > 1000, "{v}");
-    assert!(n("rewrites") > 1000, "{v}");
-    // segments long enough that the server splits them (a frame of more than 1,280 bytes)
-    assert!(n("segment_payload") + 54 > 1280, "{v}");
-    if !lab.running(srv) {
-        let out = lab.wait(srv, Duration::from_secs(5));
-        panic!(
-            "the server died under the attack: {v}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+        ];
+        if theirs {
+            args.push("--their-frames");
+        }
+        let evil = lab.spawn_in("evil", None, &args);
+        // the attacker's container is up and streaming well before the honest client ends
+        std::thread::sleep(Duration::from_millis(800));
+        let during = lab.load_in(
+            "cli",
+            &["--requests", "200", "-c", "2", "http://10.44.0.2/"],
+        );
+        let v = peer_json(&lab.wait(evil, Duration::from_secs(30)));
+        let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
+        assert!(n("connections") > 0 && n("segments") > 1000, "{v}");
+        if theirs {
+            assert!(n("their_writes") > 1000, "{v}");
+            // the server answered over the channel while its frames were written over (a few
+            // segments a connection: the attacker acknowledges none of them)
+            assert!(n("answer_segments") > 0, "{v}");
+        } else {
+            assert!(n("rewrites") > 1000, "{v}");
+            // segments long enough that the server splits them (a frame of more than 1,280
+            // bytes)
+            assert!(n("segment_payload") + 54 > 1280, "{v}");
+        }
+        if !lab.running(srv) {
+            let out = lab.wait(srv, Duration::from_secs(5));
+            panic!(
+                "the server died under the attack: {v}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(
+            during["ok"].as_u64(),
+            Some(200),
+            "during the attack: {during}"
         );
     }
-    assert_eq!(
-        during["ok"].as_u64(),
-        Some(200),
-        "during the attack: {during}"
-    );
     let after = lab.load_in(
         "cli",
         &["--requests", "100", "-c", "2", "http://10.44.0.2/"],

@@ -18,10 +18,11 @@
 //!   dnattack window-overrun --to IP:PORT --seconds S
 //!                                       a TCP peer that fills a DockLib server's receive
 //!                                       window and sends past every edge it offered
-//!   dnattack channel-rewrite --to IP:PORT --seconds S
+//!   dnattack channel-rewrite --to IP:PORT --seconds S [--their-frames]
 //!                                       a fast-channel partner that streams TCP into a
 //!                                       DockLib server and rewrites its frames, headers and
-//!                                       payload, while the server reads them
+//!                                       payload, while the server reads them (or the
+//!                                       server's frames while it writes them)
 //!   dnattack syn-options --to IP:PORT [--mutations N] [--bytes N]
 //!                                       SYNs with lying options, then a connection
 //!                                       offering two MSS options
@@ -125,6 +126,11 @@ enum Cmd {
         to: std::net::SocketAddrV4,
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Write random bytes where the server writes its frames to this side (the front of
+        /// its ring's frame area, and just past the last frame it published) while it writes
+        /// them, instead of rewriting this side's frames.
+        #[arg(long)]
+        their_frames: bool,
     },
     /// SYNs with lying options and lengths (and random changes of one) at a DockLib server,
     /// then one connection offering two MSS options that fetches `/bytes/N`; report what came.
@@ -430,11 +436,16 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             to,
             seconds,
         )?,
-        Cmd::ChannelRewrite { to, seconds } => rewrite::run(
+        Cmd::ChannelRewrite {
+            to,
+            seconds,
+            their_frames,
+        } => rewrite::run(
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             &name,
             to,
             seconds,
+            their_frames,
         )?,
         Cmd::SynOptions {
             to,

@@ -30,6 +30,8 @@ pub(crate) struct Seg {
     window: u16,
     scale: Option<u8>,
     mss: Option<u16>,
+    /// Bytes of payload.
+    pub(crate) payload: usize,
 }
 
 pub(crate) struct Peer {
@@ -132,6 +134,7 @@ impl Peer {
             window: r.window_len,
             scale: r.window_scale,
             mss: r.max_seg_size,
+            payload: r.payload.len(),
         })
     }
 }

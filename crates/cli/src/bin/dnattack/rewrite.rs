@@ -6,7 +6,11 @@
 //! random bytes of the last frames this side published, headers and payload alike, as fast as
 //! it can. The partner copies a segment's headers once into memory of its own and checks them
 //! there, and its payload once, where it goes: a rewrite can change only what this container
-//! says to it. The server must live on and serve everyone else.
+//! says to it. With `--their-frames` the thread instead writes random bytes where the server
+//! writes its frames to this side (its answers and acknowledgements), while it writes them:
+//! the server builds a frame's headers in its own memory and copies them and the payload (from
+//! its send buffer) into the ring, and never reads the ring back, so that changes only what
+//! this container receives. The server must live on and serve everyone else.
 
 use crate::overrun::{handshake, Peer};
 use crate::xorshift;
@@ -30,23 +34,35 @@ const AHEAD: usize = 16;
 /// How long one connection streams before it is reset and the next opened.
 const PER_CONNECTION: Duration = Duration::from_millis(300);
 
-pub fn run(ep: Endpoint, name: &str, to: SocketAddrV4, seconds: f64) -> Result<serde_json::Value> {
+pub fn run(
+    ep: Endpoint,
+    name: &str,
+    to: SocketAddrV4,
+    seconds: f64,
+    their_frames: bool,
+) -> Result<serde_json::Value> {
     let mut x = std::process::id() as u64 ^ 0x51ed_2701_f3a5_c9b1;
     let mut peer = Peer::new(ep, to, 0)?;
-    let (region, ring, _conn) = channel_to(name, *to.ip())?;
-    let (stop, rewrites) = (
+    let (region, [ring, theirs], _conn) = channel_to(name, *to.ip())?;
+    let theirs = their_frames.then_some(theirs);
+    let (stop, rewrites, their_writes) = (
         Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
     );
     // rewriting while a connection streams: a handshake's frames are left alone, or few would
     // be opened
     let streaming = Arc::new(AtomicBool::new(false));
     let scribbler = {
-        let (stop, streaming, rewrites, seed) =
-            (stop.clone(), streaming.clone(), rewrites.clone(), x);
-        std::thread::spawn(move || scribble(&region, ring, &stop, &streaming, &rewrites, seed))
+        let (stop, streaming, seed) = (stop.clone(), streaming.clone(), x);
+        let counts = [rewrites.clone(), their_writes.clone()];
+        std::thread::spawn(move || {
+            scribble(&region, ring, theirs, &stop, &streaming, &counts, seed)
+        })
     };
     let (mut connections, mut refused, mut resets, mut payload) = (0u64, 0u64, 0u64, 0u64);
+    // the server's segments with a payload (its answers) that came through, and their bytes
+    let (mut answers, mut answer_bytes) = (0u64, 0u64);
     let mut longest = 0;
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let mut bytes = Vec::new();
@@ -69,6 +85,8 @@ pub fn run(ep: Endpoint, name: &str, to: SocketAddrV4, seconds: f64) -> Result<s
         let (opened, mut progress) = (Instant::now(), Instant::now());
         'conn: while opened.elapsed() < PER_CONNECTION && Instant::now() < end {
             while let Some(g) = peer.recv() {
+                answers += u64::from(g.payload > 0);
+                answer_bytes += g.payload as u64;
                 if g.control == TcpControl::Rst {
                     resets += 1;
                     break 'conn;
@@ -112,12 +130,16 @@ pub fn run(ep: Endpoint, name: &str, to: SocketAddrV4, seconds: f64) -> Result<s
         "payload_bytes": payload,
         "segment_payload": longest,
         "rewrites": rewrites.load(Ordering::Relaxed),
+        "their_writes": their_writes.load(Ordering::Relaxed),
+        "answer_segments": answers,
+        "answer_bytes": answer_bytes,
     }))
 }
 
 /// The channel to `ip`, mapped from a connection of its own to the pipe's socket: the region,
-/// the ring this side produces on, and the connection (kept open while the mapping is used).
-fn channel_to(name: &str, ip: Ipv4Addr) -> Result<(Region, RingLayout, OwnedFd)> {
+/// the ring this side produces on and the one the partner produces on, and the connection
+/// (kept open while the mapping is used).
+fn channel_to(name: &str, ip: Ipv4Addr) -> Result<(Region, [RingLayout; 2], OwnedFd)> {
     let conn = fdpass::connect_abstract(name).with_context(|| format!("connecting to @{name}"))?;
     let mut buf = [0u8; MAX_MSG];
     loop {
@@ -128,12 +150,9 @@ fn channel_to(name: &str, ip: Ipv4Addr) -> Result<(Region, RingLayout, OwnedFd)>
                 let (rings, size) = plan([p, p])?;
                 let fd = fd.context("a channel without its memfd")?;
                 let region = Region::map_sealed(fd.as_fd(), size)?;
-                let ring = if c.side == Side::A {
-                    rings[0]
-                } else {
-                    rings[1]
-                };
-                return Ok((region, ring, conn));
+                let [a, b] = rings;
+                let ours = if c.side == Side::A { [a, b] } else { [b, a] };
+                return Ok((region, ours, conn));
             }
             Msg::Synced => bail!("no fast channel to {ip}"),
             _ => {}
@@ -144,13 +163,18 @@ fn channel_to(name: &str, ip: Ipv4Addr) -> Result<(Region, RingLayout, OwnedFd)>
 /// Rewrites each of the last four frames published on `ring`, over and over while
 /// `streaming`, until `stop`: half the time a length a reader checks (the IPv4 total length or
 /// the TCP data offset), made to lie and put back on alternate visits, else one random byte
-/// of the headers (the first 74) or of the frame.
+/// of the headers (the first 74) or of the frame. With `theirs` (the ring the partner
+/// produces on), each pass instead writes a random byte where the partner's next frame goes:
+/// just past the last frame it published, or at the front of the area, where a producer
+/// starts again once its consumer took everything. Counts go to `counts` (rewrites, writes
+/// into the partner's frames).
 fn scribble(
     region: &Region,
     ring: RingLayout,
+    theirs: Option<RingLayout>,
     stop: &AtomicBool,
     streaming: &AtomicBool,
-    count: &AtomicU64,
+    counts: &[Arc<AtomicU64>; 2],
     seed: u64,
 ) {
     let mut x = seed | 1;
@@ -162,7 +186,7 @@ fn scribble(
             continue;
         }
         let prod = region.load_u32(ring.prod_off(), Ordering::Acquire);
-        for k in 1..=4u32 {
+        for k in (1..=4u32).filter(|_| theirs.is_none()) {
             let d = ring.desc_off(prod.wrapping_sub(k));
             let off = region.load_u32(d + DESC_OFFSET, Ordering::Relaxed) as usize;
             let len = region.load_u32(d + DESC_LEN, Ordering::Relaxed) as usize;
@@ -191,7 +215,23 @@ fn scribble(
                 _ => region.write(f + (r >> 8) as usize % len, &[(r >> 32) as u8]),
             };
             if done {
-                count.fetch_add(1, Ordering::Relaxed);
+                counts[0].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(t) = theirs {
+            let r = xorshift(&mut x);
+            let at = if r.is_multiple_of(2) {
+                let prod = region.load_u32(t.prod_off(), Ordering::Acquire);
+                let d = t.desc_off(prod.wrapping_sub(1));
+                let off = region.load_u32(d + DESC_OFFSET, Ordering::Relaxed) as usize;
+                let len = region.load_u32(d + DESC_LEN, Ordering::Relaxed) as usize;
+                off.saturating_add(len)
+                    .saturating_add((r >> 8) as usize % 4096)
+            } else {
+                (r >> 8) as usize % 32768
+            };
+            if at < t.area_len && region.write(t.area + at, &[(r >> 32) as u8]) {
+                counts[1].fetch_add(1, Ordering::Relaxed);
             }
         }
     }
