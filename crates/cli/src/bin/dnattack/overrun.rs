@@ -119,7 +119,9 @@ impl Peer {
         }
         let ip_len = u16::from_be_bytes([f[ETH + 2], f[ETH + 3]]) as usize;
         let end = (ETH + ip_len).min(n);
-        let p = TcpPacket::new_checked(&f[ETH + IPV4..end]).ok()?;
+        // (a length that lies, as in frames `channel-rewrite --their-frames` wrote over, is
+        // no segment)
+        let p = TcpPacket::new_checked(f.get(ETH + IPV4..end)?).ok()?;
         let r = TcpRepr::parse(
             &p,
             &IpAddress::Ipv4(*self.to.ip()),
