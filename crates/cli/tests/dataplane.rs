@@ -652,14 +652,7 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
         let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
         assert!(n("zero_windows") > 0, "the window filled: {v}");
         assert!(n("segments") > 100 && n("acks") > 100, "{v}");
-        if !lab.running(srv) {
-            let out = lab.wait(srv, Duration::from_secs(5));
-            panic!(
-                "the server died under the attack: {v}\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        lab.assert_alive(srv, &v);
         let shrunk = n("window_shrinks") > 0;
         seen.push(v);
         if shrunk {
@@ -683,11 +676,11 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
 /// server reads them: TCP connections to a DockLib server (a debug build) streaming segments
 /// long enough to be split, and a thread of the attacker rewriting random bytes, headers and
 /// payload, of the last frames it published; then the same connections with the thread writing
-/// random bytes where the server writes its answers to it instead. The server copies a long segment's headers before it checks them and its
-/// payload once, from the ring to where it goes, and builds its own segments' headers in its
-/// memory and copies them and their payload (from its send buffer) into the ring without
-/// reading the ring back: it lives on, and serves an honest client through the daemon meanwhile
-/// and after. (That the payload copied is the right one is checked byte for byte by DockLib's
+/// random bytes where the server writes its answers to it instead. The server copies a long
+/// segment's headers before it checks them and its payload once, from the ring to where it
+/// goes, and builds its own segments' headers in its memory and copies them and their payload
+/// (from its send buffer) into the ring without reading the ring back: it lives on, and serves
+/// an honest client through the daemon meanwhile and after. (That the payload copied is the right one is checked byte for byte by DockLib's
 /// `stream_over_a_fast_channel_arrives_intact`, which also counts the split frames and the
 /// segments sent from the send buffer; this test attacks both paths, it cannot see them.)
 #[test]
@@ -732,14 +725,7 @@ fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
             // bytes)
             assert!(n("segment_payload") + 54 > 1280, "{v}");
         }
-        if !lab.running(srv) {
-            let out = lab.wait(srv, Duration::from_secs(5));
-            panic!(
-                "the server died under the attack: {v}\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        lab.assert_alive(srv, &v);
         assert_eq!(
             during["ok"].as_u64(),
             Some(200),

@@ -444,10 +444,7 @@ impl PipeDevice {
                 Got::Split(frame, head) if self.checksums => {
                     // a checksum is checked over the payload: the frame is copied whole
                     let n = frame.len().min(self.rx_buf.len());
-                    if !frame.copy_at(head, &mut self.rx_buf[head..n]) {
-                        // (never: the frame lies in its ring) nothing stale is handed on
-                        self.rx_buf[head..n].fill(0);
-                    }
+                    copy_lent(&frame, head, &mut self.rx_buf[head..n]);
                     Some(n)
                 }
                 Got::Lent(frame, head) | Got::Split(frame, head) => {
@@ -524,10 +521,7 @@ impl phy::RxToken for PipeRxToken<'_> {
             RxFrame::Buf(b) => f(b),
             RxFrame::Lent(l) => l.read(f),
             RxFrame::Split { buf, head, lent } => {
-                if !lent.copy_at(head, &mut buf[head..]) {
-                    // (never: the frame lies in its ring) nothing stale is handed on
-                    buf[head..].fill(0);
-                }
+                copy_lent(lent, head, &mut buf[head..]);
                 f(buf)
             }
         }
@@ -554,6 +548,14 @@ impl phy::RxToken for PipeRxToken<'_> {
     }
 }
 
+/// Copies `lent`'s bytes from `at` on into `dst`, or zeroes `dst` where they would lie beyond
+/// the frame (never: a frame lies in its ring), so that nothing stale is handed on.
+fn copy_lent(lent: &LentFrame, at: usize, dst: &mut [u8]) {
+    if !lent.copy_at(at, dst) {
+        dst.fill(0);
+    }
+}
+
 /// Where a split frame's payload is ([`RxFrame::Split`]): the headers in the device's buffer,
 /// the rest in the partner's ring, copied from it once, straight to where a socket takes it.
 struct SplitFill<'a> {
@@ -576,10 +578,7 @@ impl phy::PayloadFill for SplitFill<'_> {
         if k > 0 {
             dst[..k].copy_from_slice(&src[..k]);
         }
-        if !self.lent.copy_at(at + k, &mut dst[k..]) {
-            // (never: the frame lies in its ring) nothing stale is handed on
-            dst[k..].fill(0);
-        }
+        copy_lent(self.lent, at + k, &mut dst[k..]);
         true
     }
 }
@@ -666,7 +665,15 @@ impl PipeTxToken<'_> {
             backlog: self.backlog,
             route,
         };
-        out.whole(frame, max, self.checksums);
+        if len <= max {
+            out.send(&[frame]);
+        } else if crate::segment::segment(frame, max, self.checksums, |h, p| out.send(&[h, p]))
+            .is_some()
+        {
+            out.stats.tx_segmented += 1;
+        } else {
+            out.stats.tx_too_big += 1;
+        }
         r
     }
 }
@@ -752,19 +759,6 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
-    /// Sends `frame` whole, or cut into frames of at most `max` bytes (TCP only).
-    fn whole(&mut self, frame: &[u8], max: usize, checksums: bool) {
-        if frame.len() <= max {
-            self.send(&[frame]);
-        } else if crate::segment::segment(frame, max, checksums, |h, p| self.send(&[h, p]))
-            .is_some()
-        {
-            self.stats.tx_segmented += 1;
-        } else {
-            self.stats.tx_too_big += 1;
-        }
-    }
-
     /// Sends the frame that is the concatenation of `parts`.
     fn send(&mut self, parts: &[&[u8]]) {
         let queued = self.backlog.iter().position(|b| b.route == self.route);
@@ -843,10 +837,7 @@ impl phy::Device for PipeDevice {
                     Some(l) => {
                         // its headers are in `rx_buf` already
                         let len = l.len().min(self.rx_buf.len());
-                        if !l.copy_at(n, &mut self.rx_buf[n..len]) {
-                            // (never: the frame lies in its ring) nothing stale is handed on
-                            self.rx_buf[n..len].fill(0);
-                        }
+                        copy_lent(&l, n, &mut self.rx_buf[n..len]);
                         len
                     }
                     None => n,

@@ -862,6 +862,20 @@ fn a_frame_built_in_the_pipes_ring_arrives_as_built_and_an_unbuilt_room_sends_no
     p.stop();
 }
 
+/// The next frame of `b` by [`Endpoint::recv_lending`] (lending TCP segments over 512 bytes,
+/// splitting a channel's over 512), within 2 s; it came by `via`.
+fn take_lending(b: &mut Endpoint, buf: &mut [u8], via: Via) -> docknet_lib::raw::Got {
+    let end = Instant::now() + Duration::from_secs(2);
+    loop {
+        if let Some((got, came)) = b.recv_lending(buf, 512, 512) {
+            assert_eq!(came, via);
+            return got;
+        }
+        assert!(Instant::now() < end, "nothing came");
+        b.idle(Duration::from_millis(5));
+    }
+}
+
 /// A frame of `len` bytes from `src` to `dst` carrying TCP with `flags`, its bytes after the
 /// headers `tag`.
 fn tcp_frame(
@@ -887,17 +901,7 @@ fn the_daemons_long_tcp_segments_are_read_in_place_and_their_slots_come_back() {
     let mut p = DaemonPath::new();
     let (a, b, mac_b) = (&mut p.a, &mut p.b, p.mac_b);
     let mut buf = vec![0u8; 4096];
-    let take = |b: &mut Endpoint, buf: &mut [u8]| {
-        let end = Instant::now() + Duration::from_secs(2);
-        loop {
-            if let Some((got, via)) = b.recv_lending(buf, 512, 512) {
-                assert_eq!(via, Via::Daemon);
-                return got;
-            }
-            assert!(Instant::now() < end, "nothing came");
-            b.idle(Duration::from_millis(5));
-        }
-    };
+    let take = |b: &mut Endpoint, buf: &mut [u8]| take_lending(b, buf, Via::Daemon);
     // a plain segment is lent (its headers copied); a SYN, a short segment and what is not
     // TCP are copied
     let ack = 0x10;
@@ -950,16 +954,7 @@ fn a_fast_channels_long_tcp_segments_are_split_copied_out_never_read_in_place() 
     let mut b = attach(&mut r, "b", IdlePolicy::Spin);
     let mac_b = b.mac();
     let mut buf = vec![0u8; 8192];
-    let take = |b: &mut Endpoint, buf: &mut [u8]| {
-        let end = Instant::now() + Duration::from_secs(2);
-        loop {
-            if let Some((got, via)) = b.recv_lending(buf, 512, 512) {
-                assert_eq!(via, Via::FastChannel);
-                return got;
-            }
-            assert!(Instant::now() < end, "nothing came");
-        }
-    };
+    let take = |b: &mut Endpoint, buf: &mut [u8]| take_lending(b, buf, Via::FastChannel);
     let send = |a: &mut Endpoint, f: &[u8]| {
         a.send_blocking(f, Instant::now() + Duration::from_secs(1))
             .unwrap()

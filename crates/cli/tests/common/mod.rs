@@ -292,6 +292,19 @@ impl Lab {
         self.children[idx].try_wait().unwrap().is_none()
     }
 
+    /// Panics, with its exit status and stderr and `context`, unless background container
+    /// `idx` (a server under attack) is still running.
+    pub fn assert_alive(&mut self, idx: usize, context: &dyn std::fmt::Display) {
+        if !self.running(idx) {
+            let out = self.wait(idx, Duration::from_secs(5));
+            panic!(
+                "the server died under the attack: {context}\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     /// Host pid of the `docknet run` process of background container `idx`.
     pub fn child_pid(&self, idx: usize) -> u32 {
         self.children[idx].id()

@@ -1444,6 +1444,29 @@ impl InterfaceInner {
             let payload = &mut tx_buffer[repr.header_len()..];
             packet.emit_head(repr, payload, &caps)
         };
+        // The unfragmented packet, whole (`consume`) or beside its `tail`.
+        let send = |tx_token: Tx, repr: &IpRepr| {
+            // (where the IP packet starts: after the Ethernet header it writes, if any)
+            #[allow(unused_variables)]
+            let ethernet = |tx_buffer: &mut [u8]| -> usize {
+                #[cfg(feature = "medium-ethernet")]
+                if matches!(self.caps.medium, Medium::Ethernet) {
+                    emit_ethernet(repr, tx_buffer);
+                    return EthernetFrame::<&[u8]>::header_len();
+                }
+                0
+            };
+            match tail {
+                Some(tail) => tx_token.consume_with_tail(total_len, tail, |tx_buffer| {
+                    let at = ethernet(tx_buffer);
+                    emit_head(repr, &mut tx_buffer[at..]);
+                }),
+                None => tx_token.consume(total_len, |tx_buffer| {
+                    let at = ethernet(tx_buffer);
+                    emit_ip(repr, &mut tx_buffer[at..]);
+                }),
+            }
+        };
 
         let total_ip_len = ip_repr.buffer_len();
 
@@ -1546,27 +1569,7 @@ impl InterfaceInner {
                     tx_token.set_meta(meta);
 
                     // No fragmentation is required.
-                    if let Some(tail) = tail {
-                        tx_token.consume_with_tail(total_len, tail, |mut tx_buffer| {
-                            #[cfg(feature = "medium-ethernet")]
-                            if matches!(self.caps.medium, Medium::Ethernet) {
-                                emit_ethernet(&ip_repr, tx_buffer);
-                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
-                            }
-
-                            emit_head(&ip_repr, tx_buffer);
-                        });
-                        return Ok(());
-                    }
-                    tx_token.consume(total_len, |mut tx_buffer| {
-                        #[cfg(feature = "medium-ethernet")]
-                        if matches!(self.caps.medium, Medium::Ethernet) {
-                            emit_ethernet(&ip_repr, tx_buffer);
-                            tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
-                        }
-
-                        emit_ip(&ip_repr, tx_buffer);
-                    });
+                    send(tx_token, &ip_repr);
 
                     Ok(())
                 }
@@ -1579,27 +1582,7 @@ impl InterfaceInner {
                     net_debug!("IPv6 fragmentation support is unimplemented. Dropping.");
                     Ok(())
                 } else {
-                    if let Some(tail) = tail {
-                        tx_token.consume_with_tail(total_len, tail, |mut tx_buffer| {
-                            #[cfg(feature = "medium-ethernet")]
-                            if matches!(self.caps.medium, Medium::Ethernet) {
-                                emit_ethernet(&ip_repr, tx_buffer);
-                                tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
-                            }
-
-                            emit_head(&ip_repr, tx_buffer);
-                        });
-                        return Ok(());
-                    }
-                    tx_token.consume(total_len, |mut tx_buffer| {
-                        #[cfg(feature = "medium-ethernet")]
-                        if matches!(self.caps.medium, Medium::Ethernet) {
-                            emit_ethernet(&ip_repr, tx_buffer);
-                            tx_buffer = &mut tx_buffer[EthernetFrame::<&[u8]>::header_len()..];
-                        }
-
-                        emit_ip(&ip_repr, tx_buffer);
-                    });
+                    send(tx_token, &ip_repr);
                     Ok(())
                 }
             }
