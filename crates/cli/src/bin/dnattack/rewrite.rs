@@ -166,8 +166,8 @@ fn channel_to(name: &str, ip: Ipv4Addr) -> Result<(Region, [RingLayout; 2], Owne
 /// of the headers (the first 74) or of the frame. With `theirs` (the ring the partner
 /// produces on), each pass instead writes a random byte where the partner's next frame goes:
 /// just past the last frame it published, or at the front of the area, where a producer
-/// starts again once its consumer took everything. Counts go to `counts` (rewrites, writes
-/// into the partner's frames).
+/// starts again once its consumer took everything, tens of thousands of times a second.
+/// Counts go to `counts` (rewrites, writes into the partner's frames).
 fn scribble(
     region: &Region,
     ring: RingLayout,
@@ -233,6 +233,9 @@ fn scribble(
             if at < t.area_len && region.write(t.area + at, &[(r >> 32) as u8]) {
                 counts[1].fetch_add(1, Ordering::Relaxed);
             }
+            // paced: written over without pause, nearly every answer and acknowledgement
+            // this side reads was garbled, and its connections barely moved
+            std::thread::sleep(Duration::from_micros(20));
         }
     }
 }
