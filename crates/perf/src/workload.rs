@@ -279,6 +279,8 @@ pub struct Pace {
 }
 
 /// Runs a client: connects, waits for `pace.start_at` if given, then warms up and measures.
+// (never inlined: scripts/instructions.sh counts what runs inside it)
+#[inline(never)]
 pub fn client<N: Net>(
     net: &N,
     addr: SocketAddr,
