@@ -89,7 +89,7 @@ fn park(s: &Arc<Shared>, calls: u32) {
             break;
         }
         // returns when `callers` changes from `n`, is woken, or the time is up
-        let _ = docknet_pipe::wake::wait_any(&[(&s.callers, n)], Some(PARK_MAX));
+        let _ = docknet_pipe::wake::wait_mixed(&[], &[(&s.callers, n)], Some(PARK_MAX));
         if Arc::strong_count(s) == 1 {
             break; // only the engine holds the stack now
         }

@@ -46,12 +46,13 @@ impl Waker {
     /// Ends every wait given a token older than this call.
     pub fn wake(&self) {
         self.word.fetch_add(1, Ordering::AcqRel);
-        docknet_pipe::wake::wake(&self.word);
+        // (the word is this process's own memory: waited on and woken as private)
+        docknet_pipe::wake::wake_private(&self.word);
     }
 
     /// Sleeps (outside any stack) until woken after `token` was read, or `timeout` passes.
     pub fn wait(&self, token: u32, timeout: Option<Duration>) {
-        let _ = docknet_pipe::wake::wait_any(&[(&self.word, token)], timeout);
+        let _ = docknet_pipe::wake::wait_mixed(&[], &[(&self.word, token)], timeout);
     }
 }
 

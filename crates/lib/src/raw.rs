@@ -250,6 +250,8 @@ pub struct Endpoint {
     /// when the last one leaves: a thread that woke and cleared them under another thread still
     /// asleep would leave that one without a kick (it slept out its timeout).
     sleepers: u32,
+    /// The rings' sleep words as of the last sleep (see [`SleepPlan`]).
+    sleep_plan: Option<Arc<SleepPlan>>,
     /// Another process drives the pipe now (the stack moved at a fork): this copy never touches
     /// the rings, the sleep words or the daemon's connection again.
     inert: bool,
@@ -259,26 +261,39 @@ pub struct Endpoint {
 /// alive, so a thread can wait on it without holding the endpoint (e.g. outside a lock).
 #[derive(Debug)]
 pub struct SleepSet {
-    words: SleepWords,
+    plan: Arc<SleepPlan>,
+    /// The offset of the tx ring's room word in the pipe's region, when the sleep waits for
+    /// room there too.
+    space: Option<usize>,
 }
 
-/// A sleep's words: (region, offset, expected value). On the stack for the usual few rings: a
-/// sleep allocates nothing.
-type SleepWords = smallvec::SmallVec<[(Arc<Region>, usize, u32); 4]>;
+/// The rings' sleep words of an endpoint, as (region, offset): the receive ring's first, then
+/// each channel's. Kept while the endpoint's channels stay the same, so that arming a sleep
+/// takes one reference to the regions, not one per ring: each is an atomic write to a counter
+/// that a process waking with cold caches misses on, and dropping them again showed in the
+/// profile of many pairs taking turns on two cores.
+#[derive(Debug)]
+struct SleepPlan {
+    words: Vec<(Arc<Region>, usize)>,
+}
 
 impl SleepSet {
     /// Sleeps until a producer kicks one of the rings (the daemon kicks the receive ring when
     /// the fast channels change), any of `extra` (word, expected value) changes, or `timeout`
-    /// passes. True when the timeout ended it (or a signal did).
+    /// passes. True when the timeout ended it (or a signal did). The words of `extra` are this
+    /// process's own memory, woken by [`wake::wake_private`].
     pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) -> bool {
         // (on the stack for the usual few rings: a sleep allocates nothing)
         let mut words: smallvec::SmallVec<[(&AtomicU32, u32); 8]> = self
+            .plan
             .words
             .iter()
-            .filter_map(|(r, off, v)| r.u32_at(*off).map(|w| (w, *v)))
+            .filter_map(|(r, off)| r.u32_at(*off).map(|w| (w, 1)))
             .collect();
-        words.extend_from_slice(extra);
-        match wake::wait_any(&words, Some(timeout)) {
+        if let Some(off) = self.space {
+            words.extend(self.plan.words[0].0.u32_at(off).map(|w| (w, 1)));
+        }
+        match wake::wait_mixed(&words, extra, Some(timeout)) {
             Ok(w) => w == wake::Woke::TimedOut,
             Err(_) => {
                 std::thread::sleep(Duration::from_micros(100));
@@ -355,6 +370,7 @@ impl Endpoint {
             services: Arc::default(),
             gateway: None,
             sleepers: 0,
+            sleep_plan: None,
             inert: false,
         };
         loop {
@@ -560,8 +576,13 @@ impl Endpoint {
     /// unmaps removed ones whose drain is over.
     fn tend_channels(&mut self) {
         let now = Instant::now();
+        let before = self.fcs.len();
         self.fcs
             .retain(|l| l.closing.is_none_or(|until| now < until));
+        if self.fcs.len() != before {
+            // (the plan holds the removed regions mapped; the next sleep makes it again)
+            self.sleep_plan = None;
+        }
         for l in &mut self.fcs {
             if let Some((at, until)) = l.hold {
                 if now >= until || self.tx.consumed(&self.region, at) {
@@ -643,6 +664,7 @@ impl Endpoint {
             Msg::Synced => {
                 if let Some((ids, services)) = self.resync.take() {
                     self.fcs.retain(|f| ids.contains(&f.id));
+                    self.sleep_plan = None;
                     // a daemon that sent no table has no services (any more)
                     if !services {
                         self.services = Arc::default();
@@ -1131,15 +1153,37 @@ impl Endpoint {
             return None;
         }
         self.sleepers += 1;
-        let mut words = SleepWords::new();
-        words.push((self.region.clone(), self.info.rings[1].sleep_off(), 1));
-        if full {
-            words.push((self.region.clone(), self.info.rings[0].space_off(), 1));
+        Some(SleepSet {
+            plan: self.sleep_plan(),
+            space: full.then(|| self.info.rings[0].space_off()),
+        })
+    }
+
+    /// The rings' sleep words ([`SleepPlan`]), made again only when the channels changed.
+    fn sleep_plan(&mut self) -> Arc<SleepPlan> {
+        let rx = self.info.rings[1].sleep_off();
+        let same = |p: &SleepPlan| {
+            p.words.len() == 1 + self.fcs.len()
+                && Arc::ptr_eq(&p.words[0].0, &self.region)
+                && p.words[0].1 == rx
+                && p.words[1..].iter().zip(&self.fcs).all(|((r, off), l)| {
+                    Arc::ptr_eq(r, &l.region) && *off == l.rx.layout().sleep_off()
+                })
+        };
+        match &self.sleep_plan {
+            Some(p) if same(p) => p.clone(),
+            _ => {
+                let mut words = vec![(self.region.clone(), rx)];
+                words.extend(
+                    self.fcs
+                        .iter()
+                        .map(|l| (l.region.clone(), l.rx.layout().sleep_off())),
+                );
+                let p = Arc::new(SleepPlan { words });
+                self.sleep_plan = Some(p.clone());
+                p
+            }
         }
-        for l in &self.fcs {
-            words.push((l.region.clone(), l.rx.layout().sleep_off(), 1));
-        }
-        Some(SleepSet { words })
     }
 
     /// Ends one sleep armed by [`Endpoint::arm_sleep`]: the last sleeper out clears the sleep

@@ -194,7 +194,7 @@ impl Inner {
             // asleep is woken (only then a system call).
             self.events.fetch_add(1, Ordering::Release);
             if self.dev.ep.sleepers() > 0 {
-                docknet_pipe::wake::wake(&self.events);
+                docknet_pipe::wake::wake_private(&self.events);
             }
         }
         moved
@@ -544,7 +544,7 @@ impl Drop for CallGuard<'_> {
         if self.0.callers.fetch_sub(1, Ordering::SeqCst) == 1
             && self.0.engine_parked.load(Ordering::SeqCst)
         {
-            docknet_pipe::wake::wake(&self.0.callers);
+            docknet_pipe::wake::wake_private(&self.0.callers);
         }
     }
 }

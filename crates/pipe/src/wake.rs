@@ -64,6 +64,23 @@ pub fn wake(word: &AtomicU32) {
     }
 }
 
+/// Wakes every thread of this process sleeping on `word`, a word of the process's own memory
+/// that every wait names as private ([`wait_mixed`]'s `private` words). The kernel finds a
+/// private futex by its address alone; a shared one costs a lookup of the page behind it on
+/// every wait and wake, which showed where many containers take turns on a core.
+pub fn wake_private(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only reads the address as a key; `word` is a live, aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+        );
+    }
+}
+
 /// The producer's side of arm, check, sleep: wakes whoever sleeps on `word` if a sleeper armed
 /// it (non-zero), and clears it. Call after a SeqCst fence that follows the store the sleeper
 /// checks after arming (an index, a generation). True when it woke (a system call).
@@ -104,39 +121,71 @@ pub fn set_sleep_hook(hook: fn(bool)) {
 /// sleeps on one word for at most a millisecond at a time, looking at the others around it
 /// (see `wait_first`), and says so once on stderr.
 pub fn wait_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
+    wait_mixed(words, &[], timeout)
+}
+
+/// [`wait_any`] on `shared` words (in memory other processes map, woken by [`wake`]) and
+/// `private` ones (in this process's own memory, woken by [`wake_private`]); an index in
+/// [`Woke::Woken`] counts the shared words first. A word must be waited on and woken the same
+/// way every time: a private wake does not reach a shared sleeper, nor the other way round.
+pub fn wait_mixed(
+    shared: &[(&AtomicU32, u32)],
+    private: &[(&AtomicU32, u32)],
+    timeout: Option<Duration>,
+) -> io::Result<Woke> {
     let hook = SLEEP_HOOK.get().copied();
     if let Some(h) = hook {
         h(true);
     }
-    let r = sleep_on(words, timeout);
+    let r = sleep_on(shared, private, timeout);
     if let Some(h) = hook {
         h(false);
     }
     r
 }
 
-/// [`wait_any`] without its hook.
-fn sleep_on(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
-    let n = words.len().min(MAX_WAITERS);
-    if n == 0 {
+/// A word to sleep on: the word, the value it is expected to hold, and whether it is private
+/// (this process's own memory).
+type Word<'a> = (&'a AtomicU32, u32, bool);
+
+/// The `futex_waitv` flag of a private word (the kernel's `FUTEX2_PRIVATE`).
+const FUTEX2_PRIVATE: u32 = 128;
+
+/// [`wait_mixed`] without its hook.
+fn sleep_on(
+    shared: &[(&AtomicU32, u32)],
+    private: &[(&AtomicU32, u32)],
+    timeout: Option<Duration>,
+) -> io::Result<Woke> {
+    // (on the stack for the usual few words: a sleep allocates nothing)
+    let words = || {
+        let s = shared.iter().map(|&(w, v)| (w, v, false));
+        s.chain(private.iter().map(|&(w, v)| (w, v, true)))
+    };
+    if shared.is_empty() && private.is_empty() {
         std::thread::sleep(timeout.unwrap_or(Duration::from_millis(100)));
         return Ok(Woke::TimedOut);
     }
     if NO_WAITV.load(Ordering::Relaxed) {
-        return wait_first(words, timeout);
+        return wait_first(
+            &words().collect::<smallvec::SmallVec<[Word<'_>; 8]>>(),
+            timeout,
+        );
     }
-    // (on the stack for the usual few words: a sleep allocates nothing)
-    let w: smallvec::SmallVec<[FutexWaitv; 8]> = words[..n]
-        .iter()
-        .map(|(a, expected)| FutexWaitv {
-            val: u64::from(*expected),
+    let w: smallvec::SmallVec<[FutexWaitv; 8]> = words()
+        .take(MAX_WAITERS)
+        .map(|(a, expected, private)| FutexWaitv {
+            val: u64::from(expected),
             uaddr: a.as_ptr() as u64,
-            flags: FUTEX2_SIZE_U32,
+            flags: FUTEX2_SIZE_U32 | if private { FUTEX2_PRIVATE } else { 0 },
             reserved: 0,
         })
         .collect();
+    let n = w.len();
     let deadline = timeout.map(|t| {
-        let ns = u128::from(monotonic_ns()) + t.as_nanos();
+        // (in u64: nanoseconds since boot fit for 584 years, and a 128-bit division showed
+        // in the profile of every sleep)
+        let ns = monotonic_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
         libc::timespec {
             tv_sec: (ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (ns % 1_000_000_000) as libc::c_long,
@@ -172,7 +221,10 @@ fn sleep_on(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Resul
                      at the others every millisecond"
                 );
             }
-            wait_first(words, timeout)
+            wait_first(
+                &words().collect::<smallvec::SmallVec<[Word<'_>; 8]>>(),
+                timeout,
+            )
         }
         _ => Err(e),
     }
@@ -181,11 +233,11 @@ fn sleep_on(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Resul
 /// [`wait_any`] without `futex_waitv`: `FUTEX_WAIT` on one word (the one that ended the last
 /// such wait, else the first) for at most [`ONE_WORD_SLICE`], after checking that none of the
 /// others changed.
-fn wait_first(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Result<Woke> {
-    let changed = |words: &[(&AtomicU32, u32)]| {
+fn wait_first(words: &[Word<'_>], timeout: Option<Duration>) -> io::Result<Woke> {
+    let changed = |words: &[Word<'_>]| {
         let k = words
             .iter()
-            .position(|(w, v)| w.load(Ordering::SeqCst) != *v)?;
+            .position(|(w, v, _)| w.load(Ordering::SeqCst) != *v)?;
         LAST_WOKEN.store(k, Ordering::Relaxed);
         Some(k)
     };
@@ -199,14 +251,19 @@ fn wait_first(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> io::Res
         tv_sec: t.as_secs() as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     };
-    let (word, expected) = words[at];
+    let (word, expected, private) = words[at];
+    let op = if private {
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG
+    } else {
+        libc::FUTEX_WAIT
+    };
     // SAFETY: FUTEX_WAIT reads the live, aligned u32 `word` and sleeps while it holds
-    // `expected`; `ts` is a valid relative timeout. Shared (not PRIVATE), as in `wake`.
+    // `expected`; `ts` is a valid relative timeout. Shared or private as its wakes are.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT,
+            op,
             expected,
             &ts as *const libc::timespec,
         )
@@ -473,7 +530,7 @@ mod tests {
     fn waits_on_the_first_word_alone_still_see_every_word() {
         let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(7)));
         assert_eq!(
-            wait_first(&[(&a, 0), (&b, 8)], None).unwrap(),
+            wait_first(&[(&a, 0, false), (&b, 8, false)], None).unwrap(),
             Woke::Changed
         );
         // a kick of the first word
@@ -486,7 +543,12 @@ mod tests {
         let t0 = Instant::now();
         let mut woke = false;
         while t0.elapsed() < Duration::from_secs(5) {
-            match wait_first(&[(&a, 0), (&b, 7)], Some(Duration::from_secs(5))).unwrap() {
+            match wait_first(
+                &[(&a, 0, false), (&b, 7, false)],
+                Some(Duration::from_secs(5)),
+            )
+            .unwrap()
+            {
                 Woke::TimedOut => continue,
                 _ => {
                     woke = true;
@@ -504,7 +566,11 @@ mod tests {
         });
         let t0 = Instant::now();
         let r = loop {
-            let r = wait_first(&[(&a, 1), (&b, 7)], Some(Duration::from_secs(5))).unwrap();
+            let r = wait_first(
+                &[(&a, 1, false), (&b, 7, false)],
+                Some(Duration::from_secs(5)),
+            )
+            .unwrap();
             if r != Woke::TimedOut || t0.elapsed() > Duration::from_secs(5) {
                 break r;
             }
@@ -514,13 +580,49 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
         // nothing happens: one slice at most, whatever the timeout asked
         let t0 = Instant::now();
-        let r = wait_first(&[(&a, 1), (&b, 9)], Some(Duration::from_secs(5))).unwrap();
+        let r = wait_first(
+            &[(&a, 1, false), (&b, 9, false)],
+            Some(Duration::from_secs(5)),
+        )
+        .unwrap();
         assert_eq!(r, Woke::TimedOut);
         assert!(
             t0.elapsed() < Duration::from_millis(500),
             "{:?}",
             t0.elapsed()
         );
+    }
+
+    /// A private word sleeps and wakes by private calls, beside a shared one, both with
+    /// `futex_waitv` and without it; the index of a woken private word counts the shared first.
+    #[test]
+    fn a_private_word_is_woken_by_a_private_wake() {
+        let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+        for one_word in [false, true] {
+            let b2 = b.clone();
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                // the value stays: only the wake can end the sleep
+                wake_private(&b2);
+            });
+            let t0 = Instant::now();
+            let r = if one_word {
+                // (the private word alone: the fallback sleeps on it slice after slice, and
+                // only its wake can end the loop)
+                loop {
+                    match wait_first(&[(&b, 0, true)], None).unwrap() {
+                        Woke::TimedOut if t0.elapsed() < Duration::from_secs(5) => continue,
+                        Woke::Woken(0) => break Woke::Woken(1),
+                        r => break r,
+                    }
+                }
+            } else {
+                wait_mixed(&[(&a, 0)], &[(&b, 0)], Some(Duration::from_secs(5))).unwrap()
+            };
+            t.join().unwrap();
+            assert_eq!(r, Woke::Woken(1), "one word: {one_word}");
+            assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        }
     }
 
     #[test]
