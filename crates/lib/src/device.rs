@@ -417,9 +417,9 @@ impl PipeDevice {
     /// Time until a held-back frame is due (for the caller's sleep), if any is held.
     pub fn next_due(&self) -> Option<Duration> {
         let retry = self.backlogged().then_some(BACKLOG_RETRY);
-        let inj = self.faults.as_ref();
-        let now = std::time::Instant::now();
-        let held = inj.and_then(|inj| {
+        // (the clock is read only when frames are held back: every sleep asks)
+        let held = self.faults.as_ref().and_then(|inj| {
+            let now = std::time::Instant::now();
             inj.held
                 .iter()
                 .map(|(t, _)| t.saturating_duration_since(now))
