@@ -418,13 +418,17 @@ impl PipeDevice {
     pub fn next_due(&self) -> Option<Duration> {
         let retry = self.backlogged().then_some(BACKLOG_RETRY);
         // (the clock is read only when frames are held back: every sleep asks)
-        let held = self.faults.as_ref().and_then(|inj| {
-            let now = std::time::Instant::now();
-            inj.held
-                .iter()
-                .map(|(t, _)| t.saturating_duration_since(now))
-                .min()
-        });
+        let held = self
+            .faults
+            .as_ref()
+            .filter(|inj| !inj.held.is_empty())
+            .and_then(|inj| {
+                let now = std::time::Instant::now();
+                inj.held
+                    .iter()
+                    .map(|(t, _)| t.saturating_duration_since(now))
+                    .min()
+            });
         match (retry, held) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -24,7 +24,8 @@ use std::time::Duration;
 ///
 /// A waiter reads [`Waker::token`] before it decides to wait and passes it in; a
 /// [`Waker::wake`] after that read ends the wait (or keeps it from starting), so no wake-up is
-/// lost between the decision and the sleep.
+/// lost between the decision and the sleep. It wakes threads of its own process only (its word
+/// is a private futex): a `Waker` in memory shared with another process does not reach it.
 #[derive(Debug, Default)]
 pub struct Waker {
     word: AtomicU32,

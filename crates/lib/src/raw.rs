@@ -279,10 +279,11 @@ struct SleepPlan {
 
 impl SleepSet {
     /// Sleeps until a producer kicks one of the rings (the daemon kicks the receive ring when
-    /// the fast channels change), any of `extra` (word, expected value) changes, or `timeout`
-    /// passes. True when the timeout ended it (or a signal did). The words of `extra` are this
-    /// process's own memory, woken by [`wake::wake_private`].
-    pub fn wait(&self, extra: &[(&AtomicU32, u32)], timeout: Duration) -> bool {
+    /// the fast channels change), any of `private` (word, expected value) changes, or `timeout`
+    /// passes. True when the timeout ended it (or a signal did). The words of `private` are
+    /// this process's own memory, woken by [`wake::wake_private`] (a word other processes wake
+    /// would not end the sleep).
+    pub fn wait(&self, private: &[(&AtomicU32, u32)], timeout: Duration) -> bool {
         // (on the stack for the usual few rings: a sleep allocates nothing)
         let mut words: smallvec::SmallVec<[(&AtomicU32, u32); 8]> = self
             .plan
@@ -293,7 +294,7 @@ impl SleepSet {
         if let Some(off) = self.space {
             words.extend(self.plan.words[0].0.u32_at(off).map(|w| (w, 1)));
         }
-        match wake::wait_mixed(&words, extra, Some(timeout)) {
+        match wake::wait_mixed(&words, private, Some(timeout)) {
             Ok(w) => w == wake::Woke::TimedOut,
             Err(_) => {
                 std::thread::sleep(Duration::from_micros(100));

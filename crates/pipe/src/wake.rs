@@ -158,6 +158,9 @@ fn sleep_on(
     timeout: Option<Duration>,
 ) -> io::Result<Woke> {
     // (on the stack for the usual few words: a sleep allocates nothing)
+    // (past the kernel's limit the last shared words are left out, never a private one: a
+    // ring is looked at again after the sleep's timeout, while nothing else wakes a waker)
+    let shared = &shared[..shared.len().min(MAX_WAITERS.saturating_sub(private.len()))];
     let words = || {
         let s = shared.iter().map(|&(w, v)| (w, v, false));
         s.chain(private.iter().map(|&(w, v)| (w, v, true)))
@@ -599,11 +602,16 @@ mod tests {
     fn a_private_word_is_woken_by_a_private_wake() {
         let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         for one_word in [false, true] {
-            let b2 = b.clone();
+            let (b2, done) = (b.clone(), Arc::new(AtomicBool::new(false)));
+            let done2 = done.clone();
             let t = std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(30));
-                // the value stays: only the wake can end the sleep
-                wake_private(&b2);
+                // the value stays: only a wake can end the sleep (again and again, in case
+                // the waiter was not asleep yet or was between two of the fallback's slices)
+                while !done2.load(Ordering::SeqCst) {
+                    wake_private(&b2);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             });
             let t0 = Instant::now();
             let r = if one_word {
@@ -619,6 +627,7 @@ mod tests {
             } else {
                 wait_mixed(&[(&a, 0)], &[(&b, 0)], Some(Duration::from_secs(5))).unwrap()
             };
+            done.store(true, Ordering::SeqCst);
             t.join().unwrap();
             assert_eq!(r, Woke::Woken(1), "one word: {one_word}");
             assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
