@@ -724,10 +724,7 @@ impl phy::TxToken for PipeTxToken<'_> {
         debug_assert!(tail.len() < len, "a payload without headers");
         let Some(route) = self.tail_route else {
             // (never: only after wants_tail found a channel) built whole
-            let path = self
-                .dst
-                .map(|(dst, tcp)| (self.ep.path_to(dst, tcp, len), tcp));
-            return self.consume_on(path, len, |buf| {
+            return self.consume(len, |buf| {
                 let head = len - tail.len();
                 let r = f(&mut buf[..head]);
                 buf[head..len].copy_from_slice(tail);

@@ -49,19 +49,10 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-/// Wakes every thread sleeping on `word` (in any process that maps it).
+/// Wakes every thread sleeping on `word` (in any process that maps it): a shared futex, so
+/// that other processes mapping the same file are reached.
 pub fn wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE only reads the address as a key; `word` is a live, aligned u32.
-    // Shared (not PRIVATE) futex so that other processes mapping the same file are reached.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
+    futex_wake(word, libc::FUTEX_WAKE);
 }
 
 /// Wakes every thread of this process sleeping on `word`, a word of the process's own memory
@@ -69,12 +60,17 @@ pub fn wake(word: &AtomicU32) {
 /// private futex by its address alone; a shared one costs a lookup of the page behind it on
 /// every wait and wake, which showed where many containers take turns on a core.
 pub fn wake_private(word: &AtomicU32) {
+    futex_wake(word, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG);
+}
+
+/// `FUTEX_WAKE` (`op`, shared or private) of every sleeper on `word`.
+fn futex_wake(word: &AtomicU32, op: libc::c_int) {
     // SAFETY: FUTEX_WAKE only reads the address as a key; `word` is a live, aligned u32.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            op,
             i32::MAX,
             std::ptr::null::<libc::timespec>(),
         );
@@ -157,7 +153,6 @@ fn sleep_on(
     private: &[(&AtomicU32, u32)],
     timeout: Option<Duration>,
 ) -> io::Result<Woke> {
-    // (on the stack for the usual few words: a sleep allocates nothing)
     // (past the kernel's limit the last shared words are left out, never a private one: a
     // ring is looked at again after the sleep's timeout, while nothing else wakes a waker)
     let shared = &shared[..shared.len().min(MAX_WAITERS.saturating_sub(private.len()))];
@@ -165,16 +160,20 @@ fn sleep_on(
         let s = shared.iter().map(|&(w, v)| (w, v, false));
         s.chain(private.iter().map(|&(w, v)| (w, v, true)))
     };
+    let one_word = || {
+        wait_first(
+            &words().collect::<smallvec::SmallVec<[Word<'_>; 8]>>(),
+            timeout,
+        )
+    };
     if shared.is_empty() && private.is_empty() {
         std::thread::sleep(timeout.unwrap_or(Duration::from_millis(100)));
         return Ok(Woke::TimedOut);
     }
     if NO_WAITV.load(Ordering::Relaxed) {
-        return wait_first(
-            &words().collect::<smallvec::SmallVec<[Word<'_>; 8]>>(),
-            timeout,
-        );
+        return one_word();
     }
+    // (on the stack for the usual few words: a sleep allocates nothing)
     let w: smallvec::SmallVec<[FutexWaitv; 8]> = words()
         .take(MAX_WAITERS)
         .map(|(a, expected, private)| FutexWaitv {
@@ -224,10 +223,7 @@ fn sleep_on(
                      at the others every millisecond"
                 );
             }
-            wait_first(
-                &words().collect::<smallvec::SmallVec<[Word<'_>; 8]>>(),
-                timeout,
-            )
+            one_word()
         }
         _ => Err(e),
     }
@@ -614,22 +610,23 @@ mod tests {
                 }
             });
             let t0 = Instant::now();
-            let r = if one_word {
+            let (r, private_at) = if one_word {
                 // (the private word alone: the fallback sleeps on it slice after slice, and
                 // only its wake can end the loop)
-                loop {
+                let r = loop {
                     match wait_first(&[(&b, 0, true)], None).unwrap() {
                         Woke::TimedOut if t0.elapsed() < Duration::from_secs(5) => continue,
-                        Woke::Woken(0) => break Woke::Woken(1),
                         r => break r,
                     }
-                }
+                };
+                (r, 0)
             } else {
-                wait_mixed(&[(&a, 0)], &[(&b, 0)], Some(Duration::from_secs(5))).unwrap()
+                let r = wait_mixed(&[(&a, 0)], &[(&b, 0)], Some(Duration::from_secs(5)));
+                (r.unwrap(), 1)
             };
             done.store(true, Ordering::SeqCst);
             t.join().unwrap();
-            assert_eq!(r, Woke::Woken(1), "one word: {one_word}");
+            assert_eq!(r, Woke::Woken(private_at), "one word: {one_word}");
             assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
         }
     }
