@@ -1880,9 +1880,18 @@ impl<'a> Socket<'a> {
             // never in front of an edge already advertised (see `remote_max_edge`); that edge
             // still fits the buffer: it was at most its free space when sent, and since then
             // every byte received moved the ack as far as it took space, and reads freed more
-            match self.remote_max_edge {
+            let end = match self.remote_max_edge {
                 Some(edge) if edge > end => edge,
                 _ => end,
+            };
+            // DockNet patch: and never past the buffer's room, whatever was advertised: what
+            // lies beyond is trimmed (the peer sends it again), not written short and then
+            // enqueued past the buffer's end, which panicked
+            let room_end = self.remote_seq_no + self.rx_buffer.capacity();
+            if end > room_end {
+                room_end
+            } else {
+                end
             }
         } else {
             window_start
@@ -4948,6 +4957,36 @@ mod test {
                 seq_number: LOCAL_SEQ + 1,
                 ack_number: Some(REMOTE_SEQ + 1 + 1400),
                 window_len: 65185,
+                ..RECV_TEMPL
+            }]
+        );
+    }
+
+    /// DockNet patch: an advertised edge past the buffer's room (which should never be, and
+    /// once was under a partner's attack) bounds nothing: a segment up to it is accepted as
+    /// far as the buffer holds, the rest trimmed, instead of being written short and enqueued
+    /// past the buffer's end.
+    #[test]
+    fn test_docknet_an_edge_past_the_buffer_accepts_only_what_fits() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_max_edge = Some(REMOTE_SEQ + 1 + 80);
+        s.set_ack_delay(None);
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[9; 80],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.rx_buffer.len(), 64, "accepted as far as the buffer holds");
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 64),
+                window_len: 0,
                 ..RECV_TEMPL
             }]
         );
