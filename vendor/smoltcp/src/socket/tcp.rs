@@ -2074,6 +2074,7 @@ impl<'a> Socket<'a> {
             (State::SynReceived, TcpControl::Rst) if self.listen_endpoint.port != 0 => {
                 tcp_trace!("received RST");
                 self.tuple = None;
+                self.remote_max_edge = None; // DockNet patch: see LISTEN's SYN below
                 self.set_state(State::Listen);
                 return None;
             }
@@ -2105,6 +2106,10 @@ impl<'a> Socket<'a> {
                 });
                 self.local_seq_no = Self::random_seq_no(cx);
                 self.remote_seq_no = repr.seq_number + 1;
+                // DockNet patch: edges belong to one connection; a listener back from
+                // SYN-RECEIVED (a RST) kept the last one's, which this one's numbers may lie
+                // far before
+                self.remote_max_edge = None;
                 self.remote_last_seq = self.local_seq_no;
                 self.remote_has_sack = repr.sack_permitted;
                 self.remote_win_scale = repr.window_scale;
@@ -2153,6 +2158,7 @@ impl<'a> Socket<'a> {
                 }
 
                 self.remote_seq_no = repr.seq_number + 1;
+                self.remote_max_edge = None; // DockNet patch: as in LISTEN
                 self.remote_last_seq = self.local_seq_no + 1;
                 self.remote_last_ack = Some(repr.seq_number);
                 self.remote_has_sack = repr.sack_permitted;
@@ -4990,6 +4996,73 @@ mod test {
                 ..RECV_TEMPL
             }]
         );
+    }
+
+    /// DockNet patch: a half-open connection ended by a RST leaves no window edge to the
+    /// listener's next one, whose sequence numbers may start anywhere: kept, an edge far past
+    /// the new connection's buffer let its peer's data in beyond the room (a fast-channel
+    /// partner rewriting its frames at random found it: garbled SYNs and RSTs).
+    #[test]
+    fn test_docknet_a_reset_half_open_connection_leaves_no_edge_behind() {
+        let mut s = socket_listen();
+        s.set_ack_delay(None);
+        let syn = |seq| TcpRepr {
+            control: TcpControl::Syn,
+            seq_number: seq,
+            ack_number: None,
+            ..SEND_TEMPL
+        };
+        send!(s, syn(REMOTE_SEQ));
+        recv!(
+            s,
+            [TcpRepr {
+                control: TcpControl::Syn,
+                seq_number: LOCAL_SEQ,
+                ack_number: Some(REMOTE_SEQ + 1),
+                max_seg_size: Some(BASE_MSS),
+                ..RECV_TEMPL
+            }]
+        );
+        assert_eq!(s.remote_max_edge, Some(REMOTE_SEQ + 1 + 64));
+        send!(
+            s,
+            TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ),
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.state, State::Listen);
+        assert_eq!(s.remote_max_edge, None);
+        // the next peer's numbers start 40 bytes before: the old edge lay 40 bytes past its room
+        let isn = REMOTE_SEQ - 40;
+        send!(s, syn(isn));
+        assert_eq!(s.state, State::SynReceived);
+        assert_eq!(s.remote_max_edge, None);
+        s.local_seq_no = LOCAL_SEQ;
+        recv!(
+            s,
+            [TcpRepr {
+                control: TcpControl::Syn,
+                seq_number: LOCAL_SEQ,
+                ack_number: Some(isn + 1),
+                max_seg_size: Some(BASE_MSS),
+                ..RECV_TEMPL
+            }]
+        );
+        assert_eq!(s.remote_max_edge, Some(isn + 1 + 64), "this connection's own edge");
+        send!(
+            s,
+            TcpRepr {
+                seq_number: isn + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &[5; 100],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.state, State::Established);
+        assert_eq!(s.rx_buffer.len(), 64, "as far as the buffer holds");
     }
 
     /// DockNet patch: a segment that fills the window up to an edge advertised before a
