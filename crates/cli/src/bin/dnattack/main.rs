@@ -18,6 +18,10 @@
 //!   dnattack window-overrun --to IP:PORT --seconds S
 //!                                       a TCP peer that fills a DockLib server's receive
 //!                                       window and sends past every edge it offered
+//!   dnattack stale-edge --to IP:PORT [--rounds N]
+//!                                       half-open connections ended by a RST, each followed
+//!                                       by one from the same port whose numbers start before
+//!                                       the first's, sending up to the first's window edge
 //!   dnattack channel-rewrite --to IP:PORT --seconds S [--their-frames]
 //!                                       a fast-channel partner that streams TCP into a
 //!                                       DockLib server and rewrites its frames, headers and
@@ -116,6 +120,16 @@ enum Cmd {
         to: std::net::SocketAddrV4,
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+    },
+    /// Half-open connections ended by a RST, each followed by a connection from the same port
+    /// whose numbers start 300 KB before the first's and which sends up to where the first's
+    /// window ended, past its own buffer's room; report the acknowledgements past the room.
+    StaleEdge {
+        /// The server.
+        #[arg(long)]
+        to: std::net::SocketAddrV4,
+        #[arg(long, default_value_t = 40)]
+        rounds: u32,
     },
     /// A fast-channel partner that rewrites its frames, headers and payload, after it
     /// published them, while a DockLib server reads them (TCP connections crafted by hand,
@@ -435,6 +449,11 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             to,
             seconds,
+        )?,
+        Cmd::StaleEdge { to, rounds } => overrun::stale_edge(
+            docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            to,
+            rounds,
         )?,
         Cmd::ChannelRewrite {
             to,

@@ -155,6 +155,14 @@ pub(crate) struct Opened {
 /// Opens the peer's connection by hand (SYN from `iss`, the server's SYN-ACK, the ACK), within
 /// `within`.
 pub(crate) fn handshake(peer: &mut Peer, iss: TcpSeqNumber, within: Duration) -> Result<Opened> {
+    let opened = half_open(peer, iss, within)?;
+    peer.send(TcpControl::None, iss + 1, Some(opened.irs + 1), &[]);
+    Ok(opened)
+}
+
+/// Sends SYNs from `iss` until the server answers one, within `within`; leaves the connection
+/// half open (no ACK).
+fn half_open(peer: &mut Peer, iss: TcpSeqNumber, within: Duration) -> Result<Opened> {
     let deadline = Instant::now() + within;
     let opened = 'hs: loop {
         if Instant::now() > deadline {
@@ -177,8 +185,75 @@ pub(crate) fn handshake(peer: &mut Peer, iss: TcpSeqNumber, within: Duration) ->
             peer.ep.idle(Duration::from_millis(1));
         }
     };
-    peer.send(TcpControl::None, iss + 1, Some(opened.irs + 1), &[]);
     Ok(opened)
+}
+
+/// `dnattack stale-edge`: `rounds` times, a half-open connection ended by a RST, then a
+/// connection from the same port whose numbers start [`STALE_BEFORE`] bytes before the first's,
+/// which sends segments from within its buffer's reach up to where the first connection's window
+/// ended. A listener that kept the first connection's window edge for the second took those
+/// bytes past its buffer's room (smoltcp asserts in a debug build); the server must live on and
+/// acknowledge nothing past the room. Reports the rounds whose two handshakes completed and the
+/// acknowledgements past the room.
+pub fn stale_edge(ep: Endpoint, to: SocketAddrV4, rounds: u32) -> Result<serde_json::Value> {
+    const STALE_BEFORE: usize = 300_000;
+    /// DockLib's receive buffer: nothing past it may be acknowledged.
+    const ROOM: usize = 256 * 1024;
+    let seed = std::process::id() as u64 ^ 0x5eed_ed9e;
+    let mut x = seed | 1;
+    let mut peer = Peer::new(ep, to, 30000)?;
+    let (mut completed, mut past_room, mut sent_past) = (0u64, 0u64, 0u64);
+    let mut payload = Vec::new();
+    for k in 0..rounds {
+        peer.port = 30000 + (k % 20000) as u16;
+        let first = TcpSeqNumber(super::xorshift(&mut x) as i32);
+        let Ok(o) = half_open(&mut peer, first, Duration::from_secs(2)) else {
+            continue;
+        };
+        peer.send(TcpControl::Rst, first + 1, None, &[]);
+        let stale = o.syn_edge;
+        let second = first - STALE_BEFORE;
+        let Ok(o2) = handshake(&mut peer, second, Duration::from_secs(2)) else {
+            continue;
+        };
+        completed += 1;
+        let start = second + 1;
+        let ack = Some(o2.irs + 1);
+        // from a little inside the room to the old edge, odd sizes: beyond the room, only a
+        // stale edge lets them in
+        let mut at = start + (ROOM - 4096);
+        while at < stale {
+            let len = (1 + super::xorshift(&mut x) as usize % 1400).min(stale - at);
+            stream(at - start, &mut payload, len);
+            peer.send(TcpControl::Psh, at, ack, &payload);
+            if at + len > start + ROOM {
+                sent_past += 1;
+            }
+            at += len;
+            while let Some(g) = peer.recv() {
+                if g.ack.is_some_and(|a| a > start + ROOM) {
+                    past_room += 1;
+                }
+            }
+        }
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            match peer.recv() {
+                Some(g) if g.ack.is_some_and(|a| a > start + ROOM) => past_room += 1,
+                Some(_) => {}
+                None => peer.ep.idle(Duration::from_millis(1)),
+            }
+        }
+        peer.send(TcpControl::Rst, at, None, &[]);
+    }
+    Ok(json!({
+        "attack": "stale-edge",
+        "rounds": rounds,
+        "completed": completed,
+        "segments": peer.sent,
+        "segments_past_room": sent_past,
+        "acked_past_room": past_room,
+    }))
 }
 
 /// The byte at `offset` of the request stream.
