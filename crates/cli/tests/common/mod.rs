@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod wire;
+
 use docknet_lab::topology::daemon::Daemon;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
