@@ -256,8 +256,9 @@ fn a_syn_flood_from_a_partner_does_not_shut_the_server_to_others() {
 /// A peer that resets its half-open connections and comes back from the same port with
 /// sequence numbers 300 KB before the first's, then sends up to where the first connection's
 /// window ended: a listener that kept that edge took bytes past its buffer (a debug build's
-/// smoltcp asserts; the server died). It lives on, acknowledges nothing past its buffer, and
-/// serves an honest client after.
+/// smoltcp asserts; the server died). It lives on and serves an honest client after. (The
+/// attacker cannot see the edge itself: the bound on the buffer's room would clamp a stale one
+/// to where the right one ends. smoltcp's own test of the patch checks the edge.)
 #[test]
 fn a_peer_that_resets_half_open_connections_finds_no_edge_left_behind() {
     if !root_or_skip("stale edge") {
@@ -277,12 +278,10 @@ fn a_peer_that_resets_half_open_connections_finds_no_edge_left_behind() {
         ],
     );
     let v = peer_json(&o);
-    eprintln!("stale edges: {v}");
     lab.assert_alive(srv, &v);
     let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
     assert!(n("completed") >= 20, "{v}");
     assert!(n("segments_past_room") > 1000, "{v}");
-    assert_eq!(n("acked_past_room"), 0, "{v}");
     let r = lab.load_in(
         "cli",
         &["--requests", "100", "-c", "2", "http://10.53.0.2/"],

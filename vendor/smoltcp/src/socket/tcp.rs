@@ -2073,8 +2073,12 @@ impl<'a> Socket<'a> {
             // reason is TCP simultaneous open).
             (State::SynReceived, TcpControl::Rst) if self.listen_endpoint.port != 0 => {
                 tcp_trace!("received RST");
-                self.tuple = None;
-                self.remote_max_edge = None; // DockNet patch: see LISTEN's SYN below
+                // DockNet patch: back to LISTEN as `listen` leaves it, nothing of the
+                // connection kept (its window edge, last ACK and window, and a window scale
+                // turned off by a SYN without the option, which held for every later peer)
+                let listen_endpoint = self.listen_endpoint;
+                self.reset();
+                self.listen_endpoint = listen_endpoint;
                 self.set_state(State::Listen);
                 return None;
             }
@@ -5005,7 +5009,6 @@ mod test {
     #[test]
     fn test_docknet_a_reset_half_open_connection_leaves_no_edge_behind() {
         let mut s = socket_listen();
-        s.set_ack_delay(None);
         let syn = |seq| TcpRepr {
             control: TcpControl::Syn,
             seq_number: seq,
@@ -5034,13 +5037,14 @@ mod test {
             }
         );
         assert_eq!(s.state, State::Listen);
+        assert_eq!(s.listen_endpoint, LISTEN_END);
         assert_eq!(s.remote_max_edge, None);
+        assert_eq!(s.remote_last_ack, None);
         // the next peer's numbers start 40 bytes before: the old edge lay 40 bytes past its room
         let isn = REMOTE_SEQ - 40;
         send!(s, syn(isn));
         assert_eq!(s.state, State::SynReceived);
         assert_eq!(s.remote_max_edge, None);
-        s.local_seq_no = LOCAL_SEQ;
         recv!(
             s,
             [TcpRepr {
@@ -5063,6 +5067,40 @@ mod test {
         );
         assert_eq!(s.state, State::Established);
         assert_eq!(s.rx_buffer.len(), 64, "as far as the buffer holds");
+    }
+
+    /// DockNet patch: a peer whose SYN had no window scale option, reset while half open,
+    /// leaves the listener offering its scale to the next peer (it turned scaling off for
+    /// every later connection of that socket).
+    #[test]
+    fn test_docknet_a_reset_half_open_connection_leaves_the_window_scale_on() {
+        let mut s = socket_with_buffer_sizes(64, 256 * 1024);
+        s.state = State::Listen;
+        s.listen_endpoint = LISTEN_END;
+        let shift = s.remote_win_shift;
+        assert!(shift > 0);
+        send!(
+            s,
+            TcpRepr {
+                control: TcpControl::Syn,
+                seq_number: REMOTE_SEQ,
+                ack_number: None,
+                window_scale: None,
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.remote_win_shift, 0);
+        send!(
+            s,
+            TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ),
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.state, State::Listen);
+        assert_eq!(s.remote_win_shift, shift);
     }
 
     /// DockNet patch: a segment that fills the window up to an edge advertised before a

@@ -123,7 +123,7 @@ enum Cmd {
     },
     /// Half-open connections ended by a RST, each followed by a connection from the same port
     /// whose numbers start 300 KB before the first's and which sends up to where the first's
-    /// window ended, past its own buffer's room; report the acknowledgements past the room.
+    /// window ended, past its own buffer's room; report the segments sent past the room.
     StaleEdge {
         /// The server.
         #[arg(long)]

