@@ -127,7 +127,10 @@ fn a_partner_that_rewrites_its_frames_as_they_are_read_hurts_only_itself() {
         );
         let v = peer_json(&lab.wait(evil, Duration::from_secs(30)));
         let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
-        assert!(n("connections") > 0 && n("segments") > 1000, "{v}");
+        // (writing over the server's frames, the attacker also garbles what it reads itself:
+        // its handshakes can fail for seconds, which hurts only it, so fewer segments leave)
+        let least = if theirs { 200 } else { 1000 };
+        assert!(n("connections") > 0 && n("segments") > least, "{v}");
         if theirs {
             assert!(n("their_writes") > 1000, "{v}");
             // the server answered over the channel while its frames were written over (a few
