@@ -54,16 +54,31 @@ pub fn client_sized(d: &Daemon, pipe: &str, ip: &str, bytes: u64, size: usize) -
 }
 
 /// A checked transfer of `bytes` from pipe `from.1` on daemon `from.0` to a server on pipe
-/// `to.1` of daemon `to.0` at address `to.2`.
+/// `to.1` of daemon `to.0` at address `to.2`, in writes of 64 KiB.
 pub fn transfer_between(
     from: (&Daemon, &str),
     to: (&Daemon, &str, &str),
     bytes: u64,
 ) -> serde_json::Value {
-    let mut srv = server(to.0, to.1, to.2);
+    transfer_sized(from, to, bytes, 65536)
+}
+
+/// [`transfer_between`] in writes of `size` bytes. The server is ended when the client
+/// failed (it would wait for its connection for good).
+pub fn transfer_sized(
+    from: (&Daemon, &str),
+    to: (&Daemon, &str, &str),
+    bytes: u64,
+    size: usize,
+) -> serde_json::Value {
+    let mut srv = Reaped(server(to.0, to.1, to.2));
     std::thread::sleep(Duration::from_millis(300));
-    let o = client(from.0, from.1, to.2, bytes).output().unwrap();
-    let _ = srv.wait();
+    let o = client_sized(from.0, from.1, to.2, bytes, size)
+        .output()
+        .unwrap();
+    if o.status.success() {
+        let _ = srv.0.wait();
+    }
     result_of(o, "transfer failed")
 }
 

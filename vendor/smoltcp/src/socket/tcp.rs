@@ -2110,9 +2110,9 @@ impl<'a> Socket<'a> {
                 });
                 self.local_seq_no = Self::random_seq_no(cx);
                 self.remote_seq_no = repr.seq_number + 1;
-                // DockNet patch: edges belong to one connection; a listener back from
-                // SYN-RECEIVED (a RST) kept the last one's, which this one's numbers may lie
-                // far before
+                // DockNet patch: an edge belongs to the connection whose numbers start here
+                // (a RST back to LISTEN resets the socket too; this keeps it so whatever path
+                // led here)
                 self.remote_max_edge = None;
                 self.remote_last_seq = self.local_seq_no;
                 self.remote_has_sack = repr.sack_permitted;
