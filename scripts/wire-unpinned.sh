@@ -15,7 +15,13 @@
 #
 #   ./scripts/wire-unpinned.sh [--help]    SECONDS_PER_RUN=2 REPEAT=3; QUICK=1: one short
 #                                          64 B line per path; DOCKNET_BIN=DIR: docknet and
-#                                          dnperf from DIR, no setup
+#                                          dnperf from DIR, no setup; WIRE_RATE=10gbit: the
+#                                          wire shaped to that rate (tc's syntax)
+#
+# WIRE_RATE shapes each host's end of the wire with TBF (burst 256 kB, latency 2 ms, as the
+# lab's --wire-rate), a 10 Gbit/s link between two machines. The `xdp` path is left out then:
+# AF_XDP's transmit hands frames to the driver past the queueing discipline, so a shaper on
+# the host's end would not see them (the lab shapes its switch's ports instead).
 #
 # Prints a table and writes results/wire-unpinned.tsv (rep, path, workload, size, p50 us,
 # p99 us, Gbps). Runs as root; a normal user is re-run under sudo.
@@ -64,6 +70,10 @@ wire_up() {
     for x in a b; do
         ip -n "$TAG$x" link set eth0 up
         ip -n "$TAG$x" link set lo up
+        if [ -n "${WIRE_RATE:-}" ]; then
+            ip netns exec "$TAG$x" tc qdisc add dev eth0 root tbf rate "$WIRE_RATE" \
+                burst 256kb latency 2ms
+        fi
     done
 }
 
@@ -136,9 +146,14 @@ docknet() {
 }
 
 TSV=$OUT/wire-unpinned.tsv
+PATHS=(kernel xdp auto host vxlan)
+if [ -n "${WIRE_RATE:-}" ]; then
+    PATHS=(kernel auto host vxlan)
+    echo "wire shaped to $WIRE_RATE each way; the xdp path is left out (its frames pass the shaper by)" >&2
+fi
 printf 'rep\tpath\tworkload\tsize\tp50_us\tp99_us\tgbps\n' >"$TSV"
 for rep in $(seq "$REPEAT"); do
-    for path in kernel xdp auto host vxlan; do
+    for path in "${PATHS[@]}"; do
         wire_up
         [ "$path" = kernel ] || daemons "$path"
         for load in "${LOADS[@]}"; do
