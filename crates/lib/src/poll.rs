@@ -192,6 +192,13 @@ impl Stack {
         collect(self, &mut self.lock(), watches, out);
     }
 
+    /// [`Stack::ready_now`] appending to any collection (nothing cleared): a `SmallVec` on the
+    /// caller's stack makes a look that allocates nothing, as a `poll` or `select` of a few
+    /// sockets wants on every call.
+    pub fn ready_now_into(&self, watches: &[Watch<'_>], out: &mut impl Extend<(usize, Ready)>) {
+        collect(self, &mut self.lock(), watches, out);
+    }
+
     /// Polls the stack, then waits until `ready` (asked under the stack's lock after each
     /// poll) says so, `timeout` passes, or one of `wakers` is woken after its token was read:
     /// every wait of an event loop ([`Stack::wait_wakeable`], [`Stack::wait_changes`]).
@@ -222,7 +229,7 @@ fn collect(
     stack: &Stack,
     g: &mut crate::stack::Inner,
     watches: &[Watch<'_>],
-    out: &mut Vec<(usize, Ready)>,
+    out: &mut impl Extend<(usize, Ready)>,
 ) {
     for (i, w) in watches.iter().enumerate() {
         let (ready, interest) = match w {
@@ -238,7 +245,7 @@ fn collect(
             _ => continue,
         };
         if ready.any(interest) {
-            out.push((i, ready));
+            out.extend([(i, ready)]);
         }
     }
 }

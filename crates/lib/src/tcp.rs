@@ -106,13 +106,14 @@ impl TcpListener {
         let Some(l) = g.listeners.iter().find(|l| l.port == self.port) else {
             return false;
         };
-        let pool = l.pool.clone();
-        pool.iter().any(|h| established(g, *h))
+        // (every poll and select of an event loop with its listener among the sockets asks:
+        // looked at in place, nothing copied)
+        l.pool.iter().any(|h| established(g, *h))
     }
 }
 
 /// A pooled socket that has a connection.
-fn established(g: &mut Inner, h: SocketHandle) -> bool {
+fn established(g: &Inner, h: SocketHandle) -> bool {
     !matches!(
         g.tcp_ref(h).state(),
         tcp::State::Listen | tcp::State::SynReceived | tcp::State::Closed
@@ -125,8 +126,10 @@ pub(crate) fn accept_step(
     port: u16,
 ) -> Option<io::Result<(SocketHandle, Option<SocketAddr>)>> {
     let li = g.listeners.iter().position(|l| l.port == port)?;
-    let pool = g.listeners[li].pool.clone();
-    let i = pool.iter().position(|h| established(g, *h))?;
+    let i = g.listeners[li]
+        .pool
+        .iter()
+        .position(|h| established(g, *h))?;
     let h = g.listeners[li].pool.remove(i);
     g.listeners[li].half_open_since.remove(&h);
     // the handshake's deadline does not follow the connection (an idle one would be aborted)

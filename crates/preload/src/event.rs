@@ -432,8 +432,8 @@ pub(crate) fn check_now(st: &Stack, socks: &[(Arc<Sock>, u32)]) -> Few<(usize, u
         }
     }
     if !watches.is_empty() {
-        let mut out = Vec::new();
-        st.ready_now(&watches, &mut out);
+        let mut out: Few<(usize, Ready)> = Few::new();
+        st.ready_now_into(&watches, &mut out);
         for (j, r) in out {
             let i = idx[j];
             res.push((i, socks[i].0.bits(r)));
@@ -463,27 +463,24 @@ pub fn poll_timed(
     if ops::forked() {
         return poll_inherited(fds, timeout_ms);
     }
-    let mut dn: Few<(usize, Arc<Sock>)> = Few::new();
+    // (index in `fds`, and the socket with the events asked for; built in place, as every
+    // call of a busy loop's poll or select does)
+    let mut at: Few<usize> = Few::new();
+    let mut socks: Few<(Arc<Sock>, u32)> = Few::new();
     for (i, p) in fds.iter().enumerate() {
         if TABLE.maybe(p.fd) {
             if let Some(s) = TABLE.sock(p.fd).filter(|s| s.adopted()) {
-                dn.push((i, s));
+                at.push(i);
+                socks.push((s, p.events as u16 as u32));
             }
         }
     }
-    if dn.is_empty() {
+    if at.is_empty() {
         return None;
     }
     let st = stack_if_attached()?;
-    let kidx: Few<usize> = (0..fds.len())
-        .filter(|i| !dn.iter().any(|(j, _)| j == i))
-        .collect();
+    let kidx: Few<usize> = (0..fds.len()).filter(|i| !at.contains(i)).collect();
     let mut kfds: Few<libc::pollfd> = kidx.iter().map(|&i| fds[i]).collect();
-    // (index in `fds`, and the socket with the events asked for)
-    let (at, socks): (Few<usize>, Few<(Arc<Sock>, u32)>) = dn
-        .into_iter()
-        .map(|(i, s)| (i, (s, fds[i].events as u16 as u32)))
-        .unzip();
     // The deadline and the spin start with the first look that finds nothing: a call that
     // finds something at once (most of them, in a busy loop) reads no clock.
     *deadline = None;
