@@ -11,14 +11,22 @@ docknet_root() {
         fi
         return 0
     fi
-    local me
+    local me v keep=()
     me=$(basename "$0")
+    # the scripts' own settings (each script's --help says which it reads), kept where given
+    for v in SECONDS_PER_RUN SECONDS_MEASURED REPEAT QUICK KEEP DOCKNET_BIN WIRE_RATE UNPINNED \
+        SETTLE RESTART_T KILL_T RATES MODES DAEMON_IDLE BIN DOCKNET_TEST_TIMEOUT \
+        DOCKNET_EXTRA_PACKAGES GOFLAGS; do
+        if [ -n "${!v:-}" ]; then
+            keep+=("$v=${!v}")
+        fi
+    done
     if command -v sudo >/dev/null 2>&1; then
         echo "$me: needs root (network namespaces, mounts, apt-get): re-running under sudo" >&2
         exec sudo env "PATH=$PATH" \
             "CARGO_HOME=${CARGO_HOME:-$HOME/.cargo}" "RUSTUP_HOME=${RUSTUP_HOME:-$HOME/.rustup}" \
             "DOCKNET_OWNER=$(id -u):$(id -g)" "FULL=${FULL:-0}" "OUT=${OUT:-results}" \
-            "$0" "$@"
+            "${keep[@]}" "$0" "$@"
     fi
     echo "$me: needs root (network namespaces, mounts, apt-get): run it as root, or install sudo and run it again" >&2
     exit 1

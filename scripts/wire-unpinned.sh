@@ -24,7 +24,7 @@
 # the host's end would not see them (the lab shapes its switch's ports instead).
 #
 # Prints a table and writes results/wire-unpinned.tsv (rep, path, workload, size, p50 us,
-# p99 us, Gbps). Runs as root; a normal user is re-run under sudo.
+# p99 us, Gbps; results/wire-unpinned-RATE.tsv with WIRE_RATE). Runs as root; a normal user is re-run under sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -148,6 +148,7 @@ docknet() {
 TSV=$OUT/wire-unpinned.tsv
 PATHS=(kernel xdp auto host vxlan)
 if [ -n "${WIRE_RATE:-}" ]; then
+    TSV=$OUT/wire-unpinned-$WIRE_RATE.tsv
     PATHS=(kernel auto host vxlan)
     echo "wire shaped to $WIRE_RATE each way; the xdp path is left out (its frames pass the shaper by)" >&2
 fi
