@@ -24,7 +24,8 @@
 # the host's end would not see them (the lab shapes its switch's ports instead).
 #
 # Prints a table and writes results/wire-unpinned.tsv (rep, path, workload, size, p50 us,
-# p99 us, Gbps; results/wire-unpinned-RATE.tsv with WIRE_RATE). Runs as root; a normal user is re-run under sudo.
+# p99 us, Gbps; results/wire-unpinned-RATE.tsv with WIRE_RATE). Runs as root; a normal user is
+# re-run under sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh

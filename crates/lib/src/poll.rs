@@ -189,7 +189,7 @@ impl Stack {
     /// saving the poll of every socket that a zero-timeout wait makes.
     pub fn ready_now(&self, watches: &[Watch<'_>], out: &mut Vec<(usize, Ready)>) {
         out.clear();
-        collect(self, &mut self.lock(), watches, out);
+        self.ready_now_into(watches, out);
     }
 
     /// [`Stack::ready_now`] appending to any collection (nothing cleared): a `SmallVec` on the
