@@ -136,8 +136,9 @@ enum Cmd {
         #[arg(long, value_name = "IFACE")]
         nic: Option<String>,
         /// How to drive --nic: auto (AF_XDP where the driver has zero-copy, else AF_PACKET),
-        /// xdp (AF_XDP sockets behind an XDP flow director; frames up to about 3.5 KiB, each
-        /// copied on links without zero-copy, veth among them) or packet (AF_PACKET, any link and
+        /// xdp (AF_XDP sockets behind an XDP flow director; frames up to the link's MTU, in
+        /// several 4 KiB buffers above about 3.8 KiB (jumbo frames: multi-buffer XDP, Linux 6.6),
+        /// each copied on links without zero-copy, veth among them) or packet (AF_PACKET, any link and
         /// MTU, with segment offload: TCP segments of up to 64 KiB leave whole for the kernel or
         /// the NIC to cut, and coalesced ones arrive whole). `docknet status` shows which runs.
         #[arg(long, default_value = "auto", requires = "nic")]

@@ -83,8 +83,9 @@ static __always_inline int pass(void)
 	return XDP_PASS;
 }
 
-SEC("xdp")
-int docknet_flow_director(struct xdp_md *ctx)
+// Headers are read from the frame's first buffer: a multi-buffer frame (the frags program
+// below) keeps at least a page there, far more than Ethernet, IPv4, UDP or ARP take.
+static __always_inline int direct(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -122,6 +123,22 @@ redirect:;
 	int act = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
 	count(act == XDP_REDIRECT ? REDIRECTED : NO_SOCKET);
 	return act;
+}
+
+// Single-buffer frames: links whose MTU fits a 4 KiB chunk.
+SEC("xdp")
+int docknet_flow_director(struct xdp_md *ctx)
+{
+	return direct(ctx);
+}
+
+// The same director for links with a larger MTU (jumbo frames): loaded with the kernel's
+// multi-buffer flag, so that a frame may come in several buffers (and reach an AF_XDP socket
+// bound with XDP_USE_SG as several descriptors).
+SEC("xdp.frags")
+int docknet_flow_director_frags(struct xdp_md *ctx)
+{
+	return direct(ctx);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -88,13 +88,16 @@ pub fn two_nodes(mode: &str, client: &str, server: &str) -> (Wire, Daemon, Daemo
     two_nodes_at(1500, mode, client, server)
 }
 
-/// [`two_nodes`] on a wire of MTU `mtu`.
+/// [`two_nodes`] on a wire of MTU `mtu`, the pipes at the same MTU.
 pub fn two_nodes_at(mtu: u32, mode: &str, client: &str, server: &str) -> (Wire, Daemon, Daemon) {
     let wire = Wire::build(mtu, &Shape::default()).unwrap();
     let a = host_daemon(&wire, &wire.host_a, mode);
     let b = host_daemon(&wire, &wire.host_b, mode);
-    ok(&a, &["pipe", "create", "c0", "--ip", client]);
-    ok(&b, &["pipe", "create", "s0", "--ip", server]);
+    // pipes at the wire's MTU, as the lab makes them: their segments to the far host are as
+    // large as the wire takes
+    let m = mtu.to_string();
+    ok(&a, &["pipe", "create", "c0", "--ip", client, "--mtu", &m]);
+    ok(&b, &["pipe", "create", "s0", "--ip", server, "--mtu", &m]);
     (wire, a, b)
 }
 

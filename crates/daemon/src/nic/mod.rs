@@ -136,8 +136,12 @@ pub struct PortCounters {
     pub tx_completed: u64,
     /// `sendto` kicks of the tx ring (AF_XDP).
     pub tx_kicks: u64,
-    /// Receive descriptors outside the port's memory.
+    /// Receive descriptors outside the port's memory, and multi-buffer frames (AF_XDP) refused
+    /// for one (or for more bytes than the link's frame).
     pub rx_bad_desc: u64,
+    /// AF_XDP: completions of no transmit in flight (none expected from the kernel).
+    #[serde(default)]
+    pub tx_bad_completion: u64,
     /// Times the kernel said it lost frames (AF_PACKET ring full).
     pub rx_ring_losing: u64,
     /// Frames the flow director sent to the daemon (AF_XDP).

@@ -12,8 +12,14 @@
 //! veth copies) and sets `XDP_USE_NEED_WAKEUP`: the fill ring is kicked with `poll` and the tx
 //! ring with `sendto` whenever the kernel asks (in copy mode, for every batch sent).
 //!
-//! Frames are single buffers: a frame must fit a chunk less the kernel's headroom (the link's
-//! MTU up to about 3.5 KiB; larger MTUs need multi-buffer XDP, which this port does not do).
+//! A frame fits one chunk less the kernel's headroom where the link's MTU allows (up to about
+//! 3.8 KiB). A larger MTU (jumbo frames) takes multi-buffer XDP: the director is loaded with the
+//! kernel's frags flag and the sockets are bound with `XDP_USE_SG`, so a frame arrives as
+//! several descriptors (all but the last marked `XDP_PKT_CONTD`), gathered here into one
+//! buffer, and leaves the same way from a slot of consecutive chunks (written in place, cut
+//! into descriptors of a chunk each). A frame's descriptors go into the tx ring in order (what
+//! finds no room waits for the next kick: the kernel holds a frame until its last descriptor
+//! comes), and its slot returns to the pool when the last of them is completed.
 
 #![allow(unsafe_code)]
 
@@ -33,13 +39,23 @@ use xdpilone::{DeviceQueue, IfInfo, RingRx, RingTx, Socket, SocketConfig, Umem, 
 /// (Aligned: the ELF parser reads it in place.)
 static PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/flow_director.o"));
 const PROGRAM_NAME: &str = "docknet_flow_director";
+/// The same director, loaded with the multi-buffer flag (section `xdp.frags`).
+const PROGRAM_NAME_FRAGS: &str = "docknet_flow_director_frags";
 
 /// Chunk size (one page).
 pub const CHUNK: u32 = 4096;
 /// Where the kernel puts a received frame within its chunk in copy mode (XDP_PACKET_HEADROOM).
 const HEADROOM: u32 = 256;
-/// Longest frame this port sends or receives.
+/// Longest frame in one buffer (a larger one takes several, up to [`MAX_SG_FRAME`]).
 pub const MAX_FRAME: usize = (CHUNK - HEADROOM) as usize;
+/// Buffers of one multi-buffer frame at most (the kernel's copy path takes up to 17).
+const MAX_BUFS: usize = 16;
+/// Longest frame this port sends or receives (multi-buffer).
+pub const MAX_SG_FRAME: usize = MAX_BUFS * MAX_FRAME;
+/// Bind flag: multi-buffer frames (`XDP_USE_SG`, Linux 6.6).
+const XDP_USE_SG: u16 = 1 << 4;
+/// Descriptor option: more buffers of this frame follow (`XDP_PKT_CONTD`).
+const XDP_PKT_CONTD: u32 = 1;
 /// Ring sizes (fill, completion, rx, tx).
 const RING: u32 = 2048;
 /// Chunks each queue keeps in its fill ring.
@@ -110,6 +126,11 @@ struct Queue {
     dev: DeviceQueue,
     /// Chunks received and handed back on the next refill.
     refill: Vec<u64>,
+    /// A multi-buffer frame being gathered: its bytes so far (at most the port's frame),
+    /// whether its last descriptor said more follow, and whether it is refused already.
+    gather: Vec<u8>,
+    gathering: bool,
+    gather_bad: bool,
 }
 
 /// The AF_XDP port.
@@ -117,7 +138,12 @@ pub struct XdpPort {
     info: PortInfo,
     queues: Vec<Queue>,
     tx: RingTx,
+    /// Transmit slots not in the kernel's hands, by address.
     free_tx: Vec<u64>,
+    /// Where the transmit slots are (one chunk each unless frames take several buffers).
+    slots: Slots,
+    /// Descriptors of each slot's frame still with the kernel.
+    tx_out: Vec<u8>,
     tx_pending: Vec<XdpDesc>,
     pipes: BpfHashMap<MapData, u32, u8>,
     in_map: HashSet<u32>,
@@ -163,20 +189,32 @@ impl XdpPort {
         if nq > 64 {
             return Err(NicError::Setup("at most 64 queues".into()));
         }
-        if link.mtu as usize + super::wire::ETH > MAX_FRAME {
+        let frame = link.mtu as usize + super::wire::ETH;
+        if frame > MAX_SG_FRAME {
             return Err(NicError::Setup(format!(
-                "link {} has MTU {}: AF_XDP here takes frames up to {} bytes (single buffer); \
-                 lower the MTU to {} or use --nic-mode packet",
+                "link {} has MTU {}: AF_XDP here takes frames up to {MAX_SG_FRAME} bytes \
+                 ({MAX_BUFS} buffers); lower the MTU to {} or use --nic-mode packet",
                 link.name,
                 link.mtu,
-                MAX_FRAME,
-                MAX_FRAME - super::wire::ETH
+                MAX_SG_FRAME - super::wire::ETH
             )));
         }
+        // a frame larger than one buffer: multi-buffer XDP
+        let multi = frame > MAX_FRAME;
+        let (frame, slot_chunks) = if multi {
+            (frame, frame.div_ceil(CHUNK as usize) as u32)
+        } else {
+            (MAX_FRAME, 1)
+        };
         let mut bpf = aya::Ebpf::load(PROGRAM)
             .map_err(|e| NicError::Setup(format!("loading the flow director: {e}")))?;
+        let name = if multi {
+            PROGRAM_NAME_FRAGS
+        } else {
+            PROGRAM_NAME
+        };
         let prog: &mut Xdp = bpf
-            .program_mut(PROGRAM_NAME)
+            .program_mut(name)
             .ok_or_else(|| NicError::Setup("the flow director has no program".into()))?
             .try_into()
             .map_err(|e| NicError::Setup(format!("the flow director: {e}")))?;
@@ -247,7 +285,7 @@ impl XdpPort {
             let sc = SocketConfig {
                 rx_size: NonZeroU32::new(RING),
                 tx_size: if q == 0 { NonZeroU32::new(RING) } else { None },
-                bind_flags: SocketConfig::XDP_BIND_NEED_WAKEUP,
+                bind_flags: SocketConfig::XDP_BIND_NEED_WAKEUP | if multi { XDP_USE_SG } else { 0 },
             };
             let user = umem
                 .rx_tx(&sock, &sc)
@@ -261,8 +299,13 @@ impl XdpPort {
             umem.bind(&user).map_err(|e| {
                 errno(
                     &format!(
-                        "binding queue {q} of {} (does the link have {nq} queues?)",
-                        link.name
+                        "binding queue {q} of {}{} (does the link have {nq} queues?)",
+                        link.name,
+                        if multi {
+                            " for multi-buffer frames (Linux 6.6 or later)"
+                        } else {
+                            ""
+                        }
                     ),
                     e,
                 )
@@ -286,13 +329,18 @@ impl XdpPort {
                 rx,
                 dev,
                 refill: Vec::with_capacity(RING as usize),
+                gather: Vec::new(),
+                gathering: false,
+                gather_bad: false,
             });
         }
         let tx = tx.ok_or_else(|| NicError::Setup("no tx ring".into()))?;
-        let tx_first = u64::from(nq * RX_CHUNKS);
-        let free_tx = (tx_first..tx_first + u64::from(TX_CHUNKS))
-            .map(|c| c * u64::from(CHUNK))
-            .collect();
+        let slots = Slots {
+            base: u64::from(nq * RX_CHUNKS) * u64::from(CHUNK),
+            chunks: slot_chunks,
+            count: (TX_CHUNKS / slot_chunks) as usize,
+        };
+        let free_tx = (0..slots.count).map(|s| slots.addr(s)).collect();
         let zero_copy = xdp_zero_copy(queue_list[0].rx.as_raw_fd());
         Ok(XdpPort {
             info: PortInfo {
@@ -300,13 +348,15 @@ impl XdpPort {
                 queues: nq,
                 attach: attach.into(),
                 copy: if zero_copy { "zero-copy" } else { "copy" }.into(),
-                max_frame: MAX_FRAME,
+                max_frame: frame,
                 offload: false,
             },
             queues: queue_list,
             tx,
             free_tx,
-            tx_pending: Vec::with_capacity(TX_BATCH),
+            slots,
+            tx_out: vec![0; slots.count],
+            tx_pending: Vec::with_capacity(TX_BATCH + MAX_BUFS),
             pipes,
             in_map: HashSet::new(),
             vteps,
@@ -319,13 +369,23 @@ impl XdpPort {
         })
     }
 
-    /// Takes completed transmissions back into the pool.
+    /// Takes completed transmissions back into the pool: a slot when the last descriptor of
+    /// its frame is completed.
     fn complete(&mut self) {
-        let dev = &mut self.queues[0].dev;
-        let mut r = dev.complete(RING);
+        let slots = self.slots;
+        let mut r = self.queues[0].dev.complete(RING);
         while let Some(addr) = r.read() {
-            self.free_tx.push(addr & !u64::from(CHUNK - 1));
-            self.c.tx_completed += 1;
+            match slots.of(addr).map(|s| (s, &mut self.tx_out[s])) {
+                Some((s, out)) if *out > 0 => {
+                    *out -= 1;
+                    if *out == 0 {
+                        self.free_tx.push(slots.addr(s));
+                        self.c.tx_completed += 1;
+                    }
+                }
+                // (the kernel hands back only what it was given)
+                _ => self.c.tx_bad_completion += 1,
+            }
         }
         r.release();
     }
@@ -335,7 +395,10 @@ impl XdpPort {
             return;
         }
         // the ring reserves from a cached view of the kernel's consumer index and refreshes it
-        // only when that view shows no room at all: ask again until all went in or none did
+        // only when that view shows no room at all: ask again until all went in or none did.
+        // What found no room waits for the next kick, in order (its frame's first descriptors
+        // may be in the ring already: the kernel holds a frame until its last one comes). The
+        // pool bounds what can wait.
         let mut done = 0;
         while done < self.tx_pending.len() {
             let mut w = self.tx.transmit((self.tx_pending.len() - done) as u32);
@@ -347,12 +410,7 @@ impl XdpPort {
             }
             done += n;
         }
-        // descriptors the ring had no room for go back to the pool (counted as dropped)
-        for d in self.tx_pending.drain(done..) {
-            self.free_tx.push(d.addr);
-            self.c.tx_ring_full += 1;
-        }
-        self.tx_pending.clear();
+        self.tx_pending.drain(..done);
         self.wake_tx();
     }
 
@@ -376,6 +434,28 @@ impl XdpPort {
             }
         }
         self.tx.pending() == 0
+    }
+}
+
+/// The transmit slots: `count` runs of `chunks` consecutive chunks from `base`.
+#[derive(Debug, Clone, Copy)]
+struct Slots {
+    base: u64,
+    chunks: u32,
+    count: usize,
+}
+
+impl Slots {
+    /// The slot holding the byte at `addr`, if it is in one.
+    fn of(self, addr: u64) -> Option<usize> {
+        let off = addr.checked_sub(self.base)?;
+        let s = usize::try_from(off / u64::from(self.chunks * CHUNK)).ok()?;
+        (s < self.count).then_some(s)
+    }
+
+    /// Where slot `s` starts.
+    fn addr(self, s: usize) -> u64 {
+        self.base + s as u64 * u64::from(self.chunks * CHUNK)
     }
 }
 
@@ -434,24 +514,52 @@ impl Port for XdpPort {
             {
                 let mut r = q.rx.receive((max - n) as u32);
                 while let Some(d) = r.read() {
-                    n += 1;
                     let chunk = d.addr & !u64::from(CHUNK - 1);
                     q.refill.push(chunk);
-                    // the kernel keeps a frame within its chunk; check anyway
+                    // the kernel keeps a buffer within its chunk; check anyway
                     let end = d.addr + u64::from(d.len);
-                    if end > chunk + u64::from(CHUNK) {
-                        self.c.rx_bad_desc += 1;
-                        continue;
-                    }
                     // SAFETY: the chunk came back on the rx ring, so it is ours until it is
                     // put in the fill ring below; nothing else refers to it.
-                    match unsafe { self.area.bytes(d.addr, d.len as usize) } {
-                        Some(b) => f(Rx {
-                            frame: b,
-                            csum_partial: false,
-                            csum_valid: false,
-                        }),
-                        None => self.c.rx_bad_desc += 1,
+                    let bytes = (end <= chunk + u64::from(CHUNK))
+                        .then(|| unsafe { self.area.bytes(d.addr, d.len as usize) })
+                        .flatten();
+                    let more = d.options & XDP_PKT_CONTD != 0;
+                    if !more && !q.gathering {
+                        // a frame in one buffer
+                        n += 1;
+                        match bytes {
+                            Some(b) => f(Rx {
+                                frame: b,
+                                csum_partial: false,
+                                csum_valid: false,
+                            }),
+                            None => self.c.rx_bad_desc += 1,
+                        }
+                        continue;
+                    }
+                    // a buffer of a multi-buffer frame: gathered, up to the port's frame
+                    match bytes {
+                        Some(b)
+                            if !q.gather_bad && q.gather.len() + b.len() <= self.info.max_frame =>
+                        {
+                            q.gather.extend_from_slice(b)
+                        }
+                        _ => q.gather_bad = true,
+                    }
+                    q.gathering = more;
+                    if !more {
+                        n += 1;
+                        if q.gather_bad {
+                            self.c.rx_bad_desc += 1;
+                        } else {
+                            f(Rx {
+                                frame: &mut q.gather,
+                                csum_partial: false,
+                                csum_valid: false,
+                            });
+                        }
+                        q.gather.clear();
+                        q.gather_bad = false;
                     }
                 }
                 r.release();
@@ -477,7 +585,8 @@ impl Port for XdpPort {
             self.c.tx_ring_full += 1;
             return false;
         };
-        let cap = max_len.min(MAX_FRAME);
+        // a slot's chunks are consecutive: the frame is written in place across them
+        let cap = max_len.min(self.info.max_frame);
         // SAFETY: the chunk is in the free pool: not in any ring, so the kernel does not use
         // it, and no other reference to it exists.
         let Some(buf) = (unsafe { self.area.bytes(addr, cap) }) else {
@@ -492,11 +601,19 @@ impl Port for XdpPort {
             self.free_tx.push(addr);
             return false;
         };
-        self.tx_pending.push(XdpDesc {
-            addr,
-            len: len as u32,
-            options: 0,
-        });
+        // one descriptor per chunk, all but the last saying more follow
+        let bufs = len.div_ceil(CHUNK as usize);
+        for i in 0..bufs {
+            let at = i * CHUNK as usize;
+            self.tx_pending.push(XdpDesc {
+                addr: addr + at as u64,
+                len: (len - at).min(CHUNK as usize) as u32,
+                options: if i + 1 < bufs { XDP_PKT_CONTD } else { 0 },
+            });
+        }
+        if let Some(s) = self.slots.of(addr) {
+            self.tx_out[s] = bufs as u8;
+        }
         self.c.tx_frames += 1;
         self.c.tx_bytes += len as u64;
         if self.tx_pending.len() >= TX_BATCH {
@@ -509,7 +626,7 @@ impl Port for XdpPort {
         self.kick_tx();
         let done = self.wake_tx();
         self.complete();
-        done
+        done && self.tx_pending.is_empty()
     }
 
     fn wait_fds(&self) -> Vec<BorrowedFd<'_>> {
@@ -578,5 +695,30 @@ impl Port for XdpPort {
             }
         }
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_found_from_any_of_its_chunks_and_nothing_outside_the_pool_is() {
+        let s = Slots {
+            base: 8 * u64::from(CHUNK),
+            chunks: 3,
+            count: 4,
+        };
+        assert_eq!(s.addr(0), 8 * u64::from(CHUNK));
+        assert_eq!(s.addr(1), 11 * u64::from(CHUNK));
+        for s_ in 0..4 {
+            for at in [0, 1, u64::from(CHUNK), 3 * u64::from(CHUNK) - 1] {
+                assert_eq!(s.of(s.addr(s_) + at), Some(s_));
+            }
+        }
+        // before the pool, and past its last slot
+        assert_eq!(s.of(8 * u64::from(CHUNK) - 1), None);
+        assert_eq!(s.of(s.addr(3) + 3 * u64::from(CHUNK)), None);
+        assert_eq!(s.of(u64::MAX), None);
     }
 }
