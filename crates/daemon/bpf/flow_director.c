@@ -83,8 +83,8 @@ static __always_inline int pass(void)
 	return XDP_PASS;
 }
 
-// Headers are read from the frame's first buffer: a multi-buffer frame (the frags program
-// below) keeps at least a page there, far more than Ethernet, IPv4, UDP or ARP take.
+// Headers are read from the frame's first buffer: in a multi-buffer frame (the frags program
+// below) it holds the frame's first 3.5 KiB or so, far more than Ethernet, IPv4, UDP or ARP take.
 static __always_inline int direct(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;

@@ -126,7 +126,8 @@ pub struct PortCounters {
     pub tx_frames: u64,
     /// Bytes of those.
     pub tx_bytes: u64,
-    /// Frames that found the tx ring (or queue) full and were dropped.
+    /// Frames dropped for want of room: the tx ring or queue full (AF_PACKET), no transmit
+    /// slot free (AF_XDP).
     pub tx_ring_full: u64,
     /// Frames the kernel took with their payload straight from the pipe's ring
     /// ([`Port::send_split`], AF_PACKET; those it refused are in `tx_ring_full`).

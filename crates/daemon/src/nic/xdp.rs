@@ -126,11 +126,8 @@ struct Queue {
     dev: DeviceQueue,
     /// Chunks received and handed back on the next refill.
     refill: Vec<u64>,
-    /// A multi-buffer frame being gathered: its bytes so far (at most the port's frame),
-    /// whether its last descriptor said more follow, and whether it is refused already.
-    gather: Vec<u8>,
-    gathering: bool,
-    gather_bad: bool,
+    /// A multi-buffer frame being gathered.
+    gather: Gather,
 }
 
 /// The AF_XDP port.
@@ -329,9 +326,7 @@ impl XdpPort {
                 rx,
                 dev,
                 refill: Vec::with_capacity(RING as usize),
-                gather: Vec::new(),
-                gathering: false,
-                gather_bad: false,
+                gather: Gather::new(frame),
             });
         }
         let tx = tx.ok_or_else(|| NicError::Setup("no tx ring".into()))?;
@@ -415,7 +410,7 @@ impl XdpPort {
     }
 
     /// Kicks the tx ring until the kernel took everything or stopped making progress (in copy
-    /// mode one `sendto` sends at most 32 frames). True when nothing is left.
+    /// mode one `sendto` takes at most 32 descriptors). True when nothing is left.
     fn wake_tx(&mut self) -> bool {
         for _ in 0..64 {
             let left = self.tx.pending();
@@ -434,6 +429,65 @@ impl XdpPort {
             }
         }
         self.tx.pending() == 0
+    }
+}
+
+/// A frame received in several buffers, gathered into one (at most `max` bytes).
+#[derive(Debug)]
+struct Gather {
+    buf: Vec<u8>,
+    max: usize,
+    /// A buffer came that said more follow, and the frame's last has not.
+    open: bool,
+    /// The frame is refused (a buffer missing or past `max`): its bytes are not kept.
+    bad: bool,
+}
+
+/// What a buffer given to [`Gather::push`] made.
+#[derive(Debug, PartialEq)]
+enum Gathered<'a> {
+    /// The frame goes on.
+    More,
+    /// The frame is whole.
+    Frame(&'a mut [u8]),
+    /// The frame ended refused (it was too long, or one of its buffers could not be read).
+    Refused,
+}
+
+impl Gather {
+    fn new(max: usize) -> Gather {
+        Gather {
+            buf: Vec::new(),
+            max,
+            open: false,
+            bad: false,
+        }
+    }
+
+    /// Whether a frame is being gathered.
+    fn open(&self) -> bool {
+        self.open
+    }
+
+    /// Takes one buffer of a frame (`None`: one that could not be read); `more`: others
+    /// follow. The frame returned lives until the next push.
+    fn push(&mut self, bytes: Option<&[u8]>, more: bool) -> Gathered<'_> {
+        if !self.open {
+            self.buf.clear();
+            self.bad = false;
+        }
+        match bytes {
+            Some(b) if !self.bad && self.buf.len() + b.len() <= self.max => {
+                self.buf.extend_from_slice(b)
+            }
+            _ => self.bad = true,
+        }
+        self.open = more;
+        match (more, self.bad) {
+            (true, _) => Gathered::More,
+            (false, true) => Gathered::Refused,
+            (false, false) => Gathered::Frame(&mut self.buf),
+        }
     }
 }
 
@@ -524,7 +578,7 @@ impl Port for XdpPort {
                         .then(|| unsafe { self.area.bytes(d.addr, d.len as usize) })
                         .flatten();
                     let more = d.options & XDP_PKT_CONTD != 0;
-                    if !more && !q.gathering {
+                    if !more && !q.gather.open() {
                         // a frame in one buffer
                         n += 1;
                         match bytes {
@@ -537,29 +591,21 @@ impl Port for XdpPort {
                         }
                         continue;
                     }
-                    // a buffer of a multi-buffer frame: gathered, up to the port's frame
-                    match bytes {
-                        Some(b)
-                            if !q.gather_bad && q.gather.len() + b.len() <= self.info.max_frame =>
-                        {
-                            q.gather.extend_from_slice(b)
-                        }
-                        _ => q.gather_bad = true,
-                    }
-                    q.gathering = more;
-                    if !more {
-                        n += 1;
-                        if q.gather_bad {
-                            self.c.rx_bad_desc += 1;
-                        } else {
+                    // a buffer of a multi-buffer frame
+                    match q.gather.push(bytes.as_deref(), more) {
+                        Gathered::More => {}
+                        Gathered::Frame(frame) => {
+                            n += 1;
                             f(Rx {
-                                frame: &mut q.gather,
+                                frame,
                                 csum_partial: false,
                                 csum_valid: false,
                             });
                         }
-                        q.gather.clear();
-                        q.gather_bad = false;
+                        Gathered::Refused => {
+                            n += 1;
+                            self.c.rx_bad_desc += 1;
+                        }
                     }
                 }
                 r.release();
@@ -701,6 +747,43 @@ impl Port for XdpPort {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frame_in_several_buffers_is_gathered_whole_and_the_next_starts_afresh() {
+        let mut g = Gather::new(10);
+        assert_eq!(g.push(Some(&[1, 2, 3]), true), Gathered::More);
+        assert!(g.open());
+        // (a later receive call goes on where the last left off)
+        assert_eq!(g.push(Some(&[4]), true), Gathered::More);
+        assert_eq!(
+            g.push(Some(&[5, 6]), false),
+            Gathered::Frame(&mut [1, 2, 3, 4, 5, 6])
+        );
+        assert!(!g.open());
+        assert_eq!(g.push(Some(&[7]), true), Gathered::More);
+        assert_eq!(g.push(Some(&[8]), false), Gathered::Frame(&mut [7, 8]));
+    }
+
+    #[test]
+    fn a_frame_past_the_limit_or_with_an_unreadable_buffer_is_refused_whole() {
+        let mut g = Gather::new(4);
+        assert_eq!(g.push(Some(&[1, 2, 3]), true), Gathered::More);
+        // past the limit: refused, and the rest of it with it
+        assert_eq!(g.push(Some(&[4, 5]), true), Gathered::More);
+        assert_eq!(g.push(Some(&[6]), false), Gathered::Refused);
+        // the next frame is whole again
+        assert_eq!(g.push(Some(&[1, 2]), true), Gathered::More);
+        assert_eq!(
+            g.push(Some(&[3, 4]), false),
+            Gathered::Frame(&mut [1, 2, 3, 4])
+        );
+        // a buffer that could not be read refuses its frame, even a later good one
+        assert_eq!(g.push(None, true), Gathered::More);
+        assert_eq!(g.push(Some(&[1]), false), Gathered::Refused);
+        // a frame's last buffer alone, unreadable
+        assert_eq!(g.push(None, false), Gathered::Refused);
+        assert_eq!(g.push(Some(&[9]), false), Gathered::Frame(&mut [9]));
+    }
 
     #[test]
     fn a_slot_is_found_from_any_of_its_chunks_and_nothing_outside_the_pool_is() {
