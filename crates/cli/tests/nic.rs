@@ -715,14 +715,20 @@ fn a_missing_or_down_link_gets_one_line() {
         return;
     }
     let run = tempfile::tempdir().unwrap();
+    // (a daemon that starts where it should have refused runs until `timeout` ends it: the
+    // test fails on its output instead of hanging)
     let daemon = |ns: Option<&str>, link: &str, mode: &str| {
         let mut c = match ns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, EXE]);
+                c.args(["netns", "exec", ns, "timeout", "-s", "KILL", "20", EXE]);
                 c
             }
-            None => Command::new(EXE),
+            None => {
+                let mut c = Command::new("timeout");
+                c.args(["-s", "KILL", "20", EXE]);
+                c
+            }
         };
         c.arg("--socket")
             .arg(run.path().join("s"))
@@ -750,7 +756,8 @@ fn a_missing_or_down_link_gets_one_line() {
         err.contains("is down") && err.contains("ip link set") && err.trim().lines().count() == 1,
         "{err}"
     );
-    // an MTU AF_XDP cannot take says what to do instead (auto would take AF_PACKET)
+    // an MTU AF_XDP cannot take (more than 16 buffers a frame) says what to do instead
+    // (auto would take AF_PACKET)
     let _ = Command::new("ip")
         .args([
             "-n",
@@ -759,7 +766,7 @@ fn a_missing_or_down_link_gets_one_line() {
             "set",
             WIRE_DEV,
             "mtu",
-            "9000",
+            "65535",
             "up",
         ])
         .status();
