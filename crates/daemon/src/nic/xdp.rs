@@ -578,34 +578,25 @@ impl Port for XdpPort {
                         .then(|| unsafe { self.area.bytes(d.addr, d.len as usize) })
                         .flatten();
                     let more = d.options & XDP_PKT_CONTD != 0;
-                    if !more && !q.gather.open() {
-                        // a frame in one buffer
-                        n += 1;
-                        match bytes {
-                            Some(b) => f(Rx {
-                                frame: b,
-                                csum_partial: false,
-                                csum_valid: false,
-                            }),
-                            None => self.c.rx_bad_desc += 1,
+                    let frame = if !more && !q.gather.open() {
+                        // a frame in one buffer, read in place
+                        bytes
+                    } else {
+                        // a buffer of a multi-buffer frame
+                        match q.gather.push(bytes.as_deref(), more) {
+                            Gathered::More => continue,
+                            Gathered::Frame(frame) => Some(frame),
+                            Gathered::Refused => None,
                         }
-                        continue;
-                    }
-                    // a buffer of a multi-buffer frame
-                    match q.gather.push(bytes.as_deref(), more) {
-                        Gathered::More => {}
-                        Gathered::Frame(frame) => {
-                            n += 1;
-                            f(Rx {
-                                frame,
-                                csum_partial: false,
-                                csum_valid: false,
-                            });
-                        }
-                        Gathered::Refused => {
-                            n += 1;
-                            self.c.rx_bad_desc += 1;
-                        }
+                    };
+                    n += 1;
+                    match frame {
+                        Some(frame) => f(Rx {
+                            frame,
+                            csum_partial: false,
+                            csum_valid: false,
+                        }),
+                        None => self.c.rx_bad_desc += 1,
                     }
                 }
                 r.release();
