@@ -16,7 +16,9 @@
 #   ./scripts/wire-unpinned.sh [--help]    SECONDS_PER_RUN=2 REPEAT=3; QUICK=1: one short
 #                                          64 B line per path; DOCKNET_BIN=DIR: docknet and
 #                                          dnperf from DIR, no setup; WIRE_RATE=10gbit: the
-#                                          wire shaped to that rate (tc's syntax)
+#                                          wire shaped to that rate (tc's syntax);
+#                                          WIRE_MTU=9000: a jumbo wire (and pipes of its MTU);
+#                                          PATHS_ONLY="kernel xdp": only these paths
 #
 # WIRE_RATE shapes each host's end of the wire with TBF (burst 256 kB, latency 2 ms, as the
 # lab's --wire-rate), a 10 Gbit/s link between two machines. The `xdp` path is left out then:
@@ -33,6 +35,7 @@ docknet_usage "$@"
 docknet_root "$@"
 docknet_bin
 SECS=${SECONDS_PER_RUN:-2}
+MTU=${WIRE_MTU:-1500}
 REPEAT=${REPEAT:-3}
 LOADS=("rr 64" "stream 65536" "rr 65536")
 if [ "${QUICK:-0}" = 1 ]; then
@@ -65,7 +68,7 @@ print("\t".join([f(l.get("p50"), 1000), f(l.get("p99"), 1000), f(r.get("gbps"), 
 wire_up() {
     ip netns add "${TAG}a"
     ip netns add "${TAG}b"
-    ip link add eth0 netns "${TAG}a" type veth peer name eth0 netns "${TAG}b"
+    ip link add eth0 netns "${TAG}a" mtu "$MTU" type veth peer name eth0 netns "${TAG}b" mtu "$MTU"
     ip -n "${TAG}a" addr add 192.168.79.1/24 dev eth0
     ip -n "${TAG}b" addr add 192.168.79.2/24 dev eth0
     for x in a b; do
@@ -117,8 +120,10 @@ daemons() {
         ip -n "${TAG}a" route add 10.79.2.0/24 via 192.168.79.2
         ip -n "${TAG}b" route add 10.79.1.0/24 via 192.168.79.1
     fi
-    "$B/docknet" --socket "$RUN/a/ctl.sock" pipe create c0 --ip "10.79.1.1/$prefix" >/dev/null
-    "$B/docknet" --socket "$RUN/b/ctl.sock" pipe create s0 --ip "10.79.2.1/$prefix" >/dev/null
+    "$B/docknet" --socket "$RUN/a/ctl.sock" pipe create c0 --ip "10.79.1.1/$prefix" \
+        --mtu "$MTU" >/dev/null
+    "$B/docknet" --socket "$RUN/b/ctl.sock" pipe create s0 --ip "10.79.2.1/$prefix" \
+        --mtu "$MTU" >/dev/null
     if [ "$1" = vxlan ]; then
         "$B/docknet" --socket "$RUN/a/ctl.sock" route add 10.79.2.0/24 --via 192.168.79.2 \
             --vxlan 1 >/dev/null
@@ -152,6 +157,12 @@ if [ -n "${WIRE_RATE:-}" ]; then
     TSV=$OUT/wire-unpinned-$WIRE_RATE.tsv
     PATHS=(kernel auto host vxlan)
     echo "wire shaped to $WIRE_RATE each way; the xdp path is left out (its frames pass the shaper by)" >&2
+fi
+if [ "$MTU" != 1500 ]; then
+    TSV=${TSV%.tsv}-mtu$MTU.tsv
+fi
+if [ -n "${PATHS_ONLY:-}" ]; then
+    read -r -a PATHS <<<"$PATHS_ONLY"
 fi
 printf 'rep\tpath\tworkload\tsize\tp50_us\tp99_us\tgbps\n' >"$TSV"
 for rep in $(seq "$REPEAT"); do

@@ -169,8 +169,8 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
-    /// TCP segments of up to 60 KiB to an address on the wire, most with a lie in a header the
-    /// daemon reads to ask its link to cut them (segment offload): header lengths too small or
+    /// TCP segments (60 KiB unless said) to an address on the wire, most with a lie in a header
+    /// the daemon reads to ask its link to cut them (segment offload): header lengths too small or
     /// past the frame, IPv4 total lengths past the frame or short of the headers, fragment
     /// bits, truncated frames and flipped header bytes; every fifth one truthful. Reports how
     /// many of each kind were sent.
@@ -181,6 +181,11 @@ enum Cmd {
         /// Segments to send.
         #[arg(long, default_value_t = 200)]
         count: u32,
+        /// Payload bytes of each segment (before the lies): 61,440 (60 KiB) by default, for a
+        /// link that cuts segments; one that fits a jumbo frame (8,900 on an MTU of 9,000)
+        /// attacks a link whose frames span several buffers (AF_XDP's multi-buffer frames).
+        #[arg(long, default_value_t = 60 * 1024, value_parser = clap::value_parser!(u32).range(100..=61_440))]
+        payload: u32,
     },
     /// VXLAN datagrams from this pod to a node's tunnel end (UDP port 4789), each wrapping a
     /// UDP frame from `--inner-src` (another pod's address, say) to `--inner-dst`: what a pod
@@ -481,7 +486,7 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             to,
             seconds,
         )?,
-        Cmd::GsoLies { to, count } => gso_lies(&name, to, count)?,
+        Cmd::GsoLies { to, count, payload } => gso_lies(&name, to, count, payload as usize)?,
         Cmd::VxlanInject {
             to,
             vni,
@@ -642,13 +647,18 @@ fn spoof(
     Ok(json!({"attack": "spoof", "sent": sent}))
 }
 
-/// Sends `count` TCP segments of up to 60 KiB from this pipe to `to`, most of them lying in a
-/// header that segment offload reads ([`Cmd::GsoLies`]).
-fn gso_lies(name: &str, to: std::net::Ipv4Addr, count: u32) -> Result<serde_json::Value> {
+/// Sends `count` TCP segments of `payload` bytes from this pipe to `to`, most of them lying in
+/// a header that segment offload reads ([`Cmd::GsoLies`]).
+fn gso_lies(
+    name: &str,
+    to: std::net::Ipv4Addr,
+    count: u32,
+    payload: usize,
+) -> Result<serde_json::Value> {
     use docknet_lib::frame::write_ipv4_headers;
     const ETH: usize = 14;
     let mut ep = docknet_lib::Endpoint::connect(name, docknet_pipe::IdlePolicy::Spin)?;
-    let total = ETH + 20 + 20 + 60 * 1024;
+    let total = ETH + 20 + 20 + payload;
     let mut base = vec![0u8; total];
     write_ipv4_headers(
         &mut base,
