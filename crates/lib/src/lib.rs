@@ -24,6 +24,7 @@ mod config;
 pub mod device;
 pub mod dns;
 mod engine;
+mod fastpath;
 pub mod fork;
 pub mod frame;
 mod icmp;

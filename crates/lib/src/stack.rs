@@ -66,6 +66,9 @@ pub(crate) struct Inner {
     /// as announced): the blocking call skips its poll after the step. Taken there, and reset
     /// whenever the lock is taken, so it never outlives its step.
     pub(crate) nothing_to_send: bool,
+    /// Set by a write step: the connection whose bytes the poll after it sends first, from
+    /// the headers of its last segment where it can (`fastpath`). Taken by that poll.
+    pub(crate) wrote: Option<SocketHandle>,
     /// Connections a blocking read returned data from, whose reader has not come back to wait
     /// for more: it is answering, and the answer will carry the ACK, which another thread
     /// going to sleep then leaves held ([`Inner::release_delayed_acks`]). A connection leaves
@@ -120,6 +123,22 @@ impl Inner {
         let before = self.dev.stats;
         self.dev.flush_backlog();
         let mut changed = false;
+        // the connection just written, first: one plain segment goes out from the headers of
+        // its last one; then the egress only if anything else waits for it
+        if let Some(h) = self.wrote.take() {
+            let dev = &mut self.dev;
+            if self
+                .iface
+                .tcp_fast_send(now, &mut self.sockets, h, |seg| dev.send_fast(seg))
+                .is_some()
+            {
+                changed = true;
+                if !self.sockets.egress_wanted(now) {
+                    self.dev.ep.flush();
+                    return self.finish_poll(changed, before);
+                }
+            }
+        }
         while self
             .iface
             .poll_egress(now, &mut self.dev, &mut self.sockets)
@@ -133,6 +152,8 @@ impl Inner {
 
     /// Polls the interface; true when anything moved.
     pub(crate) fn poll(&mut self) -> bool {
+        // (the egress below sends for the connection just written, if it has not yet)
+        self.wrote = None;
         self.follow_gateway();
         let now = self.now();
         let before = self.dev.stats;
@@ -686,6 +707,7 @@ impl Stack {
                 listeners: Vec::new(),
                 cfg: cfg.clone(),
                 nothing_to_send: false,
+                wrote: None,
                 answering: smallvec::SmallVec::new(),
                 clean: false,
                 was_clean: false,

@@ -628,10 +628,11 @@ impl Drop for Lent<'_> {
 fn write_step(g: &mut Inner, h: SocketHandle, buf: &[u8]) -> Option<io::Result<usize>> {
     let s = g.tcp(h);
     if s.can_send() {
-        return Some(
-            s.send_slice(buf)
-                .map_err(|e| io::Error::other(e.to_string())),
-        );
+        let r = s
+            .send_slice(buf)
+            .map_err(|e| io::Error::other(e.to_string()));
+        g.wrote = Some(h);
+        return Some(r);
     }
     if !s.may_send() {
         let state = s.state();

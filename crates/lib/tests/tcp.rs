@@ -1060,6 +1060,7 @@ fn ping_pong_frames(idle: IdlePolicy, accept_thread: bool) -> Option<String> {
     c.read_exact(&mut m).unwrap();
     thread::sleep(Duration::from_millis(20));
     let before = (n.a.device_stats().tx, n.b.device_stats().tx);
+    let fast_before = (n.a.device_stats().tx_fast, n.b.device_stats().tx_fast);
     for i in 1..ROUNDS {
         c.write_all(&[i as u8; 64]).unwrap();
         c.read_exact(&mut m).unwrap();
@@ -1068,6 +1069,20 @@ fn ping_pong_frames(idle: IdlePolicy, accept_thread: bool) -> Option<String> {
     let sent = (
         n.a.device_stats().tx - before.0,
         n.b.device_stats().tx - before.1,
+    );
+    // each message of an established connection left from the headers of the one before it
+    // (the device's fast path), both ways
+    let fast = (
+        n.a.device_stats().tx_fast - fast_before.0,
+        n.b.device_stats().tx_fast - fast_before.1,
+    );
+    let least = (ROUNDS - 1) * 9 / 10;
+    assert!(
+        fast.0 >= least && fast.1 >= least,
+        "messages sent from kept headers ({idle}): client {}, server {} of {}",
+        fast.0,
+        fast.1,
+        ROUNDS - 1
     );
     // one frame per message each way: no pure ACK between a request and its reply
     let most = (ROUNDS - 1) * 11 / 10;

@@ -376,6 +376,27 @@ impl<'a> SocketSet<'a> {
         }
     }
 
+    /// DockNet patch: whether an egress at `now` would visit any socket: a sweep is due, or a
+    /// socket is marked for it (see [`SocketSet::set_egress_scope`]; without a scope, always).
+    pub fn egress_wanted(&self, now: Instant) -> bool {
+        if self.sweep_every.is_none() || now >= self.next_sweep {
+            return true;
+        }
+        if self.touched.listed {
+            #[cfg(feature = "alloc")]
+            return self.touched.list.iter().any(|h| {
+                self.sockets
+                    .get(h.0)
+                    .and_then(|s| s.inner.as_ref())
+                    .is_some_and(|i| i.meta.touched)
+            });
+        }
+        self.sockets
+            .iter()
+            .filter_map(|s| s.inner.as_ref())
+            .any(|i| i.meta.touched)
+    }
+
     /// DockNet patch: whether the egress at `now` visits every socket (and when the next one
     /// does, if so).
     pub(crate) fn sweep_due(&mut self, now: Instant) -> bool {

@@ -473,6 +473,40 @@ struct Direct {
 #[allow(unsafe_code)]
 unsafe impl Send for Direct {}
 
+/// DockNet patch: a segment [`Socket::fast_segment`] found ready to leave: its connection's
+/// endpoints, sequence number, acknowledgement, window (scaled as sent) and payload (PSH and
+/// ACK set, no options).
+#[derive(Debug)]
+pub struct FastSegment<'a> {
+    pub local: IpEndpoint,
+    pub remote: IpEndpoint,
+    pub seq: TcpSeqNumber,
+    pub ack: TcpSeqNumber,
+    pub window: u16,
+    pub payload: &'a [u8],
+}
+
+impl FastSegment<'_> {
+    /// What [`Socket::fast_sent`] records of it.
+    pub fn sent(&self) -> FastSent {
+        FastSent {
+            seq: self.seq,
+            ack: self.ack,
+            window: self.window,
+            len: self.payload.len(),
+        }
+    }
+}
+
+/// DockNet patch: a [`FastSegment`] that left, without its payload.
+#[derive(Debug, Clone, Copy)]
+pub struct FastSent {
+    pub seq: TcpSeqNumber,
+    pub ack: TcpSeqNumber,
+    pub window: u16,
+    pub len: usize,
+}
+
 /// A Transmission Control Protocol socket.
 ///
 /// A TCP socket may passively listen for connections or actively connect to another endpoint.
@@ -886,6 +920,90 @@ impl<'a> Socket<'a> {
                 self.state,
                 State::SynSent | State::SynReceived | State::FinWait1 | State::Closing | State::LastAck
             )
+    }
+
+    /// DockNet patch: the segment this socket's dispatch would send now, when it is the plain
+    /// case of an established IPv4 connection: every queued byte in one segment with PSH,
+    /// within the peer's window, the congestion window and the MSS, and nothing else due (no
+    /// timer, no retransmission, no Nagle hold, no timestamps option, no probe). A caller that
+    /// writes such a segment from headers it keeps calls [`Socket::fast_sent`] once it left,
+    /// which records it as dispatch does after its emit. `None`: anything else, for dispatch.
+    pub fn fast_segment(&self, cx: &mut Context) -> Option<FastSegment<'_>> {
+        let now = cx.now();
+        let tuple = self.tuple?;
+        if self.state != State::Established
+            || !matches!(tuple.local.addr, IpAddress::Ipv4(_))
+            || self.tsval_generator.is_some()
+            || self.pending_fast_retransmit
+            || self.timed_out(now)
+            || self.timer.should_retransmit(now)
+            || self.timer.should_keep_alive(now)
+            || self.timer.should_zero_window_probe(now)
+            || !cx.has_ip_addr(tuple.local.addr)
+        {
+            return None;
+        }
+        let offset = self.flight_size();
+        let queued = self.tx_buffer.len().checked_sub(offset)?;
+        let local_mss = cx
+            .ip_mtu()
+            .checked_sub(crate::wire::IPV4_HEADER_LEN + TCP_HEADER_LEN)?;
+        if queued == 0 || queued > local_mss.min(self.remote_mss) || (self.nagle && offset > 0) {
+            return None;
+        }
+        let win_right_edge = self.local_seq_no + self.remote_win_len;
+        if win_right_edge < self.remote_last_seq
+            || win_right_edge - self.remote_last_seq < queued
+            || self.cwnd_remaining() < queued
+        {
+            return None;
+        }
+        let payload = self.tx_buffer.get_allocated(offset, queued);
+        // (the queue may wrap in the ring: dispatch would send its first part alone)
+        if payload.len() != queued {
+            return None;
+        }
+        Some(FastSegment {
+            local: tuple.local,
+            remote: tuple.remote,
+            seq: self.remote_last_seq,
+            ack: self.remote_seq_no + self.rx_buffer.len(),
+            window: self.scaled_window(),
+            payload,
+        })
+    }
+
+    /// DockNet patch: records that the segment [`Socket::fast_segment`] gave (`sent`: its
+    /// sequence number, acknowledgement, window and length) left, as dispatch records what
+    /// its emit sent: the keep-alive and ACK-delay timers, the last sequence number,
+    /// acknowledgement and window sent, RTT measurement, congestion control and the
+    /// retransmission timer.
+    pub fn fast_sent(&mut self, cx: &mut Context, sent: FastSent) {
+        let now = cx.now();
+        if self.remote_last_ts.is_none() {
+            self.remote_last_ts = Some(now);
+        }
+        self.congestion_controller.inner_mut().pre_transmit(now);
+        self.timer.rewind_keep_alive(now, self.keep_alive);
+        self.ack_delay_timer = AckDelayTimer::Idle;
+        let end = sent.seq + sent.len;
+        self.remote_last_seq = self.remote_last_seq.max(end);
+        self.remote_last_ack = Some(sent.ack);
+        self.remote_last_win = sent.window;
+        self.remote_max_edge = Self::furthest_edge(
+            self.remote_max_edge,
+            self.remote_last_ack,
+            self.remote_last_win,
+            self.remote_win_shift,
+        );
+        self.rtte.on_send(now, end);
+        self.congestion_controller
+            .inner_mut()
+            .post_transmit(now, sent.len);
+        if !self.timer.is_retransmit() {
+            let rto = self.rtte.retransmission_timeout();
+            self.timer.set_for_retransmit(now, rto);
+        }
     }
 
     /// Whether reading has opened the receive window enough to announce it now (DockNet patch:
@@ -7099,6 +7217,128 @@ mod test {
         assert_eq!(s.take_direct(lent.as_ptr()), 0);
         assert_eq!(s.recv_slice(&mut rest), Ok(4));
         assert_eq!(&rest[..4], b"ijkl");
+    }
+
+    /// What dispatch sent of a socket's next segment: sequence and acknowledgement numbers,
+    /// window, control and payload.
+    fn dispatched(
+        s: &mut TestSocket,
+        t: Instant,
+    ) -> (TcpSeqNumber, Option<TcpSeqNumber>, u16, TcpControl, Vec<u8>) {
+        s.cx.set_now(t);
+        let mut sent = None;
+        s.socket
+            .dispatch(&mut s.cx, |_, _, (_, r)| {
+                sent = Some((r.seq_number, r.ack_number, r.window_len, r.control, r.payload.to_vec()));
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        sent.expect("a segment")
+    }
+
+    #[test]
+    fn test_docknet_a_fast_segment_is_what_dispatch_sends_and_leaves_the_same_state() {
+        // two sockets alike: one sends through dispatch, the other through the fast path;
+        // the segments and the sockets' whole state after them (and after the peer's
+        // acknowledgement, and a timeout's retransmission) must be the same
+        let mut a = socket_established_with_buffer_sizes(256, 256);
+        let mut b = socket_established_with_buffer_sizes(256, 256);
+        for s in [&mut a, &mut b] {
+            s.set_ack_delay(Some(Duration::from_millis(10)));
+        }
+        let mut t = Instant::from_millis(0);
+        let mut peer_seq = REMOTE_SEQ + 1;
+        for (round, msg) in [&b"hello"[..], &[7u8; 100], &b"x"[..], &[1u8; 200]].iter().enumerate() {
+            if round % 2 == 1 {
+                // a request first: the answer carries its ACK, held back meanwhile
+                let req = TcpRepr {
+                    seq_number: peer_seq,
+                    ack_number: Some(a.local_seq_no),
+                    window_len: 256,
+                    payload: &b"req"[..],
+                    ..SEND_TEMPL
+                };
+                send(&mut a, t, &req);
+                send(&mut b, t, &req);
+                peer_seq += 3;
+                assert!(a.ack_delayed());
+                assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket), "round {round}");
+            }
+            a.send_slice(msg).unwrap();
+            b.send_slice(msg).unwrap();
+            t += Duration::from_millis(3);
+            let want = dispatched(&mut a, t);
+            b.cx.set_now(t);
+            let seg = b.socket.fast_segment(&mut b.cx).expect("a plain segment");
+            assert_eq!(
+                (seg.seq, Some(seg.ack), seg.window, TcpControl::Psh, seg.payload.to_vec()),
+                want,
+                "round {round}"
+            );
+            let sent = seg.sent();
+            b.socket.fast_sent(&mut b.cx, sent);
+            assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket), "round {round}");
+            if round == 2 {
+                // this one is not acknowledged in time: both retransmit it after the timeout
+                // (within 10 s here) alike
+                t += Duration::from_millis(10_000);
+                let again = dispatched(&mut a, t);
+                assert_eq!(again, dispatched(&mut b, t));
+                assert_eq!(again.4, msg.to_vec());
+                assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket));
+            }
+            let ack = TcpRepr {
+                seq_number: peer_seq,
+                ack_number: Some(a.remote_last_seq),
+                window_len: 256,
+                ..SEND_TEMPL
+            };
+            t += Duration::from_millis(2000);
+            send(&mut a, t, &ack);
+            send(&mut b, t, &ack);
+            assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket), "round {round}");
+        }
+    }
+
+    #[test]
+    fn test_docknet_the_fast_path_leaves_all_but_the_plain_case_to_dispatch() {
+        let mut s = socket_established_with_buffer_sizes(4096, 4096);
+        let now = Instant::from_millis(0);
+        s.cx.set_now(now);
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "nothing queued");
+        // more than one segment
+        s.remote_mss = 100;
+        s.send_slice(&[1u8; 101]).unwrap();
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "two segments");
+        let mut s = socket_established_with_buffer_sizes(4096, 4096);
+        s.send_slice(b"abc").unwrap();
+        s.cx.set_now(now);
+        assert!(s.socket.fast_segment(&mut s.cx).is_some());
+        // a window too small for it, or none
+        s.remote_win_len = 2;
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "window");
+        s.remote_win_len = 4096;
+        // Nagle with data in flight
+        s.nagle = true;
+        s.remote_last_seq = s.local_seq_no + 1;
+        s.tx_buffer.enqueue_slice(b"d");
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "Nagle");
+        // a closing socket (its FIN is dispatch's), timestamps, a retransmission due
+        let mut s = socket_established_with_buffer_sizes(4096, 4096);
+        s.send_slice(b"abc").unwrap();
+        s.close();
+        s.cx.set_now(now);
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "FIN");
+        let mut s = socket_established_with_buffer_sizes(4096, 4096);
+        s.send_slice(b"abc").unwrap();
+        s.tsval_generator = Some(|| 1);
+        s.cx.set_now(now);
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "timestamps");
+        let mut s = socket_established_with_buffer_sizes(4096, 4096);
+        s.send_slice(b"abc").unwrap();
+        s.timer.set_for_retransmit(now, Duration::from_millis(10));
+        s.cx.set_now(now + Duration::from_millis(20));
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "retransmission due");
     }
 
     #[test]

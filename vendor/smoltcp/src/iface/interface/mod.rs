@@ -312,6 +312,35 @@ impl Interface {
         &mut self.inner
     }
 
+    /// DockNet patch: sends the segment of TCP socket `h` that
+    /// [`crate::socket::tcp::Socket::fast_segment`] finds ready at `now`, through `send` (which
+    /// writes the frame from headers it keeps and says whether it left), and records it
+    /// ([`crate::socket::tcp::Socket::fast_sent`]); the socket, which has nothing left to send, is no longer
+    /// marked for the egress. Returns the bytes sent; `None` when the socket had no such
+    /// segment or `send` did not send it (nothing changed: the caller polls as usual).
+    #[cfg(feature = "socket-tcp")]
+    pub fn tcp_fast_send(
+        &mut self,
+        now: Instant,
+        sockets: &mut SocketSet<'_>,
+        h: crate::iface::SocketHandle,
+        send: impl FnOnce(&crate::socket::tcp::FastSegment<'_>) -> bool,
+    ) -> Option<usize> {
+        self.inner.now = now;
+        let (item, _, _) = sockets.item_touch(h)?;
+        let Socket::Tcp(socket) = &mut item.socket else {
+            return None;
+        };
+        let seg = socket.fast_segment(&mut self.inner)?;
+        let sent = seg.sent();
+        if !send(&seg) {
+            return None;
+        }
+        socket.fast_sent(&mut self.inner, sent);
+        item.meta.touched = false;
+        Some(sent.len)
+    }
+
     /// Get the HardwareAddress address of the interface.
     ///
     /// # Panics
