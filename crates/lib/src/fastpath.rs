@@ -25,8 +25,8 @@ const IP: usize = ETH;
 const TCP: usize = ETH + 20;
 /// Ethernet, IPv4 and TCP headers, without options.
 pub(crate) const HEAD: usize = ETH + 20 + 20;
-/// Connections whose headers are kept (the one kept longest is forgotten beyond).
-const KEPT: usize = 16;
+/// Connections whose headers are kept (the one least recently sent on is forgotten beyond).
+const KEPT: usize = 64;
 
 /// The headers of a connection's last segment sent on a channel.
 #[derive(Debug, Clone)]
@@ -38,7 +38,7 @@ struct Kept {
     head: [u8; HEAD],
 }
 
-/// Headers kept, per connection, for its next segment.
+/// Headers kept, per connection, for its next segment; the most recently used last.
 #[derive(Debug, Default)]
 pub(crate) struct Heads {
     kept: Vec<Kept>,
@@ -71,10 +71,11 @@ impl Heads {
             route,
             head,
         };
-        match self.kept.iter_mut().find(|t| {
-            t.remote == remote && t.remote_port == remote_port && t.local_port == local_port
-        }) {
-            Some(t) => *t = k,
+        match self.find(remote, remote_port, local_port) {
+            Some(i) => {
+                self.kept[i] = k;
+                self.kept[i..].rotate_left(1);
+            }
             None => {
                 if self.kept.len() >= KEPT {
                     self.kept.remove(0);
@@ -84,16 +85,24 @@ impl Heads {
         }
     }
 
+    /// Where the headers of a connection are, looked for from the most recently used.
+    fn find(&self, remote: Ipv4Addr, remote_port: u16, local_port: u16) -> Option<usize> {
+        self.kept.iter().rposition(|t| {
+            t.remote == remote && t.remote_port == remote_port && t.local_port == local_port
+        })
+    }
+
     /// The headers of `seg` from those kept of its connection, and the channel they went on;
     /// `None` when none are kept (or `seg` is not IPv4, or too long for one IPv4 packet).
-    pub(crate) fn head_for(&self, seg: &FastSegment<'_>) -> Option<(Route, [u8; HEAD])> {
+    pub(crate) fn head_for(&mut self, seg: &FastSegment<'_>) -> Option<(Route, [u8; HEAD])> {
         let smoltcp::wire::IpAddress::Ipv4(remote) = seg.remote.addr else {
             return None;
         };
-        let t = self.kept.iter().find(|t| {
-            t.remote == remote && t.remote_port == seg.remote.port && t.local_port == seg.local.port
-        })?;
+        let i = self.find(remote, seg.remote.port, seg.local.port)?;
         let total = u16::try_from(HEAD - ETH + seg.payload.len()).ok()?;
+        // the most recently used last: the one forgotten first is the one least used
+        self.kept[i..].rotate_left(1);
+        let t = self.kept.last()?;
         let mut h = t.head;
         h[IP + 2..IP + 4].copy_from_slice(&total.to_be_bytes());
         h[TCP + 4..TCP + 8].copy_from_slice(&(seg.seq.0 as u32).to_be_bytes());
@@ -159,7 +168,7 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_headers_are_kept_and_the_oldest_goes_first() {
+    fn only_plain_headers_are_kept_and_the_least_used_goes_first() {
         let mut heads = Heads::default();
         // options, a checksum, IPv6, IP options, a short header
         let mut opts = head(1, 0x18);
@@ -191,6 +200,14 @@ mod tests {
         assert_eq!(heads.kept.len(), KEPT);
         assert!(heads.head_for(&seg(b"x", 0)).is_none());
         assert!(heads.head_for(&seg(b"x", KEPT as u16)).is_some());
+        // a connection used again is kept over those not used since
+        assert!(heads.head_for(&seg(b"x", 1)).is_some());
+        let mut h = head(1, 0x18);
+        h[TCP + 2..TCP + 4].copy_from_slice(&999u16.to_be_bytes());
+        heads.keep(Route::FastChannel(1), &h);
+        assert!(heads.head_for(&seg(b"x", 1)).is_some());
+        assert!(heads.head_for(&seg(b"x", 2)).is_none());
+        assert!(heads.head_for(&seg(b"x", 999)).is_some());
         // a payload that no IPv4 packet holds
         let big = vec![0u8; 65536];
         assert!(heads.head_for(&seg(&big, 1)).is_none());

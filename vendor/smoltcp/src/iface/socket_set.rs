@@ -97,6 +97,21 @@ impl TouchList {
         }
     }
 
+    /// Unmarks the socket of `meta` outside an egress (it has nothing left to send), taking
+    /// it off the list too, so that a socket is listed once at most.
+    #[inline]
+    pub(crate) fn untouch(&mut self, meta: &mut Meta) {
+        if meta.touched {
+            meta.touched = false;
+            #[cfg(feature = "alloc")]
+            if self.listed
+                && let Some(i) = self.list.iter().rposition(|&h| h == meta.handle)
+            {
+                self.list.swap_remove(i);
+            }
+        }
+    }
+
     #[inline(never)]
     fn list_it(&mut self, _h: SocketHandle) {
         #[cfg(feature = "alloc")]

@@ -7238,17 +7238,28 @@ mod test {
 
     #[test]
     fn test_docknet_a_fast_segment_is_what_dispatch_sends_and_leaves_the_same_state() {
-        // two sockets alike: one sends through dispatch, the other through the fast path;
-        // the segments and the sockets' whole state after them (and after the peer's
-        // acknowledgement, and a timeout's retransmission) must be the same
-        let mut a = socket_established_with_buffer_sizes(256, 256);
-        let mut b = socket_established_with_buffer_sizes(256, 256);
+        // two sockets alike: one sends through dispatch, the other through the fast path
+        // wherever it takes the segment (dispatch otherwise); the segments and the sockets'
+        // whole state after them (and after requests whose ACK the answer carries, the peer's
+        // acknowledgements, and a timeout's retransmission) must be the same. A scaled window,
+        // and a send buffer that the messages wrap around.
+        let mut a = socket_established_with_buffer_sizes(256, 1024);
+        let mut b = socket_established_with_buffer_sizes(256, 1024);
         for s in [&mut a, &mut b] {
             s.set_ack_delay(Some(Duration::from_millis(10)));
+            // (as DockLib runs it: with Nagle's hold, dispatch would wait for the 50 bytes)
+            s.set_nagle_enabled(false);
+            s.remote_win_shift = 2;
+            s.remote_last_win = s.scaled_window();
         }
         let mut t = Instant::from_millis(0);
         let mut peer_seq = REMOTE_SEQ + 1;
-        for (round, msg) in [&b"hello"[..], &[7u8; 100], &b"x"[..], &[1u8; 200]].iter().enumerate() {
+        // (after the fifth message the peer acknowledges 150 of its 200 bytes only: the sixth
+        // is written past the buffer's end and wraps to its front)
+        let sizes = [5usize, 100, 1, 200, 200, 100, 3, 128, 17];
+        let mut fast = 0;
+        for (round, &size) in sizes.iter().enumerate() {
+            let msg: Vec<u8> = (0..size).map(|k| (round * 7 + k) as u8).collect();
             if round % 2 == 1 {
                 // a request first: the answer carries its ACK, held back meanwhile
                 let req = TcpRepr {
@@ -7264,19 +7275,31 @@ mod test {
                 assert!(a.ack_delayed());
                 assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket), "round {round}");
             }
-            a.send_slice(msg).unwrap();
-            b.send_slice(msg).unwrap();
+            a.send_slice(&msg).unwrap();
+            b.send_slice(&msg).unwrap();
             t += Duration::from_millis(3);
             let want = dispatched(&mut a, t);
             b.cx.set_now(t);
-            let seg = b.socket.fast_segment(&mut b.cx).expect("a plain segment");
-            assert_eq!(
-                (seg.seq, Some(seg.ack), seg.window, TcpControl::Psh, seg.payload.to_vec()),
-                want,
-                "round {round}"
-            );
-            let sent = seg.sent();
-            b.socket.fast_sent(&mut b.cx, sent);
+            match b.socket.fast_segment(&mut b.cx) {
+                Some(seg) => {
+                    assert_eq!(
+                        (seg.seq, Some(seg.ack), seg.window, TcpControl::Psh, seg.payload.to_vec()),
+                        want,
+                        "round {round}"
+                    );
+                    let sent = seg.sent();
+                    b.socket.fast_sent(&mut b.cx, sent);
+                    fast += 1;
+                }
+                // (the message wraps around the send buffer's end: dispatch sends its
+                // first part, then the rest)
+                None => {
+                    assert_eq!(dispatched(&mut b, t), want, "round {round}");
+                    assert!(want.4.len() < size, "round {round}: refused a whole segment");
+                    let rest = dispatched(&mut a, t);
+                    assert_eq!(dispatched(&mut b, t), rest, "round {round}");
+                }
+            }
             assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket), "round {round}");
             if round == 2 {
                 // this one is not acknowledged in time: both retransmit it after the timeout
@@ -7284,12 +7307,17 @@ mod test {
                 t += Duration::from_millis(10_000);
                 let again = dispatched(&mut a, t);
                 assert_eq!(again, dispatched(&mut b, t));
-                assert_eq!(again.4, msg.to_vec());
+                assert_eq!(again.4, msg);
                 assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket));
             }
+            let acked = if round == 4 {
+                a.local_seq_no + 150
+            } else {
+                a.remote_last_seq
+            };
             let ack = TcpRepr {
                 seq_number: peer_seq,
-                ack_number: Some(a.remote_last_seq),
+                ack_number: Some(acked),
                 window_len: 256,
                 ..SEND_TEMPL
             };
@@ -7298,6 +7326,8 @@ mod test {
             send(&mut b, t, &ack);
             assert_eq!(format!("{:?}", a.socket), format!("{:?}", b.socket), "round {round}");
         }
+        assert!(fast >= 6, "the fast path took {fast} of {} segments", sizes.len());
+        assert!(fast < sizes.len(), "no message wrapped around the send buffer");
     }
 
     #[test]
@@ -7339,6 +7369,30 @@ mod test {
         s.timer.set_for_retransmit(now, Duration::from_millis(10));
         s.cx.set_now(now + Duration::from_millis(20));
         assert!(s.socket.fast_segment(&mut s.cx).is_none(), "retransmission due");
+        // a fast retransmission pending, CLOSE-WAIT, a timed-out connection, a keep-alive due
+        let fresh = || {
+            let mut s = socket_established_with_buffer_sizes(4096, 4096);
+            s.send_slice(b"abc").unwrap();
+            s.cx.set_now(now);
+            s
+        };
+        let mut s = fresh();
+        assert!(s.socket.fast_segment(&mut s.cx).is_some());
+        s.pending_fast_retransmit = true;
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "fast retransmission");
+        let mut s = fresh();
+        s.state = State::CloseWait;
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "CLOSE-WAIT");
+        let mut s = fresh();
+        s.set_timeout(Some(Duration::from_millis(100)));
+        s.remote_last_ts = Some(now);
+        s.cx.set_now(now + Duration::from_millis(200));
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "timed out");
+        let mut s = fresh();
+        s.set_keep_alive(Some(Duration::from_millis(100)));
+        s.timer.set_for_idle(now, Some(Duration::from_millis(100)));
+        s.cx.set_now(now + Duration::from_millis(200));
+        assert!(s.socket.fast_segment(&mut s.cx).is_none(), "keep-alive");
     }
 
     #[test]

@@ -327,7 +327,7 @@ impl Interface {
         send: impl FnOnce(&crate::socket::tcp::FastSegment<'_>) -> bool,
     ) -> Option<usize> {
         self.inner.now = now;
-        let (item, _, _) = sockets.item_touch(h)?;
+        let (item, touch, _) = sockets.item_touch(h)?;
         let Socket::Tcp(socket) = &mut item.socket else {
             return None;
         };
@@ -337,7 +337,7 @@ impl Interface {
             return None;
         }
         socket.fast_sent(&mut self.inner, sent);
-        item.meta.touched = false;
+        touch.untouch(&mut item.meta);
         Some(sent.len)
     }
 
