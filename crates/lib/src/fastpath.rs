@@ -16,11 +16,11 @@
 //! The kept headers are what smoltcp itself emitted for the connection, so every field not
 //! named above is smoltcp's own; nothing in them is read from shared memory.
 
+use crate::frame::{ETH, ETHERTYPE_IPV4};
 use crate::raw::Route;
 use smoltcp::socket::tcp::FastSegment;
 use std::net::Ipv4Addr;
 
-const ETH: usize = 14;
 const IP: usize = ETH;
 const TCP: usize = ETH + 20;
 /// Ethernet, IPv4 and TCP headers, without options.
@@ -52,7 +52,7 @@ impl Heads {
         let Ok(head) = <[u8; HEAD]>::try_from(head) else {
             return;
         };
-        if head[12..14] != [0x08, 0x00]
+        if head[12..14] != ETHERTYPE_IPV4.to_be_bytes()
             || head[IP] != 0x45
             || head[IP + 9] != 6
             || head[IP + 10..IP + 12] != [0, 0]

@@ -7225,14 +7225,11 @@ mod test {
         s: &mut TestSocket,
         t: Instant,
     ) -> (TcpSeqNumber, Option<TcpSeqNumber>, u16, TcpControl, Vec<u8>) {
-        s.cx.set_now(t);
         let mut sent = None;
-        s.socket
-            .dispatch(&mut s.cx, |_, _, (_, r)| {
-                sent = Some((r.seq_number, r.ack_number, r.window_len, r.control, r.payload.to_vec()));
-                Ok::<(), ()>(())
-            })
-            .unwrap();
+        recv(s, t, |r| {
+            let r = r.expect("a segment");
+            sent = Some((r.seq_number, r.ack_number, r.window_len, r.control, r.payload.to_vec()));
+        });
         sent.expect("a segment")
     }
 
