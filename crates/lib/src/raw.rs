@@ -131,7 +131,8 @@ struct FcLink {
     /// its first frame is seen, the pipe's rx ring is read first (see [`Endpoint::recv`]).
     fresh: bool,
     /// A channel the daemon removed: nothing more is sent on it, but what the partner wrote
-    /// before it learnt of the removal is still read, until this deadline ([`DRAIN`]).
+    /// before it learnt of the removal is still read, until this deadline ([`DRAIN`]) and
+    /// after it until the ring is empty.
     closing: Option<Instant>,
 }
 
@@ -149,7 +150,8 @@ const HOLD_MAX: Duration = Duration::from_millis(5);
 /// daemon at about the same moment, but each only at its next call: frames the partner wrote
 /// meanwhile, or that this end had not read yet, would otherwise be lost, and a TCP sender
 /// whose whole window was lost waits out its retransmission timeout (1 s in smoltcp) before it
-/// sends them again through the daemon.
+/// sends them again through the daemon. Past it the channel is still read until its ring is
+/// empty: a record (`frame::Record`) counts as delivered once written, so none may be left.
 const DRAIN: Duration = Duration::from_millis(500);
 
 /// The largest TCP frame sent within the host beyond a path's MTU: 32 KiB of payload with
@@ -497,6 +499,10 @@ impl Endpoint {
             .map(|f| (f.peer_ip, f.tx.layout().frame_size as usize))
             .collect()
     }
+    /// Whether any fast channel may be sent on now.
+    pub fn has_open_channel(&self) -> bool {
+        self.fcs.iter().any(|l| l.open())
+    }
     /// MAC of a fast-channel partner, known without ARP.
     pub fn fc_peer_mac(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
         self.fcs
@@ -578,8 +584,13 @@ impl Endpoint {
     fn tend_channels(&mut self) {
         let now = Instant::now();
         let before = self.fcs.len();
-        self.fcs
-            .retain(|l| l.closing.is_none_or(|until| now < until));
+        // (a removed channel is read until it is empty: its records were taken as delivered
+        // when they were written, and only its partner, which stopped writing once it learnt of
+        // the removal, can keep it from emptying)
+        self.fcs.retain(|l| {
+            l.closing
+                .is_none_or(|until| now < until || l.rx.ready(&l.region))
+        });
         if self.fcs.len() != before {
             // (the plan holds the removed regions mapped; the next sleep makes it again)
             self.sleep_plan = None;
@@ -1260,6 +1271,9 @@ fn from_partner(f: &[u8], ip: Ipv4Addr, mac: [u8; 6], ip6: Option<(Ipv6Addr, Ipv
     }
     if f[12..14] == frame::ETHERTYPE_IPV4.to_be_bytes() {
         return f[frame::ETH + 12..frame::ETH + 16] == ip.octets();
+    }
+    if frame::Record::is_one(f) {
+        return f[frame::ETH..frame::ETH + 4] == ip.octets();
     }
     match (frame::ipv6_src(f), ip6) {
         (Some(src), Some((g, ll))) => src == g || src == ll,
