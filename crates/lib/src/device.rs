@@ -299,6 +299,28 @@ impl PipeDevice {
         }
     }
 
+    /// Ends a poll's receiving: a frame left for smoltcp's next `receive` that is still read
+    /// in place (in the daemon's ring, or a channel's payload) is copied into `rx_buf` first,
+    /// since the flush that follows gives its slot back.
+    pub(crate) fn settle_pending(&mut self) {
+        let (Some(n), Some(l)) = (self.pending, self.lent.take()) else {
+            return;
+        };
+        let n = if l.in_place() {
+            l.read(|f| {
+                let n = f.len().min(self.rx_buf.len());
+                self.rx_buf[..n].copy_from_slice(&f[..n]);
+                n
+            })
+        } else {
+            // its headers are in `rx_buf` already
+            let len = l.len().min(self.rx_buf.len());
+            copy_lent(&l, n, &mut self.rx_buf[n..len]);
+            len
+        };
+        self.pending = Some(n);
+    }
+
     /// Starts a poll's receiving: `budget` frames at most, and the rings looked at afresh.
     pub(crate) fn start_poll(&mut self, budget: u32) {
         self.rx_left = budget;
@@ -559,7 +581,7 @@ impl PipeDevice {
         if let Some(i) = inj.held.iter().position(|(t, _)| *t <= now) {
             let (_, f) = inj.held.remove(i)?;
             self.rx_buf[..f.len()].copy_from_slice(&f);
-            // (a record held behind others came from a channel)
+            // (only a channel's records are held behind others)
             self.via = if crate::frame::Record::is_one(&f) {
                 Via::FastChannel
             } else {
@@ -571,7 +593,7 @@ impl PipeDevice {
             let (n, via) = self.ep.recv(&mut self.rx_buf)?;
             self.via = via;
             let frame = &self.rx_buf[..n];
-            if crate::frame::Record::is_one(frame) {
+            if via == Via::FastChannel && crate::frame::Record::is_one(frame) {
                 // faults are a network's, and records do not cross one: a record is never
                 // dropped, and, as in its ring, overtakes none of the frames before it (it
                 // waits behind those held back, and comes after them)

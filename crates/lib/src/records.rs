@@ -23,7 +23,7 @@
 //! empty (`raw`, `DRAIN`), and fault injection (a network's faults) never touches one.
 
 use crate::frame::{Record, RECORD_HEAD};
-use crate::raw::Route;
+use crate::raw::{Route, Via};
 use crate::stack::Inner;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::{self, RecordRefused};
@@ -39,6 +39,9 @@ impl Inner {
         if !self.cfg.records || buf.is_empty() || !self.dev.ep.has_open_channel() {
             return None;
         }
+        // (a channel the daemon removed since this stack last looked is not written: what it
+        // takes counts as delivered, and its partner may have stopped reading it)
+        self.dev.ep.refresh();
         // a record carries no acknowledgement: one owed leaves first, in a segment of its own,
         // where a record could go but for it (once: records owe none, so a connection that
         // moves records stays without)
@@ -70,8 +73,12 @@ impl Inner {
                     seq: head.seq.0 as u32,
                 };
                 let hdr = rec.head(mac, dev.ep.mac());
-                dev.ep.send_parts_on(route, &[&hdr, &buf[..n]]).ok()?;
-                Some(n)
+                // (a channel closing sends through the daemon, which takes no record: then
+                // the bytes go as segments)
+                match dev.ep.send_parts_on(route, &[&hdr, &buf[..n]]) {
+                    Ok(Via::FastChannel) => Some(n),
+                    _ => None,
+                }
             })?;
         self.dev.stats.tx += 1;
         self.dev.stats.tx_records += 1;

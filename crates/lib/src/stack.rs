@@ -178,6 +178,8 @@ impl Inner {
                 break;
             }
         }
+        // (a frame left for the next poll must not be read where the flush gives it back)
+        self.dev.settle_pending();
         self.dev.ep.flush();
         self.finish_poll(changed, before)
     }

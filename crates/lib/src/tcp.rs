@@ -419,7 +419,7 @@ impl TcpStream {
         let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
         let fin_seen = &self.fin_seen;
         self.stack.try_now(false, |g| {
-            let s = g.tcp(h);
+            let s = g.tcp_quiet(h);
             if !s.can_recv() {
                 return read_step(g, h, &mut [], fin_seen, closed_by_us);
             }
@@ -430,7 +430,11 @@ impl TcpStream {
                     Err(e) => (0, Err(e)),
                 })
                 .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+            // (marked for the egress only when the read opened a window worth announcing)
             g.nothing_to_send = !g.tcp_ref(h).window_update_due();
+            if !g.nothing_to_send {
+                g.sockets.touch(h);
+            }
             Some(r)
         })
     }
@@ -510,7 +514,8 @@ impl TcpStream {
     /// Like [`TcpStream::try_write`], but the bytes leave at the stack's next poll rather than
     /// now: an event loop that writes to many connections and then calls
     /// [`crate::Stack::wait`] (which polls first) sends them all in one poll, instead of one
-    /// poll per write (each poll visits every socket of the stack).
+    /// poll per write (each poll visits every socket of the stack). Bytes that go as a record
+    /// over a fast channel (`records`) leave at once: a record needs no poll.
     pub fn try_write_deferred(&mut self, buf: &[u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);

@@ -1149,27 +1149,34 @@ impl<'a> Socket<'a> {
         if len == 0 || len > self.rx_buffer.window() || edge < seq || edge - seq < len {
             return Err(RecordRefused::Window);
         }
+        // bytes out of order wait behind it: it goes in front of them (and refused, with
+        // nothing changed, when the assembler has no room for the range)
+        let assembler_was_empty = self.assembler.is_empty();
+        let merged = if assembler_was_empty {
+            None
+        } else {
+            match self.assembler.add_then_remove_front(0, len) {
+                Ok(contig) => Some(contig),
+                Err(_) => return Err(RecordRefused::Window),
+            }
+        };
         let now = cx.now();
         self.remote_last_ts = Some(now);
         if self.timer.is_idle() {
             self.timer.set_for_idle(now, self.keep_alive);
         }
         self.local_rx_last_seq = Some(seq);
-        let assembler_was_empty = self.assembler.is_empty();
+        // a lent buffer first (only with nothing out of order), as a segment's bytes
         let direct = self.deliver_direct(cx, payload, 0, assembler_was_empty);
         let rest = &payload[direct..];
         if !rest.is_empty() {
-            // at the front: it merges with whatever waits out of order behind it
-            let Ok(contig) = self.assembler.add_then_remove_front(0, rest.len()) else {
-                // (only with bytes out of order waiting, so none went to a loan: nothing
-                // changed but the times above)
-                return Err(RecordRefused::Window);
-            };
             let written = self
                 .rx_buffer
                 .write_unallocated_with(0, rest, |src, dst| cx.copy_payload(src, dst));
             debug_assert!(written == rest.len());
-            self.rx_buffer.enqueue_unallocated(contig);
+            // (with nothing out of order, the bytes are the contiguous front)
+            self.rx_buffer
+                .enqueue_unallocated(merged.unwrap_or(rest.len()));
         }
         if last_ack == expected {
             // acknowledged as it came; the right edge stays where it was
@@ -2081,6 +2088,9 @@ impl<'a> Socket<'a> {
                     window_len: u16::try_from(left >> scale).unwrap_or(u16::MAX),
                     ..*repr
                 };
+                // (the peer has seen the records up to its acknowledgement: the floor follows
+                // it, so that a long stream of records never leaves it 2^31 bytes behind)
+                self.record_floor = Some(ack);
                 &adjusted
             }
             (Some(_), Some(ack)) if ack >= self.local_seq_no => {
@@ -7623,6 +7633,8 @@ mod test {
         assert_eq!(s.local_seq_no, LOCAL_SEQ + 51);
         // its window ends where the peer said, counted from its acknowledgement
         assert_eq!(s.remote_win_len, 64 - 20);
+        // and the first byte not yet acknowledged moves up to it
+        assert_eq!(s.record_floor, Some(LOCAL_SEQ + 31));
         // one acknowledging everything ends the allowance: an older one is a duplicate again
         let all = TcpRepr {
             seq_number: REMOTE_SEQ + 5,
