@@ -85,6 +85,75 @@ fn a_tcp_peer_that_overruns_the_window_is_refused_what_was_not_offered() {
     assert_eq!(r["ok"].as_u64(), Some(100), "{r}");
 }
 
+/// A fast-channel partner that lies in records (an established connection's bytes outside
+/// TCP's segments): out of sequence, past the window, for a port with no connection,
+/// malformed, spoofed, a confirmation never asked for. The server (a debug build) refuses
+/// each, resets the connections that were lied on (their sender would count the bytes as
+/// delivered), answers a question whether it takes records with a confirmation, takes the
+/// honest records (an HTTP request, which it answers), lives on, and serves an honest client.
+#[test]
+fn a_partner_that_lies_in_records_is_refused_and_reset_and_hurts_only_itself() {
+    if !root_or_skip("lying records") {
+        return;
+    }
+    let _one = one_at_a_time();
+    let (mut lab, srv) = victim_and_attacker(58, true);
+    let o = lab.in_container(
+        "evil",
+        &[
+            ATTACK,
+            "lying-records",
+            "--to",
+            "10.58.0.2:80",
+            "--rounds",
+            "110",
+        ],
+    );
+    let v = peer_json(&o);
+    lab.assert_alive(srv, &v);
+    let kind = |k: &str, f: &str| {
+        v["kinds"][k][f]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {k}.{f}: {v}"))
+    };
+    assert!(v["opened"].as_u64() > Some(100), "{v}");
+    // lies on a connection: each such connection reset, none answered
+    for k in ["behind", "ahead", "past_window"] {
+        assert!(kind(k, "rounds") >= 9, "{v}");
+        assert!(kind(k, "resets") >= kind(k, "rounds"), "{k} reset: {v}");
+        assert_eq!(kind(k, "answered"), 0, "{k} answered: {v}");
+    }
+    // lies about no connection of its own, or malformed: dropped, nothing answered or reset
+    for k in [
+        "no_connection",
+        "bad_version",
+        "empty",
+        "truncated",
+        "spoofed",
+        "unasked_confirm",
+    ] {
+        assert!(kind(k, "rounds") >= 9, "{v}");
+        assert_eq!(kind(k, "answered"), 0, "{k} answered: {v}");
+        assert_eq!(kind(k, "resets"), 0, "{k} reset: {v}");
+    }
+    // no confirmation but to a question: a stack that ends the connection answers one (a
+    // partner that forwards it would not, and gets no records)
+    for k in ["no_connection", "spoofed", "unasked_confirm", "honest"] {
+        assert_eq!(kind(k, "confirms"), 0, "{k} confirmed: {v}");
+    }
+    assert!(kind("asked", "confirms") >= kind("asked", "rounds"), "{v}");
+    assert_eq!(kind("asked", "resets"), 0, "{v}");
+    // an honest record is a request like any other
+    assert!(kind("honest", "answered") > 0, "{v}");
+    assert_eq!(kind("honest", "resets"), 0, "{v}");
+    assert!(lab.running(srv), "the server died under the attack");
+    let r = lab.load_in(
+        "cli",
+        &["--requests", "100", "-c", "2", "http://10.58.0.2/"],
+    );
+    assert_eq!(r["ok"].as_u64(), Some(100), "{r}");
+}
+
 /// A fast-channel partner that rewrites its frames after it published them, while the
 /// server reads them: TCP connections to a DockLib server (a debug build) streaming segments
 /// long enough to be split, and a thread of the attacker rewriting random bytes, headers and

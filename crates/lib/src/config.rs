@@ -36,6 +36,10 @@ pub struct StackConfig {
     pub connect_timeout: Duration,
     /// Faults to inject into received frames (tests and experiments).
     pub faults: Option<Faults>,
+    /// Send an established connection's bytes over a fast channel as records, outside TCP's
+    /// segments, where the connection allows it (on by default; `DOCKNET_RECORDS=off` in the
+    /// environment turns the default off). A stack takes records whatever this says.
+    pub records: bool,
 }
 
 /// The default [`StackConfig::ack_delay`]: the longest an acknowledgement waits while the
@@ -57,6 +61,18 @@ impl Default for StackConfig {
             checksums: false,
             connect_timeout: Duration::from_secs(10),
             faults: None,
+            records: records_by_default(),
         }
     }
+}
+
+/// [`StackConfig::records`] by default: on, unless `DOCKNET_RECORDS` says `off` (or `0`).
+fn records_by_default() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("DOCKNET_RECORDS").as_deref(),
+            Ok("off" | "0" | "no" | "false")
+        )
+    })
 }

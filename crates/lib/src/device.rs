@@ -14,7 +14,7 @@
 //! ([`crate::segment`]).
 
 use crate::fastpath::Heads;
-use crate::raw::{Endpoint, Got, LentFrame, Route, SendError};
+use crate::raw::{Endpoint, Got, LentFrame, Route, SendError, Via};
 use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
 use smoltcp::time::Instant;
 use std::collections::VecDeque;
@@ -73,6 +73,15 @@ pub struct DeviceStats {
     /// Of those, segments of an established connection written from the headers of its last
     /// one on the same channel, without smoltcp's egress (`fastpath`); counted as `tx` is.
     pub tx_fast: u64,
+    /// Records sent: an established connection's bytes written to a fast channel's ring
+    /// outside TCP's segments (`frame::Record`); counted as `tx` is.
+    pub tx_records: u64,
+    /// Records taken by their connection's socket; counted as `rx` is.
+    pub rx_records: u64,
+    /// Records refused and dropped: not from a fast channel, malformed, for no connection of
+    /// this stack, or one that could not take them (out of sequence, past its window, closed).
+    /// Only a partner that lies sends such records; counted as `rx` is.
+    pub rx_records_refused: u64,
     /// Frames dropped because their ring stayed full (the stack retransmits): more than
     /// [`BACKLOG_FRAMES`] waiting for it, or one waiting longer than [`BACKLOG_WAIT`].
     pub tx_dropped: u64,
@@ -150,7 +159,16 @@ pub struct PipeDevice {
     pub ep: Endpoint,
     /// Frames this poll may still take ([`RX_BUDGET`] at the start of every poll).
     pub rx_left: u32,
-    rx_buf: Vec<u8>,
+    pub(crate) rx_buf: Vec<u8>,
+    /// Where the frame in `rx_buf` came from.
+    via: Via,
+    /// A frame taken from a ring for smoltcp's next `receive` (in `rx_buf`, its length): one
+    /// that is not a record, met while looking for records ([`PipeDevice::next_record`]), or
+    /// a record met by `receive`, for the next look.
+    pending: Option<usize>,
+    /// The look for records of this poll found every ring empty: smoltcp's `receive` in the
+    /// same poll does not look again (a frame that comes meanwhile is the next poll's).
+    drained: bool,
     /// The frame being received, when it is not copied whole into `rx_buf` (which then holds
     /// its headers): read in place, or a fast channel's, whose payload smoltcp copies where a
     /// socket takes it (`phy::PayloadFill`).
@@ -204,6 +222,9 @@ impl PipeDevice {
         PipeDevice {
             rx_left: RX_BUDGET,
             rx_buf: vec![0; frame],
+            via: Via::Daemon,
+            pending: None,
+            drained: false,
             lent: None,
             tx_buf: vec![0; 2048],
             ep,
@@ -243,6 +264,77 @@ impl PipeDevice {
         self.stats.tx_tail += 1;
         self.stats.tx_fast += 1;
         true
+    }
+
+    /// The next frame, when it is a record from a fast channel: its length (it is in
+    /// `rx_buf`). Records from anywhere else are dropped and counted; any other frame is left
+    /// for smoltcp's next `receive`, and `None` returned, as when nothing waits or this poll's
+    /// budget is spent.
+    pub(crate) fn next_record(&mut self) -> Option<usize> {
+        loop {
+            if self.held_syn.is_some() || self.after_arp.is_some() {
+                return None;
+            }
+            let n = match self.pending.take() {
+                Some(n) => n,
+                None if self.rx_left == 0 || self.drained => return None,
+                None => match self.next_frame() {
+                    Some(n) => n,
+                    None => {
+                        self.drained = true;
+                        return None;
+                    }
+                },
+            };
+            if self.lent.is_some() || !crate::frame::Record::is_one(&self.rx_buf[..n]) {
+                self.pending = Some(n);
+                return None;
+            }
+            self.rx_left = self.rx_left.saturating_sub(1);
+            self.stats.rx += 1;
+            if self.via == Via::FastChannel {
+                return Some(n);
+            }
+            self.stats.rx_records_refused += 1;
+        }
+    }
+
+    /// Ends a poll's receiving: a frame left for smoltcp's next `receive` that is still read
+    /// in place (in the daemon's ring, or a channel's payload) is copied into `rx_buf` first,
+    /// since the flush that follows gives its slot back.
+    pub(crate) fn settle_pending(&mut self) {
+        let (Some(n), Some(l)) = (self.pending, self.lent.take()) else {
+            return;
+        };
+        let n = if l.in_place() {
+            l.read(|f| {
+                let n = f.len().min(self.rx_buf.len());
+                self.rx_buf[..n].copy_from_slice(&f[..n]);
+                n
+            })
+        } else {
+            // its headers are in `rx_buf` already
+            let len = l.len().min(self.rx_buf.len());
+            copy_lent(&l, n, &mut self.rx_buf[n..len]);
+            len
+        };
+        self.pending = Some(n);
+    }
+
+    /// Starts a poll's receiving: `budget` frames at most, and the rings looked at afresh.
+    pub(crate) fn start_poll(&mut self, budget: u32) {
+        self.rx_left = budget;
+        self.drained = false;
+    }
+
+    /// Whether a frame waits for smoltcp's next `receive`.
+    pub(crate) fn frame_pending(&self) -> bool {
+        self.pending.is_some() || self.held_syn.is_some() || self.after_arp.is_some()
+    }
+
+    /// Whether frames wait in the backlog for `route`'s ring.
+    pub(crate) fn backlogged_on(&self, route: Route) -> bool {
+        self.backlog.iter().any(|b| b.route == route)
     }
 
     /// Sends what waits in the backlog while its rings have room, oldest first; drops what
@@ -467,11 +559,11 @@ impl PipeDevice {
     fn next_frame(&mut self) -> Option<usize> {
         self.lent = None;
         let Some(inj) = self.faults.as_mut() else {
-            return match self
+            let (got, via) = self
                 .ep
-                .recv_lending(&mut self.rx_buf, LEND_OVER, SPLIT_OVER)?
-                .0
-            {
+                .recv_lending(&mut self.rx_buf, LEND_OVER, SPLIT_OVER)?;
+            self.via = via;
+            return match got {
                 Got::Copied(n) => Some(n),
                 Got::Split(frame, head) if self.checksums => {
                     // a checksum is checked over the payload: the frame is copied whole
@@ -489,11 +581,28 @@ impl PipeDevice {
         if let Some(i) = inj.held.iter().position(|(t, _)| *t <= now) {
             let (_, f) = inj.held.remove(i)?;
             self.rx_buf[..f.len()].copy_from_slice(&f);
+            // (only a channel's records are held behind others)
+            self.via = if crate::frame::Record::is_one(&f) {
+                Via::FastChannel
+            } else {
+                Via::Daemon
+            };
             return Some(f.len());
         }
         loop {
-            let (n, _) = self.ep.recv(&mut self.rx_buf)?;
+            let (n, via) = self.ep.recv(&mut self.rx_buf)?;
+            self.via = via;
             let frame = &self.rx_buf[..n];
+            if via == Via::FastChannel && crate::frame::Record::is_one(frame) {
+                // faults are a network's, and records do not cross one: a record is never
+                // dropped, and, as in its ring, overtakes none of the frames before it (it
+                // waits behind those held back, and comes after them)
+                if let Some(last) = inj.held.iter().map(|(t, _)| *t).max() {
+                    inj.held.push_back((last, frame.to_vec()));
+                    continue;
+                }
+                return Some(n);
+            }
             if inj.pct(inj.f.drop_pct) {
                 self.stats.injected += 1;
                 continue;
@@ -836,10 +945,23 @@ impl phy::Device for PipeDevice {
                 return None;
             }
             let n = loop {
-                let n = match self.held_syn.take() {
+                let n = match self.held_syn.take().or_else(|| self.pending.take()) {
                     Some(n) => n,
-                    None => self.next_frame()?,
+                    None if self.drained => return None,
+                    None => match self.next_frame() {
+                        Some(n) => n,
+                        None => {
+                            // (and the next look for records in this poll does not look again)
+                            self.drained = true;
+                            return None;
+                        }
+                    },
                 };
+                if self.lent.is_none() && crate::frame::Record::is_one(&self.rx_buf[..n]) {
+                    // for the stack's next look for records, which comes before this poll ends
+                    self.pending = Some(n);
+                    return None;
+                }
                 match self.admit(n) {
                     Admit::Pass => {
                         let f = &mut self.rx_buf[..n];

@@ -206,3 +206,145 @@ mod tests {
         assert_eq!(arp_reply_sender(&a), None);
     }
 }
+
+/// Ethertype of a record: an established TCP connection's bytes sent over a fast channel
+/// outside TCP's segments (the IEEE's first local experimental ethertype). Nothing but a fast
+/// channel's partner sends one, and only a fast channel's frames are taken as one.
+pub const ETHERTYPE_RECORD: u16 = 0x88b5;
+/// A record's headers: Ethernet, then the connection's source and destination IPv4 addresses
+/// and ports, the sequence number of its first byte, a version byte (1), a kind byte
+/// ([`RecordKind`]) and two zero bytes. A data record's payload follows, to the frame's end;
+/// the others have none.
+pub const RECORD_HEAD: usize = ETH + 20;
+const RECORD_VERSION: u8 = 1;
+
+/// What a record is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// The connection's bytes, from `seq` on (at least one).
+    Data,
+    /// No bytes: its sender holds the connection and takes records for it, and asks whether
+    /// the receiver does too. Only a stack that ends the connection answers; a partner that
+    /// forwards it (a balancer) does not know records and drops the question, and the sender
+    /// goes on with segments.
+    Ask,
+    /// No bytes: the answer to an [`RecordKind::Ask`]: its sender holds the connection and
+    /// takes records for it.
+    Confirm,
+}
+
+impl RecordKind {
+    fn byte(self) -> u8 {
+        match self {
+            RecordKind::Data => 0,
+            RecordKind::Ask => 1,
+            RecordKind::Confirm => 2,
+        }
+    }
+}
+
+/// A record's connection, its kind, and where its bytes start ([`ETHERTYPE_RECORD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub src_port: u16,
+    pub dst_port: u16,
+    pub seq: u32,
+    pub kind: RecordKind,
+}
+
+impl Record {
+    /// The headers of a record from `src_mac` to `dst_mac`.
+    pub fn head(&self, dst_mac: [u8; 6], src_mac: [u8; 6]) -> [u8; RECORD_HEAD] {
+        let mut h = [0u8; RECORD_HEAD];
+        h[..6].copy_from_slice(&dst_mac);
+        h[6..12].copy_from_slice(&src_mac);
+        h[12..14].copy_from_slice(&ETHERTYPE_RECORD.to_be_bytes());
+        h[ETH..ETH + 4].copy_from_slice(&self.src.octets());
+        h[ETH + 4..ETH + 8].copy_from_slice(&self.dst.octets());
+        h[ETH + 8..ETH + 10].copy_from_slice(&self.src_port.to_be_bytes());
+        h[ETH + 10..ETH + 12].copy_from_slice(&self.dst_port.to_be_bytes());
+        h[ETH + 12..ETH + 16].copy_from_slice(&self.seq.to_be_bytes());
+        h[ETH + 16] = RECORD_VERSION;
+        h[ETH + 17] = self.kind.byte();
+        h
+    }
+
+    /// The record `frame` is, if it is one: its ethertype, its version, a kind it knows and zero
+    /// bytes, and a payload of at least one byte for data, none for the others.
+    pub fn parse(frame: &[u8]) -> Option<Record> {
+        if frame.len() < RECORD_HEAD
+            || frame[12..14] != ETHERTYPE_RECORD.to_be_bytes()
+            || frame[ETH + 16] != RECORD_VERSION
+            || frame[ETH + 18..RECORD_HEAD] != [0, 0]
+        {
+            return None;
+        }
+        let kind = match (frame[ETH + 17], frame.len() > RECORD_HEAD) {
+            (0, true) => RecordKind::Data,
+            (1, false) => RecordKind::Ask,
+            (2, false) => RecordKind::Confirm,
+            _ => return None,
+        };
+        let ip = |i: usize| Ipv4Addr::new(frame[i], frame[i + 1], frame[i + 2], frame[i + 3]);
+        let be16 = |i: usize| u16::from_be_bytes([frame[i], frame[i + 1]]);
+        Some(Record {
+            src: ip(ETH),
+            dst: ip(ETH + 4),
+            src_port: be16(ETH + 8),
+            dst_port: be16(ETH + 10),
+            seq: u32::from_be_bytes([
+                frame[ETH + 12],
+                frame[ETH + 13],
+                frame[ETH + 14],
+                frame[ETH + 15],
+            ]),
+            kind,
+        })
+    }
+
+    /// Whether `frame` is marked as a record (valid or not).
+    pub fn is_one(frame: &[u8]) -> bool {
+        frame.len() >= 14 && frame[12..14] == ETHERTYPE_RECORD.to_be_bytes()
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_parsed_as_written_and_nothing_else_is_one() {
+        let r = Record {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 2),
+            src_port: 40000,
+            dst_port: 80,
+            seq: 0xdead_beef,
+            kind: RecordKind::Data,
+        };
+        let mut f = r.head([2; 6], [3; 6]).to_vec();
+        assert_eq!(f.len(), RECORD_HEAD);
+        assert!(Record::is_one(&f));
+        assert_eq!(Record::parse(&f), None, "no payload");
+        f.push(7);
+        assert_eq!(Record::parse(&f), Some(r));
+        // a question and its answer carry no bytes
+        for kind in [RecordKind::Ask, RecordKind::Confirm] {
+            let q = Record { kind, ..r };
+            let mut g = q.head([2; 6], [3; 6]).to_vec();
+            assert_eq!(Record::parse(&g), Some(q));
+            g.push(7);
+            assert_eq!(Record::parse(&g), None, "{kind:?} with a payload");
+        }
+        // another version, an unknown kind, a byte not zero, another ethertype, too short
+        for (at, v) in [(ETH + 16, 2u8), (ETH + 17, 3), (ETH + 19, 1), (12, 0x08)] {
+            let mut g = f.clone();
+            g[at] = v;
+            assert_eq!(Record::parse(&g), None, "byte {at}");
+        }
+        assert_eq!(Record::parse(&f[..RECORD_HEAD - 1]), None);
+        assert!(!Record::is_one(&f[..13]));
+    }
+}

@@ -30,6 +30,7 @@ pub mod frame;
 mod icmp;
 pub mod poll;
 pub mod raw;
+mod records;
 pub mod segment;
 pub mod stack;
 pub mod tcp;

@@ -131,7 +131,8 @@ struct FcLink {
     /// its first frame is seen, the pipe's rx ring is read first (see [`Endpoint::recv`]).
     fresh: bool,
     /// A channel the daemon removed: nothing more is sent on it, but what the partner wrote
-    /// before it learnt of the removal is still read, until this deadline ([`DRAIN`]).
+    /// before it learnt of the removal is still read, until this deadline ([`DRAIN`]) and
+    /// after it until the ring is empty (at most [`DRAIN_MAX`] more).
     closing: Option<Instant>,
 }
 
@@ -149,8 +150,16 @@ const HOLD_MAX: Duration = Duration::from_millis(5);
 /// daemon at about the same moment, but each only at its next call: frames the partner wrote
 /// meanwhile, or that this end had not read yet, would otherwise be lost, and a TCP sender
 /// whose whole window was lost waits out its retransmission timeout (1 s in smoltcp) before it
-/// sends them again through the daemon.
+/// sends them again through the daemon. Past it the channel is still read until its ring is
+/// empty (at most [`DRAIN_MAX`] more): a record (`frame::Record`) counts as delivered once
+/// written, so none may be left.
 const DRAIN: Duration = Duration::from_millis(500);
+
+/// How long past [`DRAIN`] a removed channel is still read while frames wait in it. A partner
+/// stops writing once it learns of the removal, so only one that lies keeps it that long; a
+/// stack that reads nothing for longer (a stopped process) may lose what waited, and a record
+/// lost is a connection reset at its next record (design.md §8, "Records").
+const DRAIN_MAX: Duration = Duration::from_secs(10);
 
 /// The largest TCP frame sent within the host beyond a path's MTU: 32 KiB of payload with
 /// Ethernet, IPv4 and TCP headers. The rings carry 64 KiB, but a 256 KiB window holds only four
@@ -497,6 +506,10 @@ impl Endpoint {
             .map(|f| (f.peer_ip, f.tx.layout().frame_size as usize))
             .collect()
     }
+    /// Whether any fast channel may be sent on now.
+    pub fn has_open_channel(&self) -> bool {
+        self.fcs.iter().any(|l| l.open())
+    }
     /// MAC of a fast-channel partner, known without ARP.
     pub fn fc_peer_mac(&self, ip: Ipv4Addr) -> Option<[u8; 6]> {
         self.fcs
@@ -578,8 +591,14 @@ impl Endpoint {
     fn tend_channels(&mut self) {
         let now = Instant::now();
         let before = self.fcs.len();
-        self.fcs
-            .retain(|l| l.closing.is_none_or(|until| now < until));
+        // (a removed channel is read until it is empty: its records were taken as delivered
+        // when they were written; its partner stopped writing once it learnt of the removal,
+        // and one that goes on keeps it at most `DRAIN_MAX`)
+        self.fcs.retain(|l| {
+            l.closing.is_none_or(|until| {
+                now < until || (l.rx.ready(&l.region) && now < until + DRAIN_MAX)
+            })
+        });
         if self.fcs.len() != before {
             // (the plan holds the removed regions mapped; the next sleep makes it again)
             self.sleep_plan = None;
@@ -664,7 +683,12 @@ impl Endpoint {
             }
             Msg::Synced => {
                 if let Some((ids, services)) = self.resync.take() {
-                    self.fcs.retain(|f| ids.contains(&f.id));
+                    // channels the daemon no longer has are drained as removed ones are (their
+                    // records count as delivered)
+                    let until = Instant::now() + DRAIN;
+                    for f in self.fcs.iter_mut().filter(|f| !ids.contains(&f.id)) {
+                        f.closing.get_or_insert(until);
+                    }
                     self.sleep_plan = None;
                     // a daemon that sent no table has no services (any more)
                     if !services {
@@ -1260,6 +1284,9 @@ fn from_partner(f: &[u8], ip: Ipv4Addr, mac: [u8; 6], ip6: Option<(Ipv6Addr, Ipv
     }
     if f[12..14] == frame::ETHERTYPE_IPV4.to_be_bytes() {
         return f[frame::ETH + 12..frame::ETH + 16] == ip.octets();
+    }
+    if frame::Record::is_one(f) {
+        return f[frame::ETH..frame::ETH + 4] == ip.octets();
     }
     match (frame::ipv6_src(f), ip6) {
         (Some(src), Some((g, ll))) => src == g || src == ll,

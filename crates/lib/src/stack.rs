@@ -157,19 +157,29 @@ impl Inner {
         self.follow_gateway();
         let now = self.now();
         let before = self.dev.stats;
-        self.dev.rx_left = crate::device::RX_BUDGET;
+        self.dev.start_poll(crate::device::RX_BUDGET);
         // what waited for room in a ring goes first
         self.dev.flush_backlog();
-        let mut changed = false;
-        // a SYN held for want of a listening socket is taken once the pool is refilled
-        for _ in 0..4 {
+        // records a fast channel's partner sent, first: where nothing else came and nothing
+        // waits to be sent, smoltcp's poll is skipped
+        let mut changed = self.take_records(now);
+        if changed && !self.dev.frame_pending() && !self.sockets.egress_wanted(now) {
+            self.dev.ep.flush();
+            return self.finish_poll(changed, before);
+        }
+        // a SYN held for want of a listening socket is taken once the pool is refilled, and a
+        // record met by smoltcp's look at the rings once smoltcp is done with what came before it
+        for _ in 0..8 {
             self.refill_listeners();
             changed |= self.iface.poll(now, &mut self.dev, &mut self.sockets)
                 == PollResult::SocketStateChanged;
-            if self.dev.held_syn.is_none() {
+            changed |= self.take_records(now);
+            if self.dev.held_syn.is_none() && !self.dev.frame_pending() {
                 break;
             }
         }
+        // (a frame left for the next poll must not be read where the flush gives it back)
+        self.dev.settle_pending();
         self.dev.ep.flush();
         self.finish_poll(changed, before)
     }
@@ -291,6 +301,13 @@ impl Inner {
 
     pub(crate) fn tcp(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
         self.sockets.get_mut::<tcp::Socket>(h)
+    }
+
+    /// The TCP socket `h`, to change in a way that makes no segment due (a read that opened
+    /// no window worth announcing, a reader's buffer lent or taken back): unlike
+    /// [`Inner::tcp`] it does not mark the socket as one the next poll sends for.
+    pub(crate) fn tcp_quiet(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut_quiet::<tcp::Socket>(h)
     }
 
     /// The TCP socket `h`, to look at: unlike [`Inner::tcp`] it does not mark the socket as

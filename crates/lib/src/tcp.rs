@@ -419,7 +419,7 @@ impl TcpStream {
         let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
         let fin_seen = &self.fin_seen;
         self.stack.try_now(false, |g| {
-            let s = g.tcp(h);
+            let s = g.tcp_quiet(h);
             if !s.can_recv() {
                 return read_step(g, h, &mut [], fin_seen, closed_by_us);
             }
@@ -430,7 +430,11 @@ impl TcpStream {
                     Err(e) => (0, Err(e)),
                 })
                 .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+            // (marked for the egress only when the read opened a window worth announcing)
             g.nothing_to_send = !g.tcp_ref(h).window_update_due();
+            if !g.nothing_to_send {
+                g.sockets.touch(h);
+            }
             Some(r)
         })
     }
@@ -457,7 +461,9 @@ impl TcpStream {
         };
         let r = self.stack.block_on(timeout, |g| {
             if lent.on.replace(false) {
-                let n = g.tcp(h).take_direct(lent.buf);
+                // (the loan's end makes nothing due: what the bytes called for was marked as
+                // they came)
+                let n = g.tcp_quiet(h).take_direct(lent.buf);
                 if n > 0 {
                     g.nothing_to_send = !g.tcp_ref(h).window_update_due();
                     g.answering(h);
@@ -474,7 +480,7 @@ impl TcpStream {
                 // used again) or in `lent`'s `finish` or drop, before the call returns or
                 // unwinds. Whoever polls the stack meanwhile writes it under that lock. (A
                 // second reader of the socket finds the loan taken and waits as before.)
-                let on = unsafe { g.tcp(h).set_direct(buf.as_mut_ptr(), buf.len()) };
+                let on = unsafe { g.tcp_quiet(h).set_direct(buf.as_mut_ptr(), buf.len()) };
                 lent.on.set(on);
                 if on {
                     // the reader waits again (a second reader, refused the loan, leaves the
@@ -508,7 +514,8 @@ impl TcpStream {
     /// Like [`TcpStream::try_write`], but the bytes leave at the stack's next poll rather than
     /// now: an event loop that writes to many connections and then calls
     /// [`crate::Stack::wait`] (which polls first) sends them all in one poll, instead of one
-    /// poll per write (each poll visits every socket of the stack).
+    /// poll per write (each poll visits every socket of the stack). Bytes that go as a record
+    /// over a fast channel (`records`) leave at once: a record needs no poll.
     pub fn try_write_deferred(&mut self, buf: &[u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
@@ -565,13 +572,18 @@ fn read_step(
     fin_seen: &AtomicBool,
     closed_by_us: bool,
 ) -> Option<io::Result<usize>> {
-    let s = g.tcp(h);
+    // (a read makes a segment due only when it opened the window enough to announce: the
+    // socket is marked for the egress then, and only then)
+    let s = g.tcp_quiet(h);
     if s.can_recv() && !buf.is_empty() {
         let r = s
             .recv_slice(buf)
             .map_err(|e| io::Error::other(e.to_string()));
-        // a read only needs a poll after it when it opened the window enough to announce
+        // and only then it needs a poll after it
         g.nothing_to_send = !g.tcp_ref(h).window_update_due();
+        if !g.nothing_to_send {
+            g.sockets.touch(h);
+        }
         return Some(r);
     }
     if s.may_recv() {
@@ -605,7 +617,7 @@ impl Lent<'_> {
         if !self.on.replace(false) {
             return 0;
         }
-        self.stack.lock().tcp(self.h).take_direct(self.buf)
+        self.stack.lock().tcp_quiet(self.h).take_direct(self.buf)
     }
 
     /// Ends the loan; what arrived in the buffer since the last look is the read's result
@@ -626,6 +638,11 @@ impl Drop for Lent<'_> {
 
 /// One attempt at a write: `None` when it would wait.
 fn write_step(g: &mut Inner, h: SocketHandle, buf: &[u8]) -> Option<io::Result<usize>> {
+    // as a record over a fast channel, where the connection allows one (`records`)
+    if let Some(n) = g.try_record(h, buf) {
+        g.nothing_to_send = true;
+        return Some(Ok(n));
+    }
     let s = g.tcp(h);
     if s.can_send() {
         let r = s

@@ -61,6 +61,15 @@ pub fn net_with(fc: bool, mtu: u32, cfg: StackConfig) -> Net {
 /// Pipes `a` and `b` (ids 0 and 1: with two or more masters, of different masters) served by
 /// `masters` master threads.
 pub fn net_masters(fc: bool, mtu: u32, cfg: StackConfig, masters: usize) -> Net {
+    net_built(fc, mtu, cfg.clone(), cfg, masters)
+}
+
+/// [`net_with`], stack `a` configured by `cfg_a` and `b` by `cfg_b`.
+pub fn net_two(fc: bool, mtu: u32, cfg_a: StackConfig, cfg_b: StackConfig) -> Net {
+    net_built(fc, mtu, cfg_a, cfg_b, 1)
+}
+
+fn net_built(fc: bool, mtu: u32, cfg_a: StackConfig, cfg_b: StackConfig, masters: usize) -> Net {
     let dir = tempfile::tempdir().unwrap();
     let (mut r, _) = Registry::open(dir.path(), None).unwrap();
     r.create_pipe("a", "10.8.0.1/24", Some(mtu), None).unwrap();
@@ -76,12 +85,12 @@ pub fn net_masters(fc: bool, mtu: u32, cfg: StackConfig, masters: usize) -> Net 
         })
         .collect();
     let a = Stack::new(
-        Endpoint::from_connection(r.connect_local("a").unwrap(), cfg.idle, None).unwrap(),
-        cfg.clone(),
+        Endpoint::from_connection(r.connect_local("a").unwrap(), cfg_a.idle, None).unwrap(),
+        cfg_a,
     );
     let b = Stack::new(
-        Endpoint::from_connection(r.connect_local("b").unwrap(), cfg.idle, None).unwrap(),
-        cfg,
+        Endpoint::from_connection(r.connect_local("b").unwrap(), cfg_b.idle, None).unwrap(),
+        cfg_b,
     );
     Net {
         _dir: dir,

@@ -425,6 +425,33 @@ impl<'a> SocketSet<'a> {
         }
     }
 
+    /// DockNet patch: [`SocketSet::get_mut`] without marking the socket for the egress
+    /// ([`SocketSet::set_egress_scope`]; it is noted in the change log all the same): for an
+    /// owner whose change makes no segment due (a read that opened no window worth
+    /// announcing, a reader's buffer lent or taken back), or that marks it itself
+    /// ([`SocketSet::touch`]) when one is.
+    ///
+    /// # Panics
+    /// As [`SocketSet::get_mut`].
+    #[inline]
+    pub fn get_mut_quiet<T: AnySocket<'a>>(&mut self, handle: SocketHandle) -> &mut T {
+        match self.sockets[handle.0].inner.as_mut() {
+            Some(item) => {
+                self.changes.note(&mut item.meta);
+                T::downcast_mut(&mut item.socket)
+                    .expect("handle refers to a socket of a wrong type")
+            }
+            None => panic!("handle does not refer to a valid socket"),
+        }
+    }
+
+    /// DockNet patch: marks socket `h` for the egress, as [`SocketSet::get_mut`] does.
+    pub fn touch(&mut self, h: SocketHandle) {
+        if let Some(item) = self.sockets.get_mut(h.0).and_then(|s| s.inner.as_mut()) {
+            self.touched.touch(&mut item.meta);
+        }
+    }
+
     /// Add a socket to the set, and return its handle.
     ///
     /// # Panics

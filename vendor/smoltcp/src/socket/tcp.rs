@@ -507,6 +507,53 @@ pub struct FastSent {
     pub len: usize,
 }
 
+/// DockNet patch: where a record of an established connection's bytes goes
+/// ([`Socket::record_room`]): the connection's endpoints and the sequence number of its first
+/// byte.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordHead {
+    pub local: IpEndpoint,
+    pub remote: IpEndpoint,
+    pub seq: TcpSeqNumber,
+    /// An acknowledgement is owed to the peer: a record, which carries none, may leave only
+    /// after a segment that does.
+    pub owes_ack: bool,
+    /// Whether the peer is known to take records for this connection.
+    pub peer: RecordPeer,
+}
+
+/// DockNet patch: what an end knows of its peer's taking records for their connection. A
+/// record is sent only to a peer known to take it: the path's next hop may forward the
+/// connection instead of ending it (a balancer that rewrites segments), and would drop the
+/// record its sender counts as delivered. So an end asks first (a record without bytes that
+/// only a stack ending the connection answers) and goes on with segments until an answer
+/// comes ([`Socket::record_peer_says`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecordPeer {
+    /// Not asked yet.
+    #[default]
+    Unknown,
+    /// Asked, no answer yet (none may ever come).
+    Asked,
+    /// It takes records: it answered, or asked itself.
+    Known,
+}
+
+/// DockNet patch: why a record was refused ([`Socket::record_received`]); nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordRefused {
+    /// No socket holds the record's connection.
+    NoSocket,
+    /// The connection is not in a state that receives bytes.
+    State,
+    /// The record does not start at the next byte expected.
+    Sequence,
+    /// An answer to a question this end never asked.
+    Unasked,
+    /// Empty, or past the window advertised or the receive buffer's room.
+    Window,
+}
+
 /// A Transmission Control Protocol socket.
 ///
 /// A TCP socket may passively listen for connections or actively connect to another endpoint.
@@ -553,6 +600,16 @@ pub struct Socket<'a> {
     /// SHLD-14: a receiver should not shrink its window), where trimming it cost the peer a
     /// retransmission timeout (at least one second) for the last bytes of a burst.
     remote_max_edge: Option<TcpSeqNumber>,
+    /// The first byte of the records sent ([`Socket::record_sent`]) that no acknowledgement
+    /// from the peer has covered yet (DockNet patch): the peer's segments sent before it saw
+    /// them acknowledge less than `local_seq_no`, and are taken as acknowledging it.
+    record_floor: Option<TcpSeqNumber>,
+    /// The peer is known to have its side of the connection synchronized: a segment it sent
+    /// without SYN was accepted (DockNet patch). Records go only then: before it, the peer
+    /// may still be in SYN-RECEIVED, its handshake's last ACK not taken yet.
+    peer_synced: bool,
+    /// What this end knows of the peer's taking records (DockNet patch, [`RecordPeer`]).
+    record_peer: RecordPeer,
     /// A reader's buffer that in-order data goes straight into while it is set (DockNet
     /// patch: see [`Socket::set_direct`]).
     direct: Option<Direct>,
@@ -661,6 +718,9 @@ impl<'a> Socket<'a> {
             remote_last_ack: None,
             remote_last_win: 0,
             remote_max_edge: None,
+            record_floor: None,
+            peer_synced: false,
+            record_peer: RecordPeer::Unknown,
             direct: None,
             remote_win_len: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
@@ -922,6 +982,12 @@ impl<'a> Socket<'a> {
             )
     }
 
+    /// Whether an acknowledgement is owed to the peer (DockNet patch): a record does not carry
+    /// one, so a sender of records sends it first ([`Socket::record_room`]).
+    pub fn owes_ack(&self) -> bool {
+        self.ack_to_transmit()
+    }
+
     /// DockNet patch: the segment this socket's dispatch would send now, when it is the plain
     /// case of an established IPv4 connection: every queued byte in one segment with PSH,
     /// within the peer's window, the congestion window and the MSS, and nothing else due (no
@@ -1004,6 +1070,182 @@ impl<'a> Socket<'a> {
             let rto = self.rtte.retransmission_timeout();
             self.timer.set_for_retransmit(now, rto);
         }
+    }
+
+    /// DockNet patch: how many bytes may leave now as a record, outside TCP's segments, and
+    /// where they start: an established IPv4 connection whose peer is known to be
+    /// synchronized (it sent a segment without SYN), with nothing queued, nothing in flight
+    /// and no timer but the idle one, up to the peer's window; whether an acknowledgement is
+    /// owed is said in the head (it must leave first). A record moves over a lossless, ordered path (a fast channel's ring) to a
+    /// partner that takes it as received and acknowledged at once
+    /// ([`Socket::record_received`]); the caller that sent one calls [`Socket::record_sent`].
+    /// `None`: the bytes go as segments.
+    pub fn record_room(&self, cx: &mut Context) -> Option<(RecordHead, usize)> {
+        let now = cx.now();
+        let tuple = self.tuple?;
+        if !matches!(self.state, State::Established | State::CloseWait)
+            || !matches!(tuple.local.addr, IpAddress::Ipv4(_))
+            || !self.tx_buffer.is_empty()
+            || self.remote_last_seq != self.local_seq_no
+            || self.pending_fast_retransmit
+            || !self.timer.is_idle()
+            || self.timed_out(now)
+            || self.timer.should_keep_alive(now)
+            || self.remote_win_len == 0
+            || !self.peer_synced
+            || !cx.has_ip_addr(tuple.local.addr)
+        {
+            return None;
+        }
+        Some((
+            RecordHead {
+                local: tuple.local,
+                remote: tuple.remote,
+                seq: self.local_seq_no,
+                owes_ack: self.ack_to_transmit(),
+                peer: self.record_peer,
+            },
+            self.remote_win_len,
+        ))
+    }
+
+    /// DockNet patch: records that `len` bytes (at most the room [`Socket::record_room`] gave)
+    /// left as a record: they count as sent and acknowledged, and the peer's window as that
+    /// much smaller (its right edge stays where it was), as the acknowledgement the record
+    /// stands for would have left them.
+    pub fn record_sent(&mut self, cx: &mut Context, len: usize) {
+        let now = cx.now();
+        let len = len.min(self.remote_win_len);
+        if self.record_floor.is_none() {
+            self.record_floor = Some(self.local_seq_no);
+        }
+        self.local_seq_no += len;
+        self.remote_last_seq = self.local_seq_no;
+        self.local_rx_last_ack = Some(self.local_seq_no);
+        self.remote_win_len -= len;
+        self.congestion_controller
+            .inner_mut()
+            .set_remote_window(self.remote_win_len);
+        if self.remote_last_ts.is_none() {
+            self.remote_last_ts = Some(now);
+        }
+        self.timer.rewind_keep_alive(now, self.keep_alive);
+    }
+
+    /// DockNet patch: what this end knows of its peer's taking records ([`RecordPeer`]).
+    pub fn record_peer(&self) -> RecordPeer {
+        self.record_peer
+    }
+
+    /// DockNet patch: notes that this end asked its peer whether it takes records
+    /// ([`RecordPeer`]); an end that knows already stays knowing.
+    pub fn record_asked(&mut self) {
+        if self.record_peer == RecordPeer::Unknown {
+            self.record_peer = RecordPeer::Asked;
+        }
+    }
+
+    /// DockNet patch: the peer says it takes records for this connection: it asks whether
+    /// this end does (`asked`), or answers this end's question. Either way it holds the
+    /// connection and takes records, so this end may send them. Refused with nothing changed
+    /// when the connection is not synchronized and open for bytes, or for an answer to a
+    /// question never asked.
+    pub fn record_peer_says(&mut self, asked: bool) -> Result<(), RecordRefused> {
+        if !matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait1 | State::FinWait2
+        ) {
+            return Err(RecordRefused::State);
+        }
+        if !asked && self.record_peer == RecordPeer::Unknown {
+            return Err(RecordRefused::Unasked);
+        }
+        self.record_peer = RecordPeer::Known;
+        Ok(())
+    }
+
+    /// Whether this socket holds the connection between `local` and `remote` (DockNet patch).
+    pub fn holds(&self, local: IpEndpoint, remote: IpEndpoint) -> bool {
+        self.tuple
+            .is_some_and(|t| t.local == local && t.remote == remote)
+    }
+
+    /// DockNet patch: takes `payload`, a record whose first byte has sequence number `seq`
+    /// ([`Socket::record_room`]), as received and acknowledged: it must start at the next byte
+    /// expected and fit the window advertised (up to the furthest edge) and the receive
+    /// buffer's room. The bytes go where a segment's would (a lent buffer, the receive buffer,
+    /// in front of what waits out of order), and the acknowledgement and window last sent move
+    /// as if one had been sent for them (the window's right edge stays), so nothing is owed
+    /// for them. Returns whether a segment is owed now all the same: an acknowledgement (bytes
+    /// that came out of order before it are now in order), or a window to announce (a lent
+    /// buffer took the bytes as read). Refused with nothing changed otherwise.
+    pub fn record_received(
+        &mut self,
+        cx: &mut Context,
+        seq: TcpSeqNumber,
+        payload: &[u8],
+    ) -> Result<bool, RecordRefused> {
+        if !matches!(
+            self.state,
+            State::Established | State::FinWait1 | State::FinWait2
+        ) || self.rx_fin_received
+        {
+            return Err(RecordRefused::State);
+        }
+        let expected = self.remote_seq_no + self.rx_buffer.len();
+        if seq != expected {
+            return Err(RecordRefused::Sequence);
+        }
+        // the window's edge is the furthest advertised (`remote_max_edge`, kept for every
+        // segment sent): the last window field alone is not scaled after a SYN, which may
+        // have been the last segment this end sent
+        let (Some(last_ack), Some(edge)) = (self.remote_last_ack, self.remote_max_edge) else {
+            return Err(RecordRefused::State);
+        };
+        let len = payload.len();
+        if len == 0 || len > self.rx_buffer.window() || edge < seq || edge - seq < len {
+            return Err(RecordRefused::Window);
+        }
+        // bytes out of order wait behind it: it goes in front of them (and refused, with
+        // nothing changed, when the assembler has no room for the range)
+        let assembler_was_empty = self.assembler.is_empty();
+        let merged = if assembler_was_empty {
+            None
+        } else {
+            match self.assembler.add_then_remove_front(0, len) {
+                Ok(contig) => Some(contig),
+                Err(_) => return Err(RecordRefused::Window),
+            }
+        };
+        let now = cx.now();
+        self.remote_last_ts = Some(now);
+        if self.timer.is_idle() {
+            self.timer.set_for_idle(now, self.keep_alive);
+        }
+        self.local_rx_last_seq = Some(seq);
+        // a lent buffer first (only with nothing out of order), as a segment's bytes
+        let direct = self.deliver_direct(cx, payload, 0, assembler_was_empty);
+        let rest = &payload[direct..];
+        if !rest.is_empty() {
+            let written = self
+                .rx_buffer
+                .write_unallocated_with(0, rest, |src, dst| cx.copy_payload(src, dst));
+            debug_assert!(written == rest.len());
+            // (with nothing out of order, the bytes are the contiguous front)
+            self.rx_buffer
+                .enqueue_unallocated(merged.unwrap_or(rest.len()));
+        }
+        if last_ack == expected {
+            // acknowledged as it came; the right edge stays where it was
+            let ack = seq + len;
+            self.remote_last_ack = Some(ack);
+            self.remote_max_edge = Some(edge);
+            let left = if edge > ack { edge - ack } else { 0 };
+            self.remote_last_win =
+                u16::try_from(left >> self.remote_win_shift).unwrap_or(u16::MAX);
+        }
+        // (a loan took bytes as read at once: the window it opened may be due)
+        Ok(self.ack_to_transmit() || self.window_to_update())
     }
 
     /// Whether reading has opened the receive window enough to announce it now (DockNet patch:
@@ -1202,6 +1444,9 @@ impl<'a> Socket<'a> {
         self.remote_last_ack = None;
         self.remote_last_win = 0;
         self.remote_max_edge = None;
+        self.record_floor = None;
+        self.peer_synced = false;
+        self.record_peer = RecordPeer::Unknown;
         self.remote_win_len = 0;
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
@@ -1879,6 +2124,41 @@ impl<'a> Socket<'a> {
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(cx, ip_repr, repr));
 
+        // DockNet patch: a segment the peer sent before it saw records of ours acknowledges
+        // less than they moved `local_seq_no` to; it stands for an acknowledgement of them
+        // (they count as acknowledged once sent), its window for the same right edge
+        let adjusted;
+        let repr = match (self.record_floor, repr.ack_number) {
+            (Some(floor), Some(ack))
+                if ack < self.local_seq_no
+                    && ack >= floor
+                    && matches!(repr.control, TcpControl::None | TcpControl::Psh | TcpControl::Fin) =>
+            {
+                let scale = self.remote_win_scale.unwrap_or(0) as usize;
+                let edge = ack + ((repr.window_len as usize) << scale);
+                let left = if edge > self.local_seq_no {
+                    edge - self.local_seq_no
+                } else {
+                    0
+                };
+                adjusted = TcpRepr {
+                    ack_number: Some(self.local_seq_no),
+                    window_len: u16::try_from(left >> scale).unwrap_or(u16::MAX),
+                    ..*repr
+                };
+                // (the peer has seen the records up to its acknowledgement: the floor follows
+                // it, so that a long stream of records never leaves it 2^31 bytes behind)
+                self.record_floor = Some(ack);
+                &adjusted
+            }
+            (Some(_), Some(ack)) if ack >= self.local_seq_no => {
+                // the peer has seen every record
+                self.record_floor = None;
+                repr
+            }
+            _ => repr,
+        };
+
         // Consider how much the sequence number space differs from the transmit buffer space.
         let (sent_syn, sent_fin) = match self.state {
             // In SYN-SENT or SYN-RECEIVED, we've just sent a SYN.
@@ -2373,6 +2653,10 @@ impl<'a> Socket<'a> {
 
         // Update remote state.
         self.remote_last_ts = Some(cx.now());
+        // DockNet patch: a segment the peer sent without SYN: it is synchronized
+        if repr.control != TcpControl::Syn && repr.ack_number.is_some() {
+            self.peer_synced = true;
+        }
 
         // RFC 1323: The window field (SEG.WND) in the header of every incoming segment, with the
         // exception of SYN segments, is left-shifted by Snd.Wind.Scale bits before updating SND.WND.
@@ -7325,6 +7609,260 @@ mod test {
         }
         assert!(fast >= 6, "the fast path took {fast} of {} segments", sizes.len());
         assert!(fast < sizes.len(), "no message wrapped around the send buffer");
+    }
+
+    #[test]
+    fn test_docknet_a_record_sent_counts_as_acknowledged_and_segments_follow_it() {
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        s.set_nagle_enabled(false);
+        let t = Instant::from_millis(0);
+        s.cx.set_now(t);
+        assert!(
+            s.socket.record_room(&mut s.cx).is_none(),
+            "the peer may not have taken the handshake's last ACK yet"
+        );
+        // a segment from the peer without SYN: it is synchronized
+        let ack = TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 64,
+            ..SEND_TEMPL
+        };
+        send(&mut s, t, &ack);
+        let (head, room) = s.socket.record_room(&mut s.cx).expect("room for a record");
+        assert_eq!((head.local, head.remote, head.seq), (LOCAL_END, REMOTE_END, LOCAL_SEQ + 1));
+        assert_eq!(room, s.remote_win_len);
+        let win = s.remote_win_len;
+        s.socket.record_sent(&mut s.cx, 40);
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 40);
+        assert_eq!(s.remote_last_seq, LOCAL_SEQ + 1 + 40);
+        // the window's right edge stays
+        assert_eq!(s.remote_win_len, win - 40);
+        // nothing to send for it: no segment, no ACK
+        recv_nothing(&mut s, t);
+        // the next bytes go as a segment right after the record's
+        s.send_slice(b"abc").unwrap();
+        let seg = dispatched(&mut s, t);
+        assert_eq!((seg.0, seg.1, seg.4), (LOCAL_SEQ + 41, Some(REMOTE_SEQ + 1), b"abc".to_vec()));
+        // the peer acknowledges record and segment together, and answers
+        let ack = TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 44),
+            window_len: 64,
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        };
+        assert_eq!(send(&mut s, t, &ack), None);
+        assert_eq!(s.tx_buffer.len(), 0);
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 44);
+        assert_eq!(s.remote_win_len, 64);
+        // an ACK owed: said, until it left
+        assert!(s.socket.record_room(&mut s.cx).unwrap().0.owes_ack, "an ACK owed");
+        s.expire_ack_delay();
+        let a = dispatched(&mut s, t);
+        assert_eq!((a.0, a.1), (LOCAL_SEQ + 44, Some(REMOTE_SEQ + 4)));
+        assert!(!s.socket.record_room(&mut s.cx).unwrap().0.owes_ack);
+        // and the FIN after another record takes the sequence number after it
+        s.socket.record_sent(&mut s.cx, 10);
+        s.close();
+        let fin = dispatched(&mut s, t);
+        assert_eq!((fin.0, fin.3), (LOCAL_SEQ + 54, TcpControl::Fin));
+        assert!(s.socket.record_room(&mut s.cx).is_none(), "closing");
+    }
+
+    #[test]
+    fn test_docknet_records_go_to_a_peer_known_to_take_them_only() {
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        let t = Instant::from_millis(0);
+        s.cx.set_now(t);
+        s.peer_synced = true;
+        let peer = |s: &mut TestSocket| s.socket.record_room(&mut s.cx).unwrap().0.peer;
+        assert_eq!(peer(&mut s), RecordPeer::Unknown);
+        // an answer to no question is refused, and changes nothing
+        assert_eq!(s.socket.record_peer_says(false), Err(RecordRefused::Unasked));
+        assert_eq!(peer(&mut s), RecordPeer::Unknown);
+        s.socket.record_asked();
+        assert_eq!(peer(&mut s), RecordPeer::Asked);
+        assert_eq!(s.socket.record_peer_says(false), Ok(()));
+        assert_eq!(peer(&mut s), RecordPeer::Known);
+        // a peer's question says as much as its answer
+        let mut q = socket_established_with_buffer_sizes(256, 256);
+        q.peer_synced = true;
+        assert_eq!(q.socket.record_peer_says(true), Ok(()));
+        assert_eq!(peer(&mut q), RecordPeer::Known);
+        q.socket.record_asked();
+        assert_eq!(peer(&mut q), RecordPeer::Known, "knowing stays");
+        // not while the connection is not open for bytes, and forgotten with the connection
+        let mut c = socket_syn_received();
+        assert_eq!(c.socket.record_peer_says(true), Err(RecordRefused::State));
+        s.socket.reset();
+        assert_eq!(s.socket.record_peer(), RecordPeer::Unknown);
+    }
+
+    #[test]
+    fn test_docknet_a_segment_sent_before_the_peer_saw_records_acknowledges_them() {
+        // records cross a segment of the peer's in flight: it acknowledges less than they
+        // moved the sequence number to, and must not be dropped as a duplicate ACK
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        let t = Instant::from_millis(0);
+        s.cx.set_now(t);
+        s.socket.record_sent(&mut s.cx, 30);
+        s.socket.record_sent(&mut s.cx, 20);
+        let seg = TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 30),
+            window_len: 64,
+            payload: &b"data"[..],
+            ..SEND_TEMPL
+        };
+        assert_eq!(send(&mut s, t, &seg), None);
+        assert_eq!(s.rx_buffer.len(), 4, "its payload was taken");
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 51);
+        // its window ends where the peer said, counted from its acknowledgement
+        assert_eq!(s.remote_win_len, 64 - 20);
+        // and the first byte not yet acknowledged moves up to it
+        assert_eq!(s.record_floor, Some(LOCAL_SEQ + 31));
+        // one acknowledging everything ends the allowance: an older one is a duplicate again
+        let all = TcpRepr {
+            seq_number: REMOTE_SEQ + 5,
+            ack_number: Some(LOCAL_SEQ + 51),
+            window_len: 64,
+            ..SEND_TEMPL
+        };
+        assert_eq!(send(&mut s, t, &all), None);
+        assert_eq!(s.remote_win_len, 64);
+        let old = TcpRepr {
+            seq_number: REMOTE_SEQ + 5,
+            ack_number: Some(LOCAL_SEQ + 31),
+            window_len: 64,
+            payload: &b"late"[..],
+            ..SEND_TEMPL
+        };
+        assert_eq!(send(&mut s, t, &old), None);
+        assert_eq!(s.rx_buffer.len(), 4, "a duplicate ACK's segment is dropped");
+    }
+
+    #[test]
+    fn test_docknet_a_record_is_refused_where_segments_are_due() {
+        let t = Instant::from_millis(0);
+        // bytes queued or in flight, a zero window, a retransmission pending
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        s.cx.set_now(t);
+        s.send_slice(b"q").unwrap();
+        assert!(s.socket.record_room(&mut s.cx).is_none(), "queued");
+        dispatched(&mut s, t);
+        assert!(s.socket.record_room(&mut s.cx).is_none(), "in flight");
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        s.cx.set_now(t);
+        s.peer_synced = true;
+        assert!(s.socket.record_room(&mut s.cx).is_some());
+        s.remote_win_len = 0;
+        assert!(s.socket.record_room(&mut s.cx).is_none(), "zero window");
+        // not established
+        for mut s in [socket_syn_received(), socket_fin_wait_1(), socket_listen()] {
+            s.cx.set_now(t);
+            assert!(s.socket.record_room(&mut s.cx).is_none(), "{}", s.state);
+        }
+    }
+
+    #[test]
+    fn test_docknet_a_record_received_is_read_acknowledged_and_the_window_follows() {
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        s.remote_win_shift = 2;
+        s.remote_last_win = s.scaled_window();
+        let t = Instant::from_millis(0);
+        s.cx.set_now(t);
+        let edge = REMOTE_SEQ + 1 + 256;
+        // (as the segment that advertised it left it)
+        assert_eq!(
+            s.socket.record_received(&mut s.cx, REMOTE_SEQ + 1, b"a"),
+            Err(RecordRefused::State),
+            "no edge advertised"
+        );
+        s.remote_max_edge = Some(edge);
+        // not at the next byte, empty, past the window
+        let r = |s: &mut TestSocket, seq, p: &[u8]| s.socket.record_received(&mut s.cx, seq, p);
+        assert_eq!(r(&mut s, REMOTE_SEQ + 2, b"a"), Err(RecordRefused::Sequence));
+        assert_eq!(r(&mut s, REMOTE_SEQ, b"a"), Err(RecordRefused::Sequence));
+        assert_eq!(r(&mut s, REMOTE_SEQ + 1, b""), Err(RecordRefused::Window));
+        assert_eq!(r(&mut s, REMOTE_SEQ + 1, &[0; 257]), Err(RecordRefused::Window));
+        assert_eq!(s.rx_buffer.len(), 0);
+        assert_eq!(r(&mut s, REMOTE_SEQ + 1, b"hello"), Ok(false));
+        assert_eq!(s.remote_last_ack, Some(REMOTE_SEQ + 6));
+        // (the edge, rounded down to the scale)
+        assert_eq!(s.remote_last_ack.unwrap() + ((s.remote_last_win as usize) << 2), edge - 3);
+        // nothing owed for it
+        recv_nothing(&mut s, t);
+        assert_eq!(r(&mut s, REMOTE_SEQ + 6, &[7; 250]), Ok(false));
+        assert_eq!(r(&mut s, REMOTE_SEQ + 256, b"xx"), Err(RecordRefused::Window));
+        assert_eq!(r(&mut s, REMOTE_SEQ + 256, b"x"), Ok(false));
+        assert_eq!(s.rx_buffer.window(), 0);
+        let mut got = [0u8; 256];
+        assert_eq!(s.recv_slice(&mut got), Ok(256));
+        assert_eq!(&got[..5], b"hello");
+        assert_eq!(got[5..255], [7; 250]);
+        assert_eq!(got[255], b'x');
+        // the reader opened the window: it is announced, at the bytes the records brought
+        assert!(s.window_update_due());
+        let upd = dispatched(&mut s, t);
+        assert_eq!((upd.1, upd.2), (Some(edge), 64));
+        // and the peer's next segment comes after them
+        let seg = TcpRepr {
+            seq_number: edge,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"more"[..],
+            ..SEND_TEMPL
+        };
+        send(&mut s, t, &seg);
+        assert_eq!(s.rx_buffer.len(), 4);
+        // a FIN received: no record after it
+        let fin = TcpRepr {
+            seq_number: edge + 4,
+            ack_number: Some(LOCAL_SEQ + 1),
+            control: TcpControl::Fin,
+            ..SEND_TEMPL
+        };
+        send(&mut s, t, &fin);
+        assert_eq!(r(&mut s, edge + 5, b"late"), Err(RecordRefused::State));
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn test_docknet_a_record_fills_the_hole_before_bytes_out_of_order_and_a_loan() {
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        s.remote_max_edge = Some(REMOTE_SEQ + 1 + 256);
+        let t = Instant::from_millis(0);
+        // bytes out of order wait behind a hole of 4
+        let ooo = TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 4,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"efgh"[..],
+            ..SEND_TEMPL
+        };
+        assert!(send(&mut s, t, &ooo).is_some(), "an immediate ACK for the hole");
+        assert_eq!(
+            s.socket.record_received(&mut s.cx, REMOTE_SEQ + 1, b"abcd"),
+            Ok(true),
+            "the bytes behind it are owed an ACK"
+        );
+        let mut got = [0u8; 8];
+        assert_eq!(s.recv_slice(&mut got), Ok(8));
+        assert_eq!(&got, b"abcdefgh");
+        let a = dispatched(&mut s, t);
+        assert_eq!(a.1, Some(REMOTE_SEQ + 9));
+        // a reader's lent buffer takes a record as it takes a segment
+        let mut lent = [0u8; 3];
+        // SAFETY: `lent` outlives the loan, which take_direct ends below.
+        assert!(unsafe { s.set_direct(lent.as_mut_ptr(), lent.len()) });
+        assert_eq!(
+            s.socket.record_received(&mut s.cx, REMOTE_SEQ + 9, b"ijklm"),
+            Ok(false)
+        );
+        assert_eq!(s.take_direct(lent.as_ptr()), 3);
+        assert_eq!(&lent, b"ijk");
+        assert_eq!(s.recv_slice(&mut got), Ok(2));
+        assert_eq!(&got[..2], b"lm");
+        recv_nothing(&mut s, t);
     }
 
     #[test]

@@ -27,6 +27,10 @@
 //!                                       DockLib server and rewrites its frames, headers and
 //!                                       payload, while the server reads them (or the
 //!                                       server's frames while it writes them)
+//!   dnattack lying-records --to IP:PORT [--rounds N]
+//!                                       a fast-channel partner that sends records out of
+//!                                       sequence, past the window, for no connection,
+//!                                       malformed or spoofed, and honest ones
 //!   dnattack syn-options --to IP:PORT [--mutations N] [--bytes N]
 //!                                       SYNs with lying options, then a connection
 //!                                       offering two MSS options
@@ -39,6 +43,7 @@
 #![deny(unsafe_code)]
 
 mod overrun;
+mod records;
 mod rewrite;
 
 use anyhow::{bail, Context, Result};
@@ -120,6 +125,16 @@ enum Cmd {
         to: std::net::SocketAddrV4,
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+    },
+    /// A fast-channel partner that sends lying records (an established connection's bytes
+    /// outside TCP's segments): out of sequence, past the window, for no connection,
+    /// malformed, spoofed, and honest ones; report, per kind, the resets and answers seen.
+    LyingRecords {
+        /// The server (an HTTP server: the honest records are GETs).
+        #[arg(long)]
+        to: std::net::SocketAddrV4,
+        #[arg(long, default_value_t = 90)]
+        rounds: u32,
     },
     /// Half-open connections ended by a RST, each followed by a connection from the same port
     /// whose numbers start 300 KB before the first's and which sends up to where the first's
@@ -454,6 +469,11 @@ fn main_inner(cli: Cli) -> Result<serde_json::Value> {
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
             to,
             seconds,
+        )?,
+        Cmd::LyingRecords { to, rounds } => records::run(
+            docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,
+            to,
+            rounds,
         )?,
         Cmd::StaleEdge { to, rounds } => overrun::stale_edge(
             docknet_lib::Endpoint::connect(&name, docknet_pipe::IdlePolicy::Spin)?,

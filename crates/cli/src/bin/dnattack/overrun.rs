@@ -110,10 +110,23 @@ impl Peer {
         sent
     }
 
+    /// The server's MAC.
+    pub(crate) fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
     /// The next segment from the server to this connection.
     pub(crate) fn recv(&mut self) -> Option<Seg> {
         let (n, _) = self.ep.recv(&mut self.buf)?;
-        let f = &self.buf[..n];
+        let f = std::mem::take(&mut self.buf);
+        let seg = self.parse(&f[..n]);
+        self.buf = f;
+        seg
+    }
+
+    /// The segment `f` is, if it is one from the server to this connection.
+    pub(crate) fn parse(&self, f: &[u8]) -> Option<Seg> {
+        let n = f.len();
         if n < ETH + IPV4 + 20 || f[12..14] != [0x08, 0x00] || f[ETH + 9] != 6 {
             return None;
         }

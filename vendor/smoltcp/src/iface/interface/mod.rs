@@ -341,6 +341,136 @@ impl Interface {
         Some(sent.len)
     }
 
+    /// DockNet patch: sends bytes of TCP socket `h` as a record, outside TCP's segments, when
+    /// [`crate::socket::tcp::Socket::record_room`] allows one, no acknowledgement is owed
+    /// (the caller sends that first) and the peer is known to take records
+    /// ([`crate::socket::tcp::RecordPeer`]): `send` writes at
+    /// most the room it is given and returns how many bytes left (`None`: none, nothing
+    /// changes), and the socket records them
+    /// ([`crate::socket::tcp::Socket::record_sent`]). The socket is not marked for the egress:
+    /// a record leaves nothing to send. Returns the bytes sent.
+    #[cfg(feature = "socket-tcp")]
+    pub fn tcp_record_send(
+        &mut self,
+        now: Instant,
+        sockets: &mut SocketSet<'_>,
+        h: crate::iface::SocketHandle,
+        send: impl FnOnce(&crate::socket::tcp::RecordHead, usize) -> Option<usize>,
+    ) -> Option<usize> {
+        self.inner.now = now;
+        let (item, _, changes) = sockets.item_touch(h)?;
+        let Socket::Tcp(socket) = &mut item.socket else {
+            return None;
+        };
+        let (head, room) = socket.record_room(&mut self.inner)?;
+        if head.owes_ack || head.peer != crate::socket::tcp::RecordPeer::Known {
+            return None;
+        }
+        let n = send(&head, room)?.min(room);
+        if n == 0 {
+            return None;
+        }
+        socket.record_sent(&mut self.inner, n);
+        changes.note(&mut item.meta);
+        Some(n)
+    }
+
+    /// DockNet patch: gives a record that came from `remote` to `local`, first byte `seq`, to
+    /// the TCP socket that holds that connection
+    /// ([`crate::socket::tcp::Socket::record_received`]), found as a segment's socket is. The
+    /// socket is noted for the change log, and marked for the egress only when it owes a
+    /// segment (an acknowledgement, a window). Refused when no socket holds it (nothing
+    /// changed), or when the socket refuses it: the connection is then reset (its sender
+    /// counted the bytes as delivered, so it cannot go on without them).
+    #[cfg(feature = "socket-tcp")]
+    pub fn tcp_record_received(
+        &mut self,
+        now: Instant,
+        sockets: &mut SocketSet<'_>,
+        local: crate::wire::IpEndpoint,
+        remote: crate::wire::IpEndpoint,
+        seq: crate::wire::TcpSeqNumber,
+        payload: &[u8],
+    ) -> Result<(), crate::socket::tcp::RecordRefused> {
+        use crate::socket::tcp::RecordRefused;
+        self.inner.now = now;
+        let (item, touch, changes) = Self::tcp_record_socket(sockets, local, remote)
+            .and_then(|h| sockets.item_touch(h))
+            .ok_or(RecordRefused::NoSocket)?;
+        let Socket::Tcp(socket) = &mut item.socket else {
+            return Err(RecordRefused::NoSocket);
+        };
+        let owed = match socket.record_received(&mut self.inner, seq, payload) {
+            Ok(owed) => owed,
+            Err(e) => {
+                // its sender counts it as delivered: the connection cannot go on, and ends
+                // loudly (a reset) rather than missing bytes
+                socket.abort();
+                changes.note(&mut item.meta);
+                touch.touch(&mut item.meta);
+                return Err(e);
+            }
+        };
+        changes.note(&mut item.meta);
+        if owed {
+            touch.touch(&mut item.meta);
+        }
+        Ok(())
+    }
+
+    /// DockNet patch: the peer of the TCP connection between `local` and `remote` says it
+    /// takes records for it: it asks (`asked`) or answers this end's question
+    /// ([`crate::socket::tcp::Socket::record_peer_says`]). Refused with nothing changed when no
+    /// socket holds the connection, or the socket refuses. Nothing is marked for the egress:
+    /// the caller answers a question itself.
+    #[cfg(feature = "socket-tcp")]
+    pub fn tcp_record_peer(
+        &mut self,
+        sockets: &mut SocketSet<'_>,
+        local: crate::wire::IpEndpoint,
+        remote: crate::wire::IpEndpoint,
+        asked: bool,
+    ) -> Result<(), crate::socket::tcp::RecordRefused> {
+        use crate::socket::tcp::RecordRefused;
+        let h = Self::tcp_record_socket(sockets, local, remote).ok_or(RecordRefused::NoSocket)?;
+        let (item, _, _) = sockets.item_touch(h).ok_or(RecordRefused::NoSocket)?;
+        let Socket::Tcp(socket) = &mut item.socket else {
+            return Err(RecordRefused::NoSocket);
+        };
+        socket.record_peer_says(asked)
+    }
+
+    /// The TCP socket that holds the connection between `local` and `remote`, found as a
+    /// segment's socket is (its hint first, then every socket).
+    #[cfg(feature = "socket-tcp")]
+    fn tcp_record_socket(
+        sockets: &mut SocketSet<'_>,
+        local: crate::wire::IpEndpoint,
+        remote: crate::wire::IpEndpoint,
+    ) -> Option<crate::iface::SocketHandle> {
+        let lookup = sockets.tcp_lookup_worth();
+        let hash = if lookup {
+            tcp::endpoints_hash(remote, local)
+        } else {
+            0
+        };
+        let holds = |item: &crate::iface::socket_set::Item<'_>| {
+            matches!(&item.socket, Socket::Tcp(t) if t.holds(local, remote))
+        };
+        let mut taker = lookup
+            .then(|| sockets.tcp_hint(hash))
+            .flatten()
+            .filter(|&h| sockets.item_touch(h).is_some_and(|(item, _, _)| holds(item)));
+        if taker.is_none() {
+            let (items, _, _) = sockets.items_mut_all();
+            taker = items.into_iter().find(|i| holds(i)).map(|i| i.meta.handle);
+            if let Some(h) = taker.filter(|_| lookup) {
+                sockets.set_tcp_hint(hash, h);
+            }
+        }
+        taker
+    }
+
     /// Get the HardwareAddress address of the interface.
     ///
     /// # Panics

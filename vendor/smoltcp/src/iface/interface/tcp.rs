@@ -96,6 +96,20 @@ impl InterfaceInner {
 
 /// DockNet patch: a hash of a segment's 4-tuple, for `SocketSet::tcp_hint`.
 fn tuple_hash(ip_repr: &IpRepr, tcp_repr: &TcpRepr) -> usize {
+    hash_of(
+        ip_repr.src_addr(),
+        ip_repr.dst_addr(),
+        tcp_repr.src_port,
+        tcp_repr.dst_port,
+    )
+}
+
+/// DockNet patch: [`tuple_hash`] of a segment from `src` to `dst`.
+pub(crate) fn endpoints_hash(src: IpEndpoint, dst: IpEndpoint) -> usize {
+    hash_of(src.addr, dst.addr, src.port, dst.port)
+}
+
+fn hash_of(src: IpAddress, dst: IpAddress, src_port: u16, dst_port: u16) -> usize {
     fn fold(a: IpAddress) -> u64 {
         match a {
             #[cfg(feature = "proto-ipv4")]
@@ -113,8 +127,8 @@ fn tuple_hash(ip_repr: &IpRepr, tcp_repr: &TcpRepr) -> usize {
             }
         }
     }
-    let mut x = fold(ip_repr.src_addr()).rotate_left(32) ^ fold(ip_repr.dst_addr());
-    x ^= ((tcp_repr.src_port as u64) << 16) | tcp_repr.dst_port as u64;
+    let mut x = fold(src).rotate_left(32) ^ fold(dst);
+    x ^= ((src_port as u64) << 16) | dst_port as u64;
     x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (x >> 32) as usize
 }
