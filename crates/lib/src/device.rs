@@ -76,7 +76,10 @@ pub struct DeviceStats {
     /// Records sent: an established connection's bytes written to a fast channel's ring
     /// outside TCP's segments (`frame::Record`); counted as `tx` is.
     pub tx_records: u64,
-    /// Records taken by their connection's socket; counted as `rx` is.
+    /// Questions sent whether a connection's peer takes records (`frame::RecordKind::Ask`:
+    /// once a connection, and again after a channel's removal); counted as `tx` is.
+    pub tx_record_asks: u64,
+    /// Records of bytes taken by their connection's socket; counted as `rx` is.
     pub rx_records: u64,
     /// Records refused and dropped: not from a fast channel, malformed, for no connection of
     /// this stack, or one that could not take them (out of sequence, past its window, closed).

@@ -248,6 +248,8 @@ pub struct Endpoint {
     fc_split: Option<u64>,
     fcs: Vec<FcLink>,
     generation: u32,
+    /// Fast channels removed since this endpoint opened ([`Endpoint::channel_epoch`]).
+    removals: u32,
     idler: Idler,
     stats: EndpointStats,
     /// The services the daemon announced (connects to their addresses go to a backend).
@@ -367,6 +369,7 @@ impl Endpoint {
             name: p.name.clone(),
             ip6: p.ip6,
             generation: layout::generation(&region),
+            removals: 0,
             tx: Producer::adopt(&region, info.rings[0]),
             rx: Consumer::adopt(&region, info.rings[1]),
             region,
@@ -678,6 +681,9 @@ impl Endpoint {
                 if let Some(l) = self.fcs.iter_mut().find(|f| f.id == id) {
                     // what was queued on it goes out, and is read by the partner's drain
                     l.tx.publish(&l.region);
+                    if l.closing.is_none() {
+                        self.removals = self.removals.wrapping_add(1);
+                    }
                     l.closing.get_or_insert(Instant::now() + DRAIN);
                 }
             }
@@ -687,6 +693,9 @@ impl Endpoint {
                     // records count as delivered)
                     let until = Instant::now() + DRAIN;
                     for f in self.fcs.iter_mut().filter(|f| !ids.contains(&f.id)) {
+                        if f.closing.is_none() {
+                            self.removals = self.removals.wrapping_add(1);
+                        }
                         f.closing.get_or_insert(until);
                     }
                     self.sleep_plan = None;
@@ -722,6 +731,14 @@ impl Endpoint {
     /// The fast channel to `frame`'s destination (its index), if any, whatever the size.
     fn channel_to(&self, frame: &[u8]) -> Option<usize> {
         self.channel_of(frame::ipv4_dst(frame), || frame::ipv6_dst(frame))
+    }
+
+    /// How many fast channels were removed since this endpoint opened (wrapping): what a
+    /// connection learnt about its peer over a channel (that it takes records) holds only
+    /// until the next removal, after which another container may have the peer's address.
+    #[inline]
+    pub fn channel_epoch(&self) -> u32 {
+        self.removals
     }
 
     /// Whether this endpoint has fast channels (open or not).

@@ -16,9 +16,11 @@
 //! connection at all but forward it (the NAT balancer rewrites segments and passes them on),
 //! and would drop a record its sender counted as delivered. So a connection that could send a
 //! record asks first ([`RecordKind::Ask`], a record without bytes, once) and goes on with
-//! segments; a stack that holds the connection answers ([`RecordKind::Confirm`]) and from then
-//! on both ends send records (the question tells the answerer as much as the answer tells the
-//! asker). A forwarder knows no records and answers nothing.
+//! segments; a stack that holds the connection answers ([`RecordKind::Confirm`]), and each end
+//! sends records once it has the other's word (the question tells the answerer as much as the
+//! answer tells the asker). A forwarder knows no records and answers nothing. What a stack
+//! learnt holds until one of its channels is removed (`Endpoint::channel_epoch`): another
+//! container may then have the peer's address, and would drop records silently.
 //!
 //! What the receiver checks (the partner is another container): the record came from a fast
 //! channel, carries the partner's address (as every frame of a channel must), is well formed,
@@ -49,13 +51,15 @@ impl Inner {
         if !self.cfg.records || buf.is_empty() || !self.dev.ep.has_open_channel() {
             return None;
         }
-        let peer = self.sockets.get::<tcp::Socket>(h).record_peer();
+        // (a channel the daemon removed since this stack last looked is not written: what it
+        // takes counts as delivered, and its partner may have stopped reading it; and what
+        // was learnt of peers before a removal is forgotten)
+        self.dev.ep.refresh();
+        let epoch = self.dev.ep.channel_epoch();
+        let peer = self.sockets.get::<tcp::Socket>(h).record_peer_at(epoch);
         if peer == RecordPeer::Asked {
             return None;
         }
-        // (a channel the daemon removed since this stack last looked is not written: what it
-        // takes counts as delivered, and its partner may have stopped reading it)
-        self.dev.ep.refresh();
         if peer == RecordPeer::Unknown {
             self.ask_records(h);
             return None;
@@ -71,7 +75,7 @@ impl Inner {
         let dev = &mut self.dev;
         let n = self
             .iface
-            .tcp_record_send(now, &mut self.sockets, h, |head, room| {
+            .tcp_record_send(now, &mut self.sockets, h, epoch, |head, room| {
                 let (src, dst) = v4(head.local.addr, head.remote.addr)?;
                 let (route, max) = channel_to(dev, dst)?;
                 let n = buf.len().min(room).min(max.checked_sub(RECORD_HEAD)?);
@@ -118,12 +122,14 @@ impl Inner {
             kind: RecordKind::Ask,
         };
         if self.send_bare(ask, route) {
-            self.tcp_quiet(h).record_asked();
+            self.dev.stats.tx_record_asks += 1;
+            let epoch = self.dev.ep.channel_epoch();
+            self.tcp_quiet(h).record_asked(epoch);
         }
     }
 
     /// Writes record `r`, which carries no bytes (a question or an answer), to `route`'s
-    /// ring; whether it went.
+    /// ring; whether it went. (Not flushed: the segment or poll that follows flushes it.)
     fn send_bare(&mut self, r: Record, route: Route) -> bool {
         let Some(mac) = self.dev.ep.fc_peer_mac(r.dst) else {
             return false;
@@ -136,7 +142,6 @@ impl Inner {
             return false;
         }
         self.dev.stats.tx += 1;
-        self.dev.ep.flush();
         true
     }
 
@@ -180,16 +185,22 @@ impl Inner {
                     &f[RECORD_HEAD..],
                 ),
                 // a question or an answer changes no connection's state but whether records
-                // may go to its peer; a question is answered at once
+                // may go to its peer; a question is answered at once (each one: a partner
+                // that asks again, as after a removal of one of its channels, has forgotten
+                // the answer)
                 RecordKind::Ask | RecordKind::Confirm => {
                     let asked = r.kind == RecordKind::Ask;
-                    let said = self
-                        .iface
-                        .tcp_record_peer(&mut self.sockets, local, remote, asked);
+                    let epoch = self.dev.ep.channel_epoch();
+                    let said =
+                        self.iface
+                            .tcp_record_peer(&mut self.sockets, local, remote, asked, epoch);
                     if said.is_ok() && asked {
                         self.answer(r);
                     }
-                    said.map_err(|_| RecordRefused::NoSocket)
+                    match said {
+                        Ok(()) => continue,
+                        Err(_) => Err(RecordRefused::NoSocket),
+                    }
                 }
             };
             match taken {

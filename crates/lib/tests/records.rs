@@ -168,3 +168,65 @@ fn a_stack_that_sends_no_records_takes_them_and_segments_answer_records() {
     );
     assert!(a.tx > a0.tx);
 }
+
+/// One 64 B exchange on `c`, checked.
+fn round(c: &mut TcpStream, i: u8) {
+    let mut m = [0u8; 64];
+    c.write_all(&[i; 64]).unwrap();
+    c.read_exact(&mut m).unwrap();
+    assert_eq!(m, [i; 64], "round {i}");
+}
+
+#[test]
+fn a_connection_asks_again_after_a_channel_is_removed_and_records_resume_on_a_new_one() {
+    // what a stack learnt of a peer over a channel is forgotten when a channel goes (another
+    // container may have the peer's address next): the connection goes on through the daemon,
+    // then over the new channel it asks again, and moves records once answered
+    let n = net(true, 1500);
+    let srv = echo(&n, 7102);
+    let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7102)).unwrap();
+    for i in 0..20 {
+        round(&mut c, i);
+    }
+    let asks = || n.a.device_stats().tx_record_asks + n.b.device_stats().tx_record_asks;
+    let first = n.a.device_stats();
+    // (one end asks: the other learns from the question)
+    assert_eq!(asks(), 1, "{first:?}");
+    assert!(first.tx_records >= 15, "{first:?}");
+    let publish = |add: bool| {
+        let mut r = n.reg.lock().unwrap();
+        if add {
+            r.connect_fc("a", "b", None).unwrap();
+        } else {
+            r.remove_fc("a", "b").unwrap();
+        }
+        n.master.publish(r.snapshot());
+    };
+    publish(false);
+    // (the daemon tells both stacks in its own time)
+    thread::sleep(std::time::Duration::from_millis(50));
+    for i in 20..60 {
+        round(&mut c, i);
+    }
+    let gone = n.a.device_stats();
+    publish(true);
+    for i in 60..160 {
+        round(&mut c, i);
+    }
+    let back = n.a.device_stats();
+    // asked again (by each end at most: one may learn of the removal after the other's
+    // question came)
+    assert!((2..=3).contains(&asks()), "asked again: {back:?}");
+    assert!(
+        back.tx_records - gone.tx_records >= 50,
+        "records resumed: {gone:?} {back:?}"
+    );
+    let b = n.b.device_stats();
+    assert_eq!(
+        back.rx_records_refused + b.rx_records_refused,
+        0,
+        "{back:?} {b:?}"
+    );
+    drop(c);
+    srv.join().unwrap();
+}

@@ -518,8 +518,6 @@ pub struct RecordHead {
     /// An acknowledgement is owed to the peer: a record, which carries none, may leave only
     /// after a segment that does.
     pub owes_ack: bool,
-    /// Whether the peer is known to take records for this connection.
-    pub peer: RecordPeer,
 }
 
 /// DockNet patch: what an end knows of its peer's taking records for their connection. A
@@ -527,7 +525,10 @@ pub struct RecordHead {
 /// connection instead of ending it (a balancer that rewrites segments), and would drop the
 /// record its sender counts as delivered. So an end asks first (a record without bytes that
 /// only a stack ending the connection answers) and goes on with segments until an answer
-/// comes ([`Socket::record_peer_says`]).
+/// comes ([`Socket::record_peer_says`]). What an end knows holds for one epoch of its paths,
+/// a number its owner moves when a path that carried records is removed (another container
+/// may take the peer's address): in another epoch the peer is unknown again
+/// ([`Socket::record_peer_at`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecordPeer {
     /// Not asked yet.
@@ -608,8 +609,9 @@ pub struct Socket<'a> {
     /// without SYN was accepted (DockNet patch). Records go only then: before it, the peer
     /// may still be in SYN-RECEIVED, its handshake's last ACK not taken yet.
     peer_synced: bool,
-    /// What this end knows of the peer's taking records (DockNet patch, [`RecordPeer`]).
-    record_peer: RecordPeer,
+    /// What this end knows of the peer's taking records, and the epoch of its paths it holds
+    /// for (DockNet patch, [`RecordPeer`]).
+    record_peer: (RecordPeer, u32),
     /// A reader's buffer that in-order data goes straight into while it is set (DockNet
     /// patch: see [`Socket::set_direct`]).
     direct: Option<Direct>,
@@ -720,7 +722,7 @@ impl<'a> Socket<'a> {
             remote_max_edge: None,
             record_floor: None,
             peer_synced: false,
-            record_peer: RecordPeer::Unknown,
+            record_peer: (RecordPeer::Unknown, 0),
             direct: None,
             remote_win_len: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
@@ -1103,7 +1105,6 @@ impl<'a> Socket<'a> {
                 remote: tuple.remote,
                 seq: self.local_seq_no,
                 owes_ack: self.ack_to_transmit(),
-                peer: self.record_peer,
             },
             self.remote_win_len,
         ))
@@ -1132,35 +1133,40 @@ impl<'a> Socket<'a> {
         self.timer.rewind_keep_alive(now, self.keep_alive);
     }
 
-    /// DockNet patch: what this end knows of its peer's taking records ([`RecordPeer`]).
-    pub fn record_peer(&self) -> RecordPeer {
-        self.record_peer
-    }
-
-    /// DockNet patch: notes that this end asked its peer whether it takes records
-    /// ([`RecordPeer`]); an end that knows already stays knowing.
-    pub fn record_asked(&mut self) {
-        if self.record_peer == RecordPeer::Unknown {
-            self.record_peer = RecordPeer::Asked;
+    /// DockNet patch: what this end knows of its peer's taking records ([`RecordPeer`]) in
+    /// epoch `epoch` of its paths: nothing, in another epoch than the one it learnt it in.
+    pub fn record_peer_at(&self, epoch: u32) -> RecordPeer {
+        match self.record_peer {
+            (p, e) if e == epoch => p,
+            _ => RecordPeer::Unknown,
         }
     }
 
-    /// DockNet patch: the peer says it takes records for this connection: it asks whether
-    /// this end does (`asked`), or answers this end's question. Either way it holds the
-    /// connection and takes records, so this end may send them. Refused with nothing changed
-    /// when the connection is not synchronized and open for bytes, or for an answer to a
-    /// question never asked.
-    pub fn record_peer_says(&mut self, asked: bool) -> Result<(), RecordRefused> {
+    /// DockNet patch: notes that this end asked its peer whether it takes records, in epoch
+    /// `epoch` ([`RecordPeer`]); an end that knows already stays knowing.
+    pub fn record_asked(&mut self, epoch: u32) {
+        if self.record_peer_at(epoch) == RecordPeer::Unknown {
+            self.record_peer = (RecordPeer::Asked, epoch);
+        }
+    }
+
+    /// DockNet patch: the peer says, in epoch `epoch`, that it takes records for this
+    /// connection: it asks whether this end does (`asked`), or answers this end's question.
+    /// Either way it holds the connection and takes records, so this end may send them.
+    /// Refused with nothing changed when the connection is not synchronized and open for
+    /// bytes, or for an answer where this end asked nothing in that epoch (and the peer did
+    /// not ask either).
+    pub fn record_peer_says(&mut self, asked: bool, epoch: u32) -> Result<(), RecordRefused> {
         if !matches!(
             self.state,
             State::Established | State::CloseWait | State::FinWait1 | State::FinWait2
         ) {
             return Err(RecordRefused::State);
         }
-        if !asked && self.record_peer == RecordPeer::Unknown {
+        if !asked && self.record_peer_at(epoch) == RecordPeer::Unknown {
             return Err(RecordRefused::Unasked);
         }
-        self.record_peer = RecordPeer::Known;
+        self.record_peer = (RecordPeer::Known, epoch);
         Ok(())
     }
 
@@ -1446,7 +1452,7 @@ impl<'a> Socket<'a> {
         self.remote_max_edge = None;
         self.record_floor = None;
         self.peer_synced = false;
-        self.record_peer = RecordPeer::Unknown;
+        self.record_peer = (RecordPeer::Unknown, 0);
         self.remote_win_len = 0;
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
@@ -7673,30 +7679,32 @@ mod test {
     #[test]
     fn test_docknet_records_go_to_a_peer_known_to_take_them_only() {
         let mut s = socket_established_with_buffer_sizes(256, 256);
-        let t = Instant::from_millis(0);
-        s.cx.set_now(t);
-        s.peer_synced = true;
-        let peer = |s: &mut TestSocket| s.socket.record_room(&mut s.cx).unwrap().0.peer;
-        assert_eq!(peer(&mut s), RecordPeer::Unknown);
+        let peer = |s: &TestSocket| s.socket.record_peer_at(7);
+        assert_eq!(peer(&s), RecordPeer::Unknown);
         // an answer to no question is refused, and changes nothing
-        assert_eq!(s.socket.record_peer_says(false), Err(RecordRefused::Unasked));
-        assert_eq!(peer(&mut s), RecordPeer::Unknown);
-        s.socket.record_asked();
-        assert_eq!(peer(&mut s), RecordPeer::Asked);
-        assert_eq!(s.socket.record_peer_says(false), Ok(()));
-        assert_eq!(peer(&mut s), RecordPeer::Known);
+        assert_eq!(s.socket.record_peer_says(false, 7), Err(RecordRefused::Unasked));
+        assert_eq!(peer(&s), RecordPeer::Unknown);
+        s.socket.record_asked(7);
+        assert_eq!(peer(&s), RecordPeer::Asked);
+        assert_eq!(s.socket.record_peer_says(false, 7), Ok(()));
+        assert_eq!(peer(&s), RecordPeer::Known);
+        // in another epoch of the paths (one that carried records was removed) it is unknown
+        // again, and an answer to the old question is refused there
+        assert_eq!(s.socket.record_peer_at(8), RecordPeer::Unknown);
+        let mut o = socket_established_with_buffer_sizes(256, 256);
+        o.socket.record_asked(7);
+        assert_eq!(o.socket.record_peer_says(false, 8), Err(RecordRefused::Unasked));
         // a peer's question says as much as its answer
         let mut q = socket_established_with_buffer_sizes(256, 256);
-        q.peer_synced = true;
-        assert_eq!(q.socket.record_peer_says(true), Ok(()));
-        assert_eq!(peer(&mut q), RecordPeer::Known);
-        q.socket.record_asked();
-        assert_eq!(peer(&mut q), RecordPeer::Known, "knowing stays");
+        assert_eq!(q.socket.record_peer_says(true, 7), Ok(()));
+        assert_eq!(peer(&q), RecordPeer::Known);
+        q.socket.record_asked(7);
+        assert_eq!(peer(&q), RecordPeer::Known, "knowing stays");
         // not while the connection is not open for bytes, and forgotten with the connection
         let mut c = socket_syn_received();
-        assert_eq!(c.socket.record_peer_says(true), Err(RecordRefused::State));
+        assert_eq!(c.socket.record_peer_says(true, 7), Err(RecordRefused::State));
         s.socket.reset();
-        assert_eq!(s.socket.record_peer(), RecordPeer::Unknown);
+        assert_eq!(peer(&s), RecordPeer::Unknown);
     }
 
     #[test]

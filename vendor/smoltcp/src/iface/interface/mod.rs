@@ -343,8 +343,8 @@ impl Interface {
 
     /// DockNet patch: sends bytes of TCP socket `h` as a record, outside TCP's segments, when
     /// [`crate::socket::tcp::Socket::record_room`] allows one, no acknowledgement is owed
-    /// (the caller sends that first) and the peer is known to take records
-    /// ([`crate::socket::tcp::RecordPeer`]): `send` writes at
+    /// (the caller sends that first) and the peer is known to take records in epoch `epoch`
+    /// of the caller's paths ([`crate::socket::tcp::RecordPeer`]): `send` writes at
     /// most the room it is given and returns how many bytes left (`None`: none, nothing
     /// changes), and the socket records them
     /// ([`crate::socket::tcp::Socket::record_sent`]). The socket is not marked for the egress:
@@ -355,6 +355,7 @@ impl Interface {
         now: Instant,
         sockets: &mut SocketSet<'_>,
         h: crate::iface::SocketHandle,
+        epoch: u32,
         send: impl FnOnce(&crate::socket::tcp::RecordHead, usize) -> Option<usize>,
     ) -> Option<usize> {
         self.inner.now = now;
@@ -363,7 +364,8 @@ impl Interface {
             return None;
         };
         let (head, room) = socket.record_room(&mut self.inner)?;
-        if head.owes_ack || head.peer != crate::socket::tcp::RecordPeer::Known {
+        if head.owes_ack || socket.record_peer_at(epoch) != crate::socket::tcp::RecordPeer::Known
+        {
             return None;
         }
         let n = send(&head, room)?.min(room);
@@ -418,8 +420,9 @@ impl Interface {
         Ok(())
     }
 
-    /// DockNet patch: the peer of the TCP connection between `local` and `remote` says it
-    /// takes records for it: it asks (`asked`) or answers this end's question
+    /// DockNet patch: the peer of the TCP connection between `local` and `remote` says, in
+    /// epoch `epoch` of this end's paths, that it takes records for it: it asks (`asked`) or
+    /// answers this end's question
     /// ([`crate::socket::tcp::Socket::record_peer_says`]). Refused with nothing changed when no
     /// socket holds the connection, or the socket refuses. Nothing is marked for the egress:
     /// the caller answers a question itself.
@@ -430,6 +433,7 @@ impl Interface {
         local: crate::wire::IpEndpoint,
         remote: crate::wire::IpEndpoint,
         asked: bool,
+        epoch: u32,
     ) -> Result<(), crate::socket::tcp::RecordRefused> {
         use crate::socket::tcp::RecordRefused;
         let h = Self::tcp_record_socket(sockets, local, remote).ok_or(RecordRefused::NoSocket)?;
@@ -437,7 +441,7 @@ impl Interface {
         let Socket::Tcp(socket) = &mut item.socket else {
             return Err(RecordRefused::NoSocket);
         };
-        socket.record_peer_says(asked)
+        socket.record_peer_says(asked, epoch)
     }
 
     /// The TCP socket that holds the connection between `local` and `remote`, found as a
