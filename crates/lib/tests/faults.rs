@@ -66,9 +66,17 @@ fn messages_of_every_size_cross_a_lossy_fast_channel_byte_exact_both_ways() {
         records: false,
         ..faulty(32, 1)
     };
+    let records = StackConfig {
+        records: true,
+        ..StackConfig::default()
+    };
+    let lossy_records = StackConfig {
+        records: true,
+        ..faulty(31, 1)
+    };
     for (cfg, rounds) in [
-        (faulty(31, 1), 150u64),
-        (StackConfig::default(), 400),
+        (lossy_records, 150u64),
+        (records, 400),
         (lossy_no_records, 150),
         (no_records, 400),
     ] {

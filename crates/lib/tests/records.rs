@@ -26,6 +26,14 @@ fn echo(n: &Net, port: u16) -> thread::JoinHandle<()> {
     })
 }
 
+/// A stack that sends records (they are off by default).
+fn on() -> StackConfig {
+    StackConfig {
+        records: true,
+        ..StackConfig::default()
+    }
+}
+
 fn delta(after: DeviceStats, before: DeviceStats) -> (u64, u64, u64) {
     (
         after.tx_records - before.tx_records,
@@ -36,7 +44,7 @@ fn delta(after: DeviceStats, before: DeviceStats) -> (u64, u64, u64) {
 
 #[test]
 fn a_ping_pong_moves_as_records_and_larger_messages_mix_them_with_segments_byte_exact() {
-    let n = net(true, 1500);
+    let n = net_with(true, 1500, on());
     let srv = echo(&n, 7100);
     let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7100)).unwrap();
     let mut m = [0u8; 64];
@@ -117,8 +125,7 @@ fn a_stack_that_sends_no_records_takes_them_and_segments_answer_records() {
         records: false,
         ..StackConfig::default()
     };
-    assert!(StackConfig::default().records);
-    let n = net_two(true, 1500, off, StackConfig::default());
+    let n = net_two(true, 1500, off, on());
     let mut l = TcpListener::bind(&n.b, 7101).unwrap();
     let srv = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
@@ -182,7 +189,7 @@ fn a_connection_asks_again_after_a_channel_is_removed_and_records_resume_on_a_ne
     // what a stack learnt of a peer over a channel is forgotten when a channel goes (another
     // container may have the peer's address next): the connection goes on through the daemon,
     // then over the new channel it asks again, and moves records once answered
-    let n = net(true, 1500);
+    let n = net_with(true, 1500, on());
     let srv = echo(&n, 7102);
     let mut c = TcpStream::connect(&n.a, SocketAddrV4::new(B, 7102)).unwrap();
     for i in 0..20 {
