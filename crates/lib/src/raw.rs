@@ -141,6 +141,14 @@ impl FcLink {
     fn open(&self) -> bool {
         self.hold.is_none() && self.closing.is_none()
     }
+
+    /// Marks it removed, read until `until` (a removal already marked keeps its deadline);
+    /// whether this removal is new ([`Endpoint::channel_epoch`] counts it).
+    fn remove_by(&mut self, until: Instant) -> bool {
+        let new = self.closing.is_none();
+        self.closing.get_or_insert(until);
+        new
+    }
 }
 
 /// Longest a new fast channel waits for the daemon to take the frames queued before it.
@@ -681,10 +689,9 @@ impl Endpoint {
                 if let Some(l) = self.fcs.iter_mut().find(|f| f.id == id) {
                     // what was queued on it goes out, and is read by the partner's drain
                     l.tx.publish(&l.region);
-                    if l.closing.is_none() {
+                    if l.remove_by(Instant::now() + DRAIN) {
                         self.removals = self.removals.wrapping_add(1);
                     }
-                    l.closing.get_or_insert(Instant::now() + DRAIN);
                 }
             }
             Msg::Synced => {
@@ -693,10 +700,9 @@ impl Endpoint {
                     // records count as delivered)
                     let until = Instant::now() + DRAIN;
                     for f in self.fcs.iter_mut().filter(|f| !ids.contains(&f.id)) {
-                        if f.closing.is_none() {
+                        if f.remove_by(until) {
                             self.removals = self.removals.wrapping_add(1);
                         }
-                        f.closing.get_or_insert(until);
                     }
                     self.sleep_plan = None;
                     // a daemon that sent no table has no services (any more)

@@ -61,7 +61,7 @@ impl Inner {
             return None;
         }
         if peer == RecordPeer::Unknown {
-            self.ask_records(h);
+            self.ask_records(h, epoch);
             return None;
         }
         // a record carries no acknowledgement: one owed leaves first, in a segment of its own,
@@ -105,8 +105,9 @@ impl Inner {
     /// Asks the peer of connection `h` whether it takes records (a record without bytes,
     /// [`RecordKind::Ask`]), where the connection could send one now: only a stack that ends
     /// the connection answers. A partner on the channel that forwards the connection instead
-    /// (a balancer) drops the question, and the connection goes on with segments.
-    fn ask_records(&mut self, h: SocketHandle) {
+    /// (a balancer) drops the question, and the connection goes on with segments. The
+    /// question is noted as asked in `epoch`, the paths' epoch it was decided in.
+    fn ask_records(&mut self, h: SocketHandle, epoch: u32) {
         let Some((head, dst, route)) = self.record_path(h) else {
             return;
         };
@@ -123,7 +124,6 @@ impl Inner {
         };
         if self.send_bare(ask, route) {
             self.dev.stats.tx_record_asks += 1;
-            let epoch = self.dev.ep.channel_epoch();
             self.tcp_quiet(h).record_asked(epoch);
         }
     }

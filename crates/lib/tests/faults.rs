@@ -58,27 +58,12 @@ fn messages_of_every_size_cross_a_lossy_fast_channel_byte_exact_both_ways() {
     // the faults touch the segments around them, never a record, which a ring never loses);
     // without records, most of them leave from the headers of the connection's last segment
     // (the device's fast path).
-    let no_records = StackConfig {
-        records: false,
-        ..StackConfig::default()
-    };
-    let lossy_no_records = StackConfig {
-        records: false,
-        ..faulty(32, 1)
-    };
-    let records = StackConfig {
-        records: true,
-        ..StackConfig::default()
-    };
-    let lossy_records = StackConfig {
-        records: true,
-        ..faulty(31, 1)
-    };
+    let with_records = |records, cfg| StackConfig { records, ..cfg };
     for (cfg, rounds) in [
-        (lossy_records, 150u64),
-        (records, 400),
-        (lossy_no_records, 150),
-        (no_records, 400),
+        (with_records(true, faulty(31, 1)), 150u64),
+        (with_records(true, StackConfig::default()), 400),
+        (with_records(false, faulty(32, 1)), 150),
+        (with_records(false, StackConfig::default()), 400),
     ] {
         let lossy = cfg.faults.is_some();
         let records = cfg.records;
