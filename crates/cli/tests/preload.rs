@@ -1171,7 +1171,7 @@ fn iperf3_and_sockperf_complete_through_the_daemon_and_over_a_fast_channel() {
                 &["sockperf", "server", "--tcp", "-i", &ip, "-p", "11111"],
             );
             let script = format!(
-                "for i in 1 2 3 4 5 6 7 8 9 10; do sockperf ping-pong --tcp -i {ip} -p 11111 -m 64 -t 1 > /tmp/s.txt 2>&1 && grep -q Summary /tmp/s.txt && break; sleep 0.3; done; cat /tmp/s.txt"
+                "for i in 1 2 3 4 5 6 7 8 9 10; do sockperf ping-pong --tcp -i {ip} -p 11111 -m 64 -t 1 --mps 10000000 > /tmp/s.txt 2>&1 && grep -q Summary /tmp/s.txt && break; sleep 0.3; done; cat /tmp/s.txt"
             );
             let o = client(
                 &lab,

@@ -37,9 +37,9 @@ pub struct StackConfig {
     /// Faults to inject into received frames (tests and experiments).
     pub faults: Option<Faults>,
     /// Send an established connection's bytes over a fast channel as records, outside TCP's
-    /// segments, where the connection allows it (off by default: `DOCKNET_RECORDS=on` in the
-    /// environment turns the default on; see docs/design.md §8 "Records" for why it is not on
-    /// yet). A stack takes records whatever this says.
+    /// segments, where the connection allows it (on by default: `DOCKNET_RECORDS=off` in the
+    /// environment turns the default off; docs/design.md §8 "Records"). A stack takes records
+    /// whatever this says.
     pub records: bool,
 }
 
@@ -67,13 +67,13 @@ impl Default for StackConfig {
     }
 }
 
-/// [`StackConfig::records`] by default: off, unless `DOCKNET_RECORDS` says `on` (or `1`).
+/// [`StackConfig::records`] by default: on, unless `DOCKNET_RECORDS` says `off` (or `0`).
 fn records_by_default() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        matches!(
+        !matches!(
             std::env::var("DOCKNET_RECORDS").as_deref(),
-            Ok("on" | "1" | "yes" | "true")
+            Ok("off" | "0" | "no" | "false")
         )
     })
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 /// is a private futex): a `Waker` in memory shared with another process does not reach it.
 #[derive(Debug, Default)]
 pub struct Waker {
-    word: AtomicU32,
+    pub(crate) word: AtomicU32,
 }
 
 impl Waker {

@@ -439,6 +439,37 @@ impl TcpStream {
         })
     }
 
+    /// [`TcpStream::read_timeout`] that also ends, failing with `Interrupted` when nothing
+    /// came, when one of `wakers` is woken after its token was read ([`crate::Waker::token`]):
+    /// a blocking read that a signal must be able to interrupt (the preload library's
+    /// `recv`), waiting in the stack's own read rather than in a readiness wait followed by a
+    /// read. A timeout fails with `TimedOut`. Nothing is lent while it waits: a signal
+    /// handler that runs in the wait may read the same socket, or leave the call by a long
+    /// jump that no loan would survive.
+    pub fn read_wakeable(
+        &self,
+        buf: &mut [u8],
+        timeout: Option<Duration>,
+        wakers: &[(&crate::Waker, u32)],
+    ) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let words: smallvec::SmallVec<[(&std::sync::atomic::AtomicU32, u32); 2]> =
+            wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        let (h, fin_seen, closed_by_us) = (self.h, &self.fin_seen, &self.closed_by_us);
+        self.stack.block_on_woken(timeout, &words, None, |g| {
+            // (closed by this side meanwhile: another thread's shutdown or close)
+            let r = read_step(g, h, buf, fin_seen, closed_by_us.load(Ordering::Relaxed));
+            match r {
+                Some(Ok(n)) if n > 0 => g.answering(h),
+                None => g.not_answering(h),
+                _ => {}
+            }
+            r
+        })
+    }
+
     /// Reads, waiting at most `timeout` (`None`: no limit) for something to arrive.
     ///
     /// While it waits, `buf` is lent to the socket (`tcp::Socket::set_direct`,
@@ -451,7 +482,7 @@ impl TcpStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
+        let (h, closed_by_us) = (self.h, &self.closed_by_us);
         let fin_seen = &self.fin_seen;
         let lent = Lent {
             stack: &self.stack,
@@ -470,7 +501,7 @@ impl TcpStream {
                     return Some(Ok(n));
                 }
             }
-            let r = read_step(g, h, buf, fin_seen, closed_by_us);
+            let r = read_step(g, h, buf, fin_seen, closed_by_us.load(Ordering::Relaxed));
             if matches!(r, Some(Ok(n)) if n > 0) {
                 g.answering(h);
             }

@@ -604,7 +604,7 @@ pub fn recv(
             } else if flags & libc::MSG_WAITALL != 0 {
                 read_all(&s, t, buf, to)
             } else {
-                blocking(&s, pin, to, to.is_some(), || t.try_read(buf))
+                read_blocking(&s, t, buf, to)
             };
             match r {
                 Ok(n) => {
@@ -665,6 +665,56 @@ fn read_all(s: &Sock, t: &TcpStream, buf: &mut [u8], to: Option<Duration>) -> io
         }
     }
     Ok(got)
+}
+
+/// A blocking read of a stream: waits in DockLib's read itself
+/// ([`TcpStream::read_wakeable`]), not in a readiness wait followed by a read; a signal ends
+/// it as it ends [`blocking`], and `shutdown(SHUT_RD)` (from another thread) with end of
+/// stream once what had arrived is read, as in Linux.
+fn read_blocking(
+    s: &Sock,
+    t: &TcpStream,
+    buf: &mut [u8],
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    // the tokens before the looks at what they stand for, each time: a signal or a shutdown
+    // that comes between is seen by the one or wakes the other
+    let mut tokens = (sig::SIG_WAKER.token(), s.rd_shut.token());
+    let mut mark = sig::mark();
+    loop {
+        if s.shut_rd.load(Ordering::Acquire) {
+            return match t.try_read(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(0),
+                r => r,
+            };
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                Some(l) if !l.is_zero() => Some(l),
+                _ => return Err(io::Error::from(ErrorKind::WouldBlock)),
+            },
+            None => None,
+        };
+        let wakers = [(&sig::SIG_WAKER, tokens.0), (&s.rd_shut, tokens.1)];
+        match t.read_wakeable(buf, left, &wakers) {
+            // woken: by a handler of this thread (below), one of another thread's, or a
+            // shutdown (above)
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::TimedOut => {
+                return Err(io::Error::from(ErrorKind::WouldBlock))
+            }
+            r => return r,
+        }
+        tokens = (sig::SIG_WAKER.token(), s.rd_shut.token());
+        if let Some(restart) = mark.take() {
+            if !restart || timeout.is_some() {
+                return Err(io::Error::from(ErrorKind::Interrupted));
+            }
+            // the handler runs before the call waits again, as the kernel runs it
+            sig::safe_point();
+        }
+    }
 }
 
 /// A blocking call: runs `op` until it does not fail with `WouldBlock`, waiting between tries
@@ -809,7 +859,8 @@ pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
                 return Some(Err(libc::ENOTCONN));
             }
             if how != libc::SHUT_WR {
-                s.shut_rd.store(true, Ordering::Relaxed);
+                s.shut_rd.store(true, Ordering::Release);
+                s.rd_shut.wake();
             }
             if how != libc::SHUT_RD {
                 s.shut_write(t);

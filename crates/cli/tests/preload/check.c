@@ -143,6 +143,16 @@ static void *late_writer(void *arg) {
   return NULL;
 }
 
+static void *late_shutdown_rd(void *arg) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  usleep(200000);
+  if (shutdown((int)(long)arg, SHUT_RD))
+    perror("late shutdown");
+  return NULL;
+}
+
 /* 4 MiB of a hashed pattern (a byte moved, lost or doubled shows), written in writes of
  * varied sizes; the writer ends its side when done, so a reader never waits for bytes that
  * will not come */
@@ -622,6 +632,23 @@ static int client(void) {
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
   ualarm(100000, 0);
   show("restart.recv_with_timeout", recv(s, buf, sizeof buf, 0));
+  close(s);
+
+  /* shutdown(SHUT_RD) by another thread ends a blocked recv with end of stream; what had
+   * arrived before it is still read */
+  s = conn('e');
+  pthread_t sh;
+  pthread_create(&sh, NULL, late_shutdown_rd, (void *)(long)s);
+  show("shutrd.recv_while_blocked", recv(s, buf, sizeof buf, 0));
+  pthread_join(sh, NULL);
+  show("shutrd.recv_after", recv(s, buf, sizeof buf, 0));
+  close(s);
+  s = conn('e');
+  show("shutrd.send", send(s, "ab", 2, 0));
+  show("shutrd.poll_echo", wait_fd(s, POLLIN, 3000) & POLLIN);
+  show("shutrd.shutdown", shutdown(s, SHUT_RD));
+  show("shutrd.recv_queued", recv(s, buf, sizeof buf, 0));
+  show("shutrd.recv_end", recv(s, buf, sizeof buf, 0));
   close(s);
 
   close(conn('q'));

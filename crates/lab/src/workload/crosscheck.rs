@@ -206,6 +206,11 @@ impl Runner {
                 &m,
                 "-t",
                 &secs,
+                // (sockperf sizes its table of sent messages from this rate and fails,
+                // "_seqN > m_maxSequenceNo", when a ping-pong outruns its default: round
+                // trips near 1 us over a few seconds do)
+                "--mps",
+                "10000000",
                 "--full-rtt",
             ],
         )?;
