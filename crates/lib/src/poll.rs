@@ -28,7 +28,7 @@ use std::time::Duration;
 /// is a private futex): a `Waker` in memory shared with another process does not reach it.
 #[derive(Debug, Default)]
 pub struct Waker {
-    pub(crate) word: AtomicU32,
+    word: AtomicU32,
 }
 
 impl Waker {
@@ -210,8 +210,7 @@ impl Stack {
         mut ready: impl FnMut(&mut crate::stack::Inner) -> bool,
     ) -> io::Result<Waited> {
         // (on the stack for the usual one or two wakers: a wait allocates nothing)
-        let words: smallvec::SmallVec<[(&AtomicU32, u32); 2]> =
-            wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        let words = waker_words(wakers);
         // the first poll also sends what try_write_deferred left for it
         self.lock().poll();
         let r = self.block_on_woken(timeout, &words, policy, |g| ready(g).then_some(Ok(())));
@@ -222,6 +221,14 @@ impl Stack {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The words behind `wakers` with the tokens read of them, as [`Stack::block_on_woken`]
+/// takes them (on the stack for the usual one or two: a wait allocates nothing).
+pub(crate) fn waker_words<'w>(
+    wakers: &[(&'w Waker, u32)],
+) -> smallvec::SmallVec<[(&'w AtomicU32, u32); 2]> {
+    wakers.iter().map(|(w, t)| (&w.word, *t)).collect()
 }
 
 /// The ready ones of `watches` (`g`: the stack, locked) into `out`.

@@ -455,8 +455,7 @@ impl TcpStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let words: smallvec::SmallVec<[(&std::sync::atomic::AtomicU32, u32); 2]> =
-            wakers.iter().map(|(w, t)| (&w.word, *t)).collect();
+        let words = crate::poll::waker_words(wakers);
         let (h, fin_seen, closed_by_us) = (self.h, &self.fin_seen, &self.closed_by_us);
         self.stack.block_on_woken(timeout, &words, None, |g| {
             // (closed by this side meanwhile: another thread's shutdown or close)

@@ -689,13 +689,7 @@ fn read_blocking(
                 r => r,
             };
         }
-        let left = match deadline {
-            Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
-                Some(l) if !l.is_zero() => Some(l),
-                _ => return Err(io::Error::from(ErrorKind::WouldBlock)),
-            },
-            None => None,
-        };
+        let left = time_left(deadline)?;
         let wakers = [(&sig::SIG_WAKER, tokens.0), (&s.rd_shut, tokens.1)];
         match t.read_wakeable(buf, left, &wakers) {
             // woken: by a handler of this thread (below), one of another thread's, or a
@@ -707,13 +701,32 @@ fn read_blocking(
             r => return r,
         }
         tokens = (sig::SIG_WAKER.token(), s.rd_shut.token());
-        if let Some(restart) = mark.take() {
-            if !restart || timeout.is_some() {
-                return Err(io::Error::from(ErrorKind::Interrupted));
-            }
-            // the handler runs before the call waits again, as the kernel runs it
-            sig::safe_point();
+        after_handler(&mut mark, timeout.is_some())?;
+    }
+}
+
+/// What a blocked call does once woken: when a handler ran on this thread since `mark`, it
+/// ends with `Interrupted` unless the handler has `SA_RESTART` and the socket no timeout
+/// (`timed`), as in Linux; otherwise the handler runs now, before the call waits again, as the
+/// kernel runs it.
+fn after_handler(mark: &mut sig::Mark, timed: bool) -> io::Result<()> {
+    if let Some(restart) = mark.take() {
+        if !restart || timed {
+            return Err(io::Error::from(ErrorKind::Interrupted));
         }
+        sig::safe_point();
+    }
+    Ok(())
+}
+
+/// What is left of a blocked call's time (`None`: no limit), or `WouldBlock` when it is up.
+fn time_left(deadline: Option<std::time::Instant>) -> io::Result<Option<Duration>> {
+    match deadline {
+        None => Ok(None),
+        Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+            Some(l) if !l.is_zero() => Ok(Some(l)),
+            _ => Err(io::Error::from(ErrorKind::WouldBlock)),
+        },
     }
 }
 
@@ -737,23 +750,8 @@ fn blocking<T>(
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             r => return r,
         }
-        if let Some(restart) = mark.take() {
-            if !restart || timed {
-                return Err(io::Error::from(ErrorKind::Interrupted));
-            }
-            // the handler runs before the call waits again, as the kernel runs it
-            sig::safe_point();
-        }
-        let left = match deadline {
-            Some(d) => {
-                let now = std::time::Instant::now();
-                if now >= d {
-                    return Err(io::Error::from(ErrorKind::WouldBlock));
-                }
-                Some(d - now)
-            }
-            None => None,
-        };
+        after_handler(&mut mark, timed)?;
+        let left = time_left(deadline)?;
         let Some(st) = stack_if_attached() else {
             return Err(io::Error::from(ErrorKind::NotConnected));
         };
