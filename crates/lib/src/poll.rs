@@ -55,6 +55,12 @@ impl Waker {
     pub fn wait(&self, token: u32, timeout: Option<Duration>) {
         let _ = docknet_pipe::wake::wait_mixed(&[], &[(&self.word, token)], timeout);
     }
+
+    /// Sleeps (outside any stack) until woken after `token` was read, or until a signal's
+    /// handler interrupts the sleep (then `false`), as `pause(2)` would end.
+    pub fn wait_or_signal(&self, token: u32) -> bool {
+        docknet_pipe::wake::wait_private_or_signal(&self.word, token).is_ok()
+    }
 }
 
 /// How a [`Stack::wait_wakeable`] ended.

@@ -140,6 +140,36 @@ pub fn wait_mixed(
     r
 }
 
+/// Sleeps on one private word (woken by [`wake_private`]) while it holds `expected`, with no
+/// time limit, the sleep hook around the sleep (as [`wait_mixed`]). `Err` of kind
+/// `Interrupted` when a signal's handler ended the sleep (one installed without `SA_RESTART`:
+/// the kernel restarts the sleep after the others), as `pause(2)` ends.
+pub fn wait_private_or_signal(word: &AtomicU32, expected: u32) -> io::Result<()> {
+    let hook = SLEEP_HOOK.get().copied();
+    if let Some(h) = hook {
+        h(true);
+    }
+    // SAFETY: FUTEX_WAIT reads the live, aligned u32 `word` and sleeps while it holds
+    // `expected`; a null timeout is no limit. Private, as its wakes are.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+    let e = (rc != 0).then(io::Error::last_os_error);
+    if let Some(h) = hook {
+        h(false);
+    }
+    match e {
+        Some(e) if e.raw_os_error() == Some(libc::EINTR) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// A word to sleep on: the word, the value it is expected to hold, and whether it is private
 /// (this process's own memory).
 type Word<'a> = (&'a AtomicU32, u32, bool);

@@ -415,14 +415,37 @@ pub fn at_exit(f: extern "C" fn()) {
     unsafe { libc::atexit(f) };
 }
 
-/// Waits until a signal handler runs; returns `EINTR` (a blocking call that can never
-/// complete, ended only by a signal, as Linux's would be).
+/// Waits until a signal handler runs on this thread; returns `EINTR` (a blocking call that
+/// can never complete, ended only by a signal, as Linux's would be).
+///
+/// The wait is on the signal waker's word, not `pause(2)`: a signal that came between the
+/// look at whether a handler ran and `pause` would have run its handler before the sleep
+/// and left the thread asleep for good (a prefork worker whose sibling took the stack did
+/// not end at its parent's SIGTERM). A token read before the look ends the wait at once.
+/// A handler the library did not wrap (one a forked child installed before it took the
+/// stack) ends the wait by interrupting the sleep, as it ended `pause`.
 pub fn pause_for_signal() -> Errno {
+    use crate::sig::SIG_WAKER;
+    // (a signal delivered from here on moves the mark, even while its handler waits)
+    let mut mark = crate::sig::mark();
     crate::sig::asleep(|ran| {
         // (a handler that waited for this sleep ran as it began: the call ends for it)
-        if !ran {
-            // SAFETY: pause takes no arguments; it returns after a handler ran.
-            unsafe { libc::pause() };
+        if ran {
+            return;
+        }
+        loop {
+            let token = SIG_WAKER.token();
+            if mark.take().is_some() {
+                return;
+            }
+            #[cfg(test)]
+            if let Some(f) = tests::BEFORE_SLEEP.with(|h| h.take()) {
+                f();
+            }
+            if !SIG_WAKER.wait_or_signal(token) {
+                // a handler the library did not wrap, which moved no mark
+                return;
+            }
         }
     });
     libc::EINTR
@@ -577,6 +600,77 @@ mod tests {
             let a = std::slice::from_raw_parts(*h.h_addr_list.add(1) as *const u8, 4);
             assert_eq!(a, [10, 0, 0, 2]);
             assert!((*h.h_addr_list.add(2)).is_null());
+        }
+    }
+
+    /// A real signal's handler, as the library's wrapper runs it outside a deferral.
+    extern "C" fn noted(sig: libc::c_int) {
+        crate::sig::note(sig as usize);
+    }
+
+    thread_local! {
+        /// Run once by [`pause_for_signal`] after its last look and before it sleeps.
+        pub static BEFORE_SLEEP: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// The signal of [`a_wait_for_a_signal_ends_at_one_that_comes_as_it_falls_asleep`].
+    const SIG: libc::c_int = 42;
+
+    /// A call that waits only for a signal ends at one delivered at any moment after it began:
+    /// in the gap between its last look and its sleep (where `pause(2)` after a look at the
+    /// mark lost it, and the thread slept for good), and at moments spread around it.
+    #[test]
+    fn a_wait_for_a_signal_ends_at_one_that_comes_as_it_falls_asleep() {
+        use std::os::unix::thread::JoinHandleExt;
+        let sig = SIG;
+        // SAFETY: installs a plain handler for a real-time signal no other test uses.
+        unsafe {
+            let mut a: libc::sigaction = std::mem::zeroed();
+            a.sa_sigaction = noted as extern "C" fn(libc::c_int) as usize;
+            assert_eq!(libc::sigaction(sig, &a, std::ptr::null_mut()), 0);
+        }
+        // in the gap itself
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            BEFORE_SLEEP.with(|h| {
+                // SAFETY: raises a signal whose handler is installed above, on this thread.
+                h.set(Some(|| unsafe {
+                    libc::raise(SIG);
+                }))
+            });
+            let _ = tx.send(crate::sig::within(pause_for_signal));
+        });
+        let e = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(
+            e,
+            Ok(libc::EINTR),
+            "a signal between the look and the sleep was lost"
+        );
+        for round in 0..200u32 {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let entered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let e2 = entered.clone();
+            let t = std::thread::spawn(move || {
+                let e = crate::sig::within(|| {
+                    e2.store(true, std::sync::atomic::Ordering::Release);
+                    crate::sys::pause_for_signal()
+                });
+                let _ = tx.send(e);
+            });
+            while !entered.load(std::sync::atomic::Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            // (a different moment each round: before, as and after the sleep begins)
+            for _ in 0..(round * 7919) % 3000 {
+                std::hint::spin_loop();
+            }
+            // SAFETY: signals a live thread of this test (joined below).
+            unsafe { libc::pthread_kill(t.as_pthread_t(), sig) };
+            let e = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .unwrap_or_else(|_| panic!("round {round}: the signal was lost to the wait"));
+            assert_eq!(e, libc::EINTR);
+            t.join().unwrap();
         }
     }
 }
