@@ -221,14 +221,19 @@ impl Inner {
         let moved = changed || self.dev.stats != before;
         if moved {
             // Another thread's wait may hang on what this poll changed (a connection to
-            // accept, data, room): it rechecks when the word moved since its check, and one
-            // asleep is woken (only then a system call).
-            self.events.fetch_add(1, Ordering::Release);
-            if self.dev.ep.sleepers() > 0 {
-                docknet_pipe::wake::wake_private(&self.events);
-            }
+            // accept, data, room)
+            self.wake_waiters();
         }
         moved
+    }
+
+    /// Tells the stack's waiters that something changed: a wait rechecks when the events
+    /// word moved since its check, and one asleep is woken (only then a system call).
+    pub(crate) fn wake_waiters(&self) {
+        self.events.fetch_add(1, Ordering::Release);
+        if self.dev.ep.sleepers() > 0 {
+            docknet_pipe::wake::wake_private(&self.events);
+        }
     }
 
     /// How long until something needs a poll without new frames: a TCP timer, or a frame

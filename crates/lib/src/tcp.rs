@@ -160,6 +160,8 @@ pub struct TcpStream {
     h: SocketHandle,
     fin_seen: AtomicBool,
     closed_by_us: AtomicBool,
+    /// Shut for reading ([`TcpStream::shutdown_read`]).
+    read_shut: AtomicBool,
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
     /// The service address the program connected to, when a backend serves the connection:
@@ -179,6 +181,7 @@ impl TcpStream {
             h,
             fin_seen: AtomicBool::new(false),
             closed_by_us: AtomicBool::new(false),
+            read_shut: AtomicBool::new(false),
             read_timeout: None,
             write_timeout: None,
             service: None,
@@ -349,6 +352,18 @@ impl TcpStream {
             .block_on(Some(Duration::from_millis(1)), |_| None::<io::Result<()>>);
     }
 
+    /// Shuts the connection for reading, as `shutdown(SHUT_RD)` does in Linux: reads return
+    /// what had arrived and then end of stream (0), at once, and the socket is ready to read
+    /// at end of stream. Nothing goes to the peer. A read or an event loop that waits
+    /// meanwhile, in any thread, ends and looks again.
+    pub fn shutdown_read(&self) {
+        self.read_shut.store(true, Ordering::Release);
+        let mut g = self.stack.lock();
+        // noted in the change log (an event loop looks at it again), and the waiters woken
+        let _ = g.tcp_quiet(self.h);
+        g.wake_waiters();
+    }
+
     /// Resets the connection (RST) at once.
     pub fn abort(self) {
         self.abort_ref();
@@ -380,9 +395,10 @@ impl TcpStream {
             return Ok(0);
         }
         let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
-        let fin_seen = &self.fin_seen;
-        self.stack
-            .try_now(false, |g| read_step(g, h, buf, fin_seen, closed_by_us))
+        let (fin_seen, read_shut) = (&self.fin_seen, self.read_shut.load(Ordering::Acquire));
+        self.stack.try_now(false, |g| {
+            read_step(g, h, buf, fin_seen, closed_by_us, read_shut)
+        })
     }
 
     /// Copies what has arrived without consuming it, or fails with `WouldBlock` at once (0:
@@ -392,7 +408,7 @@ impl TcpStream {
             return Ok(0);
         }
         let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
-        let fin_seen = &self.fin_seen;
+        let (fin_seen, read_shut) = (&self.fin_seen, self.read_shut.load(Ordering::Acquire));
         self.stack.try_now(false, |g| {
             let s = g.tcp(h);
             if s.can_recv() {
@@ -402,7 +418,7 @@ impl TcpStream {
                 );
             }
             // nothing buffered: the same outcome as a read (end of stream, reset, or wait)
-            read_step(g, h, &mut [], fin_seen, closed_by_us)
+            read_step(g, h, &mut [], fin_seen, closed_by_us, read_shut)
         })
     }
 
@@ -417,11 +433,11 @@ impl TcpStream {
         mut take: impl FnMut(&[u8]) -> io::Result<usize>,
     ) -> io::Result<usize> {
         let (h, closed_by_us) = (self.h, self.closed_by_us.load(Ordering::Relaxed));
-        let fin_seen = &self.fin_seen;
+        let (fin_seen, read_shut) = (&self.fin_seen, self.read_shut.load(Ordering::Acquire));
         self.stack.try_now(false, |g| {
             let s = g.tcp_quiet(h);
             if !s.can_recv() {
-                return read_step(g, h, &mut [], fin_seen, closed_by_us);
+                return read_step(g, h, &mut [], fin_seen, closed_by_us, read_shut);
             }
             let r = s
                 .recv(|b| match take(b) {
@@ -457,9 +473,17 @@ impl TcpStream {
         }
         let words = crate::poll::waker_words(wakers);
         let (h, fin_seen, closed_by_us) = (self.h, &self.fin_seen, &self.closed_by_us);
+        let read_shut = &self.read_shut;
         self.stack.block_on_woken(timeout, &words, None, |g| {
             // (closed by this side meanwhile: another thread's shutdown or close)
-            let r = read_step(g, h, buf, fin_seen, closed_by_us.load(Ordering::Relaxed));
+            let r = read_step(
+                g,
+                h,
+                buf,
+                fin_seen,
+                closed_by_us.load(Ordering::Relaxed),
+                read_shut.load(Ordering::Acquire),
+            );
             match r {
                 Some(Ok(n)) if n > 0 => g.answering(h),
                 None => g.not_answering(h),
@@ -482,7 +506,7 @@ impl TcpStream {
             return Ok(0);
         }
         let (h, closed_by_us) = (self.h, &self.closed_by_us);
-        let fin_seen = &self.fin_seen;
+        let (fin_seen, read_shut) = (&self.fin_seen, &self.read_shut);
         let lent = Lent {
             stack: &self.stack,
             h,
@@ -500,7 +524,14 @@ impl TcpStream {
                     return Some(Ok(n));
                 }
             }
-            let r = read_step(g, h, buf, fin_seen, closed_by_us.load(Ordering::Relaxed));
+            let r = read_step(
+                g,
+                h,
+                buf,
+                fin_seen,
+                closed_by_us.load(Ordering::Relaxed),
+                read_shut.load(Ordering::Acquire),
+            );
             if matches!(r, Some(Ok(n)) if n > 0) {
                 g.answering(h);
             }
@@ -565,10 +596,12 @@ impl TcpStream {
         let state = s.state();
         let connecting = matches!(state, tcp::State::SynSent | tcp::State::SynReceived);
         let closed = state == tcp::State::Closed;
+        // (shut for reading: readable, at end of stream, as Linux's `tcp_poll` says)
+        let rd_end = (!s.may_recv() && !connecting) || self.read_shut.load(Ordering::Acquire);
         crate::poll::Ready {
-            read: s.can_recv() || (!s.may_recv() && !connecting),
+            read: s.can_recv() || rd_end,
             write: s.can_send() || (!s.may_send() && !connecting),
-            hup: !s.may_recv() && !connecting,
+            hup: rd_end,
             error: closed
                 && !self.fin_seen.load(Ordering::Relaxed)
                 && !self.closed_by_us.load(Ordering::Relaxed),
@@ -601,6 +634,7 @@ fn read_step(
     buf: &mut [u8],
     fin_seen: &AtomicBool,
     closed_by_us: bool,
+    read_shut: bool,
 ) -> Option<io::Result<usize>> {
     // (a read makes a segment due only when it opened the window enough to announce: the
     // socket is marked for the egress then, and only then)
@@ -615,6 +649,10 @@ fn read_step(
             g.sockets.touch(h);
         }
         return Some(r);
+    }
+    if read_shut {
+        // (shut for reading: end of stream once what had arrived is read, as in Linux)
+        return Some(Ok(0));
     }
     if s.may_recv() {
         return None;

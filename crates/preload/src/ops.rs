@@ -859,6 +859,8 @@ pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
             if how != libc::SHUT_WR {
                 s.shut_rd.store(true, Ordering::Release);
                 s.rd_shut.wake();
+                // readable at end of stream for poll, select and epoll, whose waits end
+                t.shutdown_read();
             }
             if how != libc::SHUT_RD {
                 s.shut_write(t);

@@ -649,6 +649,29 @@ static int client(void) {
   show("shutrd.shutdown", shutdown(s, SHUT_RD));
   show("shutrd.recv_queued", recv(s, buf, sizeof buf, 0));
   show("shutrd.recv_end", recv(s, buf, sizeof buf, 0));
+  /* shut for reading: readable at end of stream, for poll and epoll at once */
+  show("shutrd.poll_bits", wait_fd(s, POLLIN | POLLRDHUP | POLLOUT, 0));
+  ep = epoll_create1(0);
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+  show("shutrd.epoll_now", epoll_wait(ep, out, 4, 0) == 1 ? (int)out[0].events : -1);
+  close(ep);
+  close(s);
+  /* ... and another thread's shutdown(SHUT_RD) ends a poll and an epoll_wait that wait for
+   * the socket to be readable */
+  s = conn('e');
+  pthread_create(&sh, NULL, late_shutdown_rd, (void *)(long)s);
+  show("shutrd.poll_while_blocked", wait_fd(s, POLLIN | POLLRDHUP, 5000));
+  pthread_join(sh, NULL);
+  close(s);
+  s = conn('e');
+  ep = epoll_create1(0);
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+  pthread_create(&sh, NULL, late_shutdown_rd, (void *)(long)s);
+  show("shutrd.epoll_while_blocked", epoll_wait(ep, out, 4, 5000) == 1 ? (int)out[0].events : -1);
+  pthread_join(sh, NULL);
+  close(ep);
   close(s);
 
   close(conn('q'));
