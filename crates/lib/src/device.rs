@@ -289,17 +289,39 @@ impl PipeDevice {
                     }
                 },
             };
-            if self.lent.is_some() || !crate::frame::Record::is_one(&self.rx_buf[..n]) {
+            // a record split in its ring: its header here, its payload copied from the ring
+            // by `record_fill` (the frame is as long as the ring's copy)
+            let split = self
+                .lent
+                .as_ref()
+                .filter(|l| !l.in_place())
+                .map(|l| l.len());
+            if (self.lent.is_some() && split.is_none())
+                || !crate::frame::Record::is_one(&self.rx_buf[..n])
+            {
                 self.pending = Some(n);
                 return None;
             }
             self.rx_left = self.rx_left.saturating_sub(1);
             self.stats.rx += 1;
             if self.via == Via::FastChannel {
-                return Some(n);
+                return Some(split.map_or(n, |len| len.min(self.rx_buf.len())));
             }
             self.stats.rx_records_refused += 1;
         }
+    }
+
+    /// The fill of the record [`PipeDevice::next_record`] gave (`n` bytes long), when its
+    /// payload was left in its ring: the bytes after its header come from there, once, as
+    /// the socket takes them.
+    pub(crate) fn record_fill(&self, n: usize) -> Option<impl phy::PayloadFill + '_> {
+        let lent = self.lent.as_ref().filter(|l| !l.in_place())?;
+        Some(SplitFill {
+            base: self.rx_buf.as_ptr() as usize,
+            len: n,
+            head: crate::frame::RECORD_HEAD,
+            lent,
+        })
     }
 
     /// Ends a poll's receiving: a frame left for smoltcp's next `receive` that is still read
@@ -960,8 +982,10 @@ impl phy::Device for PipeDevice {
                         }
                     },
                 };
-                if self.lent.is_none() && crate::frame::Record::is_one(&self.rx_buf[..n]) {
+                if crate::frame::Record::is_one(&self.rx_buf[..n]) {
                     // for the stack's next look for records, which comes before this poll ends
+                    // (a record split in its ring too: its header is here, its payload stays
+                    // lent until that look, or until the poll's end copies it out)
                     self.pending = Some(n);
                     return None;
                 }

@@ -915,9 +915,10 @@ impl Endpoint {
     /// [`LentFrame`], until the next call or [`Endpoint::flush`] releases it. Only the daemon's
     /// frames are lent (the daemon writes a slot of the pipe's ring only once the endpoint
     /// released it). A fast channel's partner is another container, so such a segment of a
-    /// channel's, longer than `split_over` bytes, is left in place the same way but split
-    /// ([`Got::Split`]): its headers copied into `buf` and checked, its payload copied out
-    /// later, once, never read in place. It is split only when `buf` could have held it whole.
+    /// channel's, or a record ([`crate::frame::Record`]), longer than `split_over` bytes, is
+    /// left in place the same way but split ([`Got::Split`]): its headers copied into `buf`
+    /// and checked, its payload copied out later, once, never read in place. It is split only
+    /// when `buf` could have held it whole.
     pub fn recv_lending(
         &mut self,
         buf: &mut [u8],
@@ -963,8 +964,12 @@ impl Endpoint {
                     {
                         // (the bytes copied past the headers are the partner's to rewrite:
                         // only the headers count as read)
+                        // a plain TCP segment's headers, or a record's
+                        let record = crate::frame::Record::is_one(&buf[..head])
+                            && head >= crate::frame::RECORD_HEAD;
                         if let Some(payload) =
                             crate::segment::plain_tcp_payload(&buf[..head], f.len)
+                                .or(record.then_some(crate::frame::RECORD_HEAD))
                         {
                             split = Some(LentFrame {
                                 region: l.region.clone(),

@@ -176,14 +176,19 @@ impl Inner {
             let local = IpEndpoint::new(IpAddress::Ipv4(r.dst), r.dst_port);
             let remote = IpEndpoint::new(IpAddress::Ipv4(r.src), r.src_port);
             let taken = match r.kind {
-                RecordKind::Data => self.iface.tcp_record_received(
-                    now,
-                    &mut self.sockets,
-                    local,
-                    remote,
-                    TcpSeqNumber(r.seq as i32),
-                    &f[RECORD_HEAD..],
-                ),
+                RecordKind::Data => {
+                    // (a long record's payload is still in its ring: copied from there once)
+                    let fill = self.dev.record_fill(n);
+                    self.iface.tcp_record_received(
+                        now,
+                        &mut self.sockets,
+                        local,
+                        remote,
+                        TcpSeqNumber(r.seq as i32),
+                        &f[RECORD_HEAD..],
+                        fill.as_ref().map(|x| x as &dyn smoltcp::phy::PayloadFill),
+                    )
+                }
                 // a question or an answer changes no connection's state but whether records
                 // may go to its peer; a question is answered at once (each one: a partner
                 // that asks again, as after a removal of one of its channels, has forgotten

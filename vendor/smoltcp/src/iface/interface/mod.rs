@@ -383,7 +383,10 @@ impl Interface {
     /// socket is noted for the change log, and marked for the egress only when it owes a
     /// segment (an acknowledgement, a window). Refused when no socket holds it (nothing
     /// changed), or when the socket refuses it: the connection is then reset (its sender
-    /// counted the bytes as delivered, so it cannot go on without them).
+    /// counted the bytes as delivered, so it cannot go on without them). With `fill`, the
+    /// bytes `payload` stands for are copied through it, as a split frame's payload is
+    /// ([`crate::phy::RxToken::consume_with_fill`]): a record whose payload was left in its
+    /// ring.
     #[cfg(feature = "socket-tcp")]
     pub fn tcp_record_received(
         &mut self,
@@ -393,6 +396,7 @@ impl Interface {
         remote: crate::wire::IpEndpoint,
         seq: crate::wire::TcpSeqNumber,
         payload: &[u8],
+        fill: Option<&dyn crate::phy::PayloadFill>,
     ) -> Result<(), crate::socket::tcp::RecordRefused> {
         use crate::socket::tcp::RecordRefused;
         self.inner.now = now;
@@ -402,7 +406,11 @@ impl Interface {
         let Socket::Tcp(socket) = &mut item.socket else {
             return Err(RecordRefused::NoSocket);
         };
-        let owed = match socket.record_received(&mut self.inner, seq, payload) {
+        // the record's fill, for the bytes the socket takes, as a frame's (`consume_with_fill`)
+        self.inner.set_payload_fill(fill);
+        let taken = socket.record_received(&mut self.inner, seq, payload);
+        self.inner.set_payload_fill(None);
+        let owed = match taken {
             Ok(owed) => owed,
             Err(e) => {
                 // its sender counts it as delivered: the connection cannot go on, and ends
