@@ -85,6 +85,9 @@ pub struct DeviceStats {
     /// this stack, or one that could not take them (out of sequence, past its window, closed).
     /// Only a partner that lies sends such records; counted as `rx` is.
     pub rx_records_refused: u64,
+    /// Of the records taken, those whose payload stayed in the partner's ring until the
+    /// socket took it, copied once (as `rx_split` counts segments).
+    pub rx_records_split: u64,
     /// Frames dropped because their ring stayed full (the stack retransmits): more than
     /// [`BACKLOG_FRAMES`] waiting for it, or one waiting longer than [`BACKLOG_WAIT`].
     pub tx_dropped: u64,
@@ -305,6 +308,7 @@ impl PipeDevice {
             self.rx_left = self.rx_left.saturating_sub(1);
             self.stats.rx += 1;
             if self.via == Via::FastChannel {
+                self.stats.rx_records_split += u64::from(split.is_some());
                 return Some(split.map_or(n, |len| len.min(self.rx_buf.len())));
             }
             self.stats.rx_records_refused += 1;

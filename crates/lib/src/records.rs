@@ -177,7 +177,10 @@ impl Inner {
             let remote = IpEndpoint::new(IpAddress::Ipv4(r.src), r.src_port);
             let taken = match r.kind {
                 RecordKind::Data => {
-                    // (a long record's payload is still in its ring: copied from there once)
+                    // (a long record's payload is still in its ring: copied from there once,
+                    // through the fill; the bytes of `f` past its first ones are stale then,
+                    // so nothing may read the payload but the socket's copies, which go
+                    // through the fill)
                     let fill = self.dev.record_fill(n);
                     self.iface.tcp_record_received(
                         now,

@@ -108,6 +108,11 @@ fn a_ping_pong_moves_as_records_and_larger_messages_mix_them_with_segments_byte_
         "segments besides the records: {a2:?} {b2:?}"
     );
     assert_eq!((ca.2, cb.2), (0, 0), "refused");
+    // the long records' payloads were copied once, from the ring to where they went
+    assert!(
+        a2.rx_records_split > a1.rx_records_split && b2.rx_records_split > b1.rx_records_split,
+        "records split on receive: client {a2:?}, server {b2:?}"
+    );
     // and the connection closes with TCP's FIN after its records
     c.write_all(b"last").unwrap();
     c.read_exact(&mut m[..4]).unwrap();
