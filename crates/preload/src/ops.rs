@@ -604,7 +604,7 @@ pub fn recv(
             } else if flags & libc::MSG_WAITALL != 0 {
                 read_all(&s, t, buf, to)
             } else {
-                read_blocking(&s, t, buf, to)
+                read_blocking(t, buf, to)
             };
             match r {
                 Ok(n) => {
@@ -612,11 +612,6 @@ pub fn recv(
                         s.established.store(true, Ordering::Relaxed);
                     }
                     Ok((n, n, None))
-                }
-                Err(e)
-                    if e.kind() == ErrorKind::WouldBlock && s.shut_rd.load(Ordering::Relaxed) =>
-                {
-                    Ok((0, 0, None))
                 }
                 Err(e) => match stream_err(&s, e, false, flags) {
                     0 => Ok((0, 0, None)),
@@ -670,37 +665,24 @@ fn read_all(s: &Sock, t: &TcpStream, buf: &mut [u8], to: Option<Duration>) -> io
 /// A blocking read of a stream: waits in DockLib's read itself
 /// ([`TcpStream::read_wakeable`]), not in a readiness wait followed by a read; a signal ends
 /// it as it ends [`blocking`], and `shutdown(SHUT_RD)` (from another thread) with end of
-/// stream once what had arrived is read, as in Linux.
-fn read_blocking(
-    s: &Sock,
-    t: &TcpStream,
-    buf: &mut [u8],
-    timeout: Option<Duration>,
-) -> io::Result<usize> {
+/// stream once what had arrived is read, as in Linux (DockLib's read sees the shutdown).
+fn read_blocking(t: &TcpStream, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<usize> {
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
-    // the tokens before the looks at what they stand for, each time: a signal or a shutdown
-    // that comes between is seen by the one or wakes the other
-    let mut tokens = (sig::SIG_WAKER.token(), s.rd_shut.token());
+    // the token before the look at the mark, each time: a signal that comes between is seen
+    // by the one or wakes the wait
+    let mut token = sig::SIG_WAKER.token();
     let mut mark = sig::mark();
     loop {
-        if s.shut_rd.load(Ordering::Acquire) {
-            return match t.try_read(buf) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => Ok(0),
-                r => r,
-            };
-        }
         let left = time_left(deadline)?;
-        let wakers = [(&sig::SIG_WAKER, tokens.0), (&s.rd_shut, tokens.1)];
-        match t.read_wakeable(buf, left, &wakers) {
-            // woken: by a handler of this thread (below), one of another thread's, or a
-            // shutdown (above)
+        match t.read_wakeable(buf, left, &[(&sig::SIG_WAKER, token)]) {
+            // woken: by a handler of this thread (below), or one of another thread's
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::TimedOut => {
                 return Err(io::Error::from(ErrorKind::WouldBlock))
             }
             r => return r,
         }
-        tokens = (sig::SIG_WAKER.token(), s.rd_shut.token());
+        token = sig::SIG_WAKER.token();
         after_handler(&mut mark, timeout.is_some())?;
     }
 }
@@ -857,9 +839,8 @@ pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
                 return Some(Err(libc::ENOTCONN));
             }
             if how != libc::SHUT_WR {
-                s.shut_rd.store(true, Ordering::Release);
-                s.rd_shut.wake();
-                // readable at end of stream for poll, select and epoll, whose waits end
+                // reads end once what had arrived is read, and the socket is readable at end
+                // of stream for poll, select and epoll; reads and waits meanwhile end
                 t.shutdown_read();
             }
             if how != libc::SHUT_RD {

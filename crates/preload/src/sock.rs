@@ -167,10 +167,6 @@ pub struct Sock {
     pub nonblock: AtomicBool,
     /// Options.
     pub opts: Mutex<Opts>,
-    /// shutdown(SHUT_RD) was called: reads that would wait return end of stream.
-    pub shut_rd: AtomicBool,
-    /// Woken when `shut_rd` is set: a read that waits meanwhile ends, as in Linux.
-    pub rd_shut: docknet_lib::Waker,
     /// shutdown(SHUT_WR) was called.
     pub shut_wr: AtomicBool,
     /// A non-blocking connect is (or was) in progress and has not been seen to succeed.
@@ -204,8 +200,6 @@ impl Sock {
             pre: Mutex::new(Pre::default()),
             nonblock: AtomicBool::new(nonblock),
             opts: Mutex::new(Opts::default()),
-            shut_rd: AtomicBool::new(false),
-            rd_shut: docknet_lib::Waker::new(),
             shut_wr: AtomicBool::new(false),
             connecting: AtomicBool::new(false),
             established: AtomicBool::new(false),
