@@ -9,7 +9,12 @@
 //! - `unasked_confirm`: a confirmation that the partner takes records, never asked for;
 //! - `asked`: the question whether the server takes records on the connection, which it
 //!   answers with a confirmation;
-//! - `honest`: an HTTP request as a record at the right place, which the server answers.
+//! - `honest`: an HTTP request as a record at the right place, which the server answers;
+//! - `long_ahead`, `long_spoofed`, `long_asked`, `long_honest`: the same with a payload long
+//!   enough (over 1,280 bytes) that the server splits the record (its header copied out of the
+//!   ring and checked, its payload copied once from the ring where the socket takes it): not
+//!   at the next byte expected, from another address, a question that carries bytes (which no
+//!   question does), and 45 HTTP requests in one record.
 //!
 //! The server must refuse every lie (a lie on a connection resets it: its sender would count
 //! the bytes as delivered), take the honest ones, and live on. Reports, per kind, the rounds,
@@ -25,7 +30,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-const KINDS: [&str; 11] = [
+const KINDS: [&str; 15] = [
     "behind",
     "ahead",
     "past_window",
@@ -37,7 +42,14 @@ const KINDS: [&str; 11] = [
     "unasked_confirm",
     "asked",
     "honest",
+    "long_ahead",
+    "long_spoofed",
+    "long_asked",
+    "long_honest",
 ];
+
+/// The payload of the `long_` kinds' lies: a record of this many bytes is split on receive.
+const LONG: usize = 2000;
 
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: victim\r\n\r\n";
 
@@ -99,6 +111,19 @@ pub fn run(ep: Endpoint, to: SocketAddrV4, rounds: u32) -> Result<serde_json::Va
                     RecordKind::Confirm
                 };
             }
+            "long_ahead" => {
+                rec.seq = (next + 5000).0 as u32;
+                payload = vec![b'x'; LONG];
+            }
+            "long_spoofed" => {
+                rec.src = Ipv4Addr::from(u32::from(me) ^ 0x0000_00ff);
+                payload = vec![b'x'; LONG];
+            }
+            "long_asked" => {
+                rec.kind = RecordKind::Ask;
+                payload = vec![b'x'; LONG];
+            }
+            "long_honest" => payload = REQUEST.repeat(45),
             _ => {}
         }
         let mut f = rec.head(peer.mac(), peer.ep.mac()).to_vec();
