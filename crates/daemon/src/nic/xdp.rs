@@ -171,6 +171,33 @@ impl std::fmt::Debug for XdpPort {
 // the kernel touch); it is moved once into the master thread and used only there.
 unsafe impl Send for XdpPort {}
 
+/// How long a bind waits for a queue that an ended process's socket still holds.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Binds through `bind`, waiting while the queue is busy. The AF_XDP socket of a process that
+/// has just ended (a daemon killed and started again) leaves its queue only when the kernel
+/// frees its buffer pool, from a work queue a moment after the process: until then a bind
+/// fails with EBUSY. Another live socket on the queue keeps it busy for good, and the error
+/// comes after `BUSY_WAIT`.
+fn bind_when_free(
+    mut bind: impl FnMut() -> Result<(), xdpilone::Errno>,
+) -> Result<(), xdpilone::Errno> {
+    let start = std::time::Instant::now();
+    loop {
+        match bind() {
+            Err(e) if e.get_raw() == libc::EBUSY && start.elapsed() < BUSY_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => {
+                if r.is_ok() && start.elapsed() >= std::time::Duration::from_millis(20) {
+                    tracing::info!(waited = ?start.elapsed(), "the queue was busy, then free");
+                }
+                return r;
+            }
+        }
+    }
+}
+
 fn errno(what: &str, e: xdpilone::Errno) -> NicError {
     NicError::Setup(format!(
         "{what}: {}",
@@ -293,15 +320,20 @@ impl XdpPort {
             if q == 0 {
                 tx = Some(user.map_tx().map_err(|e| errno("mapping the tx ring", e))?);
             }
-            umem.bind(&user).map_err(|e| {
+            bind_when_free(|| umem.bind(&user)).map_err(|e| {
                 errno(
                     &format!(
-                        "binding queue {q} of {}{} (does the link have {nq} queues?)",
+                        "binding queue {q} of {}{} ({})",
                         link.name,
                         if multi {
                             " for multi-buffer frames (Linux 6.6 or later)"
                         } else {
                             ""
+                        },
+                        if e.get_raw() == libc::EBUSY {
+                            "another AF_XDP socket still holds it".to_string()
+                        } else {
+                            format!("does the link have {nq} queues?")
                         }
                     ),
                     e,
