@@ -74,13 +74,17 @@ pub(crate) struct Inner {
     /// going to sleep then leaves held ([`Inner::release_delayed_acks`]). A connection leaves
     /// the list when its ACK leaves or its reader waits again.
     answering: smallvec::SmallVec<[SocketHandle; 4]>,
-    /// Set by a poll that left nothing to send; taken by the next [`Shared::lock`] into
-    /// `was_clean`. Whatever else holds the lock and changes a socket ends with it unset.
+    /// Set by a poll that left nothing to send, and kept by a call's step that queued nothing
+    /// (a record written, a read that owes no window update); taken by the next
+    /// [`Shared::lock`] into `was_clean`. Whatever else holds the lock and changes a socket
+    /// ends with it unset.
     clean: bool,
     /// Whether the critical section before this one ended with a poll that left nothing to
     /// do: a blocking call whose first try finds nothing then skips its first poll (it would
     /// find nothing either) and goes on to wait; the sleep is armed only if no frame came.
     was_clean: bool,
+    /// Whether a poll ran since the lock was taken (its `clean` then says what it left).
+    polled: bool,
     /// The gateway the interface's default route goes through: the daemon's, as last seen
     /// ([`Inner::follow_gateway`]).
     gateway: Option<Ipv4Addr>,
@@ -108,7 +112,14 @@ impl Inner {
     /// The poll after a call's step succeeded, so what it queued leaves now; skipped when the
     /// step said it changed nothing to send.
     fn poll_after_step(&mut self) {
-        if !std::mem::take(&mut self.nothing_to_send) {
+        if std::mem::take(&mut self.nothing_to_send) {
+            // the step queued nothing: the stack stays as clean as the last poll left it (this
+            // call's, or the one before the lock), so the next call's wait may skip its first
+            // poll as it would after a poll here
+            if !self.polled {
+                self.clean = self.was_clean;
+            }
+        } else {
             self.poll_out();
         }
     }
@@ -218,6 +229,7 @@ impl Inner {
             });
         }
         self.clean = !self.dev.backlogged();
+        self.polled = true;
         let moved = changed || self.dev.stats != before;
         if moved {
             // Another thread's wait may hang on what this poll changed (a connection to
@@ -433,6 +445,7 @@ impl Shared {
         // a step's word holds for the step it follows, under the same lock only
         g.nothing_to_send = false;
         g.was_clean = std::mem::take(&mut g.clean);
+        g.polled = false;
         g
     }
 
@@ -733,6 +746,7 @@ impl Stack {
                 answering: smallvec::SmallVec::new(),
                 clean: false,
                 was_clean: false,
+                polled: false,
                 gateway,
                 changes: Default::default(),
             }),
@@ -857,14 +871,14 @@ impl Stack {
         let mut g = self.lock();
         if let Some(r) = f(&mut g) {
             if transmit {
-                g.poll_out();
+                g.poll_after_step();
             }
             return r;
         }
         g.poll();
         if let Some(r) = f(&mut g) {
             if transmit {
-                g.poll_out();
+                g.poll_after_step();
             } else {
                 g.clean = false; // the step may have queued something for the next poll
             }
