@@ -6,7 +6,8 @@
 #   postmaster forks a backend per connection (over DockNet the postmaster's library serves each
 #   connection for its backend), and wrk against nginx as a reverse proxy (proxy_pass, upstream
 #   keep-alive) to a second nginx, beside wrk straight to that backend, and wrk against gunicorn
-#   with 4 sync workers (a pre-forked pool, a connection per request). PostgreSQL, the proxy and
+#   with 4 sync workers (a pre-forked pool, a connection per request), answering at once and after
+#   a 5 ms wait (a database's answer; the other workers serve meanwhile). PostgreSQL, the proxy and
 #   gunicorn run unpinned (their processes and the daemon share both cores), the others pinned.
 # Builds everything it uses under a name unique to this run and removes it on exit.
 #
@@ -92,8 +93,18 @@ def app(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "612")])
     return [body]
 EOF
-chmod 644 "$WORK/app.py"
+# and one that waits 5 ms per request first (a synchronous worker's database call)
+cat > "$WORK/appwait.py" <<EOF
+import time
+def app(environ, start_response):
+    time.sleep(0.005)
+    body = b"x" * 612
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "612")])
+    return [body]
+EOF
+chmod 644 "$WORK/app.py" "$WORK/appwait.py"
 GUNICORN=(gunicorn -w 4 -b 0.0.0.0:8000 --chdir "$WORK" app:app)
+GUNICORN_WAIT=(gunicorn -w 4 -b 0.0.0.0:8000 --chdir "$WORK" appwait:app)
 REDIS=(redis-server --bind 0.0.0.0 --port 6379 --save '' --appendonly no --protected-mode no --dir /tmp)
 WRK=(wrk -t1 -c32 -d${SECS}s)
 RB=(redis-benchmark -p 6379 -t set,get -n 400000 -c 50 -q)
@@ -156,6 +167,8 @@ kernel "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.79.0.2
 docknet "redis-benchmark -> redis" "${REDIS[@]}" -- "${RB[@]}" -h 10.78.0.2
 UNPINNED=1 SETTLE=2 kernel "wrk -> gunicorn (4 workers)" "${GUNICORN[@]}" -- "${WRK[@]}" http://10.79.0.2:8000/
 UNPINNED=1 SETTLE=2 docknet "wrk -> gunicorn (4 workers)" "${GUNICORN[@]}" -- "${WRK[@]}" http://10.78.0.2:8000/
+UNPINNED=1 SETTLE=2 kernel "wrk -> gunicorn (4 workers, 5 ms waits)" "${GUNICORN_WAIT[@]}" -- "${WRK[@]}" http://10.79.0.2:8000/
+UNPINNED=1 SETTLE=2 docknet "wrk -> gunicorn (4 workers, 5 ms waits)" "${GUNICORN_WAIT[@]}" -- "${WRK[@]}" http://10.78.0.2:8000/
 UNPINNED=1 SETTLE=4 kernel "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.79.0.2)"
 UNPINNED=1 SETTLE=4 docknet "pgbench -> PostgreSQL" "${PG[@]}" -- bash -c "$(pgb 10.78.0.2)"
 

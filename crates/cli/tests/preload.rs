@@ -836,6 +836,78 @@ fn servers_that_fork_after_they_listen_or_daemonize_answer_as_on_kernel_sockets(
     }
 }
 
+/// A listener shared by blocking workers that each take 100 ms over an answer (a pool of
+/// synchronous workers, as gunicorn's), and eight connections at once: on kernel sockets all
+/// four workers answer some. Over DockNet the worker that took the pipe's stack hands the
+/// connections it does not accept in time to the others (`share`), through the daemon and over
+/// a fast channel; before, it answered all eight itself while the others slept. A process of
+/// the same container that is not of the server's family is refused at the Unix socket those
+/// connections go through, whatever it sends.
+#[test]
+fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
+    if !ready("preload prefork slow", &[("cc", "gcc")]) {
+        return;
+    }
+    let dir = workdir("prefork-slow");
+    let bin = compile_c(&dir, "prefork");
+    let b = bin.to_str().unwrap();
+    let busy = |out: &str| -> u32 {
+        out.lines()
+            .find_map(|l| l.strip_prefix("busy workers: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let (ks, kc) = kernel_pair(
+        &[b, "slow", "7505", "4"],
+        &[b, "parallel", "127.0.0.1", "7505", "8"],
+        true,
+    );
+    assert!(kc.contains("client.answered: 8"), "kernel: {kc}");
+    assert!(busy(&ks) >= 2, "kernel: {ks}");
+    // beside the server, a process of the same container and user, not of its family, at the
+    // Unix socket the workers get their connections through
+    let server = format!("{b} slow 7505 4 & sleep 0.5; {b} intrude; wait");
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        let mut srv = Server::spawn(
+            run_args(&lab, &s, &[dir.path()], &[], &["sh", "-c", &server]),
+            Stdio::piped(),
+        );
+        // (before any connection: the intruder looks while the workers wait)
+        let first = [srv.line(), srv.line()];
+        assert!(
+            first.iter().any(|l| l.starts_with("workers: 4")),
+            "fast channel {fc}: {first:?}"
+        );
+        // a wrong token, garbage and silence: each dropped, nothing handed over
+        assert!(
+            first.iter().any(|l| l.starts_with("intruder.dropped: 3")),
+            "fast channel {fc}: {first:?}"
+        );
+        let o = client(
+            &lab,
+            &c,
+            &[dir.path()],
+            &[],
+            &[b, "parallel", &ip, "7505", "8"],
+            Duration::from_secs(60),
+        );
+        assert!(
+            must(&o, "the client").contains("client.answered: 8"),
+            "fast channel {fc}"
+        );
+        let so = srv.finish(Duration::from_secs(30));
+        let (out, err) = (text(&so), String::from_utf8_lossy(&so.stderr));
+        assert!(out.contains("served: 8"), "fast channel {fc}: {out}\n{err}");
+        assert!(
+            busy(&out) >= 2,
+            "fast channel {fc}: one worker answered every connection\n{out}\n{err}"
+        );
+
+        assert!(!err.contains("docknet-preload"), "fast channel {fc}: {err}");
+    }
+}
+
 /// A fast channel made after a server forked its worker and before the worker took the pipe's
 /// stack: the parent's engine, asleep since before the fork, is woken by the daemon's kick, and
 /// must leave the channel's message on the family's connection to the daemon for the worker

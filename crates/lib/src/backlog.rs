@@ -23,6 +23,8 @@ pub(crate) struct Listening {
     pub(crate) backlog: usize,
     /// When each half-open socket of the pool was first seen so.
     pub(crate) half_open_since: std::collections::HashMap<SocketHandle, Instant>,
+    /// Connections accepted so far.
+    pub(crate) accepted: u64,
 }
 
 /// How long a half-open connection (its SYN answered, the handshake not completed) may hold

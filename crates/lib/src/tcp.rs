@@ -47,6 +47,7 @@ impl TcpListener {
             pool: Vec::new(),
             backlog: stack.shared.cfg.backlog.max(1),
             half_open_since: std::collections::HashMap::new(),
+            accepted: 0,
         });
         g.poll();
         Ok(TcpListener {
@@ -101,6 +102,16 @@ impl TcpListener {
         self.stack.same(stack)
     }
 
+    /// How many connections have been accepted from this port so far, by any of the
+    /// process's threads (0 once the listener is closed).
+    pub fn accepts(&self) -> u64 {
+        let g = self.stack.lock();
+        g.listeners
+            .iter()
+            .find(|l| l.port == self.port)
+            .map_or(0, |l| l.accepted)
+    }
+
     /// Whether a connection is waiting to be accepted (`g`: the stack, locked).
     pub(crate) fn acceptable(&self, g: &mut Inner) -> bool {
         let Some(l) = g.listeners.iter().find(|l| l.port == self.port) else {
@@ -132,6 +143,7 @@ pub(crate) fn accept_step(
         .position(|h| established(g, *h))?;
     let h = g.listeners[li].pool.remove(i);
     g.listeners[li].half_open_since.remove(&h);
+    g.listeners[li].accepted += 1;
     // the handshake's deadline does not follow the connection (an idle one would be aborted)
     g.tcp(h).set_timeout(None);
     let peer = g.tcp(h).remote_endpoint().map(from_ep);

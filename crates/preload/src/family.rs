@@ -135,6 +135,7 @@ extern "C" fn after_fork_parent() {
 extern "C" fn after_fork_child() {
     crate::sig::forget_pending();
     release_held(true);
+    crate::share::forked_child();
     FORKED.store(true, Ordering::Release);
 }
 
@@ -142,6 +143,42 @@ extern "C" fn after_fork_child() {
 /// the pipe when none had before the fork (`0`: none yet). Replaced at `exec`.
 static FAMILY: LazyLock<Option<docknet_pipe::Region>> =
     LazyLock::new(|| docknet_pipe::Region::anonymous(64).ok());
+
+/// The family page's words that say which process serves the connections of its listeners to
+/// the other processes of the family (`share`): its pid (0: none), then its token's halves.
+const SHARE_PID: usize = 4;
+const SHARE_TOKEN: usize = 8;
+
+/// The process of the family that hands connections of its listeners to the others, and the
+/// token they show it (`share`), if one does.
+pub(crate) fn share_service() -> Option<(u32, u64)> {
+    let r = FAMILY.as_ref()?;
+    let pid = r.u32_at(SHARE_PID)?.load(Ordering::Acquire);
+    if pid == 0 {
+        return None;
+    }
+    let lo = u64::from(r.u32_at(SHARE_TOKEN)?.load(Ordering::Relaxed));
+    let hi = u64::from(r.u32_at(SHARE_TOKEN + 4)?.load(Ordering::Relaxed));
+    Some((pid, lo | hi << 32))
+}
+
+/// Says that this process (`pid`) hands connections to the family, to those who show `token`.
+pub(crate) fn set_share_service(pid: u32, token: u64) -> bool {
+    let Some(r) = FAMILY.as_ref() else {
+        return false;
+    };
+    let (Some(p), Some(lo), Some(hi)) = (
+        r.u32_at(SHARE_PID),
+        r.u32_at(SHARE_TOKEN),
+        r.u32_at(SHARE_TOKEN + 4),
+    ) else {
+        return false;
+    };
+    lo.store(token as u32, Ordering::Relaxed);
+    hi.store((token >> 32) as u32, Ordering::Relaxed);
+    p.store(pid, Ordering::Release);
+    true
+}
 
 /// Whether this process may attach the pipe: no other living process of its family has.
 /// Records it as the one that did.
@@ -200,6 +237,12 @@ pub fn take_for(fd: i32) {
     };
     if listener {
         take();
+        if FORKED.load(Ordering::Acquire) {
+            // a sibling drives the stack: it hands this worker connections, if it can
+            if let Some(s) = TABLE.sock(fd) {
+                crate::share::adopt(fd, &s);
+            }
+        }
     } else if let Some(s) = TABLE.sock(fd).filter(|s| s.adopted()) {
         // an inherited connection: this process's parent serves it here from now on
         crate::relay::claim(fd, &s);
@@ -215,6 +258,7 @@ fn take() {
     if mine && FORKED.swap(false, Ordering::AcqRel) {
         // the parent's threads are gone: the notifier starts again when needed
         crate::event::after_take();
+        crate::share::serve();
     }
 }
 

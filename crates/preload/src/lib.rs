@@ -24,6 +24,7 @@ pub mod ops;
 pub mod opts;
 pub mod relay;
 pub mod resolve;
+pub mod share;
 #[cfg(not(test))]
 mod shim;
 pub mod sig;

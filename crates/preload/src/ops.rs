@@ -422,7 +422,7 @@ fn connect_again(s: &Sock, c: &Conn, addr: Option<Option<SocketAddrV4>>) -> R<()
     }
 }
 
-fn apply_stream_opts(s: &Sock, t: &TcpStream) {
+pub(crate) fn apply_stream_opts(s: &Sock, t: &TcpStream) {
     let o = s.opts();
     t.set_nodelay(o.nodelay);
     if o.keepalive {
@@ -432,6 +432,11 @@ fn apply_stream_opts(s: &Sock, t: &TcpStream) {
 
 /// `accept4(2)`: the new connection's descriptor and its peer.
 pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
+    // (a forked worker's first use of its listener may adopt it: see `share`)
+    take_for(fd);
+    if let Some(r) = crate::share::accept(fd, flags) {
+        return Some(r);
+    }
     if dormant_listener(fd) {
         // another process took the stack (a sibling worker): no connection ever comes here
         return Some(Err(match TABLE.sock(fd) {
@@ -440,6 +445,7 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
         }));
     }
     let s = ours!(fd);
+    crate::share::accepting();
     let Some(Conn::Listener(l, _)) = s.conn.get() else {
         return if s.adopted() {
             Some(Err(libc::EINVAL))
@@ -913,6 +919,11 @@ pub(crate) fn lost_stack() -> bool {
 /// Whether `fd` is a socket on DockNet (its descriptor is ours).
 pub fn is_docknet(fd: i32) -> bool {
     TABLE.maybe(fd) && TABLE.sock(fd).is_some_and(|s| s.adopted())
+}
+
+/// Whether `fd` is a listener whose connections another worker hands this one (`share`).
+pub fn is_shared_listener(fd: i32) -> bool {
+    TABLE.maybe(fd) && TABLE.relayed(fd).is_some_and(|r| r.listening)
 }
 
 /// Whether `fd` is a TCP socket of ours (decided or not).

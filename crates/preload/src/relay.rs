@@ -79,6 +79,12 @@ pub struct Relayed {
     pub peer: SocketAddrV4,
     /// The options as inherited, and as set since (TCP and IP levels).
     pub opts: Mutex<Opts>,
+    /// A listener whose connections the process that drives the stack hands to this one
+    /// (`share`), not a connection.
+    pub listening: bool,
+    /// A listening one: this worker told the owner it waits for a connection, and none came
+    /// since (`share`).
+    pub credit: std::sync::atomic::AtomicBool,
 }
 
 impl Relayed {
@@ -624,6 +630,8 @@ pub fn claim(fd: i32, s: &Sock) -> bool {
         local,
         peer,
         opts: Mutex::new(s.opts().clone()),
+        listening: false,
+        credit: std::sync::atomic::AtomicBool::new(false),
     };
     if sys::dup3(mine, fd, cloexec).is_err() {
         let _ = sys::close(mine);

@@ -235,6 +235,124 @@ pub fn socketpair(ty: c_int) -> R<(c_int, c_int)> {
     Ok((fds[0], fds[1]))
 }
 
+/// The address of the abstract Unix socket `name` (no file: scoped to the network namespace,
+/// gone with its last descriptor).
+fn abstract_addr(name: &str) -> (libc::sockaddr_un, socklen_t) {
+    // SAFETY: an all-zero sockaddr_un is valid.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // sun_path[0] stays 0: the abstract namespace
+    let n = name.len().min(a.sun_path.len() - 1);
+    for (d, s) in a.sun_path[1..=n].iter_mut().zip(name.bytes()) {
+        *d = s as c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
+    (a, len as socklen_t)
+}
+
+/// A listening Unix stream socket (non-blocking, close-on-exec) at the abstract name `name`.
+pub fn unix_listen_abstract(name: &str, backlog: c_int) -> R<c_int> {
+    let (a, len) = abstract_addr(name);
+    // SAFETY: plain syscall wrapper, no pointers.
+    let fd = check(unsafe {
+        f!(socket)(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    })?;
+    // SAFETY: `a` is a live sockaddr_un of which `len` bytes are passed.
+    let r = check(unsafe { f!(bind)(fd, &a as *const libc::sockaddr_un as *const sockaddr, len) })
+        // SAFETY: plain syscall wrapper, no pointers.
+        .and_then(|_| check(unsafe { f!(listen)(fd, backlog) }));
+    match r {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            let _ = close(fd);
+            Err(e)
+        }
+    }
+}
+
+/// A Unix stream socket (blocking, close-on-exec) connected to the abstract name `name`.
+pub fn unix_connect_abstract(name: &str) -> R<c_int> {
+    let (a, len) = abstract_addr(name);
+    // SAFETY: plain syscall wrapper, no pointers.
+    let fd =
+        check(unsafe { f!(socket)(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: `a` is a live sockaddr_un of which `len` bytes are passed.
+    match check(unsafe { f!(connect)(fd, &a as *const libc::sockaddr_un as *const sockaddr, len) })
+    {
+        Ok(_) => Ok(fd),
+        Err(e) => {
+            let _ = close(fd);
+            Err(e)
+        }
+    }
+}
+
+/// `accept4(2)` in the kernel of a connection to a Unix listener, non-blocking and
+/// close-on-exec, with the user id of the process that connected (`SO_PEERCRED`).
+pub fn unix_accept(fd: c_int) -> R<(c_int, u32)> {
+    // SAFETY: no address asked for.
+    let c = check(unsafe {
+        f!(accept4)(
+            fd,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    })?;
+    // SAFETY: an all-zero ucred is valid.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as socklen_t;
+    // SAFETY: writes at most `len` bytes into the live `cred`.
+    let r = check(unsafe {
+        f!(getsockopt)(
+            c,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut c_void,
+            &mut len,
+        )
+    });
+    match r {
+        Ok(_) => Ok((c, cred.uid)),
+        Err(e) => {
+            let _ = close(c);
+            Err(e)
+        }
+    }
+}
+
+/// Bytes sent on the Unix socket `fd` that its peer has not read yet (`SIOCOUTQ`).
+pub fn unread_by_peer(fd: c_int) -> R<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int into the live `n`.
+    check(unsafe { f!(ioctl)(fd, libc::TIOCOUTQ as c_ulong, &mut n as *mut c_int) })?;
+    Ok(n.max(0) as usize)
+}
+
+/// 8 random bytes from the kernel (`getrandom(2)`), `None` if it has none to give.
+pub fn random_u64() -> Option<u64> {
+    let mut v = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into the live array.
+    let n = unsafe { libc::getrandom(v.as_mut_ptr() as *mut c_void, 8, 0) };
+    (n == 8).then(|| u64::from_ne_bytes(v))
+}
+
+/// This thread's id.
+pub fn gettid() -> i32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The real user id of this process.
+pub fn uid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getuid() }
+}
+
 /// `send(2)` in the kernel with `MSG_NOSIGNAL` (a peer gone is `EPIPE`, no signal); without
 /// `wait`, also `MSG_DONTWAIT` (`EAGAIN` when the socket's buffer is full).
 pub fn send_nosignal(fd: c_int, buf: &[u8], wait: bool) -> R<usize> {
@@ -320,6 +438,11 @@ pub fn send_with_fd(fd: c_int, buf: &[u8], pass: c_int) -> R<usize> {
 /// Receives one message from the Unix socket `fd` into `buf`: its length and the first
 /// descriptor passed with it (any others are closed; a truncated message's descriptors too).
 pub fn recv_with_fd(fd: c_int, buf: &mut [u8]) -> R<(usize, Option<c_int>)> {
+    recv_with_fd_flags(fd, buf, 0)
+}
+
+/// [`recv_with_fd`] with `flags` (`MSG_DONTWAIT`) added to `MSG_CMSG_CLOEXEC`.
+pub fn recv_with_fd_flags(fd: c_int, buf: &mut [u8], flags: c_int) -> R<(usize, Option<c_int>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut c_void,
         iov_len: buf.len(),
@@ -332,7 +455,7 @@ pub fn recv_with_fd(fd: c_int, buf: &mut [u8]) -> R<(usize, Option<c_int>)> {
     m.msg_control = space.as_mut_ptr() as *mut c_void;
     m.msg_controllen = std::mem::size_of_val(&space);
     // SAFETY: `m` and everything it points to are live for the call.
-    let n = checkl(unsafe { f!(recvmsg)(fd, &mut m, libc::MSG_CMSG_CLOEXEC) })?;
+    let n = checkl(unsafe { f!(recvmsg)(fd, &mut m, libc::MSG_CMSG_CLOEXEC | flags) })?;
     let mut first = None;
     // SAFETY: walks the control headers the kernel wrote within `space` (CMSG_NXTHDR stops
     // at `msg_controllen`); each SCM_RIGHTS header's data holds whole ints.

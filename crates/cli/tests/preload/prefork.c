@@ -12,8 +12,18 @@
  *   prefork daemon PORT         fork at once and let the parent exit; the child listens (a
  *                               program that daemonizes before it opens its sockets)
  *   prefork daemon-late PORT    listen, then fork; the parent exits, the child serves
+ *   prefork slow PORT N         the "blocking" workers, each taking 100 ms over an answer (a
+ *                               synchronous worker's request, as gunicorn's); the parent also
+ *                               prints how many workers answered any ("busy workers: B")
+ *   prefork intrude             a process of the same container but not of the server's family,
+ *                               at the Unix socket through which the worker that drives the stack
+ *                               hands connections to its siblings (DockNet only): a hello with a
+ *                               wrong token, garbage, and silence must each be dropped, and nothing
+ *                               handed over ("intruder.dropped: 3", or "intruder.no-service")
  *   prefork client IP PORT K    K connections, one after another: "ping", expect "pong"; then
  *                               one "quit", which ends the server
+ *   prefork parallel IP PORT K  K connections at once, a "ping" on each, then every "pong";
+ *                               then one "quit"
  *
  * The server prints how many connections were answered in all ("served: K"), the client how
  * many answers it got. A connection's "quit" ends the server: the worker that takes it tells
@@ -29,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/un.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +47,7 @@
 #include "listen.h"
 
 static volatile sig_atomic_t stop;
+static int slow_ms; /* how long a worker takes over each answer */
 static void on_term(int s) {
   (void)s;
   stop = 1;
@@ -47,6 +59,8 @@ static int serve_one(int c, int quit) {
   int r = 0;
   if (recv(c, b, 4, MSG_WAITALL) == 4) {
     if (!memcmp(b, "ping", 4)) {
+      if (slow_ms)
+        usleep(slow_ms * 1000);
       r = send(c, "pong", 4, 0) == 4;
     } else if (!memcmp(b, "quit", 4)) {
       send(c, "bye!", 4, 0);
@@ -117,7 +131,7 @@ static int run_workers(int l, int n, int blocking, int wait_ms) {
   /* SIGTERM again every 20 ms until each worker ends, as a supervisor would: a SIGTERM that
    * lands after a worker's look at `stop` and before its accept begins finds no call to
    * interrupt (on kernel sockets too), and that worker would wait for a connection forever */
-  int served = 0;
+  int served = 0, busy = 0;
   for (int i = 0; i < n; i++) {
     int st = 0;
     pid_t r;
@@ -127,10 +141,14 @@ static int run_workers(int l, int n, int blocking, int wait_ms) {
       if (r == 0)
         usleep(20000);
     } while (r == 0);
-    if (r > 0 && WIFEXITED(st))
+    if (r > 0 && WIFEXITED(st)) {
       served += WEXITSTATUS(st);
+      busy += WEXITSTATUS(st) > 0;
+    }
   }
   printf("served: %d\n", served);
+  if (slow_ms)
+    printf("busy workers: %d\n", busy);
   return 0;
 }
 
@@ -157,10 +175,124 @@ static int daemon_child(int l) {
   return 0;
 }
 
+/* Connects to the first "@docknet-share-PID" Unix socket of this network namespace, sends
+ * `len` bytes of `msg`, and waits up to 3 s: 1 when the other end closed without sending a
+ * thing (dropped), 0 otherwise. */
+static int dropped_after(const char *name, const void *msg, size_t len) {
+  int u = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  size_t n = strlen(name);
+  memcpy(a.sun_path + 1, name, n);
+  if (connect(u, (void *)&a, sizeof(sa_family_t) + 1 + n)) {
+    close(u);
+    return 0;
+  }
+  if (len && send(u, msg, len, MSG_NOSIGNAL) != (ssize_t)len) {
+    close(u);
+    return 0;
+  }
+  struct timeval tv = {.tv_sec = 3};
+  setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char b[64];
+  ssize_t r = recv(u, b, sizeof b, 0);
+  close(u);
+  return r == 0;
+}
+
+static int intrude(void) {
+  char name[108] = "";
+  for (int t = 0; t < 20 && !name[0]; t++) {
+    FILE *f = fopen("/proc/net/unix", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+      char *p = strstr(line, "@docknet-share-");
+      if (p) {
+        sscanf(p + 1, "%107s", name);
+        break;
+      }
+    }
+    if (f)
+      fclose(f);
+    if (!name[0])
+      usleep(100000);
+  }
+  /* (no /proc/net/unix in the container: every pid's name is tried) */
+  for (int pid = 1; pid < 4194304 && !name[0]; pid++) {
+    char n[64];
+    snprintf(n, sizeof n, "docknet-share-%d", pid);
+    int u = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path + 1, n, strlen(n));
+    if (connect(u, (void *)&a, sizeof(sa_family_t) + 1 + strlen(n)) == 0)
+      strcpy(name, n);
+    close(u);
+  }
+  if (!name[0]) {
+    printf("intruder.no-service\n");
+    return 0;
+  }
+  /* magic "DNSH", a descriptor, a token that is not the family's */
+  unsigned char hello[16] = {0x48, 0x53, 0x4e, 0x44, 3, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+  char junk[40];
+  memset(junk, 0x5a, sizeof junk);
+  int d = dropped_after(name, hello, sizeof hello) + dropped_after(name, junk, sizeof junk) +
+          dropped_after(name, NULL, 0);
+  printf("intruder.dropped: %d\n", d);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: accept ends with EINTR */
   sigaction(SIGTERM, &sa, NULL);
+  if (argc == 4 && !strcmp(argv[1], "slow")) {
+    int n = atoi(argv[3]);
+    if (n < 1 || n > 16)
+      return 2;
+    slow_ms = 100;
+    return run_workers(listen_tcp(atoi(argv[2]), 0), n, 1, 0);
+  }
+  if (argc == 2 && !strcmp(argv[1], "intrude"))
+    return intrude();
+  if (argc == 5 && !strcmp(argv[1], "parallel")) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[3]))};
+    inet_pton(AF_INET, argv[2], &a.sin_addr);
+    int k = atoi(argv[4]), answered = 0, s[65];
+    if (k < 1 || k > 64)
+      return 2;
+    for (int i = 0; i <= k; i++) {
+      s[i] = -1;
+      for (int t = 0; t < 100 && s[i] < 0; t++) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(c, (void *)&a, sizeof a) == 0) {
+          s[i] = c;
+          break;
+        }
+        close(c);
+        usleep(50000);
+      }
+      if (s[i] < 0) {
+        printf("client.connect: failed\n");
+        return 1;
+      }
+      if (i == k)
+        break; /* the "quit" goes once every answer came */
+      send(s[i], "ping", 4, 0);
+    }
+    for (int i = 0; i < k; i++) {
+      char b[4];
+      if (recv(s[i], b, 4, MSG_WAITALL) == 4 && !memcmp(b, "pong", 4))
+        answered++;
+      close(s[i]);
+    }
+    int q = s[k];
+    char b[4];
+    send(q, "quit", 4, 0);
+    recv(q, b, 4, MSG_WAITALL);
+    close(q);
+    printf("client.answered: %d\n", answered);
+    return 0;
+  }
   if ((argc == 4 && (!strcmp(argv[1], "workers") || !strcmp(argv[1], "blocking"))) ||
       (argc == 5 && !strcmp(argv[1], "workers"))) {
     int blocking = !strcmp(argv[1], "blocking");
@@ -211,6 +343,7 @@ int main(int argc, char **argv) {
   }
   fprintf(stderr, "usage: prefork workers|blocking PORT N | prefork workers PORT N MS | "
                   "prefork daemon|daemon-late PORT | "
-                  "prefork client IP PORT K\n");
+                  "prefork slow PORT N | prefork intrude | "
+                  "prefork client|parallel IP PORT K\n");
   return 2;
 }

@@ -235,7 +235,7 @@ pub unsafe extern "C" fn accept4(
 
 #[no_mangle]
 pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    if TABLE.maybe(fd) && ops::is_docknet(fd) {
+    if TABLE.maybe(fd) && (ops::is_docknet(fd) || ops::is_shared_listener(fd)) {
         // SAFETY: forwards the caller's arguments.
         return unsafe { accept4(fd, addr, len, 0) };
     }
