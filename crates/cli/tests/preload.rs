@@ -795,7 +795,8 @@ fn postgresql_serves_pgbench_from_the_backends_its_postmaster_forks() {
 /// accept), and programs that daemonize (the parent exits; the child listens, or uses the
 /// listener the parent made): every connection is answered over DockNet as on kernel sockets,
 /// through the daemon and over a fast channel. Over DockNet the first worker that uses the
-/// listener takes the pipe's stack and serves every connection; the others wait for good.
+/// listener takes the pipe's stack and serves the connections (one at a time, as these come, it
+/// keeps up and hands none on).
 #[test]
 fn servers_that_fork_after_they_listen_or_daemonize_answer_as_on_kernel_sockets() {
     if !ready("preload prefork", &[("cc", "gcc")]) {

@@ -1,6 +1,6 @@
 /* Servers that fork after they listen, and programs that daemonize: the same outcomes on kernel
  * sockets and over DockNet (where the pipe's stack moves whole to the first worker that uses
- * the listener, and the others never see a connection).
+ * the listener, which hands the others the connections it leaves waiting while it sleeps).
  *
  *   prefork workers PORT N      listen (non-blocking), fork N workers that each wait in epoll for
  *                               the listener, accept, and answer "ping" with "pong"; the parent
