@@ -87,8 +87,9 @@ pub static REFUSED: AtomicU64 = AtomicU64::new(0);
 static SERVING: AtomicBool = AtomicBool::new(false);
 /// An adopting worker of this process has waited for the service once already.
 static WAITED: AtomicBool = AtomicBool::new(false);
-/// One adoption at a time per process.
-static ADOPTING: Mutex<()> = Mutex::new(());
+/// An adoption is under way in this process (one at a time; reset in a forked child, whose
+/// copy of it may be a thread's that is not there).
+static ADOPTING: AtomicBool = AtomicBool::new(false);
 /// The kept peers of the sockets that adopted listeners whose owner is gone became ([`dormant`]).
 static NEVER: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
@@ -140,7 +141,10 @@ fn acceptor_asleep() -> bool {
 /// In a forked child: the parent's service is not this process's.
 pub fn forked_child() {
     SERVING.store(false, Ordering::Relaxed);
+    ADOPTING.store(false, Ordering::Relaxed);
     ACCEPTOR.store(0, Ordering::Relaxed);
+    // (the thread that forked is a new thread here)
+    TID.with(|t| t.set(0));
     WAITED.store(false, Ordering::Relaxed);
 }
 
@@ -188,6 +192,9 @@ struct Worker {
     fd: i32,
     /// The listener it waits on, by descriptor (`None` until its hello came).
     listener: Option<i32>,
+    /// That listener's port (a descriptor number closed and reused for another listener is
+    /// not the worker's).
+    port: u16,
     /// Connections it will take now.
     credits: u32,
     /// When it connected (its hello is due within [`HELLO_WAIT`]).
@@ -286,6 +293,7 @@ impl Door {
                     ws.push(Worker {
                         fd: c,
                         listener: None,
+                        port: 0,
                         credits: 0,
                         since: Instant::now(),
                     });
@@ -302,13 +310,15 @@ impl Door {
 
     /// What the worker at `fd` sent: its hello, then one credit per byte; its end drops it.
     fn hear(&self, fd: i32) {
-        let mut b = [0u8; 64];
-        let got = sys::read(fd, &mut b);
+        // (looked up first, under the lock: a worker the other thread dropped since the poll
+        // may have left its number to another descriptor of the process; a worker's socket
+        // is non-blocking)
         let mut ws = self.shared.workers();
         let Some(i) = ws.iter().position(|w| w.fd == fd) else {
             return;
         };
-        let ok = match got {
+        let mut b = [0u8; 64];
+        let ok = match sys::read(fd, &mut b) {
             Ok(0) => false,
             Ok(n) if ws[i].listener.is_none() => n == HELLO_LEN && self.hello(&mut ws[i], &b[..n]),
             Ok(n) => {
@@ -333,15 +343,19 @@ impl Door {
         let fd = i32::from_ne_bytes([b[4], b[5], b[6], b[7]]);
         let mut t = [0u8; 8];
         t.copy_from_slice(&b[8..16]);
-        let listener = TABLE.sock(fd).is_some_and(|s| s.is_listener());
-        if magic != HELLO_MAGIC || u64::from_ne_bytes(t) != self.token || !listener {
+        let port = TABLE.sock(fd).as_deref().and_then(listener_port);
+        let (Some(port), true) = (
+            port,
+            magic == HELLO_MAGIC && u64::from_ne_bytes(t) == self.token,
+        ) else {
             REFUSED.fetch_add(1, Ordering::Relaxed);
             return false;
-        }
+        };
         if sys::send_nosignal(w.fd, &[ACK], false) != Ok(1) {
             return false;
         }
         w.listener = Some(fd);
+        w.port = port;
         w.credits = 1;
         true
     }
@@ -386,7 +400,8 @@ fn hand_loop(shared: &Shared) {
                     hand_out(shared, *l, s);
                 }
             }
-            now_seen.push((*l, acc));
+            // (counted after the hand-out, whose accepts are not the program's)
+            now_seen.push((*l, accepts(s)));
         }
         seen = now_seen;
         // looked at every AGE while the program leaves a connection waiting; less and less
@@ -417,7 +432,10 @@ fn wanted(shared: &Shared) -> Vec<(i32, Arc<Sock>)> {
         let Some(l) = ws[i].listener else {
             continue;
         };
-        match TABLE.sock(l).filter(|s| s.is_listener()) {
+        match TABLE
+            .sock(l)
+            .filter(|s| listener_port(s) == Some(ws[i].port))
+        {
             Some(s) => {
                 if ws[i].credits > 0 && !v.iter().any(|(f, _)| *f == l) {
                     v.push((l, s));
@@ -427,6 +445,14 @@ fn wanted(shared: &Shared) -> Vec<(i32, Arc<Sock>)> {
         }
     }
     v
+}
+
+/// The port of the listener `s`, `None` if it is no listener.
+fn listener_port(s: &Sock) -> Option<u16> {
+    match s.conn.get() {
+        Some(Conn::Listener(l, _)) => Some(l.port()),
+        _ => None,
+    }
 }
 
 /// How many connections this process has accepted from the listener `s`.
@@ -456,7 +482,6 @@ fn hand_out(shared: &Shared, l: i32, s: &Arc<Sock>) {
             return;
         };
         next = k + 1;
-        ws[k].credits -= 1;
         let c = Arc::new(Sock::with_conn(Proto::Tcp, false, Conn::Stream(t)));
         {
             let o = s.opts();
@@ -474,12 +499,14 @@ fn hand_out(shared: &Shared, l: i32, s: &Arc<Sock>) {
         let peer = ops::as_v4(peer);
         // the worker's end of a Unix socket this process relays to the connection from now
         // on (a connection that cannot be relayed, or sent, is closed: FIN)
+        // (out of descriptors: that connection ends, and the rest wait for the program)
         let Ok(theirs) = crate::relay::pass(&c) else {
-            continue;
+            return;
         };
         let sent = sys::send_with_fd(ws[k].fd, &conn_msg(local, peer), theirs);
         let _ = sys::close(theirs);
         if sent == Ok(CONN_LEN) {
+            ws[k].credits -= 1;
             HANDED.fetch_add(1, Ordering::Relaxed);
         } else {
             drop_worker(&mut ws, k);
@@ -525,10 +552,21 @@ fn parse_conn(m: &[u8]) -> Option<(SocketAddrV4, SocketAddrV4)> {
 /// `s`) into a Unix socket connected to the owner's service, if the owner runs one and takes
 /// it. Nothing changes when it does not (the listener stays as it was: never ready).
 pub fn adopt(fd: i32, s: &Sock) {
-    // (try: a lock held by a thread of the parent at the fork stays held here for good)
-    let Ok(_one) = ADOPTING.try_lock() else {
-        return;
-    };
+    // (another thread's adoption finishes first: it may be of this very listener)
+    let start = Instant::now();
+    while ADOPTING.swap(true, Ordering::AcqRel) {
+        if start.elapsed() > HELLO_WAIT + SERVICE_WAIT {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            ADOPTING.store(false, Ordering::Release);
+        }
+    }
+    let _done = Done;
     if TABLE.relayed(fd).is_some() {
         return;
     }
@@ -651,13 +689,19 @@ fn took(
 ) -> Option<R<(i32, SocketAddrV4)>> {
     let (n, c) = match got {
         Ok(x) => x,
+        // the owner is gone, or dropped this worker, with a credit of it unread
+        Err(libc::ECONNRESET | libc::EPIPE | libc::ENOTCONN) => (0, None),
         Err(e) => return Some(Err(e)),
     };
     let Some(c) = c else {
         if n == 0 {
-            // the owner is gone (or dropped this worker): no connection comes any more
-            dormant(fd, r);
-            return Some(Err(libc::EAGAIN));
+            // the owner is gone (or dropped this worker): no connection comes any more, and
+            // the listener waits as a dormant one (the caller looks again)
+            return if dormant(fd, r) {
+                None
+            } else {
+                Some(Err(libc::EAGAIN))
+            };
         }
         // a connection whose descriptor did not fit here (the process is out of them):
         // the kernel closed it, as Linux's accept fails
@@ -692,21 +736,23 @@ fn took(
 /// An adopted listener whose owner is gone becomes a socket nothing is ever sent to (its peer
 /// is kept, never written): never ready, as a dormant listener, rather than readable at end of
 /// stream for ever.
-fn dormant(fd: i32, r: &Relayed) {
+fn dormant(fd: i32, r: &Relayed) -> bool {
     // (no credit is sent any more)
     r.credit.store(true, Ordering::Release);
     let Ok((mine, kept)) = sys::socketpair(libc::SOCK_STREAM) else {
-        return;
+        return false;
     };
     let cloexec = sys::fcntl_int(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0);
     let fl = sys::fcntl_int(fd, libc::F_GETFL, 0).unwrap_or(libc::O_RDWR);
-    if sys::dup3(mine, fd, cloexec).is_ok() {
+    let done = sys::dup3(mine, fd, cloexec).is_ok();
+    if done {
         let _ = sys::fcntl_int(fd, libc::F_SETFL, fl);
         NEVER.lock().unwrap_or_else(|e| e.into_inner()).push(kept);
     } else {
         let _ = sys::close(kept);
     }
     let _ = sys::close(mine);
+    done
 }
 
 #[cfg(test)]

@@ -217,7 +217,7 @@ static int intrude(void) {
       usleep(100000);
   }
   /* (no /proc/net/unix in the container: every pid's name is tried) */
-  for (int pid = 1; pid < 4194304 && !name[0]; pid++) {
+  for (int pid = 1; pid < 65536 && !name[0]; pid++) {
     char n[64];
     snprintf(n, sizeof n, "docknet-share-%d", pid);
     int u = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -231,12 +231,16 @@ static int intrude(void) {
     printf("intruder.no-service\n");
     return 0;
   }
-  /* magic "DNSH", a descriptor, a token that is not the family's */
+  /* magic "DNSH", a descriptor (each the listener might be), a token that is not the family's */
   unsigned char hello[16] = {0x48, 0x53, 0x4e, 0x44, 3, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+  int all = 1;
+  for (int fd = 3; fd < 16; fd++) {
+    hello[4] = fd;
+    all &= dropped_after(name, hello, sizeof hello);
+  }
   char junk[40];
   memset(junk, 0x5a, sizeof junk);
-  int d = dropped_after(name, hello, sizeof hello) + dropped_after(name, junk, sizeof junk) +
-          dropped_after(name, NULL, 0);
+  int d = all + dropped_after(name, junk, sizeof junk) + dropped_after(name, NULL, 0);
   printf("intruder.dropped: %d\n", d);
   return 0;
 }
