@@ -343,8 +343,13 @@ pub fn fcntl_flags(fd: i32, cmd: i32, arg: i32) -> Option<R<i32>> {
     }
 }
 
-/// `ioctl(2)` on a socket: FIONBIO (`arg`: the int), FIONREAD, SIOCOUTQ.
+/// `ioctl(2)` on a socket: FIONBIO (`arg`: the int), FIONREAD, SIOCOUTQ; FIOCLEX and FIONCLEX
+/// go to the kernel.
 pub fn ioctl(fd: i32, req: u64, arg: Option<i32>) -> Option<R<Option<i32>>> {
+    // close-on-exec (Python's `os.set_inheritable`): a flag of the descriptor, the kernel's
+    if req == libc::FIOCLEX || req == libc::FIONCLEX {
+        return None;
+    }
     if req == libc::FIONBIO && forked() {
         // only a flag, as `fcntl` is: the kernel's, on the descriptor itself (and the socket's
         // copy kept in step)

@@ -500,6 +500,9 @@ static int client(void) {
   int fl = 1;
   show("opt.fionbio", ioctl(s, FIONBIO, &fl));
   show("opt.fionbio_recv", recv(s, buf, sizeof buf, 0));
+  /* close-on-exec by ioctl, as Python's os.set_inheritable sets it */
+  show("opt.fioclex", ioctl(s, FIOCLEX) == 0 ? fcntl(s, F_GETFD) : -1);
+  show("opt.fionclex", ioctl(s, FIONCLEX) == 0 ? fcntl(s, F_GETFD) : -1);
   close(s);
 
   /* a listener of our own: nothing to accept yet */
