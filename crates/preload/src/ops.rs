@@ -422,7 +422,7 @@ fn connect_again(s: &Sock, c: &Conn, addr: Option<Option<SocketAddrV4>>) -> R<()
     }
 }
 
-pub(crate) fn apply_stream_opts(s: &Sock, t: &TcpStream) {
+fn apply_stream_opts(s: &Sock, t: &TcpStream) {
     let o = s.opts();
     t.set_nodelay(o.nodelay);
     if o.keepalive {
@@ -432,17 +432,17 @@ pub(crate) fn apply_stream_opts(s: &Sock, t: &TcpStream) {
 
 /// `accept4(2)`: the new connection's descriptor and its peer.
 pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
-    // (a forked worker's first use of its listener may adopt it: see `share`)
-    take_for(fd);
-    if let Some(r) = crate::share::accept(fd, flags) {
-        return Some(r);
-    }
     if dormant_listener(fd) {
         // another process took the stack (a sibling worker): no connection ever comes here
         return Some(Err(match TABLE.sock(fd) {
             Some(s) if !s.nonblocking(0) => sys::pause_for_signal(),
             _ => libc::EAGAIN,
         }));
+    }
+    // (a forked worker's first use of its listener, in the look above, may have adopted it:
+    // see `share`)
+    if let Some(r) = crate::share::accept(fd, flags) {
+        return Some(r);
     }
     let s = ours!(fd);
     crate::share::accepting();
@@ -464,13 +464,20 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
         Ok(x) => x,
         Err(e) => return Some(Err(errno::of(&e, Op::Io))),
     };
-    // Linux: the accepted socket inherits TCP_NODELAY and SO_KEEPALIVE, not O_NONBLOCK
-    let inherited = s.opts().clone();
-    let n = Sock::with_conn(
-        Proto::Tcp,
-        flags & libc::SOCK_NONBLOCK != 0,
-        Conn::Stream(t),
-    );
+    let n = accepted(&s, t, flags & libc::SOCK_NONBLOCK != 0);
+    let nfd = match sys::eventfd(flags & libc::SOCK_CLOEXEC != 0) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
+    TABLE.insert(nfd, Entry::Sock(Arc::new(n)));
+    Some(Ok((nfd, as_v4(peer))))
+}
+
+/// The socket of a connection `t` accepted from the listener `l`: as in Linux, it inherits
+/// TCP_NODELAY and SO_KEEPALIVE, not O_NONBLOCK (`nonblock` is the accept's own flag).
+pub(crate) fn accepted(l: &Sock, t: TcpStream, nonblock: bool) -> Sock {
+    let inherited = l.opts().clone();
+    let n = Sock::with_conn(Proto::Tcp, nonblock, Conn::Stream(t));
     *n.opts() = crate::sock::Opts {
         nodelay: inherited.nodelay,
         keepalive: inherited.keepalive,
@@ -479,12 +486,7 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
     if let Some(Conn::Stream(t)) = n.conn.get() {
         apply_stream_opts(&n, t);
     }
-    let nfd = match sys::eventfd(flags & libc::SOCK_CLOEXEC != 0) {
-        Ok(x) => x,
-        Err(e) => return Some(Err(e)),
-    };
-    TABLE.insert(nfd, Entry::Sock(Arc::new(n)));
-    Some(Ok((nfd, as_v4(peer))))
+    n
 }
 
 /// An address as an AF_INET socket can report it. A wildcard listener on a dual-stack pipe

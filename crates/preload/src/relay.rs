@@ -625,7 +625,6 @@ pub fn claim(fd: i32, s: &Sock) -> bool {
     if s.nonblock.load(Ordering::Relaxed) {
         let _ = sys::fcntl_int(mine, libc::F_SETFL, libc::O_RDWR | libc::O_NONBLOCK);
     }
-    let cloexec = sys::fcntl_int(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0);
     let r = Relayed {
         local,
         peer,
@@ -633,11 +632,9 @@ pub fn claim(fd: i32, s: &Sock) -> bool {
         listening: false,
         credit: std::sync::atomic::AtomicBool::new(false),
     };
-    if sys::dup3(mine, fd, cloexec).is_err() {
-        let _ = sys::close(mine);
+    if sys::dup_over(mine, fd).is_err() {
         return false;
     }
-    let _ = sys::close(mine);
     drop(TABLE.insert(fd, Entry::Relayed(Arc::new(r))));
     true
 }

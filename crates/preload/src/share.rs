@@ -45,7 +45,7 @@
 
 use crate::ops::{self, stack_if_attached, TABLE};
 use crate::relay::Relayed;
-use crate::sock::{Conn, Proto, Sock};
+use crate::sock::{Conn, Sock};
 use crate::sys::{self, R};
 use crate::table::Entry;
 use docknet_lib::Waker;
@@ -482,17 +482,10 @@ fn hand_out(shared: &Shared, l: i32, s: &Arc<Sock>) {
             return;
         };
         next = k + 1;
-        let c = Arc::new(Sock::with_conn(Proto::Tcp, false, Conn::Stream(t)));
-        {
-            let o = s.opts();
-            let mut co = c.opts();
-            co.nodelay = o.nodelay;
-            co.keepalive = o.keepalive;
-        }
+        let c = Arc::new(ops::accepted(s, t, false));
         let Some(Conn::Stream(t)) = c.conn.get() else {
             return;
         };
-        ops::apply_stream_opts(&c, t);
         let local = t
             .local_addr()
             .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), ops::as_v4);
@@ -614,13 +607,10 @@ pub fn adopt(fd: i32, s: &Sock) {
     if s.nonblock.load(Ordering::Relaxed) {
         let _ = sys::fcntl_int(u, libc::F_SETFL, libc::O_RDWR | libc::O_NONBLOCK);
     }
-    let cloexec = sys::fcntl_int(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0);
     let local = SocketAddrV4::new(*ip, l.port());
-    if sys::dup3(u, fd, cloexec).is_err() {
-        let _ = sys::close(u);
+    if sys::dup_over(u, fd).is_err() {
         return;
     }
-    let _ = sys::close(u);
     let r = Relayed {
         local,
         peer: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
@@ -742,16 +732,14 @@ fn dormant(fd: i32, r: &Relayed) -> bool {
     let Ok((mine, kept)) = sys::socketpair(libc::SOCK_STREAM) else {
         return false;
     };
-    let cloexec = sys::fcntl_int(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0);
     let fl = sys::fcntl_int(fd, libc::F_GETFL, 0).unwrap_or(libc::O_RDWR);
-    let done = sys::dup3(mine, fd, cloexec).is_ok();
+    let done = sys::dup_over(mine, fd).is_ok();
     if done {
         let _ = sys::fcntl_int(fd, libc::F_SETFL, fl);
         NEVER.lock().unwrap_or_else(|e| e.into_inner()).push(kept);
     } else {
         let _ = sys::close(kept);
     }
-    let _ = sys::close(mine);
     done
 }
 

@@ -164,6 +164,15 @@ pub fn dup3(old: c_int, new: c_int, cloexec: bool) -> R<c_int> {
     check(unsafe { f!(dup3)(old, new, if cloexec { libc::O_CLOEXEC } else { 0 }) })
 }
 
+/// Puts the descriptor `src` in the place of `fd` (`dup3`), `fd`'s close-on-exec kept, and
+/// closes `src` whatever happens.
+pub fn dup_over(src: c_int, fd: c_int) -> R<()> {
+    let cloexec = fcntl_int(fd, libc::F_GETFD, 0).is_ok_and(|f| f & libc::FD_CLOEXEC != 0);
+    let r = dup3(src, fd, cloexec).map(|_| ());
+    let _ = close(src);
+    r
+}
+
 /// `fcntl(fd, cmd, arg)` with an integer argument.
 pub fn fcntl_int(fd: c_int, cmd: c_int, arg: c_int) -> R<c_int> {
     // SAFETY: the commands used with this wrapper take an int (or nothing).
