@@ -865,6 +865,7 @@ fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
     );
     assert!(kc.contains("client.answered: 8"), "kernel: {kc}");
     assert!(busy(&ks) >= 2, "kernel: {ks}");
+    assert!(!ks.contains("listener.wrong"), "kernel: {ks}");
     // beside the server, a process of the same container and user, not of its family, at the
     // Unix socket the workers get their connections through
     let server = format!("{b} slow 7505 4 & sleep 0.5; {b} intrude; wait");
@@ -900,6 +901,11 @@ fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
         let so = srv.finish(Duration::from_secs(30));
         let (out, err) = (text(&so), String::from_utf8_lossy(&so.stderr));
         assert!(out.contains("served: 8"), "fast channel {fc}: {out}\n{err}");
+        // the listener each worker accepts on, and the connections, answer as the kernel's
+        assert!(
+            !out.contains("listener.wrong"),
+            "fast channel {fc}: {out}\n{err}"
+        );
         assert!(
             busy(&out) >= 2,
             "fast channel {fc}: one worker answered every connection\n{out}\n{err}"

@@ -533,7 +533,11 @@ pub fn local_name(fd: i32) -> Option<R<SocketAddrV4>> {
 /// `getpeername(2)`.
 pub fn peer_name(fd: i32) -> Option<R<SocketAddrV4>> {
     if let Some(r) = relayed(fd) {
-        return Some(Ok(r.peer));
+        return Some(if r.listening {
+            Err(libc::ENOTCONN)
+        } else {
+            Ok(r.peer)
+        });
     }
     let s = ours!(fd);
     Some(match s.conn.get() {
@@ -582,7 +586,14 @@ pub fn recv(
     buf: &mut [u8],
     flags: i32,
 ) -> Option<R<(usize, usize, Option<SocketAddrV4>)>> {
-    let s = ours!(fd);
+    let s = match sock(fd) {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return Some(Err(e)),
+        // a listener adopted from the worker that drives the stack: its Unix socket carries
+        // the connections handed over, which a read must not take
+        None if is_shared_listener(fd) => return Some(Err(libc::ENOTCONN)),
+        None => return None,
+    };
     let Some(c) = s.conn.get() else {
         return if s.adopted() {
             Some(Err(libc::ENOTCONN))
@@ -754,7 +765,12 @@ fn blocking<T>(
 
 /// `sendto(2)` and friends: bytes taken from `buf`. `to`: the destination given, if any.
 pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option<R<usize>> {
-    let s = ours!(fd);
+    let s = match sock(fd) {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => return Some(Err(e)),
+        None if is_shared_listener(fd) => return Some(Err(listener_send(flags))),
+        None => return None,
+    };
     let c = match s.conn.get() {
         Some(c) => c,
         None if s.proto == Proto::Udp && to.is_some() => {
@@ -779,7 +795,7 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
     s.wr_gen.fetch_add(1, Ordering::Relaxed);
     let nonblock = s.nonblocking(flags);
     Some(match c {
-        Conn::Listener(..) => Err(libc::ENOTCONN),
+        Conn::Listener(..) => Err(listener_send(flags)),
         Conn::Stream(t) => {
             if s.shut_wr.load(Ordering::Relaxed) {
                 if flags & libc::MSG_NOSIGNAL == 0 {
@@ -828,6 +844,15 @@ pub fn send(fd: i32, buf: &[u8], flags: i32, to: Option<SocketAddrV4>) -> Option
             .map_err(|e| errno::of(&e, Op::Io))
         }
     })
+}
+
+/// A send on a listening socket: `EPIPE`, with `SIGPIPE` unless `MSG_NOSIGNAL`, as Linux's TCP
+/// answers a socket that is not connected and not connecting.
+fn listener_send(flags: i32) -> Errno {
+    if flags & libc::MSG_NOSIGNAL == 0 {
+        sys::raise_sigpipe();
+    }
+    libc::EPIPE
 }
 
 /// `shutdown(2)`.

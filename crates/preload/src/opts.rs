@@ -227,10 +227,11 @@ fn get_relayed(r: &Relayed, level: i32, name: i32) -> Option<R<OptVal>> {
         (libc::SOL_SOCKET, libc::SO_TYPE) => OptVal::Int(libc::SOCK_STREAM),
         (libc::SOL_SOCKET, libc::SO_DOMAIN) => OptVal::Int(libc::AF_INET),
         (libc::SOL_SOCKET, libc::SO_PROTOCOL) => OptVal::Int(libc::IPPROTO_TCP),
-        (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => OptVal::Int(0),
+        (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => OptVal::Int(r.listening as i32),
         (libc::SOL_SOCKET, _) => return None,
         (libc::IPPROTO_TCP, libc::TCP_NODELAY) => OptVal::Int(o.nodelay as i32),
         (libc::IPPROTO_TCP, libc::TCP_CONGESTION) => OptVal::Bytes(CONGESTION.to_vec()),
+        (libc::IPPROTO_TCP, libc::TCP_INFO) if r.listening => OptVal::Bytes(tcp_info(TCP_LISTEN)),
         (libc::IPPROTO_TCP, libc::TCP_INFO) => OptVal::Bytes(tcp_info(TCP_ESTABLISHED)),
         _ => return Some(recorded_or_default(&o, level, name, true)),
     }))
@@ -296,11 +297,13 @@ fn tcp_info(state: u8) -> Vec<u8> {
 
 /// Linux's `tcpi_state` for `TCP_ESTABLISHED`.
 const TCP_ESTABLISHED: u8 = 1;
+/// Linux's `tcpi_state` for `TCP_LISTEN`.
+const TCP_LISTEN: u8 = 10;
 
 /// The TCP state of `s`, as `tcp_info` reports it.
 fn tcp_state(s: &Sock) -> u8 {
     match s.conn.get() {
-        Some(Conn::Listener(..)) => 10, // TCP_LISTEN
+        Some(Conn::Listener(..)) => TCP_LISTEN,
         Some(Conn::Stream(t)) => match t.connect_result() {
             None => 2, // SYN_SENT
             Some(Ok(())) => TCP_ESTABLISHED,

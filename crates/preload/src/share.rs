@@ -631,6 +631,7 @@ pub fn adopt(fd: i32, s: &Sock) {
 pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
     let r = TABLE.relayed(fd).filter(|r| r.listening)?;
     let nonblocking = sys::fcntl_int(fd, libc::F_GETFL, 0).is_ok_and(|f| f & libc::O_NONBLOCK != 0);
+    let mut mark = crate::sig::mark();
     loop {
         let mut m = [0u8; CONN_LEN];
         // what was handed over already
@@ -653,9 +654,10 @@ pub fn accept(fd: i32, flags: i32) -> Option<R<(i32, SocketAddrV4)>> {
             return Some(Err(libc::EAGAIN));
         }
         // (a sleep where the program's signal handlers run, as in the kernel's accept; a
-        // handler that waited for it ends the call)
-        let got = crate::sig::asleep(|ran| {
-            if ran {
+        // handler that waited for it ends the call unless it has SA_RESTART, and so does the
+        // kernel's receive for one that comes while it waits)
+        let got = crate::sig::asleep(|_| {
+            if mark.take() == Some(false) {
                 Err(libc::EINTR)
             } else {
                 sys::recv_with_fd_flags(fd, &mut m, 0)

@@ -518,6 +518,17 @@ static int client(void) {
   show("listen.acceptconn", v);
   fcntl(l, F_SETFL, O_NONBLOCK);
   show("listen.accept_eagain", accept(l, NULL, NULL));
+  /* a listener is neither connected nor connecting */
+  show("listen.recv", recv(l, buf, sizeof buf, MSG_DONTWAIT));
+  show("listen.send", send(l, "x", 1, MSG_NOSIGNAL));
+  pl = sizeof pa;
+  struct sockaddr_in lp;
+  show("listen.getpeername", getpeername(l, (struct sockaddr *)&lp, &pl));
+  struct tcp_info ti;
+  socklen_t til = sizeof ti;
+  memset(&ti, 0, sizeof ti);
+  getsockopt(l, IPPROTO_TCP, TCP_INFO, &ti, &til);
+  show("listen.tcp_info_state", ti.tcpi_state);
   int l2 = socket(AF_INET, SOCK_STREAM, 0);
   show("listen.bind_in_use", bind(l2, (struct sockaddr *)&pa, sizeof pa));
   close(l2);

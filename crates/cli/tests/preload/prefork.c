@@ -14,7 +14,9 @@
  *   prefork daemon-late PORT    listen, then fork; the parent exits, the child serves
  *   prefork slow PORT N         the "blocking" workers, each taking 100 ms over an answer (a
  *                               synchronous worker's request, as gunicorn's); the parent also
- *                               prints how many workers answered any ("busy workers: B")
+ *                               prints how many workers answered any ("busy workers: B"), and
+ *                               300 ms after the fork sends each worker a signal whose handler
+ *                               has SA_RESTART (its accept must carry on)
  *   prefork intrude             a process of the same container but not of the server's family,
  *                               at the Unix socket through which the worker that drives the stack
  *                               hands connections to its siblings (DockNet only): a hello with a
@@ -26,7 +28,8 @@
  *                               then one "quit"
  *
  * The server prints how many connections were answered in all ("served: K"), the client how
- * many answers it got. A connection's "quit" ends the server: the worker that takes it tells
+ * many answers it got; a blocking worker also compares its listener and its first connection
+ * with what the kernel's answer ("listener.wrong: WHAT" for each that differs). A connection's "quit" ends the server: the worker that takes it tells
  * the parent over a pipe made before the fork, and the parent ends the workers (SIGTERM, sent
  * again until each ends) and adds up what each served (its exit status). */
 #define _GNU_SOURCE
@@ -47,6 +50,7 @@
 #include "listen.h"
 
 static volatile sig_atomic_t stop;
+static void on_usr1(int s) { (void)s; } /* installed with SA_RESTART: interrupts nothing */
 static int slow_ms; /* how long a worker takes over each answer */
 static void on_term(int s) {
   (void)s;
@@ -95,12 +99,50 @@ static int worker_epoll(int l, int quit, int wait_ms) {
   return served;
 }
 
+/* What a worker's listener and its first connection answer, as on kernel sockets (whichever
+ * worker drives the stack, and the others through the listener they adopted): a line
+ * "listener.wrong: WHAT" for each that differs. */
+static void check_listener(int l, int c) {
+  struct sockaddr_in a, b;
+  socklen_t al = sizeof a, bl = sizeof b;
+  int v = 0;
+  socklen_t vl = sizeof v;
+  char m[160], buf[8];
+  const char *wrong[8];
+  int n = 0;
+  if (getsockopt(l, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl) || v != 1)
+    wrong[n++] = "SO_ACCEPTCONN";
+  if (getsockname(l, (struct sockaddr *)&a, &al) || getsockname(c, (struct sockaddr *)&b, &bl) ||
+      a.sin_port != b.sin_port)
+    wrong[n++] = "getsockname";
+  al = sizeof a;
+  if (getpeername(l, (struct sockaddr *)&a, &al) == 0 || errno != ENOTCONN)
+    wrong[n++] = "getpeername of the listener";
+  al = sizeof a;
+  if (getpeername(c, (struct sockaddr *)&a, &al) || a.sin_port == 0 || a.sin_addr.s_addr == 0)
+    wrong[n++] = "getpeername of the connection";
+  vl = sizeof v;
+  if (getsockopt(c, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl) || v != 0)
+    wrong[n++] = "SO_ACCEPTCONN of the connection";
+  if (recv(l, buf, sizeof buf, MSG_DONTWAIT) >= 0 || errno != ENOTCONN)
+    wrong[n++] = "recv";
+  for (int i = 0; i < n; i++) {
+    int k = snprintf(m, sizeof m, "listener.wrong: %s\n", wrong[i]);
+    if (write(1, m, k) != k)
+      perror("write");
+  }
+}
+
 static int worker_blocking(int l, int quit) {
-  int served = 0;
+  int served = 0, checked = 0;
   while (!stop) {
     int c = accept(l, NULL, NULL);
+    if (c >= 0 && !checked++)
+      check_listener(l, c);
     if (c >= 0)
       served += serve_one(c, quit);
+    else if (errno == EINTR && !stop)
+      printf("listener.wrong: accept interrupted by a handler with SA_RESTART\n");
     else if (errno != EINTR && errno != EAGAIN)
       perror("accept");
   }
@@ -125,6 +167,12 @@ static int run_workers(int l, int n, int blocking, int wait_ms) {
     }
   }
   printf("workers: %d\n", n);
+  if (slow_ms) {
+    /* a signal whose handler has SA_RESTART, to workers blocked in accept: nothing ends */
+    usleep(300000);
+    for (int i = 0; i < n; i++)
+      kill(pids[i], SIGUSR1);
+  }
   char c;
   while (read(q[0], &c, 1) < 0 && errno == EINTR) {
   }
@@ -254,6 +302,8 @@ int main(int argc, char **argv) {
     if (n < 1 || n > 16)
       return 2;
     slow_ms = 100;
+    struct sigaction su = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
+    sigaction(SIGUSR1, &su, NULL);
     return run_workers(listen_tcp(atoi(argv[2]), 0), n, 1, 0);
   }
   if (argc == 2 && !strcmp(argv[1], "intrude"))
