@@ -881,9 +881,10 @@ fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
             first.iter().any(|l| l.starts_with("workers: 4")),
             "fast channel {fc}: {first:?}"
         );
-        // a wrong token, garbage and silence: each dropped, nothing handed over
+        // a wrong token (in a hello and in a request for a connection), garbage and silence:
+        // each dropped, nothing handed over
         assert!(
-            first.iter().any(|l| l.starts_with("intruder.dropped: 3")),
+            first.iter().any(|l| l.starts_with("intruder.dropped: 4")),
             "fast channel {fc}: {first:?}"
         );
         let o = client(
@@ -911,6 +912,88 @@ fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
             "fast channel {fc}: one worker answered every connection\n{out}\n{err}"
         );
 
+        assert!(!err.contains("docknet-preload"), "fast channel {fc}: {err}");
+    }
+}
+
+/// Workers whose sibling drives the pipe's stack connect to another container (a database, an
+/// upstream) as the one that drives it does: it makes the connection for them and relays it.
+/// Four blocking workers each ask a backend container before they answer, and 8 connections
+/// come at once, so several workers answer (as on kernel sockets, where the backend is on
+/// loopback). Before, the workers that did not drive the stack had no route to DockNet: every
+/// such dial failed with ENETUNREACH.
+#[test]
+fn workers_whose_sibling_drives_the_stack_connect_to_other_containers_through_it() {
+    if !ready("preload prefork dial", &[("cc", "gcc")]) {
+        return;
+    }
+    let dir = workdir("prefork-dial");
+    let bin = compile_c(&dir, "prefork");
+    let b = bin.to_str().unwrap();
+    let busy = |out: &str| -> u32 {
+        out.lines()
+            .find_map(|l| l.strip_prefix("busy workers: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let server = format!(
+        "{b} workers 7508 1 >/dev/null & sleep 0.3; {b} dial 7507 4 127.0.0.1 7508; \
+         {b} client 127.0.0.1 7508 0 >/dev/null; wait"
+    );
+    let (ks, kc) = kernel_pair(
+        &["sh", "-c", &server],
+        &[b, "parallel", "127.0.0.1", "7507", "8"],
+        true,
+    );
+    assert!(kc.contains("client.answered: 8"), "kernel: {kc}");
+    assert!(
+        busy(&ks) >= 2 && !ks.contains("dial.failed"),
+        "kernel: {ks}"
+    );
+    for fc in [false, true] {
+        let (lab, s, c, ip) = lab(fc);
+        // the backend: a container of its own beside the two
+        let be = format!("be{}", s.trim_start_matches("pls"));
+        let be_ip = ip.replace(".2", ".4");
+        let net = ip.rsplit_once('.').map(|x| x.0).unwrap_or_default();
+        lab.ok(&["pipe", "create", &be, "--ip", &format!("{net}.4/24")]);
+        if fc {
+            lab.ok(&["fc", "connect", &s, &be]);
+        }
+        let _backend = Server::start(&lab, &be, &[dir.path()], &[b, "workers", "7508", "1"]);
+        let mut srv = Server::spawn(
+            run_args(
+                &lab,
+                &s,
+                &[dir.path()],
+                &[],
+                &[b, "dial", "7507", "4", &be_ip, "7508"],
+            ),
+            Stdio::piped(),
+        );
+        assert!(srv.line().starts_with("workers: 4"), "fast channel {fc}");
+        let o = client(
+            &lab,
+            &c,
+            &[dir.path()],
+            &[],
+            &[b, "parallel", &ip, "7507", "8"],
+            Duration::from_secs(60),
+        );
+        let so = srv.finish(Duration::from_secs(30));
+        let (out, err) = (text(&so), String::from_utf8_lossy(&so.stderr));
+        assert!(
+            must(&o, "the client").contains("client.answered: 8"),
+            "fast channel {fc}: {out}\n{err}"
+        );
+        assert!(
+            out.contains("served: 8") && !out.contains("dial.failed"),
+            "fast channel {fc}: {out}\n{err}"
+        );
+        assert!(
+            busy(&out) >= 2,
+            "fast channel {fc}: one worker answered every connection\n{out}\n{err}"
+        );
         assert!(!err.contains("docknet-preload"), "fast channel {fc}: {err}");
     }
 }

@@ -186,7 +186,25 @@ pub(crate) use ours;
 /// `socket(2)`: an AF_INET TCP or UDP socket is recorded (it stays the kernel socket until
 /// an address decides); everything else is not ours.
 pub fn socket_created(fd: i32, domain: i32, ty: i32, proto: i32) {
-    if !active() || domain != libc::AF_INET || fd < 0 {
+    if domain != libc::AF_INET || fd < 0 || !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    if !active() {
+        // a forked worker whose sibling drives the stack and makes connections for the family:
+        // its TCP sockets are noted, so that a connect to DockNet goes there (`share::dial`);
+        // every other call on them stays the kernel's
+        if ty & 0xf == libc::SOCK_STREAM
+            && matches!(proto, 0 | libc::IPPROTO_TCP)
+            && crate::share::dials_for_family()
+        {
+            TABLE.insert(
+                fd,
+                Entry::Sock(Arc::new(Sock::new(
+                    Proto::Tcp,
+                    ty & libc::SOCK_NONBLOCK != 0,
+                ))),
+            );
+        }
         return;
     }
     let p = match (ty & 0xf, proto) {
@@ -310,6 +328,12 @@ pub fn listen(fd: i32) -> Option<R<()>> {
 
 /// `connect(2)`. `addr`: `Some(Some(a))` AF_INET, `Some(None)` AF_UNSPEC, `None` other.
 pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
+    if forked() {
+        // a worker whose sibling drives the stack: that sibling makes the connection for it
+        if let Some(r) = crate::share::dial(fd, addr) {
+            return Some(r);
+        }
+    }
     let s = ours!(fd);
     if let Some(c) = s.conn.get() {
         return Some(connect_again(&s, c, addr));

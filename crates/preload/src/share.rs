@@ -71,6 +71,16 @@ const ACK: u8 = 0xac;
 /// A connection handed over: magic, local address and port, peer port and address.
 const CONN_MAGIC: u32 = 0x444e_5343;
 const CONN_LEN: usize = 16;
+/// A worker's connection made by the owner for it ([`dial`]): magic, the token (u64), the
+/// peer's address and port.
+const DIAL_MAGIC: u32 = 0x444e_5344;
+const DIAL_LEN: usize = 20;
+/// The owner's answer to a connection it could not make: magic, the errno (i32), padding to a
+/// connection message's length.
+const FAIL_MAGIC: u32 = 0x444e_5346;
+/// Connections the owner makes for workers at once (a thread each, while it waits for the
+/// peer's answer).
+const MAX_DIALS: usize = 32;
 /// Workers served at once, and the credits one may hold.
 const MAX_WORKERS: usize = 256;
 const MAX_CREDITS: u32 = 2;
@@ -80,6 +90,10 @@ const SERVICE_WAIT: Duration = Duration::from_millis(200);
 
 /// Connections handed to other workers so far (the owner's count).
 pub static HANDED: AtomicU64 = AtomicU64::new(0);
+/// Connections made for other workers so far (the owner's count).
+pub static DIALED: AtomicU64 = AtomicU64::new(0);
+/// Connections the owner is making for workers now.
+static DIALING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// Workers refused or dropped for what they did (the owner's count).
 pub static REFUSED: AtomicU64 = AtomicU64::new(0);
 
@@ -320,6 +334,13 @@ impl Door {
         let mut b = [0u8; 64];
         let ok = match sys::read(fd, &mut b) {
             Ok(0) => false,
+            Ok(DIAL_LEN) if ws[i].listener.is_none() => {
+                // (the socket goes to the thread that makes the connection, or is closed)
+                let w = ws.swap_remove(i);
+                drop(ws);
+                self.dial_for(w.fd, &b[..DIAL_LEN]);
+                return;
+            }
             Ok(n) if ws[i].listener.is_none() => n == HELLO_LEN && self.hello(&mut ws[i], &b[..n]),
             Ok(n) => {
                 let w = &mut ws[i];
@@ -333,6 +354,57 @@ impl Door {
             self.shared.waker.wake();
         } else {
             drop_worker(&mut ws, i);
+        }
+    }
+
+    /// A worker's request for a connection (see [`dial`]), on its socket `fd`: with the token,
+    /// to an address this stack reaches, made by a thread of its own (at most [`MAX_DIALS`]
+    /// at once) that answers with the connection's relayed Unix socket, or with the error.
+    fn dial_for(&self, fd: i32, b: &[u8]) {
+        let magic = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        let mut t = [0u8; 8];
+        t.copy_from_slice(&b[4..12]);
+        if magic != DIAL_MAGIC || u64::from_ne_bytes(t) != self.token {
+            REFUSED.fetch_add(1, Ordering::Relaxed);
+            let _ = sys::close(fd);
+            return;
+        }
+        let to = SocketAddrV4::new(
+            Ipv4Addr::new(b[12], b[13], b[14], b[15]),
+            u16::from_be_bytes([b[16], b[17]]),
+        );
+        if DIALING.fetch_add(1, Ordering::AcqRel) >= MAX_DIALS {
+            DIALING.fetch_sub(1, Ordering::AcqRel);
+            let _ = sys::send_nosignal(fd, &fail_msg(libc::EAGAIN), false);
+            let _ = sys::close(fd);
+            return;
+        }
+        let old = sys::block_all_signals();
+        let spawned = std::thread::Builder::new()
+            .name("docknet-dial".into())
+            .spawn(move || {
+                let msg = match connect_for_worker(to) {
+                    Ok((theirs, local, peer)) => {
+                        let sent = sys::send_with_fd(fd, &conn_msg(local, peer), theirs);
+                        let _ = sys::close(theirs);
+                        if sent == Ok(CONN_LEN) {
+                            DIALED.fetch_add(1, Ordering::Relaxed);
+                        }
+                        None
+                    }
+                    Err(e) => Some(fail_msg(e)),
+                };
+                if let Some(m) = msg {
+                    let _ = sys::send_nosignal(fd, &m, false);
+                }
+                let _ = sys::close(fd);
+                DIALING.fetch_sub(1, Ordering::AcqRel);
+            });
+        sys::sigmask_set(old.as_ref());
+        if spawned.is_err() {
+            DIALING.fetch_sub(1, Ordering::AcqRel);
+            let _ = sys::send_nosignal(fd, &fail_msg(libc::EAGAIN), false);
+            let _ = sys::close(fd);
         }
     }
 
@@ -507,6 +579,56 @@ fn hand_out(shared: &Shared, l: i32, s: &Arc<Sock>) {
     }
 }
 
+/// Makes a connection to `to` in this process's stack for another worker, waiting for the
+/// peer's answer as a blocking `connect` would (at most the stack's connect timeout), and
+/// relays it: the worker's end of its Unix socket, the local address, the peer's.
+fn connect_for_worker(to: SocketAddrV4) -> R<(i32, SocketAddrV4, SocketAddrV4)> {
+    let st = stack_if_attached().ok_or(libc::ENETUNREACH)?;
+    if crate::sock::route_for(st, *to.ip()) == crate::sock::Route::Kernel {
+        return Err(libc::ENETUNREACH);
+    }
+    let t = docknet_lib::TcpStream::connect_start(st, to)
+        .map_err(|e| crate::errno::of(&e, crate::errno::Op::Connect))?;
+    let s = Arc::new(Sock::with_conn(
+        crate::sock::Proto::Tcp,
+        false,
+        Conn::Stream(t),
+    ));
+    let Some(Conn::Stream(t)) = s.conn.get() else {
+        return Err(libc::EIO);
+    };
+    let deadline = Instant::now() + st.config().connect_timeout;
+    let mut out = Vec::new();
+    loop {
+        match t.connect_result() {
+            Some(Ok(())) => break,
+            Some(Err(e)) => return Err(crate::errno::of(&e, crate::errno::Op::Connect)),
+            None => {}
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            return Err(libc::ETIMEDOUT);
+        };
+        let Some(w) = s.watch(libc::POLLOUT as u32) else {
+            return Err(libc::EIO);
+        };
+        st.wait_wakeable_blocking(&[w], Some(left), &[], &mut out)
+            .map_err(|e| crate::errno::of(&e, crate::errno::Op::Connect))?;
+    }
+    s.established.store(true, Ordering::Relaxed);
+    let local = t
+        .local_addr()
+        .map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), ops::as_v4);
+    let theirs = crate::relay::pass(&s)?;
+    Ok((theirs, local, to))
+}
+
+fn fail_msg(errno: i32) -> [u8; CONN_LEN] {
+    let mut m = [0u8; CONN_LEN];
+    m[0..4].copy_from_slice(&FAIL_MAGIC.to_ne_bytes());
+    m[4..8].copy_from_slice(&errno.to_ne_bytes());
+    m
+}
+
 fn pollfd(fd: i32) -> libc::pollfd {
     libc::pollfd {
         fd,
@@ -623,6 +745,110 @@ pub fn adopt(fd: i32, s: &Sock) {
     if let Some(old) = TABLE.insert(fd, Entry::Relayed(Arc::new(r))) {
         std::mem::forget(old);
     }
+}
+
+/// Whether this process is a forked worker whose sibling drives the stack and offers the
+/// family its service (so a connection to DockNet can be made there: [`dial`]).
+pub fn dials_for_family() -> bool {
+    if !ops::forked() {
+        return false;
+    }
+    let Some(owner) = stack_if_attached().and_then(docknet_lib::Stack::owner) else {
+        return false;
+    };
+    crate::family::share_service().is_some_and(|(p, _)| p == owner && p != std::process::id())
+}
+
+/// `connect(2)` of a TCP socket in a forked worker whose sibling drives the stack, to an
+/// address on DockNet: the owner makes the connection for it ([`Door::dial_for`]) and relays
+/// it, and the socket becomes the Unix socket it relays on, its addresses and TCP options
+/// answered as the connection's (as an accepted connection handed over). Where the owner
+/// offers no service, `None` (the kernel's call, as before). The call returns once the peer
+/// answered, also for a non-blocking socket (0 rather than `EINPROGRESS`: Linux may do so
+/// too, and programs take it as connected); a signal ends the wait with `EINTR`, and the
+/// connection being made is then dropped.
+pub fn dial(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
+    let Some(Some(to)) = addr else {
+        return None;
+    };
+    let s = TABLE.sock(fd)?;
+    if s.proto != crate::sock::Proto::Tcp || s.adopted() || s.conn.get().is_some() {
+        return None;
+    }
+    let st = stack_if_attached()?;
+    if crate::sock::route_for(st, *to.ip()) == crate::sock::Route::Kernel {
+        return None;
+    }
+    let owner = st.owner()?;
+    let (pid, token) = crate::family::share_service()?;
+    if pid != owner || pid == std::process::id() {
+        return None;
+    }
+    let u = sys::unix_connect_abstract(&name(pid)).ok()?;
+    let mut m = [0u8; DIAL_LEN];
+    m[0..4].copy_from_slice(&DIAL_MAGIC.to_ne_bytes());
+    m[4..12].copy_from_slice(&token.to_ne_bytes());
+    m[12..16].copy_from_slice(&to.ip().octets());
+    m[16..18].copy_from_slice(&to.port().to_be_bytes());
+    let wait = st.config().connect_timeout + HELLO_WAIT;
+    if sys::send_nosignal(u, &m, true) != Ok(DIAL_LEN) || sys::set_recv_timeout(u, wait).is_err() {
+        let _ = sys::close(u);
+        return Some(Err(libc::ECONNREFUSED));
+    }
+    let mut a = [0u8; CONN_LEN];
+    // (a handler with SA_RESTART that runs meanwhile lets the wait go on, as Linux restarts
+    // the call; one without ends it)
+    let mut mark = crate::sig::mark();
+    let got = loop {
+        match crate::sig::asleep(|_| sys::recv_with_fd(u, &mut a)) {
+            Err(libc::EINTR) if mark.take() != Some(false) => {}
+            r => break r,
+        }
+    };
+    let _ = sys::close(u);
+    let (n, c) = match got {
+        Ok(x) => x,
+        Err(libc::EAGAIN) => return Some(Err(libc::ETIMEDOUT)),
+        Err(e) => return Some(Err(e)),
+    };
+    let Some(c) = c else {
+        let failed = n == CONN_LEN && u32::from_ne_bytes([a[0], a[1], a[2], a[3]]) == FAIL_MAGIC;
+        let e = i32::from_ne_bytes([a[4], a[5], a[6], a[7]]);
+        return Some(Err(if failed && e > 0 {
+            e
+        } else {
+            libc::ECONNREFUSED
+        }));
+    };
+    let Some((local, peer)) = parse_conn(&a[..n]) else {
+        let _ = sys::close(c);
+        return Some(Err(libc::ECONNREFUSED));
+    };
+    // the descriptor's status flags (O_NONBLOCK) stay the program's, and so does the
+    // TCP_NODELAY it set before the connect (on the kernel's socket, as every call of a worker
+    // on a socket not connected yet)
+    let fl = sys::fcntl_int(fd, libc::F_GETFL, 0).unwrap_or(libc::O_RDWR);
+    let mut opts = s.opts().clone();
+    if let Ok(v) = sys::get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) {
+        opts.nodelay = v != 0;
+    }
+    if let Err(e) = sys::dup_over(c, fd) {
+        return Some(Err(e));
+    }
+    let _ = sys::fcntl_int(fd, libc::F_SETFL, fl);
+    let conn = Relayed {
+        local,
+        peer,
+        opts: Mutex::new(opts),
+        listening: false,
+        credit: AtomicBool::new(false),
+    };
+    // (the unconnected copy is forgotten, as an adopted listener's: nothing of it is this
+    // process's stack)
+    if let Some(old) = TABLE.insert(fd, Entry::Relayed(Arc::new(conn))) {
+        std::mem::forget(old);
+    }
+    Some(Ok(()))
 }
 
 /// `accept4(2)` on a listener adopted from the owner ([`adopt`]): the next connection the owner

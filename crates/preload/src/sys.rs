@@ -378,22 +378,26 @@ pub fn shutdown(fd: c_int, how: c_int) -> R<()> {
 
 /// Whether `fd` is a Unix stream socket (`SO_DOMAIN` AF_UNIX, `SO_TYPE` SOCK_STREAM).
 pub fn is_unix_stream(fd: c_int) -> bool {
-    let get = |opt: c_int| -> Option<c_int> {
-        let mut v: c_int = 0;
-        let mut len = std::mem::size_of::<c_int>() as socklen_t;
-        // SAFETY: writes at most `len` bytes into the live int `v`.
-        let r = unsafe {
-            f!(getsockopt)(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                &mut v as *mut c_int as *mut c_void,
-                &mut len,
-            )
-        };
-        (r == 0).then_some(v)
-    };
+    let get = |opt| get_int_opt(fd, libc::SOL_SOCKET, opt).ok();
     get(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && get(libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+}
+
+/// An integer socket option of the kernel's socket `fd` (the kernel's `getsockopt`, not the
+/// library's).
+pub fn get_int_opt(fd: c_int, level: c_int, name: c_int) -> R<c_int> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: writes at most `len` bytes into the live int `v`.
+    check(unsafe {
+        f!(getsockopt)(
+            fd,
+            level,
+            name,
+            &mut v as *mut c_int as *mut c_void,
+            &mut len,
+        )
+    })?;
+    Ok(v)
 }
 
 /// Sets a socket's receive timeout (`SO_RCVTIMEO`; zero: none).

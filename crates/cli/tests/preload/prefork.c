@@ -17,11 +17,15 @@
  *                               prints how many workers answered any ("busy workers: B"), and
  *                               300 ms after the fork sends each worker a signal whose handler
  *                               has SA_RESTART (its accept must carry on)
+ *   prefork dial PORT N IP P    the "slow" workers, each asking a backend at IP:P before it
+ *                               answers (connect, "ping", "pong": a worker's database call);
+ *                               "dial.failed: ERRNO" when that fails, and no answer
  *   prefork intrude             a process of the same container but not of the server's family,
  *                               at the Unix socket through which the worker that drives the stack
  *                               hands connections to its siblings (DockNet only): a hello with a
- *                               wrong token, garbage, and silence must each be dropped, and nothing
- *                               handed over ("intruder.dropped: 3", or "intruder.no-service")
+ *                               wrong token, a request for a connection with a wrong token,
+ *                               garbage, and silence must each be dropped, and nothing handed over
+ *                               ("intruder.dropped: 4", or "intruder.no-service")
  *   prefork client IP PORT K    K connections, one after another: "ping", expect "pong"; then
  *                               one "quit", which ends the server
  *   prefork parallel IP PORT K  K connections at once, a "ping" on each, then every "pong";
@@ -37,6 +41,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +57,37 @@
 static volatile sig_atomic_t stop;
 static void on_usr1(int s) { (void)s; } /* installed with SA_RESTART: interrupts nothing */
 static int slow_ms; /* how long a worker takes over each answer */
+static struct sockaddr_in dial_to; /* "dial": the backend each answer asks first (port 0: none) */
+
+/* Asks the backend: connects, sends "ping", expects "pong". 1 when it answered. */
+static int dial(void) {
+  int d = socket(AF_INET, SOCK_STREAM, 0), one = 1, v = 0;
+  setsockopt(d, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  char b[4];
+  const char *what = NULL;
+  int ok = d >= 0 && connect(d, (void *)&dial_to, sizeof dial_to) == 0;
+  if (ok) {
+    /* the connection answers as a connected TCP socket, the option set before it kept */
+    struct sockaddr_in p;
+    socklen_t pl = sizeof p, vl = sizeof v;
+    if (getpeername(d, (void *)&p, &pl) || p.sin_port != dial_to.sin_port ||
+        p.sin_addr.s_addr != dial_to.sin_addr.s_addr)
+      what = "getpeername";
+    else if (getsockopt(d, IPPROTO_TCP, TCP_NODELAY, &v, &vl) || v != 1)
+      what = "TCP_NODELAY";
+  }
+  ok = ok && !what && send(d, "ping", 4, 0) == 4 && recv(d, b, 4, MSG_WAITALL) == 4 &&
+       !memcmp(b, "pong", 4);
+  if (!ok) {
+    char m[96];
+    int k = snprintf(m, sizeof m, "dial.failed: %s\n", what ? what : strerrorname_np(errno));
+    if (write(1, m, k) != k)
+      perror("write");
+  }
+  if (d >= 0)
+    close(d);
+  return ok;
+}
 static void on_term(int s) {
   (void)s;
   stop = 1;
@@ -65,7 +101,8 @@ static int serve_one(int c, int quit) {
     if (!memcmp(b, "ping", 4)) {
       if (slow_ms)
         usleep(slow_ms * 1000);
-      r = send(c, "pong", 4, 0) == 4;
+      if (!dial_to.sin_port || dial())
+        r = send(c, "pong", 4, 0) == 4;
     } else if (!memcmp(b, "quit", 4)) {
       send(c, "bye!", 4, 0);
       if (write(quit, "q", 1) < 0)
@@ -288,7 +325,10 @@ static int intrude(void) {
   }
   char junk[40];
   memset(junk, 0x5a, sizeof junk);
-  int d = all + dropped_after(name, junk, sizeof junk) + dropped_after(name, NULL, 0);
+  /* magic "DNSD", a token that is not the family's, an address: a connection asked for */
+  unsigned char dial_req[20] = {0x44, 0x53, 0x4e, 0x44, 1, 2, 3, 4, 5, 6, 7, 8, 10, 0, 0, 1, 0x1d, 0x56};
+  int d = all + dropped_after(name, dial_req, sizeof dial_req) + dropped_after(name, junk, sizeof junk) +
+          dropped_after(name, NULL, 0);
   printf("intruder.dropped: %d\n", d);
   return 0;
 }
@@ -297,13 +337,23 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   struct sigaction sa = {.sa_handler = on_term}; /* no SA_RESTART: accept ends with EINTR */
   sigaction(SIGTERM, &sa, NULL);
+  struct sigaction su = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
+  sigaction(SIGUSR1, &su, NULL);
   if (argc == 4 && !strcmp(argv[1], "slow")) {
     int n = atoi(argv[3]);
     if (n < 1 || n > 16)
       return 2;
     slow_ms = 100;
-    struct sigaction su = {.sa_handler = on_usr1, .sa_flags = SA_RESTART};
-    sigaction(SIGUSR1, &su, NULL);
+    return run_workers(listen_tcp(atoi(argv[2]), 0), n, 1, 0);
+  }
+  if (argc == 6 && !strcmp(argv[1], "dial")) {
+    int n = atoi(argv[3]);
+    if (n < 1 || n > 16)
+      return 2;
+    slow_ms = 100;
+    dial_to.sin_family = AF_INET;
+    dial_to.sin_port = htons(atoi(argv[5]));
+    inet_pton(AF_INET, argv[4], &dial_to.sin_addr);
     return run_workers(listen_tcp(atoi(argv[2]), 0), n, 1, 0);
   }
   if (argc == 2 && !strcmp(argv[1], "intrude"))
