@@ -6,9 +6,10 @@
 #   postmaster forks a backend per connection (over DockNet the postmaster's library serves each
 #   connection for its backend), and wrk against nginx as a reverse proxy (proxy_pass, upstream
 #   keep-alive) to a second nginx, beside wrk straight to that backend, and wrk against gunicorn
-#   with 4 sync workers (a pre-forked pool, a connection per request), answering at once and after
-#   a 5 ms wait (a database's answer; the other workers serve meanwhile). PostgreSQL, the proxy and
-#   gunicorn run unpinned (their processes and the daemon share both cores), the others pinned.
+#   with 4 sync workers (a pre-forked pool, a connection per request), answering at once, after
+#   a 5 ms wait (a database's answer; the other workers serve meanwhile), and after a call to a
+#   backend container (a new connection to redis, PING) and the 5 ms wait. PostgreSQL, the proxy
+#   and gunicorn run unpinned (their processes and the daemon share both cores), the others pinned.
 # Builds everything it uses under a name unique to this run and removes it on exit.
 #
 #   ./scripts/preload-bench.sh [SECONDS]      (root; after cargo build --release)
@@ -102,7 +103,23 @@ def app(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "612")])
     return [body]
 EOF
-chmod 644 "$WORK/app.py" "$WORK/appwait.py"
+# and one that asks a backend first (a new connection to redis, PING, then the 5 ms of a
+# query), made for each mode's backend address (the redis of container b)
+for m in kernel:10.79.0.4 docknet:10.78.0.4; do
+cat > "$WORK/appdb_${m%%:*}.py" <<EOF
+import socket, time
+def app(environ, start_response):
+    with socket.create_connection(("${m#*:}", 6379), timeout=5) as s:
+        s.sendall(b"PING\r\n")
+        if not s.recv(16).startswith(b"+PONG"):
+            raise RuntimeError("no PONG")
+    time.sleep(0.005)
+    body = b"x" * 612
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "612")])
+    return [body]
+EOF
+done
+chmod 644 "$WORK/app.py" "$WORK/appwait.py" "$WORK"/appdb_*.py
 GUNICORN=(gunicorn -w 4 -b 0.0.0.0:8000 --chdir "$WORK" app:app)
 GUNICORN_WAIT=(gunicorn -w 4 -b 0.0.0.0:8000 --chdir "$WORK" appwait:app)
 REDIS=(redis-server --bind 0.0.0.0 --port 6379 --save '' --appendonly no --protected-mode no --dir /tmp)
@@ -201,3 +218,28 @@ proxy() { # proxy MODE
 }
 proxy kernel
 proxy docknet
+
+# gunicorn's workers asking a backend container (redis) for each request: over DockNet the
+# workers that do not drive the stack connect through the one that does (unpinned)
+backend_call() { # backend_call MODE
+    local run_b run_s run_c ip name
+    if [ "$1" = kernel ]; then
+        ip=10.79.0.2 name="the bridge"
+        run_b=(ip netns exec ${TAG}b) run_s=(ip netns exec ${TAG}s) run_c=(ip netns exec ${TAG}c)
+    else
+        ip=10.78.0.2 name=docknet-fc-preload
+        run_b=("${D[@]}" run --pipe ${TAG}b --preload --)
+        run_s=("${D[@]}" run --pipe ${TAG}s --preload --bind "$WORK" --)
+        run_c=("${D[@]}" run --pipe ${TAG}c --preload --)
+    fi
+    "${run_b[@]}" "${REDIS[@]}" >/dev/null 2>&1 & PIDS+=($!); local pb=$!
+    "${run_s[@]}" gunicorn -w 4 -b 0.0.0.0:8000 --chdir "$WORK" "appdb_$1:app" >/dev/null 2>&1 & PIDS+=($!); local ps=$!
+    sleep 2
+    echo "== wrk -> gunicorn (4 workers, a redis call and 5 ms per request) over $name, unpinned"
+    "${run_c[@]}" "${WRK[@]}" "http://$ip:8000/" 2>&1 | tr '\r' '\n' \
+        | grep -E "Requests/sec|Non-2xx|Socket errors|Latency" | sed 's/^ *//' | paste -sd' '
+    kill -9 $ps $pb; wait $ps $pb 2>/dev/null || true
+    sleep 0.5
+}
+backend_call kernel
+backend_call docknet

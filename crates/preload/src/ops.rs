@@ -186,25 +186,7 @@ pub(crate) use ours;
 /// `socket(2)`: an AF_INET TCP or UDP socket is recorded (it stays the kernel socket until
 /// an address decides); everything else is not ours.
 pub fn socket_created(fd: i32, domain: i32, ty: i32, proto: i32) {
-    if domain != libc::AF_INET || fd < 0 || !ENABLED.load(Ordering::Relaxed) {
-        return;
-    }
-    if !active() {
-        // a forked worker whose sibling drives the stack and makes connections for the family:
-        // its TCP sockets are noted, so that a connect to DockNet goes there (`share::dial`);
-        // every other call on them stays the kernel's
-        if ty & 0xf == libc::SOCK_STREAM
-            && matches!(proto, 0 | libc::IPPROTO_TCP)
-            && crate::share::dials_for_family()
-        {
-            TABLE.insert(
-                fd,
-                Entry::Sock(Arc::new(Sock::new(
-                    Proto::Tcp,
-                    ty & libc::SOCK_NONBLOCK != 0,
-                ))),
-            );
-        }
+    if !active() || domain != libc::AF_INET || fd < 0 {
         return;
     }
     let p = match (ty & 0xf, proto) {
@@ -328,12 +310,6 @@ pub fn listen(fd: i32) -> Option<R<()>> {
 
 /// `connect(2)`. `addr`: `Some(Some(a))` AF_INET, `Some(None)` AF_UNSPEC, `None` other.
 pub fn connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
-    if forked() {
-        // a worker whose sibling drives the stack: that sibling makes the connection for it
-        if let Some(r) = crate::share::dial(fd, addr) {
-            return Some(r);
-        }
-    }
     let s = ours!(fd);
     if let Some(c) = s.conn.get() {
         return Some(connect_again(&s, c, addr));
@@ -921,7 +897,9 @@ pub fn shutdown(fd: i32, how: i32) -> Option<R<()>> {
 /// kernel afterwards.
 pub fn closing(fd: i32) {
     if let Some(e) = TABLE.remove(fd) {
-        if forked() {
+        if forked() && !matches!(e, Entry::Relayed(_)) {
+            // (a socket or epoll instance of the stack another process drives: nothing of it
+            // is this process's to end; a relayed connection holds nothing of the stack)
             std::mem::forget(e);
             return;
         }
@@ -940,6 +918,19 @@ pub fn closing(fd: i32) {
         }
         drop(e);
     }
+}
+
+/// `connect(2)` of a kernel socket (one not in the table) in a forked worker whose sibling
+/// drives the stack: to a DockNet address, that sibling makes the connection for it
+/// (`share::dial`); `None` otherwise (the kernel's call).
+pub fn worker_connect(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
+    if !ENABLED.load(Ordering::Relaxed) || !forked() {
+        return None;
+    }
+    let Some(Some(to)) = addr else {
+        return None;
+    };
+    crate::share::dial(fd, to)
 }
 
 /// After the kernel duplicated `old` to `new` (`dup`, `dup2`, `dup3`, `F_DUPFD`): `new`

@@ -749,89 +749,62 @@ pub fn adopt(fd: i32, s: &Sock) {
 
 /// Whether this process is a forked worker whose sibling drives the stack and offers the
 /// family its service (so a connection to DockNet can be made there: [`dial`]).
-pub fn dials_for_family() -> bool {
-    if !ops::forked() {
-        return false;
-    }
+fn dials_for_family() -> bool {
     let Some(owner) = stack_if_attached().and_then(docknet_lib::Stack::owner) else {
         return false;
     };
     crate::family::share_service().is_some_and(|(p, _)| p == owner && p != std::process::id())
 }
 
-/// `connect(2)` of a TCP socket in a forked worker whose sibling drives the stack, to an
-/// address on DockNet: the owner makes the connection for it ([`Door::dial_for`]) and relays
-/// it, and the socket becomes the Unix socket it relays on, its addresses and TCP options
-/// answered as the connection's (as an accepted connection handed over). Where the owner
-/// offers no service, `None` (the kernel's call, as before). The call returns once the peer
-/// answered, also for a non-blocking socket (0 rather than `EINPROGRESS`: Linux may do so
-/// too, and programs take it as connected); a signal ends the wait with `EINTR`, and the
-/// connection being made is then dropped.
-pub fn dial(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
-    let Some(Some(to)) = addr else {
-        return None;
-    };
-    let s = TABLE.sock(fd)?;
-    if s.proto != crate::sock::Proto::Tcp || s.adopted() || s.conn.get().is_some() {
-        return None;
-    }
+/// `connect(2)` of the kernel's TCP socket `fd` to `to`, in a forked worker whose sibling
+/// drives the stack: where `to` is on DockNet, the owner makes the connection for it
+/// ([`Door::dial_for`]) and relays it, and the socket becomes the Unix socket it relays on, its
+/// addresses and TCP options answered as the connection's (as an accepted connection handed
+/// over). `None` where the owner offers no service or `to` is the kernel's (the kernel's call,
+/// as before). The call returns once the peer answered (at most the stack's connect timeout),
+/// also for a non-blocking socket (0 rather than `EINPROGRESS`: Linux may do so too, and
+/// programs take it as connected); signal handlers run meanwhile and the wait goes on, so the
+/// socket is never left half made.
+pub fn dial(fd: i32, to: SocketAddrV4) -> Option<R<()>> {
     let st = stack_if_attached()?;
-    if crate::sock::route_for(st, *to.ip()) == crate::sock::Route::Kernel {
+    if crate::sock::route_for(st, *to.ip()) == crate::sock::Route::Kernel || !dials_for_family() {
         return None;
     }
-    let owner = st.owner()?;
     let (pid, token) = crate::family::share_service()?;
-    if pid != owner || pid == std::process::id() {
+    // a TCP socket of the kernel, not connected yet (a Unix socket, a UDP socket, or one of
+    // another family are not for DockNet; a connected one answers as the kernel does)
+    let opt = |level, name| sys::get_int_opt(fd, level, name).ok();
+    if opt(libc::SOL_SOCKET, libc::SO_DOMAIN) != Some(libc::AF_INET)
+        || opt(libc::SOL_SOCKET, libc::SO_TYPE) != Some(libc::SOCK_STREAM)
+        || sys::has_peer(fd)
+    {
         return None;
     }
-    let u = sys::unix_connect_abstract(&name(pid)).ok()?;
-    let mut m = [0u8; DIAL_LEN];
-    m[0..4].copy_from_slice(&DIAL_MAGIC.to_ne_bytes());
-    m[4..12].copy_from_slice(&token.to_ne_bytes());
-    m[12..16].copy_from_slice(&to.ip().octets());
-    m[16..18].copy_from_slice(&to.port().to_be_bytes());
-    let wait = st.config().connect_timeout + HELLO_WAIT;
-    if sys::send_nosignal(u, &m, true) != Ok(DIAL_LEN) || sys::set_recv_timeout(u, wait).is_err() {
-        let _ = sys::close(u);
-        return Some(Err(libc::ECONNREFUSED));
-    }
-    let mut a = [0u8; CONN_LEN];
-    // (a handler with SA_RESTART that runs meanwhile lets the wait go on, as Linux restarts
-    // the call; one without ends it)
-    let mut mark = crate::sig::mark();
-    let got = loop {
-        match crate::sig::asleep(|_| sys::recv_with_fd(u, &mut a)) {
-            Err(libc::EINTR) if mark.take() != Some(false) => {}
-            r => break r,
+    let deadline = Instant::now() + st.config().connect_timeout + HELLO_WAIT;
+    let (c, local, peer) = loop {
+        match ask_owner(pid, token, to, deadline) {
+            // (the owner was making as many connections as it makes at once)
+            Err(libc::EAGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(libc::EAGAIN) => return Some(Err(libc::ETIMEDOUT)),
+            Err(e) => return Some(Err(e)),
+            Ok(x) => break x,
         }
     };
-    let _ = sys::close(u);
-    let (n, c) = match got {
-        Ok(x) => x,
-        Err(libc::EAGAIN) => return Some(Err(libc::ETIMEDOUT)),
-        Err(e) => return Some(Err(e)),
-    };
-    let Some(c) = c else {
-        let failed = n == CONN_LEN && u32::from_ne_bytes([a[0], a[1], a[2], a[3]]) == FAIL_MAGIC;
-        let e = i32::from_ne_bytes([a[4], a[5], a[6], a[7]]);
-        return Some(Err(if failed && e > 0 {
-            e
-        } else {
-            libc::ECONNREFUSED
-        }));
-    };
-    let Some((local, peer)) = parse_conn(&a[..n]) else {
-        let _ = sys::close(c);
-        return Some(Err(libc::ECONNREFUSED));
-    };
-    // the descriptor's status flags (O_NONBLOCK) stay the program's, and so does the
-    // TCP_NODELAY it set before the connect (on the kernel's socket, as every call of a worker
-    // on a socket not connected yet)
+    // the descriptor's status flags (O_NONBLOCK) stay the program's, and so do the options it
+    // set before the connect, on the kernel's socket: its timeouts and keepalive on the Unix
+    // socket (a relayed connection's socket-level options are that socket's), TCP_NODELAY as
+    // the connection's
     let fl = sys::fcntl_int(fd, libc::F_GETFL, 0).unwrap_or(libc::O_RDWR);
-    let mut opts = s.opts().clone();
-    if let Ok(v) = sys::get_int_opt(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) {
-        opts.nodelay = v != 0;
+    for name in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO, libc::SO_KEEPALIVE] {
+        let _ = sys::copy_opt(fd, c, libc::SOL_SOCKET, name);
     }
+    let opts = crate::sock::Opts {
+        nodelay: opt(libc::IPPROTO_TCP, libc::TCP_NODELAY).is_some_and(|v| v != 0),
+        keepalive: opt(libc::SOL_SOCKET, libc::SO_KEEPALIVE).is_some_and(|v| v != 0),
+        ..Default::default()
+    };
     if let Err(e) = sys::dup_over(c, fd) {
         return Some(Err(e));
     }
@@ -843,12 +816,65 @@ pub fn dial(fd: i32, addr: Option<Option<SocketAddrV4>>) -> Option<R<()>> {
         listening: false,
         credit: AtomicBool::new(false),
     };
-    // (the unconnected copy is forgotten, as an adopted listener's: nothing of it is this
-    // process's stack)
     if let Some(old) = TABLE.insert(fd, Entry::Relayed(Arc::new(conn))) {
-        std::mem::forget(old);
+        drop(old);
     }
     Some(Ok(()))
+}
+
+/// One request to the owner (`pid`, `token`) for a connection to `to`: the relayed Unix
+/// socket, the local address and the peer's; the owner's error, `EAGAIN` when it makes as
+/// many as it does at once, `ETIMEDOUT` past `deadline`.
+fn ask_owner(
+    pid: u32,
+    token: u64,
+    to: SocketAddrV4,
+    deadline: Instant,
+) -> R<(i32, SocketAddrV4, SocketAddrV4)> {
+    let u = sys::unix_connect_abstract(&name(pid)).map_err(|_| libc::ECONNREFUSED)?;
+    let mut m = [0u8; DIAL_LEN];
+    m[0..4].copy_from_slice(&DIAL_MAGIC.to_ne_bytes());
+    m[4..12].copy_from_slice(&token.to_ne_bytes());
+    m[12..16].copy_from_slice(&to.ip().octets());
+    m[16..18].copy_from_slice(&to.port().to_be_bytes());
+    let wait = deadline.saturating_duration_since(Instant::now());
+    if sys::send_nosignal(u, &m, true) != Ok(DIAL_LEN)
+        || wait.is_zero()
+        || sys::set_recv_timeout(u, wait).is_err()
+    {
+        let _ = sys::close(u);
+        return Err(libc::ECONNREFUSED);
+    }
+    let mut a = [0u8; CONN_LEN];
+    // (handlers run while it waits; a signal does not end the wait, which is bounded)
+    let got = loop {
+        match crate::sig::asleep(|_| sys::recv_with_fd(u, &mut a)) {
+            Err(libc::EINTR) if Instant::now() < deadline => {}
+            r => break r,
+        }
+    };
+    let _ = sys::close(u);
+    let (n, c) = match got {
+        Ok(x) => x,
+        Err(libc::EAGAIN | libc::EINTR) => return Err(libc::ETIMEDOUT),
+        Err(e) => return Err(e),
+    };
+    let Some(c) = c else {
+        let failed = n == CONN_LEN && u32::from_ne_bytes([a[0], a[1], a[2], a[3]]) == FAIL_MAGIC;
+        let e = i32::from_ne_bytes([a[4], a[5], a[6], a[7]]);
+        return Err(if failed && e > 0 {
+            e
+        } else {
+            libc::ECONNREFUSED
+        });
+    };
+    match parse_conn(&a[..n]) {
+        Some((local, peer)) => Ok((c, local, peer)),
+        None => {
+            let _ = sys::close(c);
+            Err(libc::ECONNREFUSED)
+        }
+    }
 }
 
 /// `accept4(2)` on a listener adopted from the owner ([`adopt`]): the next connection the owner

@@ -400,6 +400,26 @@ pub fn get_int_opt(fd: c_int, level: c_int, name: c_int) -> R<c_int> {
     Ok(v)
 }
 
+/// Whether the kernel's socket `fd` has a peer (`getpeername` succeeds).
+pub fn has_peer(fd: c_int) -> bool {
+    // SAFETY: an all-zero sockaddr_storage is a valid value.
+    let mut a: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+    // SAFETY: writes at most `len` bytes into the live `a`.
+    unsafe { f!(getpeername)(fd, (&mut a as *mut libc::sockaddr_storage).cast(), &mut len) == 0 }
+}
+
+/// Copies a socket option (at most 16 bytes: an int, a `timeval`, a `linger`) from the
+/// kernel's socket `from` to `to`.
+pub fn copy_opt(from: c_int, to: c_int, level: c_int, name: c_int) -> R<()> {
+    let mut v = [0u8; 16];
+    let mut len = v.len() as socklen_t;
+    // SAFETY: writes at most `len` bytes into the live buffer `v`.
+    check(unsafe { f!(getsockopt)(from, level, name, v.as_mut_ptr().cast(), &mut len) })?;
+    // SAFETY: reads `len` bytes of `v`, as the kernel wrote them.
+    check(unsafe { f!(setsockopt)(to, level, name, v.as_ptr().cast(), len) }).map(|_| ())
+}
+
 /// Sets a socket's receive timeout (`SO_RCVTIMEO`; zero: none).
 pub fn set_recv_timeout(fd: c_int, t: std::time::Duration) -> R<()> {
     let tv = libc::timeval {

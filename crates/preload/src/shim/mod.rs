@@ -203,6 +203,16 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         if let Some(r) = r {
             return ret(r.map(|_| 0));
         }
+    } else if ops::forked() {
+        // (a worker whose sibling drives the stack: a connection to DockNet is made there)
+        // SAFETY: the caller's address of `len` bytes.
+        let r = guard(|| match unsafe { addr_in(addr, len) } {
+            Err(_) => None,
+            Ok(a) => ops::worker_connect(fd, a),
+        });
+        if let Some(r) = r {
+            return ret(r.map(|_| 0));
+        }
     }
     // SAFETY: libc's connect with the caller's arguments.
     unsafe { real!(connect)(fd, addr, len) }
