@@ -277,6 +277,40 @@ fn the_doorbell_comparison_runs_every_wake_up_and_counts_round_trips() {
 }
 
 #[test]
+fn the_connection_set_up_comparison_times_every_path_and_leaves_nothing_behind() {
+    if !root_or_skip("the connection set-up comparison") {
+        return;
+    }
+    let text = run_script("connects.sh", &["--count", "50", "--repeat", "1"], &[]);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    for (row, path) in rows
+        .iter()
+        .zip(["bridge:", "docknet-preload:", "docknet-fc-preload:"])
+    {
+        // "path: connect_us: P50 MEAN rr_us: P50 MEAN", each time positive
+        assert_eq!(
+            (row[0], row[1], row[4]),
+            (path, "connect_us:", "rr_us:"),
+            "{text}"
+        );
+        for f in [row[2], row[3], row[5], row[6]] {
+            let us: f64 = f.parse().unwrap();
+            assert!(us > 0.0, "{text}");
+        }
+    }
+    let left = run_dirs_left("dncn");
+    assert!(left.is_empty(), "run directories left: {left:?}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/connects.sh");
+    let bad = Command::new(&script).arg("--nonsense").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
 fn the_epoll_comparison_measures_each_mode_and_count_and_leaves_nothing_behind() {
     if !root_or_skip("the epoll comparison") {
         return;

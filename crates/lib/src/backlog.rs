@@ -74,7 +74,7 @@ impl Inner {
                 }
                 match state {
                     tcp::State::Closed => {
-                        sockets.remove(*h);
+                        crate::buffers::recycle(sockets.remove(*h));
                         return false;
                     }
                     tcp::State::Listen => listening += 1,
@@ -122,7 +122,7 @@ impl Inner {
                         // room for it, as a SYN cache drops its oldest entry
                         let h = l.pool.remove(i);
                         l.half_open_since.remove(&h);
-                        self.sockets.remove(h);
+                        crate::buffers::recycle(self.sockets.remove(h));
                         self.dev.stats.syn_evicted += 1;
                         waiting -= 1;
                     }
@@ -142,7 +142,7 @@ impl Inner {
                 let s = self.tcp(h);
                 s.set_timeout(Some(deadline));
                 if s.listen(l.port).is_err() {
-                    self.sockets.remove(h);
+                    crate::buffers::recycle(self.sockets.remove(h));
                     break;
                 }
                 l.pool.push(h);

@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 mod backlog;
+mod buffers;
 pub mod callback;
 pub mod changes;
 mod config;

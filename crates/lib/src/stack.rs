@@ -223,7 +223,7 @@ impl Inner {
                 let state = sockets.get::<tcp::Socket>(c.h).state();
                 let gone = matches!(state, tcp::State::Closed | tcp::State::TimeWait);
                 if gone {
-                    sockets.remove(c.h);
+                    crate::buffers::recycle(sockets.remove(c.h));
                 }
                 !gone
             });
@@ -337,8 +337,8 @@ impl Inner {
     pub(crate) fn new_tcp_socket(&mut self) -> SocketHandle {
         let c = self.cfg.clone();
         let mut s = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; c.tcp_rx_buffer]),
-            tcp::SocketBuffer::new(vec![0; c.tcp_tx_buffer]),
+            tcp::SocketBuffer::new(crate::buffers::take(c.tcp_rx_buffer)),
+            tcp::SocketBuffer::new(crate::buffers::take(c.tcp_tx_buffer)),
         );
         s.set_nagle_enabled(c.nagle);
         s.set_ack_delay(

@@ -157,7 +157,7 @@ impl Drop for TcpListener {
             let l = g.listeners.swap_remove(i);
             for h in l.pool {
                 g.tcp(h).abort();
-                g.sockets.remove(h);
+                crate::buffers::recycle(g.sockets.remove(h));
             }
         }
         g.poll();
@@ -259,7 +259,7 @@ impl TcpStream {
             local,
         );
         if let Err(e) = r {
-            sockets.remove(h);
+            crate::buffers::recycle(sockets.remove(h));
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("connect to {addr}: {e}"),
@@ -786,7 +786,7 @@ impl Drop for TcpStream {
         g.not_answering(self.h);
         let s = g.tcp(self.h);
         if s.state() == tcp::State::Closed {
-            g.sockets.remove(self.h);
+            crate::buffers::recycle(g.sockets.remove(self.h));
         } else {
             s.close();
             g.retire(self.h);

@@ -758,7 +758,7 @@ fn dials_for_family() -> bool {
 
 /// `connect(2)` of the kernel's TCP socket `fd` to `to`, in a forked worker whose sibling
 /// drives the stack: where `to` is on DockNet, the owner makes the connection for it
-/// ([`Door::dial_for`]) and relays it, and the socket becomes the Unix socket it relays on, its
+/// (`Door::dial_for`) and relays it, and the socket becomes the Unix socket it relays on, its
 /// addresses and TCP options answered as the connection's (as an accepted connection handed
 /// over). `None` where the owner offers no service or `to` is the kernel's (the kernel's call,
 /// as before). The call returns once the peer answered (at most the stack's connect timeout),

@@ -682,6 +682,14 @@ const DEFAULT_MSS: usize = 536;
 const MIN_REMOTE_MSS: usize = 48;
 
 impl<'a> Socket<'a> {
+    /// DockNet patch: the socket's receive and transmit buffers' storage, where they are owned
+    /// vectors, for the next socket's buffers (a socket's buffers are allocated zeroed: 512 KiB
+    /// written per connection at DockLib's sizes, before any byte moves).
+    #[cfg(feature = "alloc")]
+    pub fn into_buffers(self) -> (Option<alloc::vec::Vec<u8>>, Option<alloc::vec::Vec<u8>>) {
+        (self.rx_buffer.into_vec(), self.tx_buffer.into_vec())
+    }
+
     #[allow(unused_comparisons)] // small usize platforms always pass rx_capacity check
     /// Create a socket using the given buffers.
     pub fn new<T>(rx_buffer: T, tx_buffer: T) -> Socket<'a>

@@ -45,6 +45,16 @@ impl<'a, T: 'a> RingBuffer<'a, T> {
         }
     }
 
+    /// DockNet patch: the buffer's storage, when it is an owned vector (for a later buffer to
+    /// reuse without allocating and zeroing it again), else `None`.
+    #[cfg(feature = "alloc")]
+    pub fn into_vec(self) -> Option<alloc::vec::Vec<T>> {
+        match self.storage {
+            ManagedSlice::Owned(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Clear the ring buffer.
     pub fn clear(&mut self) {
         self.read_at = 0;
