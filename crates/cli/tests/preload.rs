@@ -960,7 +960,15 @@ fn workers_whose_sibling_drives_the_stack_connect_to_other_containers_through_it
         if fc {
             lab.ok(&["fc", "connect", &s, &be]);
         }
-        let _backend = Server::start(&lab, &be, &[dir.path()], &[b, "workers", "7508", "1"]);
+        // (listening once it says so: a dial before that would be refused)
+        let mut backend = Server::spawn(
+            run_args(&lab, &be, &[dir.path()], &[], &[b, "workers", "7508", "1"]),
+            Stdio::piped(),
+        );
+        assert!(
+            backend.line().starts_with("workers: 1"),
+            "fast channel {fc}"
+        );
         let mut srv = Server::spawn(
             run_args(
                 &lab,
