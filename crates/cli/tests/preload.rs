@@ -232,6 +232,14 @@ fn compile_c(dir: &tempfile::TempDir, name: &str) -> std::path::PathBuf {
 
 /// A directory for the test's files, shown read-only in the containers and readable by their
 /// users (each container's own), as a program's directory must be.
+/// How many of prefork.c's workers answered any connection ("busy workers: B"; 0 if not said).
+fn busy_workers(out: &str) -> u32 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("busy workers: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 fn workdir(name: &str) -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let d = tempfile::Builder::new()
@@ -852,19 +860,13 @@ fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
     let dir = workdir("prefork-slow");
     let bin = compile_c(&dir, "prefork");
     let b = bin.to_str().unwrap();
-    let busy = |out: &str| -> u32 {
-        out.lines()
-            .find_map(|l| l.strip_prefix("busy workers: "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    };
     let (ks, kc) = kernel_pair(
         &[b, "slow", "7505", "4"],
         &[b, "parallel", "127.0.0.1", "7505", "8"],
         true,
     );
     assert!(kc.contains("client.answered: 8"), "kernel: {kc}");
-    assert!(busy(&ks) >= 2, "kernel: {ks}");
+    assert!(busy_workers(&ks) >= 2, "kernel: {ks}");
     assert!(!ks.contains("listener.wrong"), "kernel: {ks}");
     // beside the server, a process of the same container and user, not of its family, at the
     // Unix socket the workers get their connections through
@@ -908,7 +910,7 @@ fn a_listener_shared_by_slow_workers_spreads_its_connections_over_them() {
             "fast channel {fc}: {out}\n{err}"
         );
         assert!(
-            busy(&out) >= 2,
+            busy_workers(&out) >= 2,
             "fast channel {fc}: one worker answered every connection\n{out}\n{err}"
         );
 
@@ -930,12 +932,6 @@ fn workers_whose_sibling_drives_the_stack_connect_to_other_containers_through_it
     let dir = workdir("prefork-dial");
     let bin = compile_c(&dir, "prefork");
     let b = bin.to_str().unwrap();
-    let busy = |out: &str| -> u32 {
-        out.lines()
-            .find_map(|l| l.strip_prefix("busy workers: "))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0)
-    };
     let server = format!(
         "{b} workers 7508 1 >/dev/null & sleep 0.3; {b} dial 7507 4 127.0.0.1 7508; \
          {b} client 127.0.0.1 7508 0 >/dev/null; wait"
@@ -947,7 +943,7 @@ fn workers_whose_sibling_drives_the_stack_connect_to_other_containers_through_it
     );
     assert!(kc.contains("client.answered: 8"), "kernel: {kc}");
     assert!(
-        busy(&ks) >= 2 && !ks.contains("dial.failed"),
+        busy_workers(&ks) >= 2 && !ks.contains("dial.failed"),
         "kernel: {ks}"
     );
     for fc in [false, true] {
@@ -999,7 +995,7 @@ fn workers_whose_sibling_drives_the_stack_connect_to_other_containers_through_it
             "fast channel {fc}: {out}\n{err}"
         );
         assert!(
-            busy(&out) >= 2,
+            busy_workers(&out) >= 2,
             "fast channel {fc}: one worker answered every connection\n{out}\n{err}"
         );
         assert!(!err.contains("docknet-preload"), "fast channel {fc}: {err}");

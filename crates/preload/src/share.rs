@@ -375,8 +375,7 @@ impl Door {
         );
         if DIALING.fetch_add(1, Ordering::AcqRel) >= MAX_DIALS {
             DIALING.fetch_sub(1, Ordering::AcqRel);
-            let _ = sys::send_nosignal(fd, &fail_msg(libc::EAGAIN), false);
-            let _ = sys::close(fd);
+            answer_failed(fd, libc::EAGAIN);
             return;
         }
         let old = sys::block_all_signals();
@@ -392,19 +391,20 @@ impl Door {
                         }
                         None
                     }
-                    Err(e) => Some(fail_msg(e)),
+                    Err(e) => Some(e),
                 };
-                if let Some(m) = msg {
-                    let _ = sys::send_nosignal(fd, &m, false);
+                match msg {
+                    Some(e) => answer_failed(fd, e),
+                    None => {
+                        let _ = sys::close(fd);
+                    }
                 }
-                let _ = sys::close(fd);
                 DIALING.fetch_sub(1, Ordering::AcqRel);
             });
         sys::sigmask_set(old.as_ref());
         if spawned.is_err() {
             DIALING.fetch_sub(1, Ordering::AcqRel);
-            let _ = sys::send_nosignal(fd, &fail_msg(libc::EAGAIN), false);
-            let _ = sys::close(fd);
+            answer_failed(fd, libc::EAGAIN);
         }
     }
 
@@ -622,11 +622,13 @@ fn connect_for_worker(to: SocketAddrV4) -> R<(i32, SocketAddrV4, SocketAddrV4)> 
     Ok((theirs, local, to))
 }
 
-fn fail_msg(errno: i32) -> [u8; CONN_LEN] {
+/// Tells a worker on `fd` that its connection could not be made (`errno`), and lets it go.
+fn answer_failed(fd: i32, errno: i32) {
     let mut m = [0u8; CONN_LEN];
     m[0..4].copy_from_slice(&FAIL_MAGIC.to_ne_bytes());
     m[4..8].copy_from_slice(&errno.to_ne_bytes());
-    m
+    let _ = sys::send_nosignal(fd, &m, false);
+    let _ = sys::close(fd);
 }
 
 fn pollfd(fd: i32) -> libc::pollfd {
@@ -747,13 +749,12 @@ pub fn adopt(fd: i32, s: &Sock) {
     }
 }
 
-/// Whether this process is a forked worker whose sibling drives the stack and offers the
-/// family its service (so a connection to DockNet can be made there: [`dial`]).
-fn dials_for_family() -> bool {
-    let Some(owner) = stack_if_attached().and_then(docknet_lib::Stack::owner) else {
-        return false;
-    };
-    crate::family::share_service().is_some_and(|(p, _)| p == owner && p != std::process::id())
+/// In a forked worker whose sibling drives the stack: that sibling's service (its pid and the
+/// family's token), where it offers one (so a connection to DockNet can be made there:
+/// [`dial`]).
+fn owner_service() -> Option<(u32, u64)> {
+    let owner = stack_if_attached().and_then(docknet_lib::Stack::owner)?;
+    crate::family::share_service().filter(|(p, _)| *p == owner && *p != std::process::id())
 }
 
 /// `connect(2)` of the kernel's TCP socket `fd` to `to`, in a forked worker whose sibling
@@ -767,10 +768,10 @@ fn dials_for_family() -> bool {
 /// socket is never left half made.
 pub fn dial(fd: i32, to: SocketAddrV4) -> Option<R<()>> {
     let st = stack_if_attached()?;
-    if crate::sock::route_for(st, *to.ip()) == crate::sock::Route::Kernel || !dials_for_family() {
+    if crate::sock::route_for(st, *to.ip()) == crate::sock::Route::Kernel {
         return None;
     }
-    let (pid, token) = crate::family::share_service()?;
+    let (pid, token) = owner_service()?;
     // a TCP socket of the kernel, not connected yet (a Unix socket, a UDP socket, or one of
     // another family are not for DockNet; a connected one answers as the kernel does)
     let opt = |level, name| sys::get_int_opt(fd, level, name).ok();
