@@ -123,14 +123,26 @@ fn node_wire(what: &str) -> Option<Wire> {
 
 /// A web server on host B, port 9000 (the kernel's: Python's `http.server`).
 fn web_on_b(wire: &Wire) -> Reaped {
-    Reaped(
+    let web = Reaped(
         in_ns(&wire.host_b, &["python3", "-m", "http.server"])
             .args(["--bind", HOST_B, "9000"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
-    )
+    );
+    // python takes a while to start on a loaded machine: wait until it answers on its own
+    // namespace, so a failure later is the path's, not a server that was not up yet
+    let url = format!("http://{HOST_B}:9000/");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while http_status(&wire.host_b, None, &url) != "200" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "python's web server on host B never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    web
 }
 
 #[test]
@@ -232,7 +244,6 @@ fn the_node_reaches_its_pods_and_they_reach_beyond_it_through_the_host_link() {
     // and an unmodified program under the preload library (its container's kernel has no
     // network, so every address goes to DockNet)
     let mut py = web_on_b(&wire);
-    std::thread::sleep(Duration::from_millis(700));
     let beyond = http_status("", Some((&d, "cli")), &format!("http://{HOST_B}:9000/"));
     let _ = py.0.kill();
     assert_eq!(beyond, "200", "curl under the preload library to host B");
